@@ -1,0 +1,336 @@
+// Package state holds the attach/detach controller's two caches: the
+// desired state of the world (which pods want which CSI volume on which
+// node) and the actual state of the world (what is attached where, as far
+// as the controller knows).
+//
+// Both are keyed by Key (unique volume name + node). Every mutator returns
+// the keys whose facts it changed, so the event-driven caller enqueues
+// exactly those; callers must also enqueue every key of the same volume
+// when a key changes, because the decision for one node depends on the
+// volume's other nodes (multi-attach).
+//
+// The caches are safe for concurrent use (workers and informer handlers
+// share them) and never call out: no clients, no clocks, no goroutines.
+// Values returned are copies; the caches never hand out internal pointers.
+package state
+
+import (
+	"cmp"
+	"slices"
+	"sync"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/latchcsi/latch/internal/attachdetach/volume"
+)
+
+// Key identifies one volume on one node, the unit of reconciliation.
+type Key struct {
+	Volume v1.UniqueVolumeName
+	Node   string
+}
+
+func (k Key) String() string { return string(k.Volume) + "@" + k.Node }
+
+// PodRef identifies a pod; events are recorded against it.
+type PodRef struct {
+	Namespace string
+	Name      string
+	UID       types.UID
+}
+
+// PodRefOf returns the PodRef of pod.
+func PodRefOf(pod *v1.Pod) PodRef {
+	return PodRef{Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID}
+}
+
+// Wanted is a volume to attach to a node and the pods that want it there.
+type Wanted struct {
+	Volume volume.Attachable
+	// Pods is sorted by namespace, name, UID.
+	Pods []PodRef
+}
+
+// Desired is the desired state of the world.
+type Desired struct {
+	mu sync.RWMutex
+	// nodes holds every node the caller told about; only managed nodes
+	// hold volumes.
+	nodes map[string]*desiredNode
+	// volumeNodes indexes nodes by volume for NodesWantingVolume.
+	volumeNodes map[v1.UniqueVolumeName]map[string]struct{}
+	// pods remembers what each pod was added with, so DeletePod and a
+	// re-AddPod know what to remove.
+	pods map[types.UID]*desiredPod
+}
+
+type desiredNode struct {
+	managed bool
+	volumes map[v1.UniqueVolumeName]*desiredVolume
+}
+
+type desiredVolume struct {
+	// spec is the latest resolution any pod was added with.
+	spec volume.Attachable
+	pods map[types.UID]PodRef
+}
+
+type desiredPod struct {
+	ref     PodRef
+	node    string
+	volumes []v1.UniqueVolumeName
+	// reported holds the event dedupe keys already emitted for this pod;
+	// it dies with the pod, so a new pod gets its own events.
+	reported map[string]struct{}
+}
+
+// NewDesired returns an empty desired state.
+func NewDesired() *Desired {
+	return &Desired{
+		nodes:       map[string]*desiredNode{},
+		volumeNodes: map[v1.UniqueVolumeName]map[string]struct{}{},
+		pods:        map[types.UID]*desiredPod{},
+	}
+}
+
+// AddNode records a node and whether its volumes are controller-managed
+// (annotation volumes.kubernetes.io/controller-managed-attach-detach).
+// A node that stops being managed loses its wanted volumes: the kubelet
+// owns them from then on. Returns the keys that stopped being wanted.
+func (d *Desired) AddNode(name string, managed bool) []Key {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	n, ok := d.nodes[name]
+	if !ok {
+		d.nodes[name] = &desiredNode{managed: managed, volumes: map[v1.UniqueVolumeName]*desiredVolume{}}
+		return nil
+	}
+	n.managed = managed
+	if managed {
+		return nil
+	}
+	return d.dropNodeVolumesLocked(name, n)
+}
+
+// DeleteNode forgets a node; every volume wanted there stops being wanted
+// (the pods cannot run on a node that does not exist). Returns those keys.
+func (d *Desired) DeleteNode(name string) []Key {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	n, ok := d.nodes[name]
+	if !ok {
+		return nil
+	}
+	keys := d.dropNodeVolumesLocked(name, n)
+	delete(d.nodes, name)
+	return keys
+}
+
+func (d *Desired) dropNodeVolumesLocked(name string, n *desiredNode) []Key {
+	var keys []Key
+	for vol, dv := range n.volumes {
+		keys = append(keys, Key{Volume: vol, Node: name})
+		for uid := range dv.pods {
+			delete(d.pods, uid)
+		}
+		d.unindexLocked(vol, name)
+	}
+	clear(n.volumes)
+	sortKeys(keys)
+	return keys
+}
+
+// NodeManaged reports whether the node is known and managed.
+func (d *Desired) NodeManaged(name string) bool {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	n, ok := d.nodes[name]
+	return ok && n.managed
+}
+
+// AddPod sets the volumes pod wants on node, replacing what it was added
+// with before (a PVC may have become bound, a pod may have terminated:
+// pass nil vols). ok is false when node is not a known managed node: the
+// pod is then not recorded and the caller retries when the node appears.
+// Returns the keys whose pod set changed.
+func (d *Desired) AddPod(pod PodRef, node string, vols []volume.Attachable) (changed []Key, ok bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	n, known := d.nodes[node]
+	if !known || !n.managed {
+		return d.deletePodLocked(pod.UID), false
+	}
+	prev := d.pods[pod.UID]
+	var reported map[string]struct{}
+	if prev != nil && prev.node == node {
+		reported = prev.reported
+	}
+	changed = d.deletePodLocked(pod.UID)
+	if len(vols) == 0 {
+		// Terminated pods are re-added with no volumes.
+		return changed, true
+	}
+	p := &desiredPod{ref: pod, node: node, reported: reported}
+	for _, a := range vols {
+		dv, exists := n.volumes[a.UniqueName]
+		if !exists {
+			dv = &desiredVolume{pods: map[types.UID]PodRef{}}
+			n.volumes[a.UniqueName] = dv
+			d.indexLocked(a.UniqueName, node)
+		}
+		dv.spec = a
+		dv.pods[pod.UID] = pod
+		p.volumes = append(p.volumes, a.UniqueName)
+		changed = append(changed, Key{Volume: a.UniqueName, Node: node})
+	}
+	d.pods[pod.UID] = p
+	return dedupKeys(changed), true
+}
+
+// DeletePod removes a pod from the desired state. Returns the keys whose
+// pod set changed.
+func (d *Desired) DeletePod(uid types.UID) []Key {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.deletePodLocked(uid)
+}
+
+func (d *Desired) deletePodLocked(uid types.UID) []Key {
+	p, ok := d.pods[uid]
+	if !ok {
+		return nil
+	}
+	delete(d.pods, uid)
+	n := d.nodes[p.node]
+	var keys []Key
+	for _, vol := range p.volumes {
+		keys = append(keys, Key{Volume: vol, Node: p.node})
+		if n == nil {
+			continue
+		}
+		dv := n.volumes[vol]
+		if dv == nil {
+			continue
+		}
+		delete(dv.pods, uid)
+		if len(dv.pods) == 0 {
+			delete(n.volumes, vol)
+			d.unindexLocked(vol, p.node)
+		}
+	}
+	return dedupKeys(keys)
+}
+
+func (d *Desired) indexLocked(vol v1.UniqueVolumeName, node string) {
+	s := d.volumeNodes[vol]
+	if s == nil {
+		s = map[string]struct{}{}
+		d.volumeNodes[vol] = s
+	}
+	s[node] = struct{}{}
+}
+
+func (d *Desired) unindexLocked(vol v1.UniqueVolumeName, node string) {
+	s := d.volumeNodes[vol]
+	delete(s, node)
+	if len(s) == 0 {
+		delete(d.volumeNodes, vol)
+	}
+}
+
+// Get returns the volume wanted at key and its pods; ok is false when no
+// pod wants it there.
+func (d *Desired) Get(key Key) (Wanted, bool) {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	n := d.nodes[key.Node]
+	if n == nil {
+		return Wanted{}, false
+	}
+	dv := n.volumes[key.Volume]
+	if dv == nil {
+		return Wanted{}, false
+	}
+	return Wanted{Volume: dv.spec, Pods: sortedPods(dv.pods)}, true
+}
+
+// VolumesOnNode returns the volumes wanted on node, sorted by name.
+func (d *Desired) VolumesOnNode(node string) []Wanted {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	n := d.nodes[node]
+	if n == nil {
+		return nil
+	}
+	out := make([]Wanted, 0, len(n.volumes))
+	for _, dv := range n.volumes {
+		out = append(out, Wanted{Volume: dv.spec, Pods: sortedPods(dv.pods)})
+	}
+	slices.SortFunc(out, func(a, b Wanted) int { return cmp.Compare(a.Volume.UniqueName, b.Volume.UniqueName) })
+	return out
+}
+
+// PodsWantingVolume returns the pods that want vol on node, sorted.
+func (d *Desired) PodsWantingVolume(vol v1.UniqueVolumeName, node string) []PodRef {
+	w, _ := d.Get(Key{Volume: vol, Node: node})
+	return w.Pods
+}
+
+// NodesWantingVolume returns the nodes where some pod wants vol, sorted.
+func (d *Desired) NodesWantingVolume(vol v1.UniqueVolumeName) []string {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	out := make([]string, 0, len(d.volumeNodes[vol]))
+	for n := range d.volumeNodes[vol] {
+		out = append(out, n)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// MarkReported records that the event with dedupeKey was emitted for the
+// pod and reports whether this is the first time, so the executor emits
+// each event once per pod. Unknown pods return false: they no longer want
+// anything, so there is nobody to tell.
+func (d *Desired) MarkReported(uid types.UID, dedupeKey string) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	p := d.pods[uid]
+	if p == nil {
+		return false
+	}
+	if _, done := p.reported[dedupeKey]; done {
+		return false
+	}
+	if p.reported == nil {
+		p.reported = map[string]struct{}{}
+	}
+	p.reported[dedupeKey] = struct{}{}
+	return true
+}
+
+func sortedPods(m map[types.UID]PodRef) []PodRef {
+	out := make([]PodRef, 0, len(m))
+	for _, p := range m {
+		out = append(out, p)
+	}
+	slices.SortFunc(out, ComparePods)
+	return out
+}
+
+// ComparePods orders pods by namespace, name, UID.
+func ComparePods(a, b PodRef) int {
+	return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name), cmp.Compare(a.UID, b.UID))
+}
+
+func compareKeys(a, b Key) int {
+	return cmp.Or(cmp.Compare(a.Volume, b.Volume), cmp.Compare(a.Node, b.Node))
+}
+
+func sortKeys(keys []Key) { slices.SortFunc(keys, compareKeys) }
+
+func dedupKeys(keys []Key) []Key {
+	sortKeys(keys)
+	return slices.Compact(keys)
+}
