@@ -1,0 +1,166 @@
+package csimock
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+
+	"sigs.k8s.io/yaml"
+)
+
+// maxBodyBytes bounds a POST /faults body; rule lists are small.
+const maxBodyBytes = 1 << 20
+
+// HTTPHandler serves the driver's observability and control endpoints:
+//
+//	GET    /calls[?method=M]  call log (JSON list)
+//	GET    /stats             counters
+//	GET    /state             volumes and publications
+//	GET    /faults            fault rules with counters
+//	POST   /faults            add rules (one rule, a list, or {"rules": [...]}; JSON or YAML)
+//	DELETE /faults            remove every rule
+//	DELETE /faults/{id}       remove one rule
+//	POST   /ready?ready=B     override Probe readiness
+//	POST   /crash?keepState=B crash the gRPC server (see Crash)
+//	POST   /restart           serve again after a crash
+//
+// It has no authentication: bind it to loopback only.
+func (d *Driver) HTTPHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /calls", func(w http.ResponseWriter, r *http.Request) {
+		if m := r.URL.Query().Get("method"); m != "" {
+			writeJSON(w, http.StatusOK, nonNil(d.CallsTo(m)))
+			return
+		}
+		writeJSON(w, http.StatusOK, d.Calls())
+	})
+	mux.HandleFunc("GET /stats", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, d.Stats())
+	})
+	mux.HandleFunc("GET /state", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, d.State())
+	})
+	mux.HandleFunc("GET /faults", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, d.Faults())
+	})
+	mux.HandleFunc("POST /faults", d.handleAddFaults)
+	mux.HandleFunc("DELETE /faults", func(w http.ResponseWriter, r *http.Request) {
+		d.ClearFaults()
+		w.WriteHeader(http.StatusNoContent)
+	})
+	mux.HandleFunc("DELETE /faults/{id}", func(w http.ResponseWriter, r *http.Request) {
+		if !d.RemoveFault(r.PathValue("id")) {
+			writeError(w, http.StatusNotFound, fmt.Errorf("no fault rule %q", r.PathValue("id")))
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+	})
+	mux.HandleFunc("POST /ready", func(w http.ResponseWriter, r *http.Request) {
+		ready, err := boolParam(r, "ready", true)
+		if err != nil {
+			writeError(w, http.StatusBadRequest, err)
+			return
+		}
+		d.SetReady(ready)
+		w.WriteHeader(http.StatusNoContent)
+	})
+	mux.HandleFunc("POST /crash", func(w http.ResponseWriter, r *http.Request) {
+		keep, err := boolParam(r, "keepState", true)
+		if err != nil {
+			writeError(w, http.StatusBadRequest, err)
+			return
+		}
+		if err := d.Crash(keep); err != nil {
+			writeError(w, http.StatusConflict, err)
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+	})
+	mux.HandleFunc("POST /restart", func(w http.ResponseWriter, r *http.Request) {
+		if err := d.Restart(); err != nil {
+			writeError(w, http.StatusConflict, err)
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+	})
+	return mux
+}
+
+func (d *Driver) handleAddFaults(w http.ResponseWriter, r *http.Request) {
+	body, err := io.ReadAll(io.LimitReader(r.Body, maxBodyBytes))
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err)
+		return
+	}
+	rules, err := parseRulesBody(body)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err)
+		return
+	}
+	ids := make([]string, 0, len(rules))
+	for _, rule := range rules {
+		id, err := d.AddFault(rule)
+		if err != nil {
+			// Earlier rules of this request stay installed; report which.
+			writeJSON(w, http.StatusBadRequest, map[string]any{"error": err.Error(), "ids": ids})
+			return
+		}
+		ids = append(ids, id)
+	}
+	writeJSON(w, http.StatusCreated, map[string]any{"ids": ids})
+}
+
+// parseRulesBody accepts what a fault file holds, or a single rule.
+func parseRulesBody(body []byte) ([]Rule, error) {
+	var probe map[string]json.RawMessage
+	js, err := yaml.YAMLToJSON(body)
+	if err != nil {
+		return nil, fmt.Errorf("parse fault rules: %w", err)
+	}
+	if json.Unmarshal(js, &probe) == nil {
+		if _, isFile := probe["rules"]; !isFile {
+			var r Rule
+			if err := json.Unmarshal(js, &r); err != nil {
+				return nil, fmt.Errorf("parse fault rule: %w", err)
+			}
+			if err := r.validate(); err != nil {
+				return nil, err
+			}
+			return []Rule{r}, nil
+		}
+	}
+	return ParseRules(body)
+}
+
+func boolParam(r *http.Request, name string, def bool) (bool, error) {
+	v := r.URL.Query().Get(name)
+	if v == "" {
+		return def, nil
+	}
+	b, err := strconv.ParseBool(v)
+	if err != nil {
+		return false, fmt.Errorf("query parameter %s: %w", name, err)
+	}
+	return b, nil
+}
+
+func nonNil(c []Call) []Call {
+	if c == nil {
+		return []Call{}
+	}
+	return c
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(v) // the client went away; nothing useful to do
+}
+
+func writeError(w http.ResponseWriter, code int, err error) {
+	writeJSON(w, code, map[string]string{"error": err.Error()})
+}
