@@ -112,7 +112,15 @@ func NewKubelet(client kubernetes.Interface) *Kubelet {
 	_, _ = k.pods.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    podHandler,
 		UpdateFunc: func(_, obj any) { podHandler(obj) },
-		DeleteFunc: podHandler,
+		DeleteFunc: func(obj any) {
+			if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = tomb.Obj
+			}
+			if pod, ok := obj.(*v1.Pod); ok {
+				k.forgetStarted(pod.UID)
+			}
+			podHandler(obj)
+		},
 	})
 	nodeHandler := func(obj any) {
 		if node, ok := obj.(*v1.Node); ok {
