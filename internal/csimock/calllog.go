@@ -14,9 +14,9 @@ type Call struct {
 	Method   string `json:"method"`
 	VolumeID string `json:"volumeID,omitempty"`
 	// Name is the volume name of CreateVolume.
-	Name     string `json:"name,omitempty"`
-	NodeID   string `json:"nodeID,omitempty"`
-	Readonly bool   `json:"readonly,omitempty"`
+	Name     string    `json:"name,omitempty"`
+	NodeID   string    `json:"nodeID,omitempty"`
+	Readonly bool      `json:"readonly,omitempty"`
 	Start    time.Time `json:"start"`
 	// End is zero while the call is in flight.
 	End time.Time `json:"end,omitzero"`

@@ -1,0 +1,533 @@
+package csimock
+
+import (
+	"context"
+	"reflect"
+	"testing"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc/codes"
+)
+
+// TestPublishSemantics drives ControllerPublishVolume and
+// ControllerUnpublishVolume over gRPC through every rule of the semantics
+// table in docs/csi-mock-driver.md.
+func TestPublishSemantics(t *testing.T) {
+	tests := []struct {
+		name  string
+		cfg   func(*Config)
+		setup func(t *testing.T, e *env)
+		call  func(ctx context.Context, e *env) error
+		want  codes.Code
+		check func(t *testing.T, e *env)
+	}{
+		{
+			name: "publish: missing volume id → InvalidArgument",
+			call: func(ctx context.Context, e *env) error {
+				_, err := e.ctrl.ControllerPublishVolume(ctx, pubReq("", "node-a", snw))
+				return err
+			},
+			want: codes.InvalidArgument,
+		},
+		{
+			name: "publish: missing node id → InvalidArgument",
+			call: func(ctx context.Context, e *env) error {
+				_, err := e.ctrl.ControllerPublishVolume(ctx, pubReq("vol-1", "", snw))
+				return err
+			},
+			want: codes.InvalidArgument,
+		},
+		{
+			name: "publish: missing capability → InvalidArgument, even for an unknown volume",
+			call: func(ctx context.Context, e *env) error {
+				_, err := e.ctrl.ControllerPublishVolume(ctx, &csi.ControllerPublishVolumeRequest{VolumeId: "nope", NodeId: "node-a"})
+				return err
+			},
+			want: codes.InvalidArgument,
+		},
+		{
+			name:  "publish: capability without access type → InvalidArgument",
+			setup: func(t *testing.T, e *env) { e.seed(t, "vol-1") },
+			call: func(ctx context.Context, e *env) error {
+				_, err := e.ctrl.ControllerPublishVolume(ctx, &csi.ControllerPublishVolumeRequest{VolumeId: "vol-1", NodeId: "node-a",
+					VolumeCapability: &csi.VolumeCapability{AccessMode: &csi.VolumeCapability_AccessMode{Mode: snw}}})
+				return err
+			},
+			want: codes.InvalidArgument,
+		},
+		{
+			name: "publish: unknown volume → NotFound",
+			call: func(ctx context.Context, e *env) error {
+				_, err := e.ctrl.ControllerPublishVolume(ctx, pubReq("vol-x", "node-a", snw))
+				return err
+			},
+			want:  codes.NotFound,
+			check: func(t *testing.T, e *env) { wantNodes(t, e, "vol-x") },
+		},
+		{
+			name: "publish: unknown volume with auto-create → volume created and published",
+			cfg:  func(c *Config) { c.AutoCreateVolumes = true },
+			call: func(ctx context.Context, e *env) error {
+				_, err := e.ctrl.ControllerPublishVolume(ctx, pubReq("vol-x", "node-a", snw))
+				return err
+			},
+			want:  codes.OK,
+			check: func(t *testing.T, e *env) { wantNodes(t, e, "vol-x", "node-a") },
+		},
+		{
+			name:  "publish: node outside the configured known-node set → NotFound",
+			cfg:   func(c *Config) { c.KnownNodes = []string{"node-a"} },
+			setup: func(t *testing.T, e *env) { e.seed(t, "vol-1") },
+			call: func(ctx context.Context, e *env) error {
+				_, err := e.ctrl.ControllerPublishVolume(ctx, pubReq("vol-1", "node-z", snw))
+				return err
+			},
+			want: codes.NotFound,
+		},
+		{
+			name: "publish: node added at runtime with SetKnownNodes → OK",
+			cfg:  func(c *Config) { c.KnownNodes = []string{"node-a"} },
+			setup: func(t *testing.T, e *env) {
+				e.seed(t, "vol-1")
+				e.d.SetKnownNodes([]string{"node-a", "node-z"})
+			},
+			call: func(ctx context.Context, e *env) error {
+				_, err := e.ctrl.ControllerPublishVolume(ctx, pubReq("vol-1", "node-z", snw))
+				return err
+			},
+			want: codes.OK,
+		},
+		{
+			name:  "publish: any node ID accepted by default, publish context has a device path",
+			setup: func(t *testing.T, e *env) { e.seed(t, "vol-1") },
+			call: func(ctx context.Context, e *env) error {
+				resp, err := e.ctrl.ControllerPublishVolume(ctx, pubReq("vol-1", "whatever-node", snw))
+				if err == nil && resp.GetPublishContext()["devicePath"] != "/dev/mock/1" {
+					t.Errorf("publish context = %v, want devicePath /dev/mock/1", resp.GetPublishContext())
+				}
+				return err
+			},
+			want:  codes.OK,
+			check: func(t *testing.T, e *env) { wantNodes(t, e, "vol-1", "whatever-node") },
+		},
+		{
+			name: "publish: repeat to the same node with the same capability → OK, same publish context, counted as duplicate",
+			setup: func(t *testing.T, e *env) {
+				e.seed(t, "vol-1", "vol-2")
+				e.mustPublish(t, "vol-2", "node-a", snw) // takes /dev/mock/1
+				e.mustPublish(t, "vol-1", "node-a", snw)
+			},
+			call: func(ctx context.Context, e *env) error {
+				resp, err := e.ctrl.ControllerPublishVolume(ctx, pubReq("vol-1", "node-a", snw))
+				if err == nil && resp.GetPublishContext()["devicePath"] != "/dev/mock/2" {
+					t.Errorf("publish context = %v, want the original /dev/mock/2", resp.GetPublishContext())
+				}
+				return err
+			},
+			want: codes.OK,
+			check: func(t *testing.T, e *env) {
+				st := e.d.Stats().Publish
+				if st.DuplicatePublishes != 1 || e.d.PublishCount("vol-1", "node-a") != 2 {
+					t.Errorf("duplicates = %d, pair publishes = %d; want 1 and 2", st.DuplicatePublishes, e.d.PublishCount("vol-1", "node-a"))
+				}
+			},
+		},
+		{
+			name: "publish: repeat to the same node with readonly mismatch → AlreadyExists",
+			setup: func(t *testing.T, e *env) {
+				e.seed(t, "vol-1")
+				e.mustPublish(t, "vol-1", "node-a", snw)
+			},
+			call: func(ctx context.Context, e *env) error {
+				r := pubReq("vol-1", "node-a", snw)
+				r.Readonly = true
+				_, err := e.ctrl.ControllerPublishVolume(ctx, r)
+				return err
+			},
+			want: codes.AlreadyExists,
+		},
+		{
+			name: "publish: repeat to the same node with a different capability → AlreadyExists",
+			setup: func(t *testing.T, e *env) {
+				e.seed(t, "vol-1")
+				e.mustPublish(t, "vol-1", "node-a", snw)
+			},
+			call: func(ctx context.Context, e *env) error {
+				_, err := e.ctrl.ControllerPublishVolume(ctx, &csi.ControllerPublishVolumeRequest{VolumeId: "vol-1", NodeId: "node-a", VolumeCapability: blockCap(snw)})
+				return err
+			},
+			want: codes.AlreadyExists,
+		},
+		{
+			name: "publish: single-node writer already published to node-a, publish to node-b → FailedPrecondition",
+			setup: func(t *testing.T, e *env) {
+				e.seed(t, "vol-1")
+				e.mustPublish(t, "vol-1", "node-a", snw)
+			},
+			call: func(ctx context.Context, e *env) error {
+				_, err := e.ctrl.ControllerPublishVolume(ctx, pubReq("vol-1", "node-b", snw))
+				return err
+			},
+			want: codes.FailedPrecondition,
+			check: func(t *testing.T, e *env) {
+				wantNodes(t, e, "vol-1", "node-a")
+				st := e.d.Stats().Publish
+				want := []SingleNodeEvent{{VolumeID: "vol-1", NodeID: "node-b", OtherNodes: []string{"node-a"}}}
+				if !reflect.DeepEqual(st.SingleNodeConflictAttempts, want) || st.SingleNodeViolationsTotal != 0 || st.MaxSingleNodePublishedNodes != 1 {
+					t.Errorf("publish stats = %+v, want one recorded attempt, no violation, max 1 node", st)
+				}
+			},
+		},
+		{
+			name: "publish: single-node reader-only already published to node-a, publish to node-b → FailedPrecondition",
+			setup: func(t *testing.T, e *env) {
+				e.seed(t, "vol-1")
+				e.mustPublish(t, "vol-1", "node-a", snro)
+			},
+			call: func(ctx context.Context, e *env) error {
+				_, err := e.ctrl.ControllerPublishVolume(ctx, pubReq("vol-1", "node-b", snro))
+				return err
+			},
+			want: codes.FailedPrecondition,
+		},
+		{
+			name: "publish: single-node single-writer already published to node-a, publish to node-b → FailedPrecondition",
+			setup: func(t *testing.T, e *env) {
+				e.seed(t, "vol-1")
+				e.mustPublish(t, "vol-1", "node-a", snsw)
+			},
+			call: func(ctx context.Context, e *env) error {
+				_, err := e.ctrl.ControllerPublishVolume(ctx, pubReq("vol-1", "node-b", snsw))
+				return err
+			},
+			want: codes.FailedPrecondition,
+		},
+		{
+			name: "publish: single-node multi-writer already published to node-a, publish to node-b → FailedPrecondition",
+			setup: func(t *testing.T, e *env) {
+				e.seed(t, "vol-1")
+				e.mustPublish(t, "vol-1", "node-a", snmw)
+			},
+			call: func(ctx context.Context, e *env) error {
+				_, err := e.ctrl.ControllerPublishVolume(ctx, pubReq("vol-1", "node-b", snmw))
+				return err
+			},
+			want: codes.FailedPrecondition,
+		},
+		{
+			name: "publish: multi-node request while a single-node publication holds node-a → FailedPrecondition",
+			setup: func(t *testing.T, e *env) {
+				e.seed(t, "vol-1")
+				e.mustPublish(t, "vol-1", "node-a", snw)
+			},
+			call: func(ctx context.Context, e *env) error {
+				_, err := e.ctrl.ControllerPublishVolume(ctx, pubReq("vol-1", "node-b", mnmw))
+				return err
+			},
+			want: codes.FailedPrecondition,
+		},
+		{
+			name: "publish: multi-node multi-writer published to node-a, publish to node-b → OK",
+			setup: func(t *testing.T, e *env) {
+				e.seed(t, "vol-1")
+				e.mustPublish(t, "vol-1", "node-a", mnmw)
+			},
+			call: func(ctx context.Context, e *env) error {
+				_, err := e.ctrl.ControllerPublishVolume(ctx, pubReq("vol-1", "node-b", mnmw))
+				return err
+			},
+			want:  codes.OK,
+			check: func(t *testing.T, e *env) { wantNodes(t, e, "vol-1", "node-a", "node-b") },
+		},
+		{
+			name: "publish: single-node check skipped, second node → OK and the violation is recorded",
+			cfg:  func(c *Config) { c.SkipSingleNodeCheck = true },
+			setup: func(t *testing.T, e *env) {
+				e.seed(t, "vol-1")
+				e.mustPublish(t, "vol-1", "node-a", snw)
+			},
+			call: func(ctx context.Context, e *env) error {
+				_, err := e.ctrl.ControllerPublishVolume(ctx, pubReq("vol-1", "node-b", snw))
+				return err
+			},
+			want: codes.OK,
+			check: func(t *testing.T, e *env) {
+				st := e.d.Stats().Publish
+				want := []SingleNodeEvent{{VolumeID: "vol-1", NodeID: "node-b", OtherNodes: []string{"node-a"}}}
+				if !reflect.DeepEqual(st.SingleNodeViolations, want) || st.MaxSingleNodePublishedNodes != 2 {
+					t.Errorf("publish stats = %+v, want the violation on node-b and max 2 nodes", st)
+				}
+			},
+		},
+		{
+			name: "publish: node already at its attach limit → ResourceExhausted",
+			cfg:  func(c *Config) { c.MaxVolumesPerNode = 2 },
+			setup: func(t *testing.T, e *env) {
+				e.seed(t, "vol-1", "vol-2", "vol-3")
+				e.mustPublish(t, "vol-1", "node-a", snw)
+				e.mustPublish(t, "vol-2", "node-a", snw)
+			},
+			call: func(ctx context.Context, e *env) error {
+				_, err := e.ctrl.ControllerPublishVolume(ctx, pubReq("vol-3", "node-a", snw))
+				return err
+			},
+			want: codes.ResourceExhausted,
+		},
+		{
+			name: "publish: idempotent repeat on a node at its attach limit → OK",
+			cfg:  func(c *Config) { c.MaxVolumesPerNode = 1 },
+			setup: func(t *testing.T, e *env) {
+				e.seed(t, "vol-1")
+				e.mustPublish(t, "vol-1", "node-a", snw)
+			},
+			call: func(ctx context.Context, e *env) error {
+				_, err := e.ctrl.ControllerPublishVolume(ctx, pubReq("vol-1", "node-a", snw))
+				return err
+			},
+			want: codes.OK,
+		},
+		{
+			name: "publish: attach limit frees up after unpublish → OK",
+			cfg:  func(c *Config) { c.MaxVolumesPerNode = 1 },
+			setup: func(t *testing.T, e *env) {
+				e.seed(t, "vol-1", "vol-2")
+				e.mustPublish(t, "vol-1", "node-a", snw)
+				if _, err := e.ctrl.ControllerUnpublishVolume(testCtx(t), &csi.ControllerUnpublishVolumeRequest{VolumeId: "vol-1", NodeId: "node-a"}); err != nil {
+					t.Fatal(err)
+				}
+			},
+			call: func(ctx context.Context, e *env) error {
+				_, err := e.ctrl.ControllerPublishVolume(ctx, pubReq("vol-2", "node-a", snw))
+				return err
+			},
+			want: codes.OK,
+		},
+		{
+			name:  "publish: readonly without the PUBLISH_READONLY capability → InvalidArgument",
+			cfg:   func(c *Config) { c.Capabilities.PublishReadonly = false },
+			setup: func(t *testing.T, e *env) { e.seed(t, "vol-1") },
+			call: func(ctx context.Context, e *env) error {
+				r := pubReq("vol-1", "node-a", snw)
+				r.Readonly = true
+				_, err := e.ctrl.ControllerPublishVolume(ctx, r)
+				return err
+			},
+			want: codes.InvalidArgument,
+		},
+		{
+			name:  "publish: SINGLE_NODE_MULTI_WRITER mode without the capability → InvalidArgument",
+			cfg:   func(c *Config) { c.Capabilities.SingleNodeMultiWriter = false },
+			setup: func(t *testing.T, e *env) { e.seed(t, "vol-1") },
+			call: func(ctx context.Context, e *env) error {
+				_, err := e.ctrl.ControllerPublishVolume(ctx, pubReq("vol-1", "node-a", snmw))
+				return err
+			},
+			want: codes.InvalidArgument,
+		},
+		{
+			name:  "publish: PUBLISH_UNPUBLISH_VOLUME disabled → Unimplemented",
+			cfg:   func(c *Config) { c.Capabilities.PublishUnpublishVolume = false },
+			setup: func(t *testing.T, e *env) { e.seed(t, "vol-1") },
+			call: func(ctx context.Context, e *env) error {
+				_, err := e.ctrl.ControllerPublishVolume(ctx, pubReq("vol-1", "node-a", snw))
+				return err
+			},
+			want: codes.Unimplemented,
+		},
+		{
+			name: "unpublish: missing volume id → InvalidArgument",
+			call: func(ctx context.Context, e *env) error {
+				_, err := e.ctrl.ControllerUnpublishVolume(ctx, &csi.ControllerUnpublishVolumeRequest{NodeId: "node-a"})
+				return err
+			},
+			want: codes.InvalidArgument,
+		},
+		{
+			name: "unpublish: unknown volume → OK",
+			call: func(ctx context.Context, e *env) error {
+				_, err := e.ctrl.ControllerUnpublishVolume(ctx, &csi.ControllerUnpublishVolumeRequest{VolumeId: "vol-x", NodeId: "node-a"})
+				return err
+			},
+			want: codes.OK,
+		},
+		{
+			name: "unpublish: volume not published to that node → OK, other node untouched",
+			setup: func(t *testing.T, e *env) {
+				e.seed(t, "vol-1")
+				e.mustPublish(t, "vol-1", "node-a", snw)
+			},
+			call: func(ctx context.Context, e *env) error {
+				_, err := e.ctrl.ControllerUnpublishVolume(ctx, &csi.ControllerUnpublishVolumeRequest{VolumeId: "vol-1", NodeId: "node-b"})
+				return err
+			},
+			want:  codes.OK,
+			check: func(t *testing.T, e *env) { wantNodes(t, e, "vol-1", "node-a") },
+		},
+		{
+			name: "unpublish: published volume → removed from the node",
+			setup: func(t *testing.T, e *env) {
+				e.seed(t, "vol-1")
+				e.mustPublish(t, "vol-1", "node-a", snw)
+			},
+			call: func(ctx context.Context, e *env) error {
+				_, err := e.ctrl.ControllerUnpublishVolume(ctx, &csi.ControllerUnpublishVolumeRequest{VolumeId: "vol-1", NodeId: "node-a"})
+				return err
+			},
+			want: codes.OK,
+			check: func(t *testing.T, e *env) {
+				wantNodes(t, e, "vol-1")
+				if n := e.d.State().NodeVolumes["node-a"]; n != 0 {
+					t.Errorf("node-a volume count = %d, want 0", n)
+				}
+			},
+		},
+		{
+			name: "unpublish: empty node id → unpublished from every node",
+			setup: func(t *testing.T, e *env) {
+				e.seed(t, "vol-1")
+				e.mustPublish(t, "vol-1", "node-a", mnro)
+				e.mustPublish(t, "vol-1", "node-b", mnro)
+			},
+			call: func(ctx context.Context, e *env) error {
+				_, err := e.ctrl.ControllerUnpublishVolume(ctx, &csi.ControllerUnpublishVolumeRequest{VolumeId: "vol-1"})
+				return err
+			},
+			want:  codes.OK,
+			check: func(t *testing.T, e *env) { wantNodes(t, e, "vol-1") },
+		},
+		{
+			name: "create: missing name → InvalidArgument",
+			call: func(ctx context.Context, e *env) error {
+				_, err := e.ctrl.CreateVolume(ctx, &csi.CreateVolumeRequest{VolumeCapabilities: []*csi.VolumeCapability{mountCap(snw)}})
+				return err
+			},
+			want: codes.InvalidArgument,
+		},
+		{
+			name: "create: missing capabilities → InvalidArgument",
+			call: func(ctx context.Context, e *env) error {
+				_, err := e.ctrl.CreateVolume(ctx, &csi.CreateVolumeRequest{Name: "pv-1"})
+				return err
+			},
+			want: codes.InvalidArgument,
+		},
+		{
+			name:  "create: same name and compatible size → OK, same volume ID",
+			setup: func(t *testing.T, e *env) { mustCreate(t, e, "pv-1", 1<<30) },
+			call: func(ctx context.Context, e *env) error {
+				resp, err := e.ctrl.CreateVolume(ctx, createReq("pv-1", 1<<30))
+				if err == nil && resp.GetVolume().GetVolumeId() != volumeIDForName("pv-1") {
+					t.Errorf("volume ID = %q, want %q", resp.GetVolume().GetVolumeId(), volumeIDForName("pv-1"))
+				}
+				return err
+			},
+			want: codes.OK,
+		},
+		{
+			name:  "create: same name, larger size → AlreadyExists",
+			setup: func(t *testing.T, e *env) { mustCreate(t, e, "pv-1", 1<<30) },
+			call: func(ctx context.Context, e *env) error {
+				_, err := e.ctrl.CreateVolume(ctx, createReq("pv-1", 2<<30))
+				return err
+			},
+			want: codes.AlreadyExists,
+		},
+		{
+			name: "delete: missing volume id → InvalidArgument",
+			call: func(ctx context.Context, e *env) error {
+				_, err := e.ctrl.DeleteVolume(ctx, &csi.DeleteVolumeRequest{})
+				return err
+			},
+			want: codes.InvalidArgument,
+		},
+		{
+			name: "delete: unknown volume → OK",
+			call: func(ctx context.Context, e *env) error {
+				_, err := e.ctrl.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: "vol-x"})
+				return err
+			},
+			want: codes.OK,
+		},
+		{
+			name: "delete: volume still published → FailedPrecondition",
+			setup: func(t *testing.T, e *env) {
+				e.seed(t, "vol-1")
+				e.mustPublish(t, "vol-1", "node-a", snw)
+			},
+			call: func(ctx context.Context, e *env) error {
+				_, err := e.ctrl.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: "vol-1"})
+				return err
+			},
+			want: codes.FailedPrecondition,
+		},
+		{
+			name: "validate: unknown volume → NotFound",
+			call: func(ctx context.Context, e *env) error {
+				_, err := e.ctrl.ValidateVolumeCapabilities(ctx, &csi.ValidateVolumeCapabilitiesRequest{VolumeId: "vol-x", VolumeCapabilities: []*csi.VolumeCapability{mountCap(snw)}})
+				return err
+			},
+			want: codes.NotFound,
+		},
+		{
+			name: "controller: CreateSnapshot → Unimplemented",
+			call: func(ctx context.Context, e *env) error {
+				_, err := e.ctrl.CreateSnapshot(ctx, &csi.CreateSnapshotRequest{Name: "s", SourceVolumeId: "v"})
+				return err
+			},
+			want: codes.Unimplemented,
+		},
+		{
+			name: "controller: CONTROLLER_SERVICE disabled → ControllerGetCapabilities Unimplemented",
+			cfg:  func(c *Config) { c.Capabilities.ControllerService = false },
+			call: func(ctx context.Context, e *env) error {
+				_, err := e.ctrl.ControllerGetCapabilities(ctx, &csi.ControllerGetCapabilitiesRequest{})
+				return err
+			},
+			want: codes.Unimplemented,
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := DefaultConfig()
+			if tc.cfg != nil {
+				tc.cfg(&cfg)
+			}
+			e := newEnv(t, cfg)
+			if tc.setup != nil {
+				tc.setup(t, e)
+			}
+			wantCode(t, tc.call(testCtx(t), e), tc.want)
+			if tc.check != nil {
+				tc.check(t, e)
+			}
+		})
+	}
+}
+
+func wantNodes(t *testing.T, e *env, vol string, nodes ...string) {
+	t.Helper()
+	got := e.d.Published(vol)
+	if len(got) == 0 && len(nodes) == 0 {
+		return
+	}
+	if !reflect.DeepEqual(got, nodes) {
+		t.Errorf("Published(%s) = %v, want %v", vol, got, nodes)
+	}
+}
+
+func createReq(name string, size int64) *csi.CreateVolumeRequest {
+	return &csi.CreateVolumeRequest{
+		Name:               name,
+		CapacityRange:      &csi.CapacityRange{RequiredBytes: size, LimitBytes: size},
+		VolumeCapabilities: []*csi.VolumeCapability{mountCap(snw)},
+	}
+}
+
+func mustCreate(t *testing.T, e *env, name string, size int64) string {
+	t.Helper()
+	resp, err := e.ctrl.CreateVolume(testCtx(t), createReq(name, size))
+	if err != nil {
+		t.Fatalf("CreateVolume(%s): %v", name, err)
+	}
+	return resp.GetVolume().GetVolumeId()
+}

@@ -1,0 +1,118 @@
+package csimock
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+	"k8s.io/klog/v2/ktesting"
+)
+
+// env is a driver serving on a real unix socket plus clients for it.
+type env struct {
+	d     *Driver
+	sock  string
+	conn  *grpc.ClientConn
+	ident csi.IdentityClient
+	ctrl  csi.ControllerClient
+	node  csi.NodeClient
+}
+
+// shortTempDir keeps socket paths under the 108-byte unix limit, which
+// t.TempDir (named after long scenario names) can exceed.
+func shortTempDir(t testing.TB) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "csimock")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	return dir
+}
+
+func newEnv(t testing.TB, cfg Config) *env {
+	t.Helper()
+	d, err := New(cfg)
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	_, ctx := ktesting.NewTestContext(t)
+	sock := filepath.Join(shortTempDir(t), "csi.sock")
+	if err := d.Start(ctx, "unix://"+sock); err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	t.Cleanup(d.Stop)
+	conn, err := grpc.NewClient("unix://"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatalf("dial: %v", err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return &env{d: d, sock: sock, conn: conn,
+		ident: csi.NewIdentityClient(conn), ctrl: csi.NewControllerClient(conn), node: csi.NewNodeClient(conn)}
+}
+
+func testCtx(t testing.TB) context.Context {
+	_, ctx := ktesting.NewTestContext(t)
+	ctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func mountCap(mode csi.VolumeCapability_AccessMode_Mode) *csi.VolumeCapability {
+	return &csi.VolumeCapability{
+		AccessMode: &csi.VolumeCapability_AccessMode{Mode: mode},
+		AccessType: &csi.VolumeCapability_Mount{Mount: &csi.VolumeCapability_MountVolume{}},
+	}
+}
+
+func blockCap(mode csi.VolumeCapability_AccessMode_Mode) *csi.VolumeCapability {
+	return &csi.VolumeCapability{
+		AccessMode: &csi.VolumeCapability_AccessMode{Mode: mode},
+		AccessType: &csi.VolumeCapability_Block{Block: &csi.VolumeCapability_BlockVolume{}},
+	}
+}
+
+const (
+	snw  = csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER
+	snro = csi.VolumeCapability_AccessMode_SINGLE_NODE_READER_ONLY
+	snsw = csi.VolumeCapability_AccessMode_SINGLE_NODE_SINGLE_WRITER
+	snmw = csi.VolumeCapability_AccessMode_SINGLE_NODE_MULTI_WRITER
+	mnmw = csi.VolumeCapability_AccessMode_MULTI_NODE_MULTI_WRITER
+	mnro = csi.VolumeCapability_AccessMode_MULTI_NODE_READER_ONLY
+)
+
+func pubReq(vol, node string, mode csi.VolumeCapability_AccessMode_Mode) *csi.ControllerPublishVolumeRequest {
+	return &csi.ControllerPublishVolumeRequest{VolumeId: vol, NodeId: node, VolumeCapability: mountCap(mode)}
+}
+
+func (e *env) seed(t testing.TB, ids ...string) {
+	t.Helper()
+	for _, id := range ids {
+		if err := e.d.SeedVolume(VolumeSpec{ID: id, CapacityBytes: 1 << 30}); err != nil {
+			t.Fatalf("SeedVolume(%s): %v", id, err)
+		}
+	}
+}
+
+func (e *env) mustPublish(t testing.TB, vol, node string, mode csi.VolumeCapability_AccessMode_Mode) *csi.ControllerPublishVolumeResponse {
+	t.Helper()
+	resp, err := e.ctrl.ControllerPublishVolume(testCtx(t), pubReq(vol, node, mode))
+	if err != nil {
+		t.Fatalf("publish %s to %s: %v", vol, node, err)
+	}
+	return resp
+}
+
+func wantCode(t testing.TB, err error, want codes.Code) {
+	t.Helper()
+	if got := status.Code(err); got != want {
+		t.Fatalf("got code %s (%v), want %s", got, err, want)
+	}
+}
