@@ -1,0 +1,243 @@
+package decide
+
+import (
+	"time"
+
+	"github.com/latchcsi/latch/internal/attachdetach/state"
+	"github.com/latchcsi/latch/internal/attachdetach/volume"
+)
+
+// Decide returns what to do for one (volume, node) key. It is level-based:
+// running it again on the same input gives the same plan, and once the
+// executor applied a plan, the next pass sees the result (or the lack of
+// it) and continues from there. Decide never mutates its input.
+//
+// The rules, in upstream's terms:
+//   - Wanted (a pod on an existing node wants the volume): confirm an
+//     attached VolumeAttachment, wait for a deleting one to go, refuse a
+//     second node for an exclusive volume, report attach errors, or create
+//     the VolumeAttachment.
+//   - Not wanted: detach once the node no longer lists the volume in
+//     volumesInUse; detach anyway when the node has the out-of-service
+//     taint, or is not Ready and MaxWaitForUnmount has passed since the
+//     detach was first wanted (unless force detach is disabled). The
+//     volume leaves the node's volumesAttached before the VolumeAttachment
+//     is deleted.
+func Decide(in Input) Plan {
+	if in.Wanted != nil && len(in.Wanted.Pods) > 0 && in.Node.Exists {
+		return decideWanted(in)
+	}
+	return decideUnwanted(in)
+}
+
+// entry is the ASW entry as a decision would write it: the current one,
+// or a fresh one for a key the ASW does not know yet.
+func entry(in Input, fresh state.AttachState) state.Update {
+	if in.Actual == nil {
+		return state.Update{State: fresh}
+	}
+	return state.Update{
+		State:                in.Actual.State,
+		ReportedInNodeStatus: in.Actual.ReportedInNodeStatus,
+		DetachRequestedAt:    in.Actual.DetachRequestedAt,
+	}
+}
+
+// changed returns &u when applying u would change the ASW entry.
+func changed(in Input, u state.Update) *state.Update {
+	cur := in.Actual
+	if u.Remove {
+		if cur == nil {
+			return nil
+		}
+		return &u
+	}
+	if cur != nil && (u.Spec == nil || cur.Spec != nil) && cur.State == u.State &&
+		cur.ReportedInNodeStatus == u.ReportedInNodeStatus && cur.DetachRequestedAt.Equal(u.DetachRequestedAt) {
+		return nil
+	}
+	return &u
+}
+
+func decideWanted(in Input) Plan {
+	p := Plan{Key: in.Key}
+	spec := in.Wanted.Volume
+	u := entry(in, state.StateAttaching)
+	// Wanted again: the unmount timer of an earlier detach request stops.
+	u.DetachRequestedAt = time.Time{}
+	if in.Actual == nil || in.Actual.Spec == nil {
+		u.Spec = &spec
+	}
+
+	switch {
+	case in.VA.Exists && in.VA.Deleting:
+		// Cannot attach through an attachment that csi-attacher is
+		// tearing down; its deletion event brings us back.
+		u.State, u.ReportedInNodeStatus = state.StateDetaching, false
+		p.Kind, p.Why = KindWait, "VolumeAttachment is being deleted, attach after it is gone"
+		p.Actual = changed(in, u)
+		return p
+
+	case in.VA.Exists && in.VA.Attached:
+		wasAttached := in.Actual != nil && in.Actual.State == state.StateAttached
+		u.State, u.ReportedInNodeStatus = state.StateAttached, true
+		if p.Actual = changed(in, u); p.Actual == nil {
+			p.Kind, p.Why = KindNothing, "attached"
+			return p
+		}
+		p.Kind, p.Why = KindMarkAttached, "VolumeAttachment is attached"
+		if !wasAttached {
+			p.Events = attachedEvents(in)
+		}
+		return p
+	}
+
+	// Not attached here (yet). An exclusive volume must not get a second
+	// node while it is, or may be, attached to another one.
+	if !spec.MultiAttachAllowed() {
+		blockers, detaching := blockingPeers(in.Peers)
+		if len(blockers) > 0 {
+			var others []state.PodRef
+			for _, b := range blockers {
+				others = append(others, b.Pods...)
+			}
+			p.Kind, p.Why = KindConflict, "volume is exclusively attached to another node"
+			p.Events = conflictEvents(in, others)
+			p.Actual = changed(in, u)
+			if in.Actual == nil {
+				// Nothing to record for a node the volume never reached.
+				p.Actual = nil
+			}
+			return p
+		}
+		if detaching {
+			p.Kind, p.Why = KindWait, "waiting for the volume to be detached from another node"
+			p.Actual = changed(in, u)
+			if in.Actual == nil {
+				p.Actual = nil
+			}
+			return p
+		}
+	}
+
+	if in.VA.Exists {
+		// Ours or one found at start: the attacher is working on it.
+		if in.Actual == nil || in.Actual.State == state.StateUncertain {
+			u.State = state.StateUncertain
+		} else {
+			u.State = state.StateAttaching
+		}
+		u.ReportedInNodeStatus = false
+		p.Actual = changed(in, u)
+		if in.VA.AttachError != nil {
+			p.Kind, p.Why = KindAttachError, "VolumeAttachment reports an attach error"
+			p.Events = attachErrorEvents(in)
+			return p
+		}
+		p.Kind, p.Why = KindWait, "waiting for the attacher to attach the VolumeAttachment"
+		return p
+	}
+
+	if !in.Node.Managed {
+		p.Kind, p.Why = KindNothing, "node is not controller-managed"
+		return p
+	}
+	// Record "attaching" before creating, so that a concurrent decision
+	// for another node of an exclusive volume already sees it.
+	u.State, u.ReportedInNodeStatus = state.StateAttaching, false
+	p.Kind, p.Why = KindCreate, "volume is wanted and has no VolumeAttachment"
+	p.Create = spec.VolumeAttachment(in.Key.Node)
+	p.Actual = changed(in, u)
+	return p
+}
+
+// blockingPeers returns the peers that hold an exclusive volume, and
+// whether some peer is detaching it (which blocks without being a
+// conflict worth an event: it resolves by itself).
+func blockingPeers(peers []Peer) (blockers []Peer, detaching bool) {
+	for _, pr := range peers {
+		switch pr.State {
+		case state.StateAttached, state.StateAttaching, state.StateUncertain:
+			blockers = append(blockers, pr)
+		case state.StateDetaching:
+			detaching = true
+		}
+	}
+	return blockers, detaching
+}
+
+func decideUnwanted(in Input) Plan {
+	p := Plan{Key: in.Key}
+	if in.Actual == nil && !in.VA.Exists {
+		p.Kind, p.Why = KindNothing, "not wanted, not attached"
+		return p
+	}
+	fresh := state.StateUncertain
+	if in.VA.Attached {
+		fresh = state.StateAttached
+	}
+	u := entry(in, fresh)
+
+	if in.VA.Exists && in.VA.Deleting {
+		u.State, u.ReportedInNodeStatus = state.StateDetaching, false
+		p.Kind, p.Why = KindWait, "VolumeAttachment is being deleted"
+		p.Actual = changed(in, u)
+		return p
+	}
+	if !in.VA.Exists && in.Actual.State != state.StateAttached {
+		// Detached (we deleted it), never created (the informer will show
+		// it if it was), or deleted by someone else: nothing is attached.
+		p.Kind, p.Why = KindForget, "VolumeAttachment is gone"
+		p.Actual = changed(in, state.Update{Remove: true})
+		return p
+	}
+
+	if u.DetachRequestedAt.IsZero() {
+		u.DetachRequestedAt = in.Now
+	}
+	// A key the ASW does not know yet is assumed mounted, like a new ASW
+	// entry; recording it brings the node's volumesInUse into play.
+	mounted := in.Actual == nil || in.Actual.MountedByNode
+	healthy := in.Node.Exists && in.Node.Ready
+	outOfService := in.Node.Exists && in.Node.OutOfService
+	deadline := u.DetachRequestedAt.Add(in.Config.MaxWaitForUnmount)
+	canForce := !healthy && !in.Config.DisableForceDetachOnTimeout
+	forced := canForce && !in.Now.Before(deadline)
+
+	var reason DetachReason
+	switch {
+	case !mounted:
+		reason = DetachUnmounted
+	case forced:
+		reason = DetachForcedTimeout
+	case outOfService:
+		reason = DetachOutOfService
+	default:
+		p.Kind, p.Why = KindWait, "volume is still in the node's volumesInUse"
+		p.Actual = changed(in, u)
+		if canForce {
+			p.RequeueAfter = deadline.Sub(in.Now)
+		}
+		return p
+	}
+
+	if !in.VA.Exists {
+		// Known attached (from Node.status) but without VolumeAttachment:
+		// nothing to delete once the mount rule allows the detach.
+		p.Kind, p.Why = KindForget, "detached: VolumeAttachment is already gone"
+		p.Actual = changed(in, state.Update{Remove: true})
+		return p
+	}
+	name, err := volume.AttachmentNameFor(in.Key.Volume, in.Key.Node)
+	if err != nil {
+		// Keys come from CSI unique names; this is a caller bug.
+		p.Kind, p.Why = KindNothing, "cannot derive the VolumeAttachment name: "+err.Error()
+		return p
+	}
+	nodeStatusFirst := in.Actual != nil && in.Actual.ReportedInNodeStatus
+	u.State, u.ReportedInNodeStatus = state.StateDetaching, false
+	p.Kind, p.Why = KindDetach, "volume is no longer wanted on the node"
+	p.Actual = changed(in, u)
+	p.Detach = &Detach{Name: name, Reason: reason, NodeStatusFirst: nodeStatusFirst}
+	return p
+}

@@ -1,0 +1,172 @@
+// Package decide is the attach/detach controller's reconcile decision: for
+// one (volume, node) key, a pure function from what is observed (desired
+// and actual state of the volume on every node, the Node, the
+// VolumeAttachment, configuration, the current time) to a Plan that an
+// executor carries out. It has no clients, no clock and no side effects,
+// so every rule is table-tested and fuzzed.
+package decide
+
+import (
+	"slices"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+
+	"github.com/latchcsi/latch/internal/attachdetach/state"
+	"github.com/latchcsi/latch/internal/kube"
+)
+
+// Config holds the knobs of the detach rules.
+type Config struct {
+	// MaxWaitForUnmount is how long a volume that is no longer wanted but
+	// still mounted on a NotReady node waits before it is detached anyway
+	// (kube-controller-manager's ReconcilerMaxWaitForUnmountDuration).
+	MaxWaitForUnmount time.Duration
+	// DisableForceDetachOnTimeout keeps waiting for the unmount forever
+	// (--disable-force-detach-on-timeout); the out-of-service taint still
+	// detaches.
+	DisableForceDetachOnTimeout bool
+}
+
+// DefaultMaxWaitForUnmount is upstream's default.
+const DefaultMaxWaitForUnmount = 6 * time.Minute
+
+// DefaultConfig returns upstream's defaults.
+func DefaultConfig() Config {
+	return Config{MaxWaitForUnmount: DefaultMaxWaitForUnmount}
+}
+
+// NodeFacts is what the decision needs to know about the Node object.
+type NodeFacts struct {
+	// Exists is false once the Node object is deleted.
+	Exists bool
+	// Managed: the node has the controller-managed-attach-detach
+	// annotation. Only managed nodes get new attachments.
+	Managed bool
+	// Ready: the Ready condition is True. A node that is not Ready may be
+	// force-detached after MaxWaitForUnmount.
+	Ready bool
+	// OutOfService: the node has the node.kubernetes.io/out-of-service
+	// taint; its volumes are detached without waiting for the unmount.
+	OutOfService bool
+}
+
+// NodeFactsOf extracts NodeFacts from a node; nil means deleted.
+//
+// The out-of-service taint matches on its key with any effect, as
+// upstream's reconciler does (taints.TaintKeyExists); the documented
+// usage is the NoExecute effect, and NoSchedule is accepted too.
+func NodeFactsOf(node *v1.Node) NodeFacts {
+	if node == nil {
+		return NodeFacts{}
+	}
+	_, managed := node.Annotations[kube.ControllerManagedAttachAnnotation]
+	f := NodeFacts{Exists: true, Managed: managed}
+	for _, c := range node.Status.Conditions {
+		if c.Type == v1.NodeReady {
+			f.Ready = c.Status == v1.ConditionTrue
+		}
+	}
+	f.OutOfService = slices.ContainsFunc(node.Spec.Taints, func(t v1.Taint) bool {
+		return t.Key == kube.OutOfServiceTaintKey
+	})
+	return f
+}
+
+// VAFacts is what the decision needs to know about the VolumeAttachment
+// of the key (named volume.AttachmentNameFor(key)).
+type VAFacts struct {
+	Exists   bool
+	Attached bool
+	// Deleting: metadata.deletionTimestamp is set (csi-attacher detaches).
+	Deleting    bool
+	AttachError *storagev1.VolumeError
+	DetachError *storagev1.VolumeError
+}
+
+// VAFactsOf extracts VAFacts from a VolumeAttachment; nil means absent.
+func VAFactsOf(va *storagev1.VolumeAttachment) VAFacts {
+	if va == nil {
+		return VAFacts{}
+	}
+	return VAFacts{
+		Exists:      true,
+		Attached:    va.Status.Attached,
+		Deleting:    va.DeletionTimestamp != nil,
+		AttachError: va.Status.AttachError,
+		DetachError: va.Status.DetachError,
+	}
+}
+
+// Peer is the volume on another node.
+type Peer struct {
+	Node string
+	// State is the ASW state there; 0 when the ASW has no entry.
+	State state.AttachState
+	// Pods want the volume there (DSW), sorted.
+	Pods []state.PodRef
+}
+
+// Input is everything Decide looks at for one key.
+type Input struct {
+	Key state.Key
+	// Wanted is the DSW entry for the key; nil when no pod wants the
+	// volume on this node.
+	Wanted *state.Wanted
+	// Actual is the ASW entry for the key; nil when there is none.
+	Actual *state.Attachment
+	// Peers is the volume on every other node that has an ASW entry or a
+	// pod wanting it, sorted by node.
+	Peers  []Peer
+	Node   NodeFacts
+	VA     VAFacts
+	Config Config
+	Now    time.Time
+}
+
+// Gather reads the desired and actual state of key's volume into an
+// Input; the caller adds Node, VA, Config and Now. The two caches are read
+// one after the other, not atomically: a concurrent change enqueues the
+// key again, and the next pass sees it.
+func Gather(key state.Key, dsw *state.Desired, asw *state.Actual) Input {
+	in := Input{Key: key}
+	if w, ok := dsw.Get(key); ok {
+		in.Wanted = &w
+	}
+	peers := map[string]*Peer{}
+	peer := func(node string) *Peer {
+		p := peers[node]
+		if p == nil {
+			p = &Peer{Node: node}
+			peers[node] = p
+		}
+		return p
+	}
+	for _, e := range asw.ForVolume(key.Volume) {
+		if e.Node == key.Node {
+			e := e
+			in.Actual = &e
+			continue
+		}
+		peer(e.Node).State = e.State
+	}
+	for _, n := range dsw.NodesWantingVolume(key.Volume) {
+		if n != key.Node {
+			peer(n).Pods = dsw.PodsWantingVolume(key.Volume, n)
+		}
+	}
+	for _, p := range peers {
+		in.Peers = append(in.Peers, *p)
+	}
+	slices.SortFunc(in.Peers, func(a, b Peer) int {
+		switch {
+		case a.Node < b.Node:
+			return -1
+		case a.Node > b.Node:
+			return 1
+		}
+		return 0
+	})
+	return in
+}

@@ -1,0 +1,115 @@
+package decide
+
+import (
+	"fmt"
+	"time"
+
+	storagev1 "k8s.io/api/storage/v1"
+
+	"github.com/latchcsi/latch/internal/attachdetach/state"
+)
+
+// Kind says what a Plan asks the executor to do.
+type Kind int
+
+const (
+	// KindNothing: the key is settled.
+	KindNothing Kind = iota
+	// KindWait: something has to happen first (an unmount, the attacher,
+	// a detach elsewhere). An event on the watched objects wakes the key;
+	// RequeueAfter > 0 adds a timer (the unmount timeout).
+	KindWait
+	// KindCreate: create Plan.Create. AlreadyExists counts as success
+	// (the informer may lag behind our own write).
+	KindCreate
+	// KindMarkAttached: the VolumeAttachment is attached; Plan.Actual
+	// records it and puts the volume into the node's volumesAttached.
+	KindMarkAttached
+	// KindAttachError: the VolumeAttachment reports an attach error;
+	// emit Plan.Events. csi-attacher retries on its own.
+	KindAttachError
+	// KindConflict: the volume is exclusive and in use on another node;
+	// emit Plan.Events (each once, see Event.DedupeKey) and wait.
+	KindConflict
+	// KindDetach: first write the node's status.volumesAttached without
+	// the volume (when Detach.NodeStatusFirst), then delete the
+	// VolumeAttachment Detach.Name. NotFound counts as success.
+	KindDetach
+	// KindForget: the VolumeAttachment is gone; Plan.Actual removes the
+	// entry (and with it the node status line, written asynchronously).
+	KindForget
+)
+
+var kindNames = [...]string{"Nothing", "Wait", "Create", "MarkAttached", "AttachError", "Conflict", "Detach", "Forget"}
+
+func (k Kind) String() string {
+	if int(k) < len(kindNames) {
+		return kindNames[k]
+	}
+	return fmt.Sprintf("Kind(%d)", int(k))
+}
+
+// DetachReason says why a detach happens; the forced ones are the label
+// values of upstream's attachdetach_controller_forced_detaches metric.
+type DetachReason string
+
+const (
+	// DetachUnmounted: nothing wants the volume and the node does not use
+	// it.
+	DetachUnmounted DetachReason = "unmounted"
+	// DetachForcedTimeout: the node is not Ready and still lists the
+	// volume in volumesInUse after MaxWaitForUnmount.
+	DetachForcedTimeout DetachReason = "timeout"
+	// DetachOutOfService: the node has the out-of-service taint.
+	DetachOutOfService DetachReason = "out-of-service"
+)
+
+// Forced reports whether the detach skips the wait for the unmount.
+func (r DetachReason) Forced() bool { return r == DetachForcedTimeout || r == DetachOutOfService }
+
+// Detach describes a VolumeAttachment deletion.
+type Detach struct {
+	// Name of the VolumeAttachment to delete.
+	Name   string
+	Reason DetachReason
+	// NodeStatusFirst: the volume was in the node's volumesAttached; the
+	// executor must have written the node status without it (ASW already
+	// updated by Plan.Actual) before deleting the VolumeAttachment, so the
+	// kubelet never starts a mount of a volume being detached. If that
+	// write fails, do not delete: return an error and retry.
+	NodeStatusFirst bool
+}
+
+// Event is a Kubernetes event to record on a pod.
+type Event struct {
+	Pod     state.PodRef
+	Type    string // v1.EventTypeNormal or v1.EventTypeWarning
+	Reason  string
+	Message string
+	// DedupeKey identifies the event among the pod's events: emit it only
+	// if state.Desired.MarkReported(pod UID, DedupeKey) returns true, so a
+	// condition that lasts is reported once, not on every pass.
+	DedupeKey string
+}
+
+// Plan is the result of Decide for one key. The executor applies it in
+// this order: Actual (in memory, cannot fail), then the API action of the
+// Kind, then Events. If Actual changed the ASW it enqueues every key of
+// the volume (the decision of other nodes depends on this one) and, when
+// ReportedInNodeStatus changed, the node status updater for the node.
+type Plan struct {
+	Kind Kind
+	Key  state.Key
+	// Why is a short constant explanation for logs and latchctl.
+	Why string
+	// Actual is the ASW update for the key; nil when nothing changes.
+	Actual *state.Update
+	// Create is the VolumeAttachment to create (KindCreate).
+	Create *storagev1.VolumeAttachment
+	// Detach is the VolumeAttachment to delete (KindDetach).
+	Detach *Detach
+	Events []Event
+	// RequeueAfter > 0 asks to run the key again after this long even if
+	// nothing changes (the unmount timeout expiring).
+	RequeueAfter time.Duration
+}
