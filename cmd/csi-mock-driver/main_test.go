@@ -1,0 +1,146 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+)
+
+func TestRunServesCSIAndHTTP(t *testing.T) {
+	dir, err := os.MkdirTemp("", "csimockcmd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	sock := filepath.Join(dir, "csi.sock")
+	faults := filepath.Join(dir, "faults.yaml")
+	if err := os.WriteFile(faults, []byte("rules:\n- method: ControllerUnpublishVolume\n  code: Unavailable\n  once: true\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	runCtx, stop := context.WithCancel(ctx)
+	addrc := make(chan string, 1)
+	exit := make(chan int, 1)
+	go func() {
+		exit <- run(runCtx, []string{
+			"--csi-address=unix://" + sock,
+			"--http-endpoint=127.0.0.1:0",
+			"--driver-name=test.csi.latch.dev",
+			"--known-nodes=node-a,node-b",
+			"--auto-create-volumes",
+			"--max-volumes-per-node=5",
+			"--fault-config=" + faults,
+			"--latency=Probe=1ms,GetPluginInfo=1ms",
+			"-v=2",
+		}, io.Discard, func(addr string) { addrc <- addr })
+	}()
+	var httpAddr string
+	select {
+	case httpAddr = <-addrc:
+	case code := <-exit:
+		t.Fatalf("run exited early with %d", code)
+	}
+
+	conn, err := grpc.NewClient("unix://"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	info, err := csi.NewIdentityClient(conn).GetPluginInfo(ctx, &csi.GetPluginInfoRequest{})
+	if err != nil || info.GetName() != "test.csi.latch.dev" {
+		t.Fatalf("GetPluginInfo = %v, %v", info, err)
+	}
+	ctrl := csi.NewControllerClient(conn)
+	capability := &csi.VolumeCapability{
+		AccessMode: &csi.VolumeCapability_AccessMode{Mode: csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER},
+		AccessType: &csi.VolumeCapability_Mount{Mount: &csi.VolumeCapability_MountVolume{}},
+	}
+	// --known-nodes: node-z does not exist.
+	_, err = ctrl.ControllerPublishVolume(ctx, &csi.ControllerPublishVolumeRequest{VolumeId: "vol-1", NodeId: "node-z", VolumeCapability: capability})
+	if status.Code(err) != codes.NotFound {
+		t.Fatalf("publish to unknown node: %v, want NotFound", err)
+	}
+	// --auto-create-volumes: vol-1 springs into existence.
+	if _, err := ctrl.ControllerPublishVolume(ctx, &csi.ControllerPublishVolumeRequest{VolumeId: "vol-1", NodeId: "node-a", VolumeCapability: capability}); err != nil {
+		t.Fatalf("publish: %v", err)
+	}
+	// --fault-config: the first unpublish fails.
+	_, err = ctrl.ControllerUnpublishVolume(ctx, &csi.ControllerUnpublishVolumeRequest{VolumeId: "vol-1", NodeId: "node-a"})
+	if status.Code(err) != codes.Unavailable {
+		t.Fatalf("first unpublish: %v, want Unavailable from the fault file", err)
+	}
+
+	resp, err := http.Get("http://" + httpAddr + "/calls")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var calls []struct{ Method, Code string }
+	err = json.NewDecoder(resp.Body).Decode(&calls)
+	resp.Body.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, c := range calls {
+		got = append(got, c.Method+":"+c.Code)
+	}
+	want := "GetPluginInfo:OK ControllerPublishVolume:NotFound ControllerPublishVolume:OK ControllerUnpublishVolume:Unavailable"
+	if strings.Join(got, " ") != want {
+		t.Fatalf("GET /calls = %v, want %s", got, want)
+	}
+	resp, err = http.Get("http://" + httpAddr + "/faults")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rules []map[string]any
+	err = json.NewDecoder(resp.Body).Decode(&rules)
+	resp.Body.Close()
+	if err != nil || len(rules) != 3 {
+		t.Fatalf("GET /faults = %v, %v; want the file's rule and two latency rules", rules, err)
+	}
+
+	stop()
+	if code := <-exit; code != 0 {
+		t.Fatalf("exit code %d", code)
+	}
+	if _, err := os.Stat(sock); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("socket left behind: %v", err)
+	}
+}
+
+func TestParseFlags(t *testing.T) {
+	o, err := parseFlags([]string{"--known-nodes=a,b", "--publish-readonly=false", "--latency=ControllerPublishVolume=2s", "--max-volumes-per-node=7"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := o.driver
+	if len(c.KnownNodes) != 2 || c.Capabilities.PublishReadonly || !c.Capabilities.ListVolumes || c.MaxVolumesPerNode != 7 ||
+		len(o.latencies) != 1 || o.latencies[0].Latency != 2*time.Second || o.csiAddress != "/run/csi/socket" {
+		t.Fatalf("parsed %+v", o)
+	}
+	for name, args := range map[string][]string{
+		"non-loopback http endpoint": {"--http-endpoint=0.0.0.0:8080"},
+		"all-interfaces endpoint":    {"--http-endpoint=:8080"},
+		"latency without duration":   {"--latency=Probe"},
+		"stray argument":             {"extra"},
+	} {
+		if _, err := parseFlags(args, io.Discard); err == nil {
+			t.Errorf("%s: accepted %v", name, args)
+		}
+	}
+}
