@@ -42,7 +42,9 @@ func TestClusterRestartKeepsAddressObjectsAndClients(t *testing.T) {
 	}
 
 	c.StopAPIServer()
-	if _, err := client.CoreV1().ConfigMaps("default").Get(ctx, "before-restart", metav1.GetOptions{}); err == nil {
+	downCtx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	if _, err := client.CoreV1().ConfigMaps("default").Get(downCtx, "before-restart", metav1.GetOptions{}); err == nil {
 		t.Fatalf("API server answered while stopped")
 	}
 	if err := c.StartAPIServer(ctx); err != nil {
