@@ -3,12 +3,14 @@ package csimock
 import (
 	"context"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"k8s.io/klog/v2/ktesting"
 	clocktesting "k8s.io/utils/clock/testing"
 )
 
@@ -360,5 +362,9 @@ func TestCallLogHasNoSecrets(t *testing.T) {
 	want := Call{ID: c.ID, Method: "ControllerPublishVolume", VolumeID: "vol-1", NodeID: "node-a", Start: c.Start, End: c.End, Code: codes.OK, CodeName: "OK"}
 	if !reflect.DeepEqual(c, want) {
 		t.Fatalf("call = %+v, want %+v", c, want)
+	}
+	logs := e.logger.GetSink().(ktesting.Underlier).GetBuffer().String()
+	if strings.Contains(logs, "hunter2") || !strings.Contains(logs, "stripped") {
+		t.Fatalf("request logging leaks or does not strip secrets:\n%s", logs)
 	}
 }

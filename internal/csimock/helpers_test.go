@@ -12,17 +12,19 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
+	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/ktesting"
 )
 
 // env is a driver serving on a real unix socket plus clients for it.
 type env struct {
-	d     *Driver
-	sock  string
-	conn  *grpc.ClientConn
-	ident csi.IdentityClient
-	ctrl  csi.ControllerClient
-	node  csi.NodeClient
+	d      *Driver
+	logger klog.Logger
+	sock   string
+	conn   *grpc.ClientConn
+	ident  csi.IdentityClient
+	ctrl   csi.ControllerClient
+	node   csi.NodeClient
 }
 
 // shortTempDir keeps socket paths under the 108-byte unix limit, which
@@ -43,7 +45,9 @@ func newEnv(t testing.TB, cfg Config) *env {
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
-	_, ctx := ktesting.NewTestContext(t)
+	// Buffered so tests can assert what was (not) logged.
+	logger := ktesting.NewLogger(t, ktesting.NewConfig(ktesting.BufferLogs(true), ktesting.Verbosity(5)))
+	ctx := klog.NewContext(context.Background(), logger)
 	sock := filepath.Join(shortTempDir(t), "csi.sock")
 	if err := d.Start(ctx, "unix://"+sock); err != nil {
 		t.Fatalf("Start: %v", err)
@@ -54,7 +58,7 @@ func newEnv(t testing.TB, cfg Config) *env {
 		t.Fatalf("dial: %v", err)
 	}
 	t.Cleanup(func() { conn.Close() })
-	return &env{d: d, sock: sock, conn: conn,
+	return &env{d: d, logger: logger, sock: sock, conn: conn,
 		ident: csi.NewIdentityClient(conn), ctrl: csi.NewControllerClient(conn), node: csi.NewNodeClient(conn)}
 }
 
