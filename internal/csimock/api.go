@@ -67,7 +67,8 @@ func (d *Driver) ClearFaults() { d.faults.clear() }
 func (d *Driver) Faults() []RuleStatus { return d.faults.list() }
 
 // SetKnownNodes replaces the set of node IDs publish accepts; nil accepts
-// any node ID.
+// any node ID. Unlike Config.KnownNodes, the node service's NodeID is not
+// added implicitly, so a test can also make that node "disappear".
 func (d *Driver) SetKnownNodes(nodes []string) { d.state.setKnownNodes(nodes) }
 
 // VolumeSpec seeds a volume directly into the backend.
