@@ -1,0 +1,306 @@
+package attacher
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	storagelisters "k8s.io/client-go/listers/storage/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+
+	"github.com/latchcsi/latch/internal/controller"
+	"github.com/latchcsi/latch/internal/kube"
+)
+
+// Config is the attacher's configuration, filled from flags in cmd/.
+type Config struct {
+	Driver DriverInfo
+	// Trivial: the driver has no PUBLISH_UNPUBLISH_VOLUME; VAs are marked
+	// attached without calling it and get no finalizers.
+	Trivial bool
+	// Workers per queue (attach, detach and PV queues each get this many).
+	Workers            int
+	Timeout            time.Duration // one ControllerPublish/Unpublish call
+	RetryIntervalStart time.Duration
+	RetryIntervalMax   time.Duration
+	// SecretRetryInterval is how often a VA waiting for a missing secret is
+	// retried; secrets are not watched (that would need list/watch on every
+	// Secret in the cluster).
+	SecretRetryInterval time.Duration
+	// ReconcileSync is the ListVolumes reconcile period; 0 disables it.
+	ReconcileSync time.Duration
+	// ReconcileTimeout bounds one full ListVolumes pass (all pages).
+	ReconcileTimeout time.Duration
+	MaxEntries       int
+	Clock            clock.WithTicker
+}
+
+// Controller is the csi-attacher controller for one driver.
+type Controller struct {
+	cfg      Config
+	client   kubernetes.Interface
+	csi      CSIClient
+	tr       Translator
+	recorder record.EventRecorder
+	metrics  *Metrics
+	clock    clock.WithTicker
+
+	vaInformer cache.SharedIndexInformer
+	vaLister   storagelisters.VolumeAttachmentLister
+	pvLister   corelisters.PersistentVolumeLister
+	nodeLister storagelisters.CSINodeLister
+	synced     []cache.InformerSynced
+
+	vaWrites *ownWrites[*storagev1.VolumeAttachment]
+	pvWrites *ownWrites[*v1.PersistentVolume]
+
+	attach *controller.Runner[string]
+	detach *controller.Runner[string]
+	pvs    *controller.Runner[string]
+
+	// busy holds VA names with a CSI call in flight, so the attach and
+	// detach queues never work on the same VA at once.
+	busyMu sync.Mutex
+	busy   map[string]struct{}
+}
+
+const (
+	vaByPVIndex   = "latch-va-by-pv"
+	vaByNodeIndex = "latch-va-by-node"
+)
+
+// New wires the controller to informers from factory; call Run after
+// starting the factory.
+func New(cfg Config, client kubernetes.Interface, factory informers.SharedInformerFactory, csiClient CSIClient, tr Translator, recorder record.EventRecorder, metrics *Metrics) (*Controller, error) {
+	if cfg.Clock == nil {
+		cfg.Clock = clock.RealClock{}
+	}
+	if cfg.SecretRetryInterval <= 0 {
+		cfg.SecretRetryInterval = 10 * time.Second
+	}
+	if cfg.ReconcileTimeout <= 0 {
+		cfg.ReconcileTimeout = 5 * time.Minute
+	}
+	c := &Controller{
+		cfg: cfg, client: client, csi: csiClient, tr: tr, recorder: recorder, metrics: metrics, clock: cfg.Clock,
+		vaWrites: newOwnWrites[*storagev1.VolumeAttachment](),
+		pvWrites: newOwnWrites[*v1.PersistentVolume](),
+		busy:     map[string]struct{}{},
+	}
+	vas := factory.Storage().V1().VolumeAttachments()
+	pvs := factory.Core().V1().PersistentVolumes()
+	csiNodes := factory.Storage().V1().CSINodes()
+	c.vaInformer = vas.Informer()
+	c.vaLister, c.pvLister, c.nodeLister = vas.Lister(), pvs.Lister(), csiNodes.Lister()
+	c.synced = []cache.InformerSynced{c.vaInformer.HasSynced, pvs.Informer().HasSynced, csiNodes.Informer().HasSynced}
+
+	if err := c.vaInformer.AddIndexers(cache.Indexers{
+		vaByPVIndex: func(obj any) ([]string, error) {
+			va, ok := obj.(*storagev1.VolumeAttachment)
+			if !ok || va.Spec.Source.PersistentVolumeName == nil {
+				return nil, nil
+			}
+			return []string{*va.Spec.Source.PersistentVolumeName}, nil
+		},
+		vaByNodeIndex: func(obj any) ([]string, error) {
+			va, ok := obj.(*storagev1.VolumeAttachment)
+			if !ok || va.Spec.Attacher != cfg.Driver.Name {
+				return nil, nil
+			}
+			return []string{va.Spec.NodeName}, nil
+		},
+	}); err != nil {
+		return nil, fmt.Errorf("add VolumeAttachment indexers: %w", err)
+	}
+
+	opts := func(name string) controller.Options {
+		return controller.Options{
+			Name: name, Workers: cfg.Workers, Clock: cfg.Clock,
+			RetryIntervalStart: cfg.RetryIntervalStart, RetryIntervalMax: cfg.RetryIntervalMax,
+		}
+	}
+	// Attach and detach get queues and workers of their own: a burst of
+	// one can never starve the other.
+	c.attach = controller.New[string](controller.ReconcilerFunc[string](c.syncAttach), opts("csi_attacher_attach"))
+	c.detach = controller.New[string](controller.ReconcilerFunc[string](c.syncDetach), opts("csi_attacher_detach"))
+	c.pvs = controller.New[string](controller.ReconcilerFunc[string](c.syncPV), opts("csi_attacher_pv"))
+
+	if _, err := c.vaInformer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { c.vaChanged(nil, obj) },
+		UpdateFunc: c.vaChanged,
+		DeleteFunc: c.vaDeleted,
+	}); err != nil {
+		return nil, err
+	}
+	if _, err := pvs.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { c.pvChanged(nil, obj) },
+		UpdateFunc: c.pvChanged,
+	}); err != nil {
+		return nil, err
+	}
+	if _, err := csiNodes.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { c.csiNodeChanged(nil, obj) },
+		UpdateFunc: c.csiNodeChanged,
+	}); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// Transforms returns the informer transforms the attacher wants: managed
+// fields dropped everywhere, PVs of other drivers trimmed to what the PV
+// finalizer logic needs.
+func Transforms(driver string) (va, pv, csiNode cache.TransformFunc) {
+	ours := func(d string) bool { return d == driver }
+	return kube.StripManagedFields,
+		kube.ChainTransforms(kube.StripManagedFields, kube.TrimForeignPVs(kube.CSIDriverOfPV, ours)),
+		kube.StripManagedFields
+}
+
+// Run waits for the caches and runs all queues (and the ListVolumes
+// reconciler when configured) until ctx is done.
+func (c *Controller) Run(ctx context.Context) error {
+	logger := klog.FromContext(ctx)
+	if !cache.WaitForNamedCacheSync("csi-attacher", ctx.Done(), c.synced...) {
+		return fmt.Errorf("caches did not sync: %w", ctx.Err())
+	}
+	logger.Info("csi-attacher started", "driver", c.cfg.Driver.Name, "trivial", c.cfg.Trivial, "workers", c.cfg.Workers)
+	var wg sync.WaitGroup
+	errs := make(chan error, 4)
+	for _, r := range []*controller.Runner[string]{c.attach, c.detach, c.pvs} {
+		wg.Add(1)
+		go func() { defer wg.Done(); errs <- r.Run(ctx) }()
+	}
+	if c.cfg.ReconcileSync > 0 && !c.cfg.Trivial {
+		wg.Add(1)
+		go func() { defer wg.Done(); c.runReconciler(ctx) }()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Backlogs exposes the queues, for metrics.
+func (c *Controller) Backlogs() []*controller.Runner[string] {
+	return []*controller.Runner[string]{c.attach, c.detach, c.pvs}
+}
+
+func (c *Controller) ours(obj any) (*storagev1.VolumeAttachment, bool) {
+	va, ok := obj.(*storagev1.VolumeAttachment)
+	return va, ok && va.Spec.Attacher == c.cfg.Driver.Name
+}
+
+func (c *Controller) vaChanged(_, obj any) {
+	va, ok := c.ours(obj)
+	if !ok || c.vaWrites.isOwn(va) {
+		// Our own write coming back through the watch: the pass that
+		// made it already did everything that followed from it.
+		return
+	}
+	c.route(va)
+}
+
+func (c *Controller) route(va *storagev1.VolumeAttachment) {
+	if va.DeletionTimestamp != nil {
+		c.detach.Enqueue(va.Name)
+	} else {
+		c.attach.Enqueue(va.Name)
+	}
+}
+
+func (c *Controller) vaDeleted(obj any) {
+	if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = tomb.Obj
+	}
+	va, ok := obj.(*storagev1.VolumeAttachment)
+	if !ok {
+		return
+	}
+	c.vaWrites.forget(va.Name)
+	if va.Spec.Source.PersistentVolumeName != nil {
+		// The PV may have been waiting for this VA to go before its
+		// finalizer can be removed.
+		c.pvs.Enqueue(*va.Spec.Source.PersistentVolumeName)
+	}
+}
+
+func (c *Controller) pvChanged(oldObj, obj any) {
+	pv, ok := obj.(*v1.PersistentVolume)
+	if !ok || c.pvWrites.isOwn(pv) {
+		return
+	}
+	if pv.DeletionTimestamp != nil && hasString(pv.Finalizers, kube.PVFinalizer(c.cfg.Driver.Name)) {
+		c.pvs.Enqueue(pv.Name)
+	}
+	if oldObj != nil {
+		return
+	}
+	// A PV appeared: VAs that were waiting for it go now, not after
+	// their backoff.
+	objs, _ := c.vaInformer.GetIndexer().ByIndex(vaByPVIndex, pv.Name)
+	for _, o := range objs {
+		if va, ok := c.ours(o); ok && !va.Status.Attached && va.DeletionTimestamp == nil {
+			c.attach.ForgetAndEnqueue(va.Name)
+		}
+	}
+}
+
+func (c *Controller) csiNodeChanged(oldObj, obj any) {
+	node, ok := obj.(*storagev1.CSINode)
+	if !ok {
+		return
+	}
+	newID, _ := csiNodeID(node, c.cfg.Driver.Name)
+	if oldObj != nil {
+		if old, ok := oldObj.(*storagev1.CSINode); ok {
+			if oldID, _ := csiNodeID(old, c.cfg.Driver.Name); oldID == newID {
+				return
+			}
+		}
+	}
+	if newID == "" {
+		return
+	}
+	// The driver registered on the node: VAs blocked on it retry now.
+	objs, _ := c.vaInformer.GetIndexer().ByIndex(vaByNodeIndex, node.Name)
+	for _, o := range objs {
+		va := o.(*storagev1.VolumeAttachment)
+		switch {
+		case va.DeletionTimestamp != nil:
+			c.detach.ForgetAndEnqueue(va.Name)
+		case !va.Status.Attached:
+			c.attach.ForgetAndEnqueue(va.Name)
+		}
+	}
+}
+
+// claim marks name busy; false when the other queue is working on it.
+func (c *Controller) claim(name string) bool {
+	c.busyMu.Lock()
+	defer c.busyMu.Unlock()
+	if _, ok := c.busy[name]; ok {
+		return false
+	}
+	c.busy[name] = struct{}{}
+	return true
+}
+
+func (c *Controller) release(name string) {
+	c.busyMu.Lock()
+	delete(c.busy, name)
+	c.busyMu.Unlock()
+}

@@ -1,0 +1,68 @@
+package attacher
+
+import (
+	"time"
+
+	"k8s.io/component-base/metrics"
+)
+
+// Metrics are the attacher's own metrics, on top of csi-lib-utils'
+// csi_sidecar_operations_seconds and the workqueue metrics.
+type Metrics struct {
+	attachLatency *metrics.Histogram
+	csiErrors     *metrics.CounterVec
+	repairs       *metrics.CounterVec
+}
+
+// NewMetrics creates the metrics; register them with Register.
+func NewMetrics() *Metrics {
+	return &Metrics{
+		attachLatency: metrics.NewHistogram(&metrics.HistogramOpts{
+			Name:           "latch_attacher_attach_latency_seconds",
+			Help:           "Time from VolumeAttachment creation to status.attached=true written by this attacher.",
+			Buckets:        []float64{.05, .1, .25, .5, 1, 2, 5, 10, 30, 60, 300, 900},
+			StabilityLevel: metrics.ALPHA,
+		}),
+		csiErrors: metrics.NewCounterVec(&metrics.CounterOpts{
+			Name:           "latch_attacher_csi_errors_total",
+			Help:           "Failed ControllerPublish (operation=attach) and ControllerUnpublish (operation=detach) calls by gRPC code.",
+			StabilityLevel: metrics.ALPHA,
+		}, []string{"operation", "code"}),
+		repairs: metrics.NewCounterVec(&metrics.CounterOpts{
+			Name:           "latch_attacher_reconcile_repairs_total",
+			Help:           "VolumeAttachments the ListVolumes reconciler found out of sync with the driver, by action (republish or unpublish).",
+			StabilityLevel: metrics.ALPHA,
+		}, []string{"action"}),
+	}
+}
+
+// Register registers the metrics with r.
+func (m *Metrics) Register(r metrics.KubeRegistry) {
+	r.MustRegister(m.attachLatency, m.csiErrors, m.repairs)
+}
+
+func (m *Metrics) attached(created, now time.Time) {
+	if m == nil || created.IsZero() {
+		return
+	}
+	m.attachLatency.Observe(now.Sub(created).Seconds())
+}
+
+func (m *Metrics) csiError(op string, err error) {
+	if m == nil {
+		return
+	}
+	code, ok := grpcCode(err)
+	label := code.String()
+	if !ok {
+		label = "NotGRPC"
+	}
+	m.csiErrors.WithLabelValues(op, label).Inc()
+}
+
+func (m *Metrics) repaired(action string) {
+	if m == nil {
+		return
+	}
+	m.repairs.WithLabelValues(action).Inc()
+}

@@ -1,0 +1,92 @@
+package attacher
+
+import (
+	"sync"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/sets"
+)
+
+// ownWrites lets the controller read its own writes before the informer
+// delivers them.
+//
+// Upstream's attacher reads VolumeAttachments from the informer cache right
+// after writing them; when the watch event lags, the cache still shows
+// "not attached" and the volume is published a second time. Here every
+// successful write records the object the API server returned together with
+// the resourceVersions it supersedes. A later read that finds one of those
+// older versions in the cache gets the written object instead; as soon as the
+// cache shows the written version (or anything newer), the entry is dropped
+// and the cache is the truth again.
+//
+// resourceVersions are compared only for equality, as the API conventions
+// require: no ordering is assumed.
+type ownWrites[T metav1.Object] struct {
+	mu sync.Mutex
+	m  map[string]*ownWrite[T]
+}
+
+type ownWrite[T metav1.Object] struct {
+	written T
+	stale   sets.Set[string] // resourceVersions older than written
+}
+
+func newOwnWrites[T metav1.Object]() *ownWrites[T] {
+	return &ownWrites[T]{m: map[string]*ownWrite[T]{}}
+}
+
+// record notes that the object at resourceVersion before was replaced by
+// written.
+func (w *ownWrites[T]) record(before string, written T) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	name := written.GetName()
+	e, ok := w.m[name]
+	if ok && e.written.GetResourceVersion() == before {
+		// A chain of our own writes: every version before is stale.
+		e.stale.Insert(before)
+		e.written = written
+		return
+	}
+	w.m[name] = &ownWrite[T]{written: written, stale: sets.New(before)}
+}
+
+// resolve returns the freshest known version of cached: our own write when
+// the cache still holds a version that write replaced, else cached.
+func (w *ownWrites[T]) resolve(cached T) T {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	e, ok := w.m[cached.GetName()]
+	if !ok {
+		return cached
+	}
+	if e.stale.Has(cached.GetResourceVersion()) {
+		return e.written
+	}
+	// The cache caught up with our write or moved past it.
+	delete(w.m, cached.GetName())
+	return cached
+}
+
+// isOwn reports whether obj is exactly a version we wrote, so that its watch
+// event needs no new pass.
+func (w *ownWrites[T]) isOwn(obj T) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	e, ok := w.m[obj.GetName()]
+	return ok && e.written.GetResourceVersion() == obj.GetResourceVersion()
+}
+
+// forget drops everything known about name (the object was deleted).
+func (w *ownWrites[T]) forget(name string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	delete(w.m, name)
+}
+
+// len is the number of entries not yet confirmed by the cache.
+func (w *ownWrites[T]) len() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.m)
+}

@@ -1,0 +1,102 @@
+package attacher
+
+import (
+	"context"
+	"slices"
+
+	storagev1 "k8s.io/api/storage/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/klog/v2"
+
+	"github.com/latchcsi/latch/internal/kube"
+)
+
+// runReconciler compares the driver's view (ListVolumes with published
+// nodes) with the VolumeAttachments every ReconcileSync until ctx is done.
+func (c *Controller) runReconciler(ctx context.Context) {
+	logger := klog.FromContext(ctx).WithName("listvolumes-reconciler")
+	ctx = klog.NewContext(ctx, logger)
+	ticker := c.clock.NewTicker(c.cfg.ReconcileSync)
+	defer ticker.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-ticker.C():
+		}
+		if err := c.reconcileOnce(ctx); err != nil {
+			logger.Error(err, "ListVolumes reconcile failed; next try at the next period")
+		}
+	}
+}
+
+// Repair is one disagreement between a VolumeAttachment and the driver.
+type Repair struct {
+	VA     string
+	Action string // "republish" or "unpublish"
+}
+
+// decideRepairs is the pure part of the reconcile: given our VAs as they
+// were before ListVolumes was called and what the driver reported, it lists
+// the VAs to repair. Only VAs attached before the listing started are
+// judged, so an attach that finished during the listing is never mistaken
+// for a lost one.
+func decideRepairs(before []*storagev1.VolumeAttachment, published map[string][]string, driver string) []Repair {
+	var out []Repair
+	for _, va := range before {
+		handle, nodeID := va.Annotations[AnnVolumeHandle], va.Annotations[kube.VANodeIDAnnotation]
+		if handle == "" || nodeID == "" {
+			continue // never published by us
+		}
+		isPublished := slices.Contains(published[handle], nodeID)
+		switch {
+		case va.DeletionTimestamp == nil && va.Status.Attached && !isPublished:
+			out = append(out, Repair{VA: va.Name, Action: "republish"})
+		case va.DeletionTimestamp != nil && hasString(va.Finalizers, kube.AttacherFinalizer(driver)) && isPublished:
+			out = append(out, Repair{VA: va.Name, Action: "unpublish"})
+		}
+	}
+	return out
+}
+
+func (c *Controller) reconcileOnce(ctx context.Context) error {
+	logger := klog.FromContext(ctx)
+	all, err := c.vaLister.List(labels.Everything())
+	if err != nil {
+		return err
+	}
+	var before []*storagev1.VolumeAttachment
+	for _, va := range all {
+		if va.Spec.Attacher == c.cfg.Driver.Name {
+			before = append(before, c.vaWrites.resolve(va))
+		}
+	}
+	listCtx, cancel := context.WithTimeout(ctx, c.cfg.ReconcileTimeout)
+	published, err := c.csi.ListPublished(listCtx, c.cfg.MaxEntries)
+	cancel()
+	if err != nil {
+		return err
+	}
+	for _, r := range decideRepairs(before, published, c.cfg.Driver.Name) {
+		va, err := c.getVA(r.VA)
+		if err != nil || va == nil {
+			continue
+		}
+		logger.Info("VolumeAttachment out of sync with the driver", "volumeAttachment", klog.KObj(va), "action", r.Action)
+		c.metrics.repaired(r.Action)
+		switch r.Action {
+		case "republish":
+			// Marking it detached makes the attach queue publish again.
+			status := *va.Status.DeepCopy()
+			status.Attached = false
+			if err := c.writeStatus(ctx, va, status); err != nil {
+				logger.Error(err, "Mark VolumeAttachment for re-publish", "volumeAttachment", klog.KObj(va))
+				continue
+			}
+			c.attach.ForgetAndEnqueue(va.Name)
+		case "unpublish":
+			c.detach.ForgetAndEnqueue(va.Name)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,406 @@
+package attacher
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
+
+	"github.com/latchcsi/latch/internal/controller"
+	"github.com/latchcsi/latch/internal/kube"
+)
+
+// busyRetry is how soon a VA is retried when the other queue holds it.
+const busyRetry = 200 * time.Millisecond
+
+// Event reasons on VolumeAttachments.
+const (
+	EventAttachFailed = "AttachFailed"
+	EventDetachFailed = "DetachFailed"
+)
+
+// syncAttach is one level-based attach pass for the VolumeAttachment name.
+func (c *Controller) syncAttach(ctx context.Context, name string) (controller.Result, error) {
+	va, err := c.getVA(name)
+	if err != nil || va == nil {
+		return controller.Result{}, err
+	}
+	if va.DeletionTimestamp != nil {
+		c.detach.Enqueue(name)
+		return controller.Result{}, nil
+	}
+	if !c.claim(name) {
+		return controller.Result{RequeueAfter: busyRetry}, nil
+	}
+	defer c.release(name)
+	ctx = klog.NewContext(ctx, klog.FromContext(ctx).WithValues("volumeAttachment", klog.KObj(va), "node", va.Spec.NodeName))
+
+	if c.cfg.Trivial {
+		return controller.Result{}, c.writeStatus(ctx, va, storagev1.VolumeAttachmentStatus{Attached: true, AttachmentMetadata: va.Status.AttachmentMetadata})
+	}
+
+	obs := Observed{VA: va}
+	if pvName := va.Spec.Source.PersistentVolumeName; pvName != nil {
+		if obs.PV, err = c.getPV(*pvName); err != nil {
+			return controller.Result{}, err
+		}
+	}
+	if obs.CSINode, err = c.getCSINode(va.Spec.NodeName); err != nil {
+		return controller.Result{}, err
+	}
+	plan := DecideAttach(obs, c.cfg.Driver, c.tr)
+	switch {
+	case plan.Done:
+		return controller.Result{}, nil
+	case plan.Blocked != nil:
+		return c.attachFailed(ctx, va, plan.Blocked, nil)
+	}
+
+	if plan.AddPVFinalizer != "" {
+		if err := c.addPVFinalizer(ctx, obs.PV); err != nil {
+			return controller.Result{}, err
+		}
+	}
+	if plan.Metadata != nil {
+		// Finalizer and node ID go on the VA before the driver is called:
+		// once a publish may have happened, a delete must wait for us.
+		if va, err = c.patchVAMetadata(ctx, va, plan.Metadata); err != nil {
+			return controller.Result{}, err
+		}
+	}
+	if va.Status.Attached {
+		return controller.Result{}, nil
+	}
+
+	secrets, blocked, err := c.secrets(ctx, plan.Volume.Secret)
+	if err != nil {
+		return controller.Result{}, err
+	}
+	if blocked != nil {
+		res, err := c.attachFailed(ctx, va, blocked, nil)
+		if err != nil && !controller.IsTerminal(err) {
+			return res, err
+		}
+		return controller.Result{RequeueAfter: c.cfg.SecretRetryInterval}, nil
+	}
+	capability, err := volumeCapability(plan.Volume, c.cfg.Driver)
+	if err != nil {
+		return c.attachFailed(ctx, va, &Blocked{Reason: ReasonInvalidCapabilities, Message: err.Error()}, nil)
+	}
+
+	callCtx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
+	publishContext, err := c.csi.ControllerPublish(callCtx, PublishRequest{
+		VolumeID:      plan.Volume.Handle,
+		NodeID:        plan.NodeID,
+		Capability:    capability,
+		ReadOnly:      plan.Volume.ReadOnly,
+		VolumeContext: plan.Volume.VolumeContext,
+		Secrets:       secrets,
+	})
+	cancel()
+	if err != nil {
+		c.metrics.csiError("attach", err)
+		return c.attachFailed(ctx, va, nil, err)
+	}
+	if err := c.writeStatus(ctx, va, storagev1.VolumeAttachmentStatus{Attached: true, AttachmentMetadata: publishContext}); err != nil {
+		return controller.Result{}, err
+	}
+	c.metrics.attached(va.CreationTimestamp.Time, c.clock.Now())
+	klog.FromContext(ctx).V(2).Info("Volume attached", "volumeHandle", plan.Volume.Handle)
+	return controller.Result{}, nil
+}
+
+// syncDetach is one level-based detach pass for the VolumeAttachment name.
+func (c *Controller) syncDetach(ctx context.Context, name string) (controller.Result, error) {
+	va, err := c.getVA(name)
+	if err != nil || va == nil {
+		return controller.Result{}, err
+	}
+	if va.DeletionTimestamp == nil {
+		c.attach.Enqueue(name)
+		return controller.Result{}, nil
+	}
+	if c.cfg.Trivial {
+		return controller.Result{}, nil
+	}
+	if !c.claim(name) {
+		return controller.Result{RequeueAfter: busyRetry}, nil
+	}
+	defer c.release(name)
+	ctx = klog.NewContext(ctx, klog.FromContext(ctx).WithValues("volumeAttachment", klog.KObj(va), "node", va.Spec.NodeName))
+
+	obs := Observed{VA: va}
+	if pvName := va.Spec.Source.PersistentVolumeName; pvName != nil {
+		if obs.PV, err = c.getPV(*pvName); err != nil {
+			return controller.Result{}, err
+		}
+	}
+	if obs.CSINode, err = c.getCSINode(va.Spec.NodeName); err != nil {
+		return controller.Result{}, err
+	}
+	plan := DecideDetach(obs, c.cfg.Driver, c.tr)
+	switch {
+	case plan.Done:
+		return controller.Result{}, nil
+	case plan.Blocked != nil:
+		return c.detachFailed(ctx, va, plan.Blocked.Message, nil)
+	}
+	secrets, blocked, err := c.secrets(ctx, plan.Volume.Secret)
+	if err != nil {
+		return controller.Result{}, err
+	}
+	if blocked != nil {
+		if _, err := c.detachFailed(ctx, va, blocked.Message, nil); err != nil && !controller.IsTerminal(err) {
+			return controller.Result{}, err
+		}
+		return controller.Result{RequeueAfter: c.cfg.SecretRetryInterval}, nil
+	}
+
+	callCtx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
+	err = c.csi.ControllerUnpublish(callCtx, plan.Volume.Handle, plan.NodeID, secrets)
+	cancel()
+	if err != nil {
+		// Whatever the code, the volume may still be attached: keep the
+		// finalizer and retry.
+		c.metrics.csiError("detach", err)
+		return c.detachFailed(ctx, va, "", err)
+	}
+	if err := c.releaseVA(ctx, va); err != nil {
+		return controller.Result{}, err
+	}
+	klog.FromContext(ctx).V(2).Info("Volume detached", "volumeHandle", plan.Volume.Handle)
+	return controller.Result{}, nil
+}
+
+// releaseVA removes our finalizer after a successful unpublish. When other
+// finalizers keep the object alive, status.attached is set to false too;
+// when ours was the last, the object is gone and no status write is made.
+func (c *Controller) releaseVA(ctx context.Context, va *storagev1.VolumeAttachment) error {
+	patch, err := kube.RemoveFinalizerPatch(va, kube.AttacherFinalizer(c.cfg.Driver.Name))
+	if err != nil || patch == nil {
+		return err
+	}
+	updated, err := c.client.StorageV1().VolumeAttachments().Patch(ctx, va.Name, types.JSONPatchType, patch,
+		metav1.PatchOptions{FieldManager: kube.AttacherFieldManager})
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("remove finalizer from VolumeAttachment %q: %w", va.Name, err)
+	}
+	c.vaWrites.record(va.ResourceVersion, updated)
+	if len(updated.Finalizers) == 0 {
+		return nil
+	}
+	return c.writeStatus(ctx, updated, storagev1.VolumeAttachmentStatus{Attached: false})
+}
+
+// attachFailed records a failed attach: status.attachError (written only
+// when the message changes, so retries do not rewrite it), a Warning event
+// with the same dedup, and the error for the runner's backoff.
+func (c *Controller) attachFailed(ctx context.Context, va *storagev1.VolumeAttachment, blocked *Blocked, callErr error) (controller.Result, error) {
+	msg, code := failure(blocked, callErr)
+	prev := va.Status.AttachError
+	if prev == nil || prev.Message != msg {
+		status := *va.Status.DeepCopy()
+		status.AttachError = &storagev1.VolumeError{Time: metav1.NewTime(c.clock.Now()), Message: msg, ErrorCode: code}
+		if err := c.writeStatus(ctx, va, status); err != nil {
+			return controller.Result{}, err
+		}
+		c.recorder.Event(va, v1.EventTypeWarning, EventAttachFailed, msg)
+	}
+	klog.FromContext(ctx).V(2).Info("Attach failed", "reason", reasonOf(blocked), "err", msg)
+	err := fmt.Errorf("attach VolumeAttachment %q: %s", va.Name, msg)
+	if blocked != nil && blocked.Reason == ReasonInvalidSource {
+		// Nothing but an edit of the VA can fix this.
+		return controller.Result{}, controller.Terminal(err)
+	}
+	return controller.Result{}, err
+}
+
+// detachFailed is attachFailed for detach (status.detachError).
+func (c *Controller) detachFailed(ctx context.Context, va *storagev1.VolumeAttachment, msg string, callErr error) (controller.Result, error) {
+	if callErr != nil {
+		msg, _ = failure(nil, callErr)
+	}
+	var code *int32
+	if callErr != nil {
+		_, code = failure(nil, callErr)
+	}
+	prev := va.Status.DetachError
+	if prev == nil || prev.Message != msg {
+		status := *va.Status.DeepCopy()
+		status.DetachError = &storagev1.VolumeError{Time: metav1.NewTime(c.clock.Now()), Message: msg, ErrorCode: code}
+		if err := c.writeStatus(ctx, va, status); err != nil {
+			return controller.Result{}, err
+		}
+		c.recorder.Event(va, v1.EventTypeWarning, EventDetachFailed, msg)
+	}
+	klog.FromContext(ctx).V(2).Info("Detach failed", "err", msg)
+	return controller.Result{}, fmt.Errorf("detach VolumeAttachment %q: %s", va.Name, msg)
+}
+
+func failure(blocked *Blocked, callErr error) (string, *int32) {
+	if blocked != nil {
+		return blocked.Message, nil
+	}
+	code, ok := grpcCode(callErr)
+	if !ok {
+		return callErr.Error(), nil
+	}
+	c := int32(code)
+	return callErr.Error(), &c
+}
+
+func reasonOf(b *Blocked) Reason {
+	if b == nil {
+		return "DriverError"
+	}
+	return b.Reason
+}
+
+// writeStatus patches va's status to want (nothing when equal).
+func (c *Controller) writeStatus(ctx context.Context, va *storagev1.VolumeAttachment, want storagev1.VolumeAttachmentStatus) error {
+	patch, err := kube.VolumeAttachmentStatusPatch(va, want)
+	if err != nil || patch == nil {
+		return err
+	}
+	updated, err := c.client.StorageV1().VolumeAttachments().Patch(ctx, va.Name, types.MergePatchType, patch,
+		metav1.PatchOptions{FieldManager: kube.AttacherFieldManager}, "status")
+	if err != nil {
+		return fmt.Errorf("update status of VolumeAttachment %q: %w", va.Name, err)
+	}
+	c.vaWrites.record(va.ResourceVersion, updated)
+	return nil
+}
+
+func (c *Controller) patchVAMetadata(ctx context.Context, va *storagev1.VolumeAttachment, mc *MetadataChange) (*storagev1.VolumeAttachment, error) {
+	patch, err := metadataPatch(va, mc)
+	if err != nil || patch == nil {
+		return va, err
+	}
+	updated, err := c.client.StorageV1().VolumeAttachments().Patch(ctx, va.Name, types.JSONPatchType, patch,
+		metav1.PatchOptions{FieldManager: kube.AttacherFieldManager})
+	if err != nil {
+		return nil, fmt.Errorf("add finalizer and node ID to VolumeAttachment %q: %w", va.Name, err)
+	}
+	c.vaWrites.record(va.ResourceVersion, updated)
+	return updated, nil
+}
+
+func (c *Controller) addPVFinalizer(ctx context.Context, pv *v1.PersistentVolume) error {
+	patch, err := kube.AddFinalizerPatch(pv, kube.PVFinalizer(c.cfg.Driver.Name))
+	if err != nil || patch == nil {
+		return err
+	}
+	updated, err := c.client.CoreV1().PersistentVolumes().Patch(ctx, pv.Name, types.JSONPatchType, patch,
+		metav1.PatchOptions{FieldManager: kube.AttacherFieldManager})
+	if err != nil {
+		return fmt.Errorf("add finalizer to PersistentVolume %q: %w", pv.Name, err)
+	}
+	c.pvWrites.record(pv.ResourceVersion, updated)
+	return nil
+}
+
+// syncPV removes our finalizer from a deleting PV once no VolumeAttachment
+// refers to it. The check uses the VA informer's PV index, not a scan.
+func (c *Controller) syncPV(ctx context.Context, name string) (controller.Result, error) {
+	pv, err := c.getPV(name)
+	if err != nil || pv == nil {
+		return controller.Result{}, err
+	}
+	if pv.DeletionTimestamp == nil || !hasString(pv.Finalizers, kube.PVFinalizer(c.cfg.Driver.Name)) {
+		return controller.Result{}, nil
+	}
+	objs, err := c.vaInformer.GetIndexer().ByIndex(vaByPVIndex, name)
+	if err != nil {
+		return controller.Result{}, err
+	}
+	if len(objs) > 0 {
+		// A VA delete event re-enqueues this PV.
+		return controller.Result{}, nil
+	}
+	patch, err := kube.RemoveFinalizerPatch(pv, kube.PVFinalizer(c.cfg.Driver.Name))
+	if err != nil || patch == nil {
+		return controller.Result{}, err
+	}
+	updated, err := c.client.CoreV1().PersistentVolumes().Patch(ctx, name, types.JSONPatchType, patch,
+		metav1.PatchOptions{FieldManager: kube.AttacherFieldManager})
+	if apierrors.IsNotFound(err) {
+		return controller.Result{}, nil
+	}
+	if err != nil {
+		return controller.Result{}, fmt.Errorf("remove finalizer from PersistentVolume %q: %w", name, err)
+	}
+	c.pvWrites.record(pv.ResourceVersion, updated)
+	klog.FromContext(ctx).V(2).Info("Removed PersistentVolume finalizer", "persistentVolume", name)
+	return controller.Result{}, nil
+}
+
+// secrets reads the controller-publish secret. A missing secret is a
+// Blocked condition (shown in status), other read errors are retried.
+func (c *Controller) secrets(ctx context.Context, ref *v1.SecretReference) (map[string]string, *Blocked, error) {
+	if ref == nil {
+		return nil, nil, nil
+	}
+	s, err := c.client.CoreV1().Secrets(ref.Namespace).Get(ctx, ref.Name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil, &Blocked{Reason: "WaitingForSecret", Message: fmt.Sprintf("controller publish secret %s/%s not found", ref.Namespace, ref.Name)}, nil
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("get controller publish secret %s/%s: %w", ref.Namespace, ref.Name, err)
+	}
+	out := make(map[string]string, len(s.Data))
+	for k, v := range s.Data {
+		out[k] = string(v)
+	}
+	return out, nil, nil
+}
+
+func (c *Controller) getVA(name string) (*storagev1.VolumeAttachment, error) {
+	va, err := c.vaLister.Get(name)
+	if apierrors.IsNotFound(err) {
+		c.vaWrites.forget(name)
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	va = c.vaWrites.resolve(va)
+	if va.Spec.Attacher != c.cfg.Driver.Name {
+		return nil, nil
+	}
+	return va, nil
+}
+
+func (c *Controller) getPV(name string) (*v1.PersistentVolume, error) {
+	pv, err := c.pvLister.Get(name)
+	if apierrors.IsNotFound(err) {
+		c.pvWrites.forget(name)
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return c.pvWrites.resolve(pv), nil
+}
+
+func (c *Controller) getCSINode(name string) (*storagev1.CSINode, error) {
+	if name == "" {
+		return nil, nil
+	}
+	n, err := c.nodeLister.Get(name)
+	if apierrors.IsNotFound(err) {
+		return nil, nil
+	}
+	return n, err
+}
+
+var errNotGRPC = errors.New("not a gRPC status")
