@@ -161,8 +161,8 @@ func DecideAttach(obs Observed, drv DriverInfo, tr Translator) AttachPlan {
 // metadataFor returns the finalizer and annotations va lacks, or nil.
 func metadataFor(va *storagev1.VolumeAttachment, driver, nodeID string, vol Volume) *MetadataChange {
 	want := map[string]string{
-		kube.VANodeIDAnnotation:  nodeID,
-		AnnVolumeHandle: vol.Handle,
+		kube.VANodeIDAnnotation: nodeID,
+		AnnVolumeHandle:         vol.Handle,
 	}
 	if vol.Secret != nil {
 		want[AnnSecretRef] = vol.Secret.Namespace + "/" + vol.Secret.Name

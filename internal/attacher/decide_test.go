@@ -171,8 +171,8 @@ func TestDecideAttach(t *testing.T) {
 			wantBlocked: ReasonWaitingForCSINode, wantMsg: "does not contain driver",
 		},
 		{
-			name: "empty node name → WaitingForCSINode with a clear message",
-			obs:  Observed{VA: testVA(func(va *storagev1.VolumeAttachment) { va.Spec.NodeName = "" }), PV: testPV()},
+			name:        "empty node name → WaitingForCSINode with a clear message",
+			obs:         Observed{VA: testVA(func(va *storagev1.VolumeAttachment) { va.Spec.NodeName = "" }), PV: testPV()},
 			wantBlocked: ReasonWaitingForCSINode, wantMsg: "spec.nodeName is empty",
 		},
 		{
@@ -343,8 +343,16 @@ func TestDecideDetach(t *testing.T) {
 func TestDecideRepairs(t *testing.T) {
 	now := metav1.Now()
 	attached := testVA(recorded, func(va *storagev1.VolumeAttachment) { va.Name = "attached"; va.Status.Attached = true })
-	lost := testVA(recorded, func(va *storagev1.VolumeAttachment) { va.Name = "lost"; va.Status.Attached = true; va.Annotations[AnnVolumeHandle] = "vol-2" })
-	stuck := testVA(recorded, func(va *storagev1.VolumeAttachment) { va.Name = "stuck"; va.DeletionTimestamp = &now; va.Annotations[AnnVolumeHandle] = "vol-3" })
+	lost := testVA(recorded, func(va *storagev1.VolumeAttachment) {
+		va.Name = "lost"
+		va.Status.Attached = true
+		va.Annotations[AnnVolumeHandle] = "vol-2"
+	})
+	stuck := testVA(recorded, func(va *storagev1.VolumeAttachment) {
+		va.Name = "stuck"
+		va.DeletionTimestamp = &now
+		va.Annotations[AnnVolumeHandle] = "vol-3"
+	})
 	pending := testVA(func(va *storagev1.VolumeAttachment) { va.Name = "pending" })
 	published := map[string][]string{"vol-1": {"node-1-id"}, "vol-3": {"node-1-id"}}
 	got := decideRepairs([]*storagev1.VolumeAttachment{attached, lost, stuck, pending}, published, testDriver)
