@@ -1,0 +1,223 @@
+package decide_test
+
+import (
+	"reflect"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/latchcsi/latch/internal/attachdetach/decide"
+	"github.com/latchcsi/latch/internal/attachdetach/state"
+)
+
+// bits hands out fuzz input a few bits at a time; past the end it returns
+// zeros, so every byte string is a valid input.
+type bits struct {
+	data []byte
+	pos  int
+}
+
+func (b *bits) next(n int) int {
+	if b.pos >= len(b.data) {
+		return 0
+	}
+	v := int(b.data[b.pos]) % n
+	b.pos++
+	return v
+}
+
+func (b *bits) flag() bool { return b.next(2) == 1 }
+
+var fuzzModes = [][]v1.PersistentVolumeAccessMode{
+	{v1.ReadWriteOnce}, {v1.ReadWriteOncePod}, {v1.ReadWriteMany}, {v1.ReadOnlyMany}, nil,
+}
+
+func fuzzInput(data []byte) decide.Input {
+	b := &bits{data: data}
+	vol := testVolume(fuzzModes[b.next(len(fuzzModes))]...)
+	in := decide.Input{
+		Key:    keyOn(nodeA),
+		Config: decide.Config{MaxWaitForUnmount: time.Duration(b.next(4)) * 3 * time.Minute, DisableForceDetachOnTimeout: b.flag()},
+		Now:    t0,
+		Node:   decide.NodeFacts{Exists: b.flag(), Managed: b.flag(), Ready: b.flag(), OutOfService: b.flag()},
+		VA:     decide.VAFacts{Exists: b.flag(), Attached: b.flag(), Deleting: b.flag()},
+	}
+	if !in.VA.Exists {
+		in.VA = decide.VAFacts{}
+	}
+	if b.flag() {
+		in.VA.AttachError = &storagev1.VolumeError{Time: metav1.NewTime(t0), Message: "boom"}
+	}
+	pods := []state.PodRef{podA, podB, podX}
+	if n := b.next(3); n > 0 {
+		in.Wanted = wants(vol, pods[:n]...)
+	}
+	if st := state.AttachState(b.next(5)); st != 0 {
+		v := vol
+		in.Actual = &state.Attachment{Key: in.Key, Spec: &v, State: st, ReportedInNodeStatus: b.flag(), MountedByNode: b.flag()}
+		if b.flag() {
+			in.Actual.DetachRequestedAt = t0.Add(-time.Duration(b.next(10)) * time.Minute)
+		}
+		if b.flag() {
+			in.Actual.Spec = nil
+		}
+	}
+	for _, n := range []string{nodeB, "node-c"} {
+		p := decide.Peer{Node: n, State: state.AttachState(b.next(5))}
+		if b.flag() {
+			p.Pods = []state.PodRef{podX}
+		}
+		if p.State != 0 || len(p.Pods) > 0 {
+			in.Peers = append(in.Peers, p)
+		}
+	}
+	return in
+}
+
+// applied is what the ASW holds for the key after the executor applied
+// plan.Actual, with observations unchanged (a new entry is assumed
+// mounted, as state.Actual does).
+func applied(in decide.Input, p decide.Plan) *state.Attachment {
+	if p.Actual == nil {
+		return in.Actual
+	}
+	if p.Actual.Remove {
+		return nil
+	}
+	e := &state.Attachment{Key: in.Key, MountedByNode: true}
+	if in.Actual != nil {
+		cp := *in.Actual
+		e = &cp
+	}
+	e.State, e.ReportedInNodeStatus, e.DetachRequestedAt = p.Actual.State, p.Actual.ReportedInNodeStatus, p.Actual.DetachRequestedAt
+	if p.Actual.Spec != nil {
+		e.Spec = p.Actual.Spec
+	}
+	return e
+}
+
+func checkInvariants(t *testing.T, in decide.Input, p decide.Plan) {
+	t.Helper()
+	wanted := in.Wanted != nil && len(in.Wanted.Pods) > 0 && in.Node.Exists
+	mounted := in.Actual == nil || in.Actual.MountedByNode
+
+	if p.Kind == decide.KindCreate {
+		if in.VA.Exists || !in.Node.Managed || !wanted {
+			t.Fatalf("create with VA=%+v node=%+v wanted=%v", in.VA, in.Node, wanted)
+		}
+		if !in.Wanted.Volume.MultiAttachAllowed() {
+			for _, pr := range in.Peers {
+				if pr.State != 0 {
+					t.Fatalf("create of an exclusive volume on %s while %s on %s", in.Key.Node, pr.State, pr.Node)
+				}
+			}
+		}
+		if p.Actual == nil && (in.Actual == nil || in.Actual.State != state.StateAttaching) {
+			t.Fatalf("create without recording attaching first: %+v", in.Actual)
+		}
+	}
+	if p.Kind == decide.KindDetach || (p.Actual != nil && p.Actual.Remove) {
+		if wanted {
+			t.Fatalf("%v of a volume wanted on an existing node", p.Kind)
+		}
+	}
+	if p.Kind == decide.KindDetach {
+		if !in.VA.Exists || in.VA.Deleting {
+			t.Fatalf("detach with VA %+v", in.VA)
+		}
+		if mounted {
+			switch p.Detach.Reason {
+			case decide.DetachOutOfService:
+				if !in.Node.Exists || !in.Node.OutOfService {
+					t.Fatalf("out-of-service detach without the taint: %+v", in.Node)
+				}
+			case decide.DetachForcedTimeout:
+				at := in.Now
+				if in.Actual != nil && !in.Actual.DetachRequestedAt.IsZero() {
+					at = in.Actual.DetachRequestedAt
+				}
+				if in.Node.Exists && in.Node.Ready || in.Config.DisableForceDetachOnTimeout || in.Now.Sub(at) < in.Config.MaxWaitForUnmount {
+					t.Fatalf("timeout detach too early: node %+v cfg %+v requested %v", in.Node, in.Config, at)
+				}
+			default:
+				t.Fatalf("detach of a mounted volume with reason %q", p.Detach.Reason)
+			}
+		}
+		if p.Detach.NodeStatusFirst != (in.Actual != nil && in.Actual.ReportedInNodeStatus) {
+			t.Fatalf("NodeStatusFirst = %v with %+v", p.Detach.NodeStatusFirst, in.Actual)
+		}
+		if p.Actual == nil && in.Actual.ReportedInNodeStatus {
+			t.Fatal("detach keeps the volume in node status")
+		}
+	}
+	wasReported := in.Actual != nil && in.Actual.ReportedInNodeStatus
+	if p.Actual != nil && !p.Actual.Remove && p.Actual.ReportedInNodeStatus && !wasReported && !(in.VA.Exists && in.VA.Attached) {
+		t.Fatalf("put into node status without an attached VA: VA %+v", in.VA)
+	}
+	if p.RequeueAfter < 0 {
+		t.Fatalf("negative requeue %v", p.RequeueAfter)
+	}
+}
+
+func FuzzDecide(f *testing.F) {
+	f.Add([]byte{})
+	f.Add([]byte{0, 0, 0, 1, 1, 1, 0, 1, 1, 0, 0, 1, 3, 1, 1, 0, 3, 1, 1, 1})
+	f.Add([]byte{0, 2, 0, 1, 1, 0, 0, 1, 1, 0, 0, 0, 0, 3, 0, 1, 0, 0, 3, 0})
+	f.Add([]byte{0, 1, 1, 1, 1, 0, 1, 1, 1, 0, 0, 2, 3, 1, 1, 1, 5, 0, 2, 1})
+	f.Add([]byte{4, 3, 0, 1, 0, 1, 0, 0, 0, 0, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		in := fuzzInput(data)
+		before := deepCopyInput(in)
+		p := decide.Decide(in)
+		if !reflect.DeepEqual(in, before) {
+			t.Fatal("Decide mutated its input")
+		}
+		if again := decide.Decide(in); !reflect.DeepEqual(p, again) {
+			t.Fatal("Decide is not deterministic")
+		}
+		if p.Key != in.Key || p.Why == "" {
+			t.Fatalf("plan key %v why %q", p.Key, p.Why)
+		}
+		checkInvariants(t, in, p)
+
+		// Level-based: once the ASW update is applied and nothing else
+		// changes, the next pass wants no further ASW change.
+		next := in
+		next.Actual = applied(in, p)
+		p2 := decide.Decide(next)
+		checkInvariants(t, next, p2)
+		if p2.Actual != nil {
+			t.Fatalf("no ASW fixpoint: %v %+v then %v %+v", p.Kind, p.Actual, p2.Kind, p2.Actual)
+		}
+	})
+}
+
+func deepCopyInput(in decide.Input) decide.Input {
+	out := in
+	if in.Wanted != nil {
+		w := *in.Wanted
+		w.Pods = append([]state.PodRef(nil), w.Pods...)
+		out.Wanted = &w
+	}
+	if in.Actual != nil {
+		a := *in.Actual
+		if a.Spec != nil {
+			s := *a.Spec
+			a.Spec = &s
+		}
+		out.Actual = &a
+	}
+	out.Peers = nil
+	for _, p := range in.Peers {
+		p.Pods = append([]state.PodRef(nil), p.Pods...)
+		out.Peers = append(out.Peers, p)
+	}
+	if in.VA.AttachError != nil {
+		e := *in.VA.AttachError
+		out.VA.AttachError = &e
+	}
+	return out
+}

@@ -1,0 +1,226 @@
+package decide_test
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+
+	"github.com/latchcsi/latch/internal/attachdetach/decide"
+	"github.com/latchcsi/latch/internal/attachdetach/nodestatus"
+	"github.com/latchcsi/latch/internal/attachdetach/state"
+	"github.com/latchcsi/latch/internal/attachdetach/volume"
+)
+
+// world is a minimal stand-in for the executor and the API server: it
+// applies plans to the real state caches and records the ordered API
+// writes and events, so multi-step stories can be told with the real
+// Decide. csi-attacher is played by the test (attach, finishDetach).
+type world struct {
+	t      *testing.T
+	dsw    *state.Desired
+	asw    *state.Actual
+	nodes  map[string]decide.NodeFacts
+	vas    map[string]*decide.VAFacts
+	status map[string][]v1.AttachedVolume // node.status.volumesAttached
+	writes []string
+	events []string
+	now    time.Time
+}
+
+func newWorld(t *testing.T, nodes ...string) *world {
+	w := &world{t: t, dsw: state.NewDesired(), asw: state.NewActual(), nodes: map[string]decide.NodeFacts{},
+		vas: map[string]*decide.VAFacts{}, status: map[string][]v1.AttachedVolume{}, now: t0}
+	for _, n := range nodes {
+		w.nodes[n] = ready
+		w.dsw.AddNode(n, true)
+		w.asw.SetVolumesInUse(n, nil)
+	}
+	return w
+}
+
+func (w *world) addPod(p state.PodRef, node string, v volume.Attachable) {
+	if _, ok := w.dsw.AddPod(p, node, []volume.Attachable{v}); !ok {
+		w.t.Fatalf("pod %s not added", p.Name)
+	}
+}
+
+// sync runs every key of vol until no plan changes anything any more,
+// like a work queue that re-enqueues the volume's keys on every change.
+func (w *world) sync(vol v1.UniqueVolumeName) {
+	for range 20 {
+		changed := false
+		for _, k := range w.keys(vol) {
+			changed = w.step(k) || changed
+		}
+		if !changed {
+			return
+		}
+	}
+	w.t.Fatal("no fixpoint after 20 rounds")
+}
+
+func (w *world) keys(vol v1.UniqueVolumeName) []state.Key {
+	nodes := w.dsw.NodesWantingVolume(vol)
+	for _, e := range w.asw.ForVolume(vol) {
+		nodes = append(nodes, e.Node)
+	}
+	for name := range w.vas {
+		for n := range w.nodes {
+			if name == rwo.AttachmentName(n) {
+				nodes = append(nodes, n)
+			}
+		}
+	}
+	slices.Sort(nodes)
+	var out []state.Key
+	for _, n := range slices.Compact(nodes) {
+		out = append(out, state.Key{Volume: vol, Node: n})
+	}
+	return out
+}
+
+func (w *world) step(k state.Key) bool {
+	in := decide.Gather(k, w.dsw, w.asw)
+	in.Node = w.nodes[k.Node]
+	name, _ := volume.AttachmentNameFor(k.Volume, k.Node)
+	if va := w.vas[name]; va != nil {
+		in.VA = *va
+	}
+	in.Config = decide.DefaultConfig()
+	in.Now = w.now
+	p := decide.Decide(in)
+	changed := false
+	if p.Actual != nil {
+		changed = w.asw.Apply(k, *p.Actual)
+	}
+	switch p.Kind {
+	case decide.KindCreate:
+		if w.vas[p.Create.Name] == nil {
+			w.vas[p.Create.Name] = &decide.VAFacts{Exists: true}
+			w.writes = append(w.writes, "create VA on "+p.Create.Spec.NodeName)
+			changed = true
+		}
+	case decide.KindDetach:
+		if p.Detach.NodeStatusFirst {
+			w.writeNodeStatus(k.Node)
+		}
+		if va := w.vas[p.Detach.Name]; va != nil && !va.Deleting {
+			va.Deleting = true
+			w.writes = append(w.writes, fmt.Sprintf("delete VA on %s (%s)", k.Node, p.Detach.Reason))
+			changed = true
+		}
+	}
+	for _, e := range p.Events {
+		if w.dsw.MarkReported(e.Pod.UID, e.DedupeKey) {
+			w.events = append(w.events, e.Pod.Name+": "+e.Message)
+		}
+	}
+	// The node status updater runs after every pass, batched per node.
+	for n := range w.nodes {
+		w.writeNodeStatus(n)
+	}
+	return changed
+}
+
+func (w *world) writeNodeStatus(node string) {
+	cur := &v1.Node{Status: v1.NodeStatus{VolumesAttached: w.status[node]}}
+	if want, needed := nodestatus.ForNode(cur, w.asw.ForNode(node)); needed {
+		w.status[node] = want
+		w.writes = append(w.writes, fmt.Sprintf("node %s volumesAttached=%d", node, len(want)))
+	}
+}
+
+func (w *world) attach(node string) { w.vas[rwo.AttachmentName(node)].Attached = true }
+
+func (w *world) finishDetach(node string) { delete(w.vas, rwo.AttachmentName(node)) }
+
+func (w *world) expectWrites(want ...string) {
+	w.t.Helper()
+	if !slices.Equal(w.writes, want) {
+		w.t.Errorf("API writes:\n  got  %s\n  want %s", strings.Join(w.writes, "; "), strings.Join(want, "; "))
+	}
+	w.writes = nil
+}
+
+func (w *world) expectEvents(want ...string) {
+	w.t.Helper()
+	if !slices.Equal(w.events, want) {
+		w.t.Errorf("events:\n  got  %q\n  want %q", w.events, want)
+	}
+	w.events = nil
+}
+
+func TestScenarioRWOConflictThenRelease(t *testing.T) {
+	w := newWorld(t, nodeA, nodeB)
+	vol := rwo.UniqueName
+
+	w.addPod(podA, nodeA, rwo)
+	w.sync(vol)
+	w.expectWrites("create VA on node-a")
+	w.attach(nodeA)
+	w.sync(vol)
+	w.expectWrites("node node-a volumesAttached=1")
+	w.expectEvents(`web-0: AttachVolume.Attach succeeded for volume "pv1" `)
+	w.asw.SetVolumesInUse(nodeA, []v1.UniqueVolumeName{vol}) // the kubelet mounts it
+
+	// A second pod on node B: conflict, reported once however often it runs.
+	w.addPod(podB, nodeB, rwo)
+	w.sync(vol)
+	w.sync(vol)
+	w.expectWrites()
+	w.expectEvents(`web-1: Multi-Attach error for volume "pv1" Volume is already used by pod(s) web-0`)
+
+	// Pod A goes away; node A still uses the volume: nothing moves.
+	w.dsw.DeletePod(podA.UID)
+	w.sync(vol)
+	w.expectWrites()
+	w.expectEvents()
+
+	// Node A unmounts: volume leaves A's node status, then its VA is deleted.
+	w.asw.SetVolumesInUse(nodeA, nil)
+	w.sync(vol)
+	w.expectWrites("node node-a volumesAttached=0", "delete VA on node-a (unmounted)")
+
+	// csi-attacher finishes the detach; B attaches.
+	w.finishDetach(nodeA)
+	w.sync(vol)
+	w.expectWrites("create VA on node-b")
+	w.attach(nodeB)
+	w.sync(vol)
+	w.expectWrites("node node-b volumesAttached=1")
+	w.expectEvents(`web-1: AttachVolume.Attach succeeded for volume "pv1" `)
+	if got := w.asw.ForVolume(vol); len(got) != 1 || got[0].Node != nodeB || got[0].State != state.StateAttached {
+		t.Errorf("ASW = %+v", got)
+	}
+}
+
+func TestScenarioNotReadyNodeForcedDetachAfterTimeout(t *testing.T) {
+	w := newWorld(t, nodeA)
+	vol := rwo.UniqueName
+	w.addPod(podA, nodeA, rwo)
+	w.sync(vol)
+	w.attach(nodeA)
+	w.sync(vol)
+	w.asw.SetVolumesInUse(nodeA, []v1.UniqueVolumeName{vol})
+	w.writes = nil
+	w.events = nil
+
+	// The node dies with the volume mounted; its pod is deleted.
+	w.nodes[nodeA] = notReady
+	w.dsw.DeletePod(podA.UID)
+	in := decide.Gather(keyOn(nodeA), w.dsw, w.asw)
+	in.Node, in.VA, in.Config, in.Now = notReady, *w.vas[vaName], decide.DefaultConfig(), w.now
+	if p := decide.Decide(in); p.Kind != decide.KindWait || p.RequeueAfter != 6*time.Minute {
+		t.Fatalf("first pass: %v after %v", p.Kind, p.RequeueAfter)
+	}
+	w.sync(vol)
+	w.expectWrites()
+
+	w.now = w.now.Add(6 * time.Minute) // the requeue timer fires
+	w.sync(vol)
+	w.expectWrites("node node-a volumesAttached=0", "delete VA on node-a (timeout)")
+}
