@@ -7,6 +7,7 @@
 package decide
 
 import (
+	"cmp"
 	"slices"
 	"time"
 
@@ -145,7 +146,6 @@ func Gather(key state.Key, dsw *state.Desired, asw *state.Actual) Input {
 	}
 	for _, e := range asw.ForVolume(key.Volume) {
 		if e.Node == key.Node {
-			e := e
 			in.Actual = &e
 			continue
 		}
@@ -159,14 +159,6 @@ func Gather(key state.Key, dsw *state.Desired, asw *state.Actual) Input {
 	for _, p := range peers {
 		in.Peers = append(in.Peers, *p)
 	}
-	slices.SortFunc(in.Peers, func(a, b Peer) int {
-		switch {
-		case a.Node < b.Node:
-			return -1
-		case a.Node > b.Node:
-			return 1
-		}
-		return 0
-	})
+	slices.SortFunc(in.Peers, func(a, b Peer) int { return cmp.Compare(a.Node, b.Node) })
 	return in
 }
