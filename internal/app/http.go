@@ -1,0 +1,73 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"time"
+
+	"k8s.io/client-go/tools/leaderelection"
+	"k8s.io/component-base/metrics/legacyregistry"
+	"k8s.io/klog/v2"
+)
+
+// HTTPConfig configures the metrics and health endpoint.
+type HTTPConfig struct {
+	// Address to listen on ("" disables the endpoint).
+	Address     string
+	MetricsPath string // default /metrics
+	// LeaderWatchdog, when set, serves /healthz/leader-election: it fails
+	// when this replica leads but has not renewed its lease in time.
+	LeaderWatchdog *leaderelection.HealthzAdaptor
+	// Extra handlers, by path.
+	Handlers map[string]http.Handler
+}
+
+// ServeHTTP serves metrics (component-base's legacy registry, which holds
+// the workqueue, csi-lib-utils and our own metrics) and health checks until
+// ctx is done. The listener is opened before it returns so that a bad
+// address fails start-up; serving runs in the background.
+func ServeHTTP(ctx context.Context, cfg HTTPConfig) (net.Addr, error) {
+	if cfg.Address == "" {
+		return nil, nil
+	}
+	if cfg.MetricsPath == "" {
+		cfg.MetricsPath = "/metrics"
+	}
+	mux := http.NewServeMux()
+	mux.Handle(cfg.MetricsPath, legacyregistry.HandlerWithReset())
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
+	if cfg.LeaderWatchdog != nil {
+		mux.HandleFunc("/healthz/leader-election", func(w http.ResponseWriter, r *http.Request) {
+			if err := cfg.LeaderWatchdog.Check(r); err != nil {
+				http.Error(w, err.Error(), http.StatusInternalServerError)
+				return
+			}
+			fmt.Fprintln(w, "ok")
+		})
+	}
+	for path, h := range cfg.Handlers {
+		mux.Handle(path, h)
+	}
+	ln, err := net.Listen("tcp", cfg.Address)
+	if err != nil {
+		return nil, fmt.Errorf("listen on --http-endpoint %s: %w", cfg.Address, err)
+	}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	logger := klog.FromContext(ctx)
+	go func() {
+		<-ctx.Done()
+		shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(shutdownCtx)
+	}()
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			logger.Error(err, "HTTP endpoint stopped", "address", cfg.Address)
+		}
+	}()
+	logger.Info("Serving metrics and health", "address", ln.Addr().String(), "metricsPath", cfg.MetricsPath)
+	return ln.Addr(), nil
+}
