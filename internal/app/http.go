@@ -37,7 +37,7 @@ func ServeHTTP(ctx context.Context, cfg HTTPConfig) (net.Addr, error) {
 		cfg.MetricsPath = "/metrics"
 	}
 	mux := http.NewServeMux()
-	mux.Handle(cfg.MetricsPath, legacyregistry.HandlerWithReset())
+	mux.Handle(cfg.MetricsPath, legacyregistry.Handler())
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
 	if cfg.LeaderWatchdog != nil {
 		mux.HandleFunc("/healthz/leader-election", func(w http.ResponseWriter, r *http.Request) {
