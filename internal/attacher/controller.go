@@ -156,14 +156,21 @@ func New(cfg Config, client kubernetes.Interface, factory informers.SharedInform
 	return c, nil
 }
 
-// Transforms returns the informer transforms the attacher wants: managed
-// fields dropped everywhere, PVs of other drivers trimmed to what the PV
-// finalizer logic needs.
-func Transforms(driver string) (va, pv, csiNode cache.TransformFunc) {
-	ours := func(d string) bool { return d == driver }
-	return kube.StripManagedFields,
-		kube.ChainTransforms(kube.StripManagedFields, kube.TrimForeignPVs(kube.CSIDriverOfPV, ours)),
-		kube.StripManagedFields
+// Transform is the informer transform the attacher wants, for a shared
+// informer factory: managed fields dropped everywhere, PVs of other drivers
+// trimmed to what the PV finalizer logic needs.
+func Transform(driver string) cache.TransformFunc {
+	trimPV := kube.TrimForeignPVs(kube.CSIDriverOfPV, func(d string) bool { return d == driver })
+	return func(obj any) (any, error) {
+		obj, err := kube.StripManagedFields(obj)
+		if err != nil {
+			return obj, err
+		}
+		if _, ok := obj.(*v1.PersistentVolume); ok {
+			return trimPV(obj)
+		}
+		return obj, nil
+	}
 }
 
 // Run waits for the caches and runs all queues (and the ListVolumes

@@ -1,9 +1,11 @@
 package attacher
 
 import (
+	"sync"
 	"time"
 
 	"k8s.io/component-base/metrics"
+	"k8s.io/component-base/metrics/legacyregistry"
 )
 
 // Metrics are the attacher's own metrics, on top of csi-lib-utils'
@@ -36,9 +38,10 @@ func NewMetrics() *Metrics {
 	}
 }
 
-// Register registers the metrics with r.
-func (m *Metrics) Register(r metrics.KubeRegistry) {
-	r.MustRegister(m.attachLatency, m.csiErrors, m.repairs)
+// Register registers the metrics with register (for example
+// legacyregistry.MustRegister or a test registry's MustRegister).
+func (m *Metrics) Register(register func(...metrics.Registerable)) {
+	register(m.attachLatency, m.csiErrors, m.repairs)
 }
 
 func (m *Metrics) attached(created, now time.Time) {
@@ -66,3 +69,11 @@ func (m *Metrics) repaired(action string) {
 	}
 	m.repairs.WithLabelValues(action).Inc()
 }
+
+// processMetrics are created and registered once per process: the legacy
+// registry is process-wide, and tests run several attachers in one process.
+var processMetrics = sync.OnceValue(func() *Metrics {
+	m := NewMetrics()
+	m.Register(legacyregistry.MustRegister)
+	return m
+})

@@ -1,0 +1,115 @@
+// Command csi-attacher is latch's drop-in replacement for the Kubernetes
+// CSI external-attacher sidecar. See docs/csi-attacher.md.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/kubernetes-csi/csi-lib-utils/connection"
+	"go.uber.org/automaxprocs/maxprocs"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/component-base/logs"
+	logsapi "k8s.io/component-base/logs/api/v1"
+	_ "k8s.io/component-base/logs/json/register" // --logging-format=json
+	"k8s.io/klog/v2"
+
+	"github.com/latchcsi/latch/internal/app"
+	"github.com/latchcsi/latch/internal/attacher"
+	"github.com/latchcsi/latch/internal/version"
+)
+
+func main() {
+	os.Exit(run(os.Args[1:]))
+}
+
+func run(args []string) int {
+	opts, err := parseOptions(args)
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "csi-attacher:", err)
+		return 2
+	}
+	if opts.showVersion {
+		fmt.Println(os.Args[0], version.Version)
+		return 0
+	}
+	logs.InitLogs()
+	defer logs.FlushLogs()
+	if err := logsapi.ValidateAndApply(opts.logging, opts.gates); err != nil {
+		fmt.Fprintln(os.Stderr, "csi-attacher:", err)
+		return 2
+	}
+	if opts.automaxprocs {
+		undo, err := maxprocs.Set(maxprocs.Logger(klog.Infof))
+		if err != nil {
+			klog.ErrorS(err, "Failed to set GOMAXPROCS from the CPU quota")
+		}
+		defer undo()
+	}
+	connection.SetMaxGRPCLogLength(opts.maxGRPCLogLength)
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	logger := klog.Background()
+	ctx = klog.NewContext(ctx, logger)
+	logger.Info("Starting csi-attacher", "version", version.Version)
+
+	restConfig, err := restConfig(opts.kubeconfig)
+	if err != nil {
+		logger.Error(err, "Cannot build an API client configuration")
+		return 1
+	}
+	restConfig.QPS = float32(opts.kubeAPIQPS)
+	restConfig.Burst = opts.kubeAPIBurst
+
+	httpAddr := opts.httpEndpoint
+	if httpAddr == "" {
+		httpAddr = opts.metricsAddress
+	}
+	err = attacher.RunSidecar(ctx, attacher.SidecarConfig{
+		RESTConfig:     restConfig,
+		CSIAddress:     opts.csiAddress,
+		ConnectTimeout: opts.connectTimeout,
+		Resync:         opts.resync,
+		DefaultFSType:  opts.defaultFSType,
+		Controller: attacher.Config{
+			Workers:            opts.workerThreads,
+			Timeout:            opts.timeout,
+			RetryIntervalStart: opts.retryIntervalStart,
+			RetryIntervalMax:   opts.retryIntervalMax,
+			ReconcileSync:      opts.reconcileSync,
+			ReconcileTimeout:   opts.reconcileTimeout,
+			MaxEntries:         opts.maxEntries,
+		},
+		Leader: app.LeaderElection{
+			Enabled:       opts.leaderElection,
+			Namespace:     opts.leaderElectionNamespace,
+			Labels:        opts.leaderElectionLabels,
+			LeaseDuration: opts.leaseDuration,
+			RenewDeadline: opts.renewDeadline,
+			RetryPeriod:   opts.retryPeriod,
+		},
+		HTTP: app.HTTPConfig{Address: httpAddr, MetricsPath: opts.metricsPath},
+	})
+	if err != nil {
+		logger.Error(err, "csi-attacher failed")
+		return 1
+	}
+	return 0
+}
+
+func restConfig(kubeconfig string) (*rest.Config, error) {
+	if kubeconfig != "" {
+		return clientcmd.BuildConfigFromFlags("", kubeconfig)
+	}
+	return rest.InClusterConfig()
+}

@@ -1,0 +1,109 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"time"
+
+	cliflag "k8s.io/component-base/cli/flag"
+	"k8s.io/component-base/featuregate"
+	logsapi "k8s.io/component-base/logs/api/v1"
+)
+
+// options are the command line, with upstream external-attacher's flag
+// names and meanings. Defaults differ only where docs/csi-attacher.md says so.
+type options struct {
+	kubeconfig         string
+	csiAddress         string
+	showVersion        bool
+	resync             time.Duration
+	timeout            time.Duration
+	workerThreads      int
+	maxEntries         int
+	retryIntervalStart time.Duration
+	retryIntervalMax   time.Duration
+	reconcileSync      time.Duration
+	reconcileTimeout   time.Duration
+	defaultFSType      string
+	maxGRPCLogLength   int
+	kubeAPIQPS         float64
+	kubeAPIBurst       int
+	connectTimeout     time.Duration
+
+	leaderElection          bool
+	leaderElectionNamespace string
+	leaseDuration           time.Duration
+	renewDeadline           time.Duration
+	retryPeriod             time.Duration
+	leaderElectionLabels    map[string]string
+
+	httpEndpoint   string
+	metricsAddress string
+	metricsPath    string
+	automaxprocs   bool
+	featureGates   map[string]bool
+
+	logging *logsapi.LoggingConfiguration
+	gates   featuregate.MutableVersionedFeatureGate
+}
+
+func parseOptions(args []string) (*options, error) {
+	o := &options{
+		logging:              logsapi.NewLoggingConfiguration(),
+		gates:                featuregate.NewFeatureGate(),
+		leaderElectionLabels: map[string]string{},
+		featureGates:         map[string]bool{},
+	}
+	if err := logsapi.AddFeatureGates(o.gates); err != nil {
+		return nil, err
+	}
+	// Go's flag package accepts -flag and --flag alike, as upstream does.
+	fs := flag.NewFlagSet("csi-attacher", flag.ContinueOnError)
+	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "Absolute path to the kubeconfig file. Required only when running out of cluster.")
+	fs.StringVar(&o.csiAddress, "csi-address", "/run/csi/socket", "Address of the CSI driver socket.")
+	fs.BoolVar(&o.showVersion, "version", false, "Show version and exit.")
+	fs.DurationVar(&o.resync, "resync", 10*time.Minute, "Resync interval of the informers: every VolumeAttachment is re-checked this often.")
+	fs.DurationVar(&o.timeout, "timeout", 15*time.Second, "Timeout of one ControllerPublish/ControllerUnpublish call.")
+	fs.IntVar(&o.workerThreads, "worker-threads", 10, "Number of workers per queue (attach, detach and PV queues each get this many).")
+	fs.IntVar(&o.maxEntries, "max-entries", 0, "max_entries of each ListVolumes page; 0 lets the driver choose.")
+	fs.DurationVar(&o.retryIntervalStart, "retry-interval-start", time.Second, "Initial retry interval of a failed attach or detach; it doubles with every failure up to --retry-interval-max.")
+	fs.DurationVar(&o.retryIntervalMax, "retry-interval-max", 5*time.Minute, "Maximum retry interval of a failed attach or detach.")
+	fs.DurationVar(&o.reconcileSync, "reconcile-sync", time.Minute, "Period of the ListVolumes reconcile (only with LIST_VOLUMES and LIST_VOLUMES_PUBLISHED_NODES); 0 disables it.")
+	fs.DurationVar(&o.reconcileTimeout, "reconcile-timeout", 2*time.Minute, "Timeout of one whole ListVolumes reconcile (all pages). latch only.")
+	fs.StringVar(&o.defaultFSType, "default-fstype", "", "Filesystem type used when a PV names none (mount volumes only).")
+	fs.IntVar(&o.maxGRPCLogLength, "max-grpc-log-length", -1, "Maximum length of logged gRPC requests and responses; negative means no limit.")
+	fs.Float64Var(&o.kubeAPIQPS, "kube-api-qps", 200, "Client-side QPS limit towards the API server (upstream default: 5). The API server's Priority and Fairness protects it.")
+	fs.IntVar(&o.kubeAPIBurst, "kube-api-burst", 400, "Client-side burst towards the API server (upstream default: 10).")
+	fs.DurationVar(&o.connectTimeout, "csi-connect-timeout", time.Minute, "How long to keep trying to connect to the driver at start-up. latch only.")
+	fs.BoolVar(&o.leaderElection, "leader-election", false, "Enable leader election on a Lease.")
+	fs.StringVar(&o.leaderElectionNamespace, "leader-election-namespace", "", "Namespace of the leader election Lease; default: the Pod's namespace.")
+	fs.DurationVar(&o.leaseDuration, "leader-election-lease-duration", 15*time.Second, "Duration non-leader candidates wait before forcing to acquire leadership.")
+	fs.DurationVar(&o.renewDeadline, "leader-election-renew-deadline", 10*time.Second, "Duration the leader retries refreshing leadership before giving up.")
+	fs.DurationVar(&o.retryPeriod, "leader-election-retry-period", 5*time.Second, "Duration candidates wait between tries of actions.")
+	fs.Var(cliflag.NewMapStringString(&o.leaderElectionLabels), "leader-election-labels", "Labels for the Lease, as key=value,key2=value2.")
+	fs.StringVar(&o.httpEndpoint, "http-endpoint", "", "host:port of the HTTP server for metrics and /healthz/leader-election; empty disables it.")
+	fs.StringVar(&o.metricsAddress, "metrics-address", "", "(deprecated) host:port for metrics only; use --http-endpoint.")
+	fs.StringVar(&o.metricsPath, "metrics-path", "/metrics", "HTTP path of the metrics.")
+	fs.BoolVar(&o.automaxprocs, "automaxprocs", false, "Set GOMAXPROCS from the container's CPU quota.")
+	fs.Var(cliflag.NewMapStringBool(&o.featureGates), "feature-gates", "A set of key=value pairs that describe feature gates for alpha/experimental features.")
+	logsapi.AddGoFlags(o.logging, fs)
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected arguments: %v", fs.Args())
+	}
+	if o.httpEndpoint != "" && o.metricsAddress != "" {
+		return nil, fmt.Errorf("only one of --http-endpoint and --metrics-address may be set")
+	}
+	if o.workerThreads <= 0 {
+		return nil, fmt.Errorf("--worker-threads must be positive, got %d", o.workerThreads)
+	}
+	if o.timeout <= 0 {
+		return nil, fmt.Errorf("--timeout must be positive, got %s", o.timeout)
+	}
+	if err := o.gates.SetFromMap(o.featureGates); err != nil {
+		return nil, fmt.Errorf("--feature-gates: %w", err)
+	}
+	return o, nil
+}

@@ -1,0 +1,140 @@
+package attacher
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/kubernetes-csi/csi-lib-utils/connection"
+	csimetrics "github.com/kubernetes-csi/csi-lib-utils/metrics"
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/leaderelection"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/component-base/metrics/legacyregistry"
+	csitrans "k8s.io/csi-translation-lib"
+	"k8s.io/klog/v2"
+
+	"github.com/latchcsi/latch/internal/app"
+	"github.com/latchcsi/latch/internal/kube"
+)
+
+// SidecarConfig is everything the csi-attacher process needs; cmd/ fills it
+// from flags. Tests run the same RunSidecar in-process.
+type SidecarConfig struct {
+	RESTConfig     *rest.Config
+	CSIAddress     string
+	ConnectTimeout time.Duration
+	Resync         time.Duration
+	DefaultFSType  string
+	Controller     Config // Driver, Trivial and Clock are filled in by RunSidecar
+	Leader         app.LeaderElection
+	HTTP           app.HTTPConfig
+	// Ready, when set, receives the HTTP endpoint's address once serving
+	// (nil when disabled); for tests.
+	Ready func(httpAddr net.Addr)
+}
+
+// ErrDriverConnectionLost is returned when the connection to the CSI
+// driver is lost after start-up; the process exits so Kubernetes restarts
+// the container, as upstream's does.
+var ErrDriverConnectionLost = errors.New("lost connection to the CSI driver")
+
+// RunSidecar connects to the driver, discovers it, and runs the attacher
+// (under leader election when enabled) until ctx is done.
+func RunSidecar(ctx context.Context, cfg SidecarConfig) error {
+	logger := klog.FromContext(ctx)
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+
+	metricsManager := csimetrics.NewCSIMetricsManagerWithOptions("",
+		csimetrics.WithSubsystem(csimetrics.SubsystemSidecar),
+		csimetrics.WithMigration(),
+	).WithAdditionalRegistry(legacyregistry.DefaultGatherer)
+	connectCtx, connectCancel := context.WithTimeout(ctx, cfg.ConnectTimeout)
+	conn, err := connection.Connect(connectCtx, cfg.CSIAddress, metricsManager,
+		connection.OnConnectionLoss(func(context.Context) bool {
+			cancel(ErrDriverConnectionLost)
+			return false
+		}))
+	connectCancel()
+	if err != nil {
+		return fmt.Errorf("connect to CSI driver at %s: %w", cfg.CSIAddress, err)
+	}
+	defer conn.Close()
+
+	facts, err := DiscoverDriver(ctx, conn, cfg.Controller.Timeout)
+	if err != nil {
+		return err
+	}
+	metricsManager.SetDriverName(facts.Info.Name)
+	facts.Info.DefaultFSType = cfg.DefaultFSType
+
+	client, err := kubernetes.NewForConfig(rest.AddUserAgent(rest.CopyConfig(cfg.RESTConfig), "csi-attacher"))
+	if err != nil {
+		return fmt.Errorf("create API client: %w", err)
+	}
+
+	metrics := processMetrics()
+
+	watchdog := leaderelection.NewLeaderHealthzAdaptor(20 * time.Second)
+	if cfg.Leader.Enabled {
+		cfg.HTTP.LeaderWatchdog = watchdog
+	} else {
+		watchdog = nil
+	}
+	cfg.HTTP.RegisterMetrics = func(mux *http.ServeMux, path string) { metricsManager.RegisterToServer(mux, path) }
+	addr, err := app.ServeHTTP(ctx, cfg.HTTP)
+	if err != nil {
+		return err
+	}
+	if cfg.Ready != nil {
+		cfg.Ready(addr)
+	}
+
+	ctrlCfg := cfg.Controller
+	ctrlCfg.Driver = facts.Info
+	ctrlCfg.Trivial = facts.Trivial
+	if !facts.ListVolumesPublished {
+		ctrlCfg.ReconcileSync = 0
+	}
+	if cfg.Leader.LeaseName == "" {
+		cfg.Leader.LeaseName = kube.LeaseName(facts.Info.Name)
+	}
+
+	run := func(ctx context.Context) error {
+		factory := informers.NewSharedInformerFactoryWithOptions(client, cfg.Resync, informers.WithTransform(Transform(facts.Info.Name)))
+		broadcaster := record.NewBroadcaster(record.WithContext(ctx))
+		broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
+		defer broadcaster.Shutdown()
+		recorder := broadcaster.NewRecorder(scheme.Scheme, v1.EventSource{Component: "csi-attacher " + facts.Info.Name})
+		ctrl, err := New(ctrlCfg, client, factory, NewGRPCClient(conn), csitrans.New(), recorder, metrics)
+		if err != nil {
+			return err
+		}
+		for _, r := range ctrl.Backlogs() {
+			// A second attacher in the same process (tests) finds the
+			// collector taken; the first one keeps reporting.
+			_ = legacyregistry.CustomRegister(r.BacklogCollector())
+		}
+		factory.Start(ctx.Done())
+		defer factory.Shutdown()
+		return ctrl.Run(ctx)
+	}
+	err = app.RunAsLeader(ctx, client, cfg.Leader, watchdog, run)
+	if cause := context.Cause(ctx); errors.Is(cause, ErrDriverConnectionLost) {
+		return cause
+	}
+	if errors.Is(err, context.Canceled) {
+		logger.Info("csi-attacher stopped")
+		return nil
+	}
+	return err
+}
