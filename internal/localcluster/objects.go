@@ -6,9 +6,11 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/util/retry"
 )
 
 // A local cluster runs no kube-controller-manager, so nothing binds PVCs to
@@ -74,8 +76,23 @@ func CreateBoundVolume(ctx context.Context, client kubernetes.Interface, spec Vo
 	if err != nil {
 		return nil, nil, fmt.Errorf("create PV %s: %w", spec.Name, err)
 	}
-	pv.Status.Phase = v1.VolumeBound
-	if pv, err = client.CoreV1().PersistentVolumes().UpdateStatus(ctx, pv, metav1.UpdateOptions{}); err != nil {
+	// A controller may already be writing the PV (the attacher adds its
+	// finalizer as soon as a VolumeAttachment names it): retry on conflict.
+	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		pv.Status.Phase = v1.VolumeBound
+		updated, err := client.CoreV1().PersistentVolumes().UpdateStatus(ctx, pv, metav1.UpdateOptions{})
+		if apierrors.IsConflict(err) {
+			if fresh, gerr := client.CoreV1().PersistentVolumes().Get(ctx, pv.Name, metav1.GetOptions{}); gerr == nil {
+				pv = fresh
+			}
+			return err
+		}
+		if err == nil {
+			pv = updated
+		}
+		return err
+	})
+	if err != nil {
 		return nil, nil, fmt.Errorf("mark PV %s bound: %w", spec.Name, err)
 	}
 	pvc.Status.Phase = v1.ClaimBound

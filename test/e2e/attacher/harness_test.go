@@ -1,0 +1,306 @@
+// Package attacher_test runs csi-attacher end to end: the same RunSidecar
+// the binary runs, against the in-process kube-apiserver and the mock CSI
+// driver over a real unix socket.
+package attacher_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/klog/v2"
+
+	"github.com/latchcsi/latch/internal/app"
+	"github.com/latchcsi/latch/internal/attacher"
+	"github.com/latchcsi/latch/internal/csimock"
+	"github.com/latchcsi/latch/internal/localcluster"
+)
+
+var cluster *localcluster.Cluster
+
+func TestMain(m *testing.M) { os.Exit(localcluster.RunTestMain(m, &cluster)) }
+
+// writeCounter counts the attacher's API writes by resource and
+// subresource, through the client's transport.
+type writeCounter struct {
+	mu     sync.Mutex
+	counts map[string]int
+}
+
+func (w *writeCounter) wrap(rt http.RoundTripper) http.RoundTripper {
+	return roundTripFunc(func(req *http.Request) (*http.Response, error) {
+		if req.Method != http.MethodGet {
+			w.mu.Lock()
+			w.counts[req.Method+" "+resourceOf(req.URL.Path)]++
+			w.mu.Unlock()
+		}
+		return rt.RoundTrip(req)
+	})
+}
+
+func (w *writeCounter) get(key string) int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.counts[key]
+}
+
+func (w *writeCounter) snapshot() map[string]int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	out := map[string]int{}
+	for k, v := range w.counts {
+		out[k] = v
+	}
+	return out
+}
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// resourceOf turns /apis/storage.k8s.io/v1/volumeattachments/x/status into
+// "volumeattachments/status" and .../persistentvolumes/x into
+// "persistentvolumes".
+func resourceOf(path string) string {
+	parts := strings.Split(strings.Trim(path, "/"), "/")
+	for i, p := range parts {
+		switch p {
+		case "volumeattachments", "persistentvolumes", "events", "leases":
+			if i+2 < len(parts) {
+				return p + "/" + parts[i+2]
+			}
+			return p
+		}
+	}
+	return path
+}
+
+type env struct {
+	t       *testing.T
+	ctx     context.Context
+	client  kubernetes.Interface
+	driver  *csimock.Driver
+	name    string // driver name
+	socket  string
+	writes  *writeCounter
+	node    string
+	nodeID  string
+	prefix  string
+	stopAtt func()
+}
+
+type envOptions struct {
+	caps          *csimock.Capabilities
+	reconcileSync time.Duration
+	noCSINode     bool
+	leader        bool
+}
+
+// newEnv starts a mock driver with a driver name unique to the test, a node
+// with a CSINode entry for it, and one attacher.
+func newEnv(t *testing.T, o envOptions) *env {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	t.Cleanup(cancel)
+	prefix := strings.ToLower(strings.NewReplacer("/", "-", "_", "-").Replace(t.Name()))
+	if len(prefix) > 40 {
+		prefix = prefix[len(prefix)-40:]
+		prefix = strings.TrimLeft(prefix, "-")
+	}
+	e := &env{
+		t: t, ctx: ctx, client: cluster.Client(),
+		name:   prefix + ".csi.latch.dev",
+		writes: &writeCounter{counts: map[string]int{}},
+		node:   prefix + "-node", nodeID: prefix + "-node-id",
+		prefix: prefix,
+	}
+	// Unix socket paths are limited to ~100 bytes: keep them short.
+	dir, err := os.MkdirTemp("", "latch-e2e")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	e.socket = filepath.Join(dir, "csi.sock")
+
+	cfg := csimock.DefaultConfig()
+	cfg.Name = e.name
+	cfg.NodeService = false
+	cfg.AutoCreateVolumes = true
+	if o.caps != nil {
+		cfg.Capabilities = *o.caps
+	}
+	e.driver, err = csimock.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.driver.Start(ctx, e.socket); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.driver.Stop)
+
+	if !o.noCSINode {
+		e.createCSINode(e.node, e.nodeID)
+	}
+	e.stopAtt = e.startAttacher(o, "")
+	t.Cleanup(func() { e.stopAtt() })
+	return e
+}
+
+// startAttacher runs one attacher replica; the returned func stops it and
+// waits for it to exit.
+func (e *env) startAttacher(o envOptions, identity string) func() {
+	ctx, cancel := context.WithCancel(e.ctx)
+	cfg := cluster.RESTConfig()
+	cfg.WrapTransport = e.writes.wrap
+	done := make(chan error, 1)
+	logger := klog.Background().WithName(identity)
+	go func() {
+		done <- attacher.RunSidecar(klog.NewContext(ctx, logger), attacher.SidecarConfig{
+			RESTConfig:     rest.CopyConfig(cfg),
+			CSIAddress:     e.socket,
+			ConnectTimeout: 30 * time.Second,
+			Resync:         10 * time.Minute,
+			DefaultFSType:  "ext4",
+			Controller: attacher.Config{
+				Workers: 10, Timeout: 5 * time.Second,
+				RetryIntervalStart: 100 * time.Millisecond, RetryIntervalMax: 5 * time.Minute,
+				SecretRetryInterval: 500 * time.Millisecond,
+				ReconcileSync:       o.reconcileSync,
+			},
+			Leader: app.LeaderElection{
+				Enabled: o.leader, Namespace: "default", Identity: identity,
+				LeaseDuration: 2 * time.Second, RenewDeadline: 1500 * time.Millisecond, RetryPeriod: 200 * time.Millisecond,
+			},
+		})
+	}()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			cancel()
+			select {
+			case err := <-done:
+				if err != nil {
+					e.t.Errorf("attacher %q exited with error: %v", identity, err)
+				}
+			case <-time.After(time.Minute):
+				e.t.Errorf("attacher %q did not stop within a minute", identity)
+			}
+		})
+	}
+}
+
+func (e *env) createCSINode(node, nodeID string) {
+	e.t.Helper()
+	n := &storagev1.CSINode{
+		ObjectMeta: metav1.ObjectMeta{Name: node},
+		Spec:       storagev1.CSINodeSpec{Drivers: []storagev1.CSINodeDriver{{Name: e.name, NodeID: nodeID}}},
+	}
+	if _, err := e.client.StorageV1().CSINodes().Create(e.ctx, n, metav1.CreateOptions{}); err != nil {
+		e.t.Fatalf("create CSINode %s: %v", node, err)
+	}
+}
+
+func (e *env) createPV(name string, mods ...func(*localcluster.VolumeSpec)) {
+	e.t.Helper()
+	spec := localcluster.VolumeSpec{Namespace: "default", Name: name, Driver: e.name}
+	for _, m := range mods {
+		m(&spec)
+	}
+	if _, _, err := localcluster.CreateBoundVolume(e.ctx, e.client, spec); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+func (e *env) newVA(name, pv, node string) *storagev1.VolumeAttachment {
+	return &storagev1.VolumeAttachment{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: storagev1.VolumeAttachmentSpec{
+			Attacher: e.name, NodeName: node,
+			Source: storagev1.VolumeAttachmentSource{PersistentVolumeName: &pv},
+		},
+	}
+}
+
+func (e *env) createVA(va *storagev1.VolumeAttachment) {
+	e.t.Helper()
+	if _, err := e.client.StorageV1().VolumeAttachments().Create(e.ctx, va, metav1.CreateOptions{}); err != nil {
+		e.t.Fatalf("create VolumeAttachment %s: %v", va.Name, err)
+	}
+}
+
+func (e *env) getVA(name string) *storagev1.VolumeAttachment {
+	e.t.Helper()
+	va, err := e.client.StorageV1().VolumeAttachments().Get(e.ctx, name, metav1.GetOptions{})
+	if err != nil {
+		e.t.Fatalf("get VolumeAttachment %s: %v", name, err)
+	}
+	return va
+}
+
+// eventually polls cond until it holds or the timeout passes.
+func (e *env) eventually(timeout time.Duration, what string, cond func() (bool, error)) {
+	e.t.Helper()
+	err := wait.PollUntilContextTimeout(e.ctx, 20*time.Millisecond, timeout, true, func(context.Context) (bool, error) { return cond() })
+	if err != nil {
+		if vas, lerr := e.client.StorageV1().VolumeAttachments().List(e.ctx, metav1.ListOptions{}); lerr == nil {
+			for _, va := range vas.Items {
+				if va.Spec.Attacher == e.name && len(vas.Items) < 50 {
+					e.t.Logf("VA %s: attached=%v attachError=%+v detachError=%+v finalizers=%v", va.Name, va.Status.Attached, va.Status.AttachError, va.Status.DetachError, va.Finalizers)
+				}
+			}
+		}
+		e.t.Fatalf("waiting for %s: %v", what, err)
+	}
+}
+
+func (e *env) waitAttached(name string, timeout time.Duration) *storagev1.VolumeAttachment {
+	e.t.Helper()
+	var va *storagev1.VolumeAttachment
+	e.eventually(timeout, fmt.Sprintf("VolumeAttachment %s attached", name), func() (bool, error) {
+		var err error
+		va, err = e.client.StorageV1().VolumeAttachments().Get(e.ctx, name, metav1.GetOptions{})
+		return err == nil && va.Status.Attached, nil
+	})
+	return va
+}
+
+func (e *env) waitAttachError(name, substring string) *storagev1.VolumeAttachment {
+	e.t.Helper()
+	var va *storagev1.VolumeAttachment
+	e.eventually(30*time.Second, fmt.Sprintf("attachError containing %q on %s", substring, name), func() (bool, error) {
+		var err error
+		va, err = e.client.StorageV1().VolumeAttachments().Get(e.ctx, name, metav1.GetOptions{})
+		return err == nil && va.Status.AttachError != nil && strings.Contains(va.Status.AttachError.Message, substring), nil
+	})
+	if va == nil || va.Status.AttachError == nil {
+		e.t.Fatalf("no attachError on %s", name)
+	}
+	return va
+}
+
+func (e *env) waitGone(name string) {
+	e.t.Helper()
+	e.eventually(30*time.Second, fmt.Sprintf("VolumeAttachment %s gone", name), func() (bool, error) {
+		_, err := e.client.StorageV1().VolumeAttachments().Get(e.ctx, name, metav1.GetOptions{})
+		return apierrors.IsNotFound(err), nil
+	})
+}
+
+func (e *env) deleteVA(name string) {
+	e.t.Helper()
+	if err := e.client.StorageV1().VolumeAttachments().Delete(e.ctx, name, metav1.DeleteOptions{}); err != nil {
+		e.t.Fatalf("delete VolumeAttachment %s: %v", name, err)
+	}
+}
