@@ -21,6 +21,9 @@ type HTTPConfig struct {
 	// LeaderWatchdog, when set, serves /healthz/leader-election: it fails
 	// when this replica leads but has not renewed its lease in time.
 	LeaderWatchdog *leaderelection.HealthzAdaptor
+	// RegisterMetrics installs the metrics handler on mux at path. Nil
+	// serves component-base's legacy registry.
+	RegisterMetrics func(mux *http.ServeMux, path string)
 	// Extra handlers, by path.
 	Handlers map[string]http.Handler
 }
@@ -37,7 +40,11 @@ func ServeHTTP(ctx context.Context, cfg HTTPConfig) (net.Addr, error) {
 		cfg.MetricsPath = "/metrics"
 	}
 	mux := http.NewServeMux()
-	mux.Handle(cfg.MetricsPath, legacyregistry.Handler())
+	if cfg.RegisterMetrics != nil {
+		cfg.RegisterMetrics(mux, cfg.MetricsPath)
+	} else {
+		mux.Handle(cfg.MetricsPath, legacyregistry.Handler())
+	}
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
 	if cfg.LeaderWatchdog != nil {
 		mux.HandleFunc("/healthz/leader-election", func(w http.ResponseWriter, r *http.Request) {
