@@ -1,0 +1,225 @@
+// Package controller is the I/O half of latch's attach/detach controller:
+// informers and their event handlers feed the desired and actual state of
+// the world (internal/attachdetach/state) and enqueue the (volume, node)
+// keys a change affects; a runner of workers gathers the facts for one key,
+// calls decide.Decide and executes the plan against the API server; a
+// second runner keeps every Node's status.volumesAttached exact, batched
+// per node.
+//
+// Nothing scans all volumes on a timer except the verify pass
+// (Config.VerifyPeriod), which only enqueues keys whose VolumeAttachment
+// and actual state disagree.
+package controller
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	storagelisters "k8s.io/client-go/listers/storage/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/component-base/metrics"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+
+	"github.com/latchcsi/latch/internal/attachdetach/decide"
+	"github.com/latchcsi/latch/internal/attachdetach/state"
+	"github.com/latchcsi/latch/internal/attachdetach/volume"
+	runner "github.com/latchcsi/latch/internal/controller"
+	"github.com/latchcsi/latch/internal/kube"
+)
+
+// Config is the controller's configuration, filled from flags in cmd/.
+type Config struct {
+	// Workers reconcile (volume, node) keys in parallel
+	// (--concurrent-attach-detach-syncs). The node status updater gets
+	// its own workers (NodeStatusWorkers).
+	Workers int
+	// NodeStatusWorkers write Node.status.volumesAttached; default 4.
+	NodeStatusWorkers int
+	// MaxWaitForUnmount and DisableForceDetachOnTimeout: see decide.Config.
+	MaxWaitForUnmount           time.Duration
+	DisableForceDetachOnTimeout bool
+	// VerifyPeriod is how often the actual state is compared with the
+	// VolumeAttachments in the informer cache (--reconcile-sync); 0
+	// disables the pass.
+	VerifyPeriod time.Duration
+	// RetryIntervalStart and RetryIntervalMax bound the per-key backoff of
+	// failed API writes; zero means the runner's defaults.
+	RetryIntervalStart time.Duration
+	RetryIntervalMax   time.Duration
+	// MigratedPlugins is the set of in-tree plugins translated to CSI; nil
+	// means volume.DefaultMigratedPlugins.
+	MigratedPlugins map[string]bool
+	Clock           clock.WithTicker
+}
+
+// Controller is the attach/detach controller.
+type Controller struct {
+	cfg      Config
+	client   kubernetes.Interface
+	recorder record.EventRecorder
+	metrics  *Metrics
+	clock    clock.WithTicker
+	resolver *volume.Resolver
+	decide   decide.Config
+
+	dsw *state.Desired
+	asw *state.Actual
+
+	pods       cache.SharedIndexInformer
+	podLister  corelisters.PodLister
+	nodeLister corelisters.NodeLister
+	pvcLister  corelisters.PersistentVolumeClaimLister
+	pvs        cache.SharedIndexInformer
+	pvLister   corelisters.PersistentVolumeLister
+	drvLister  storagelisters.CSIDriverLister
+	vaLister   storagelisters.VolumeAttachmentLister
+	synced     []cache.InformerSynced
+
+	// keys reconciles (volume, node) keys; podQueue records Pods in the
+	// desired state; nodes writes node statuses; vaQueue routes
+	// VolumeAttachments the name book does not know.
+	keys     *runner.Runner[state.Key]
+	podQueue *runner.Runner[string]
+	nodes    *runner.Runner[string]
+	vaQueue  *runner.Runner[string]
+
+	status *statusBook
+	writes *ownWrites
+	podRec *podBook
+	names  *nameBook
+	timing *opTimes
+}
+
+// New wires the controller to the informers of factory (which the caller
+// starts after New) and returns it. recorder receives the Pod events;
+// metrics may be nil (nothing is recorded then).
+func New(cfg Config, client kubernetes.Interface, factory informers.SharedInformerFactory, recorder record.EventRecorder, m *Metrics) (*Controller, error) {
+	if cfg.Workers <= 0 {
+		cfg.Workers = 10
+	}
+	if cfg.NodeStatusWorkers <= 0 {
+		cfg.NodeStatusWorkers = 4
+	}
+	if cfg.MaxWaitForUnmount <= 0 {
+		cfg.MaxWaitForUnmount = decide.DefaultMaxWaitForUnmount
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = clock.RealClock{}
+	}
+	if m == nil {
+		m = NewMetrics()
+	}
+	c := &Controller{
+		cfg: cfg, client: client, recorder: recorder, metrics: m, clock: cfg.Clock,
+		resolver: volume.NewResolver(cfg.MigratedPlugins),
+		decide:   decide.Config{MaxWaitForUnmount: cfg.MaxWaitForUnmount, DisableForceDetachOnTimeout: cfg.DisableForceDetachOnTimeout},
+		dsw:      state.NewDesired(),
+		asw:      state.NewActual(),
+		status:   newStatusBook(),
+		writes:   newOwnWrites(),
+		podRec:   newPodBook(),
+		names:    newNameBook(),
+		timing:   newOpTimes(),
+	}
+	core, storage := factory.Core().V1(), factory.Storage().V1()
+	c.pods = core.Pods().Informer()
+	c.pvs = core.PersistentVolumes().Informer()
+	nodes, pvcs := core.Nodes().Informer(), core.PersistentVolumeClaims().Informer()
+	drivers, vas := storage.CSIDrivers().Informer(), storage.VolumeAttachments().Informer()
+	c.podLister, c.nodeLister, c.pvcLister = core.Pods().Lister(), core.Nodes().Lister(), core.PersistentVolumeClaims().Lister()
+	c.pvLister, c.drvLister, c.vaLister = core.PersistentVolumes().Lister(), storage.CSIDrivers().Lister(), storage.VolumeAttachments().Lister()
+	informersUsed := []cache.SharedIndexInformer{c.pods, nodes, pvcs, c.pvs, drivers, vas}
+	for _, inf := range informersUsed {
+		if err := inf.SetTransform(kube.StripManagedFields); err != nil {
+			return nil, fmt.Errorf("set informer transform: %w", err)
+		}
+		c.synced = append(c.synced, inf.HasSynced)
+	}
+	if err := c.addIndexers(); err != nil {
+		return nil, err
+	}
+
+	opts := func(name string, workers int) runner.Options {
+		return runner.Options{
+			Name: name, Workers: workers, Clock: cfg.Clock,
+			RetryIntervalStart: cfg.RetryIntervalStart, RetryIntervalMax: cfg.RetryIntervalMax,
+		}
+	}
+	c.keys = runner.New[state.Key](runner.ReconcilerFunc[state.Key](c.syncKey), opts("attachdetach_volumes", cfg.Workers))
+	c.podQueue = runner.New[string](runner.ReconcilerFunc[string](c.syncPod), opts("attachdetach_pods", cfg.Workers))
+	c.nodes = runner.New[string](runner.ReconcilerFunc[string](c.syncNodeStatus), opts("attachdetach_node_status", cfg.NodeStatusWorkers))
+	c.vaQueue = runner.New[string](runner.ReconcilerFunc[string](c.syncVA), opts("attachdetach_volumeattachments", 2))
+
+	if err := c.addHandlers(nodes, pvcs, drivers, vas); err != nil {
+		return nil, err
+	}
+	m.setSource(c)
+	return c, nil
+}
+
+// BacklogCollectors returns the backlog age collectors of the work
+// queues, for the binary to register.
+func (c *Controller) BacklogCollectors() []metrics.StableCollector {
+	return []metrics.StableCollector{c.keys.BacklogCollector(), c.podQueue.BacklogCollector(), c.nodes.BacklogCollector(), c.vaQueue.BacklogCollector()}
+}
+
+// Run waits for the caches, rebuilds the actual state, starts the workers
+// and blocks until ctx is done and the workers have drained.
+func (c *Controller) Run(ctx context.Context) error {
+	logger := klog.FromContext(ctx)
+	if !cache.WaitForNamedCacheSync("attachdetach-controller", ctx.Done(), c.synced...) {
+		return fmt.Errorf("attachdetach-controller: caches did not sync: %w", ctx.Err())
+	}
+	c.rebuild(ctx)
+	logger.Info("Attach/detach controller started", "workers", c.cfg.Workers,
+		"maxWaitForUnmount", c.cfg.MaxWaitForUnmount, "forceDetachOnTimeout", !c.cfg.DisableForceDetachOnTimeout,
+		"verifyPeriod", c.cfg.VerifyPeriod)
+
+	var wg sync.WaitGroup
+	queues := []interface{ Run(context.Context) error }{c.keys, c.podQueue, c.nodes, c.vaQueue}
+	errs := make(chan error, len(queues))
+	for _, q := range queues {
+		wg.Go(func() { errs <- q.Run(ctx) })
+	}
+	if c.cfg.VerifyPeriod > 0 {
+		wg.Go(func() { c.runVerify(ctx) })
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	logger.Info("Attach/detach controller stopped")
+	return nil
+}
+
+// objects is the lister-backed volume.Objects.
+type objects struct{ c *Controller }
+
+var _ volume.Objects = objects{}
+
+func (o objects) PersistentVolumeClaim(namespace, name string) (*v1.PersistentVolumeClaim, bool) {
+	pvc, err := o.c.pvcLister.PersistentVolumeClaims(namespace).Get(name)
+	return pvc, err == nil
+}
+
+func (o objects) PersistentVolume(name string) (*v1.PersistentVolume, bool) {
+	pv, err := o.c.pvLister.Get(name)
+	return pv, err == nil
+}
+
+func (o objects) CSIDriver(name string) (*storagev1.CSIDriver, bool) {
+	d, err := o.c.drvLister.Get(name)
+	return d, err == nil
+}

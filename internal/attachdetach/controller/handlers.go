@@ -1,0 +1,284 @@
+package controller
+
+import (
+	"fmt"
+	"slices"
+
+	v1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/latchcsi/latch/internal/attachdetach/decide"
+	"github.com/latchcsi/latch/internal/attachdetach/state"
+	"github.com/latchcsi/latch/internal/kube"
+)
+
+// Event handlers. They never call the API server and never resolve
+// volumes: they update the in-memory state where the change is a plain
+// observation (a node's volumesInUse, a node appearing) and enqueue the
+// keys, Pods or nodes the change affects. Everything that needs a context
+// (resolving volumes, API writes) happens in a worker.
+
+func (c *Controller) addHandlers(nodes, pvcs, drivers, vas cache.SharedIndexInformer) error {
+	handlers := []struct {
+		inf cache.SharedIndexInformer
+		h   cache.ResourceEventHandler
+	}{
+		{c.pods, cache.ResourceEventHandlerFuncs{
+			AddFunc:    func(obj any) { c.podChanged(nil, obj) },
+			UpdateFunc: c.podChanged,
+			DeleteFunc: c.podDeleted,
+		}},
+		{nodes, cache.ResourceEventHandlerFuncs{
+			AddFunc:    func(obj any) { c.nodeChanged(nil, obj) },
+			UpdateFunc: c.nodeChanged,
+			DeleteFunc: c.nodeDeleted,
+		}},
+		{pvcs, cache.ResourceEventHandlerFuncs{
+			AddFunc:    func(obj any) { c.pvcChanged(nil, obj) },
+			UpdateFunc: c.pvcChanged,
+			DeleteFunc: func(obj any) { c.pvcChanged(nil, tombstone(obj)) },
+		}},
+		{c.pvs, cache.ResourceEventHandlerFuncs{
+			AddFunc:    func(obj any) { c.pvChanged(nil, obj) },
+			UpdateFunc: c.pvChanged,
+			DeleteFunc: func(obj any) { c.pvChanged(nil, tombstone(obj)) },
+		}},
+		{drivers, cache.ResourceEventHandlerFuncs{
+			AddFunc:    func(obj any) { c.csiDriverChanged(nil, obj) },
+			UpdateFunc: c.csiDriverChanged,
+			DeleteFunc: func(obj any) { c.csiDriverChanged(nil, tombstone(obj)) },
+		}},
+		{vas, cache.ResourceEventHandlerFuncs{
+			AddFunc:    func(obj any) { c.vaChanged(nil, obj) },
+			UpdateFunc: c.vaChanged,
+			DeleteFunc: c.vaDeleted,
+		}},
+	}
+	for _, h := range handlers {
+		if _, err := h.inf.AddEventHandler(h.h); err != nil {
+			return fmt.Errorf("add event handler: %w", err)
+		}
+	}
+	return nil
+}
+
+func tombstone(obj any) any {
+	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		return t.Obj
+	}
+	return obj
+}
+
+// --- Pods ---
+
+func (c *Controller) podChanged(oldObj, obj any) {
+	pod, ok := obj.(*v1.Pod)
+	if !ok || pod.Spec.NodeName == "" {
+		return
+	}
+	if old, ok := oldObj.(*v1.Pod); ok && old.UID == pod.UID && podVolumesUnchanged(old, pod) {
+		// Status updates (the common case) change nothing the controller
+		// looks at; spec.volumes and spec.nodeName are immutable.
+		return
+	}
+	c.podQueue.Enqueue(claimKey(pod.Namespace, pod.Name))
+}
+
+// podVolumesUnchanged: only whether the pod still needs its volumes can
+// change after scheduling (it terminated, or is being deleted).
+func podVolumesUnchanged(old, pod *v1.Pod) bool {
+	return old.Spec.NodeName == pod.Spec.NodeName && podNeedsVolumes(old) == podNeedsVolumes(pod)
+}
+
+func (c *Controller) podDeleted(obj any) {
+	pod, ok := tombstone(obj).(*v1.Pod)
+	if !ok {
+		return
+	}
+	c.podQueue.Enqueue(claimKey(pod.Namespace, pod.Name))
+}
+
+// enqueuePodsBy enqueues the Pods that the pod index lists under value.
+func (c *Controller) enqueuePodsBy(index, value string) {
+	objs, err := c.pods.GetIndexer().ByIndex(index, value)
+	if err != nil {
+		return
+	}
+	for _, obj := range objs {
+		if pod, ok := obj.(*v1.Pod); ok {
+			c.podQueue.Enqueue(claimKey(pod.Namespace, pod.Name))
+		}
+	}
+}
+
+// --- PVCs, PVs, CSIDrivers: re-resolve the Pods that use them ---
+
+func (c *Controller) pvcChanged(oldObj, obj any) {
+	pvc, ok := obj.(*v1.PersistentVolumeClaim)
+	if !ok {
+		return
+	}
+	if old, ok := oldObj.(*v1.PersistentVolumeClaim); ok && old.UID == pvc.UID &&
+		old.Spec.VolumeName == pvc.Spec.VolumeName && old.Status.Phase == pvc.Status.Phase {
+		return
+	}
+	c.enqueuePodsBy(podByClaimIndex, claimKey(pvc.Namespace, pvc.Name))
+}
+
+func (c *Controller) pvChanged(oldObj, obj any) {
+	pv, ok := obj.(*v1.PersistentVolume)
+	if !ok {
+		return
+	}
+	if old, ok := oldObj.(*v1.PersistentVolume); ok && old.UID == pv.UID &&
+		apiequality.Semantic.DeepEqual(old.Spec, pv.Spec) {
+		return
+	}
+	if ref := pv.Spec.ClaimRef; ref != nil {
+		c.enqueuePodsBy(podByClaimIndex, claimKey(ref.Namespace, ref.Name))
+	}
+}
+
+func (c *Controller) csiDriverChanged(oldObj, obj any) {
+	drv, ok := obj.(*storagev1.CSIDriver)
+	if !ok {
+		return
+	}
+	if old, ok := oldObj.(*storagev1.CSIDriver); ok && attachRequired(old) == attachRequired(drv) {
+		return
+	}
+	c.enqueuePodsBy(podByInlineDriverIndex, drv.Name)
+	pvs, err := c.pvs.GetIndexer().ByIndex(pvByDriverIndex, drv.Name)
+	if err != nil {
+		return
+	}
+	for _, obj := range pvs {
+		if pv, ok := obj.(*v1.PersistentVolume); ok && pv.Spec.ClaimRef != nil {
+			c.enqueuePodsBy(podByClaimIndex, claimKey(pv.Spec.ClaimRef.Namespace, pv.Spec.ClaimRef.Name))
+		}
+	}
+}
+
+func attachRequired(d *storagev1.CSIDriver) bool {
+	return d.Spec.AttachRequired == nil || *d.Spec.AttachRequired
+}
+
+// --- Nodes ---
+
+func (c *Controller) nodeChanged(oldObj, obj any) {
+	node, ok := obj.(*v1.Node)
+	if !ok {
+		return
+	}
+	old, _ := oldObj.(*v1.Node)
+	_, managed := node.Annotations[kube.ControllerManagedAttachAnnotation]
+	wasManaged := c.dsw.NodeManaged(node.Name)
+	c.enqueueVolumes(c.dsw.AddNode(node.Name, managed))
+	// The node's volumesInUse decides which detaches may go ahead.
+	for _, k := range c.asw.SetVolumesInUse(node.Name, node.Status.VolumesInUse) {
+		c.keys.Enqueue(k)
+	}
+	if managed && !wasManaged {
+		// Pods that arrived before the node (or before it was managed)
+		// were not recorded; record them now.
+		c.enqueuePodsBy(podByNodeIndex, node.Name)
+	}
+	if old == nil || decide.NodeFactsOf(old) != decide.NodeFactsOf(node) {
+		// Readiness and the out-of-service taint change detach rules.
+		c.enqueueNode(node.Name)
+	}
+	if old == nil || !slices.Equal(old.Status.VolumesAttached, node.Status.VolumesAttached) {
+		c.nodes.Enqueue(node.Name)
+	}
+}
+
+func (c *Controller) nodeDeleted(obj any) {
+	node, ok := tombstone(obj).(*v1.Node)
+	if !ok {
+		return
+	}
+	c.enqueueVolumes(c.dsw.DeleteNode(node.Name))
+	c.asw.DeleteNode(node.Name)
+	c.enqueueNode(node.Name)
+	c.nodes.Enqueue(node.Name)
+}
+
+// enqueueNode enqueues every key on node, wanted or attached.
+func (c *Controller) enqueueNode(node string) {
+	for _, e := range c.asw.ForNode(node) {
+		c.keys.Enqueue(e.Key)
+	}
+	for _, w := range c.dsw.VolumesOnNode(node) {
+		c.keys.Enqueue(state.Key{Volume: w.Volume.UniqueName, Node: node})
+	}
+}
+
+// enqueueVolumes enqueues keys and every other key of their volumes: the
+// decision for one node of a volume depends on its other nodes
+// (multi-attach).
+func (c *Controller) enqueueVolumes(keys []state.Key) {
+	done := map[v1.UniqueVolumeName]bool{}
+	for _, k := range keys {
+		c.keys.Enqueue(k)
+		if done[k.Volume] {
+			continue
+		}
+		done[k.Volume] = true
+		for _, e := range c.asw.ForVolume(k.Volume) {
+			c.keys.Enqueue(e.Key)
+		}
+		for _, n := range c.dsw.NodesWantingVolume(k.Volume) {
+			c.keys.Enqueue(state.Key{Volume: k.Volume, Node: n})
+		}
+	}
+}
+
+// --- VolumeAttachments ---
+
+func (c *Controller) vaChanged(oldObj, obj any) {
+	va, ok := obj.(*storagev1.VolumeAttachment)
+	if !ok {
+		return
+	}
+	c.writes.observed(va)
+	if old, ok := oldObj.(*storagev1.VolumeAttachment); ok && old.UID == va.UID && sameVAFacts(decide.VAFactsOf(old), decide.VAFactsOf(va)) {
+		// csi-attacher's finalizer and annotation writes change nothing
+		// the decision looks at.
+		return
+	}
+	c.enqueueVA(va.Name)
+}
+
+func (c *Controller) vaDeleted(obj any) {
+	va, ok := tombstone(obj).(*storagev1.VolumeAttachment)
+	if !ok {
+		return
+	}
+	c.writes.gone(va.Name)
+	c.enqueueVA(va.Name)
+	c.timing.detached(va.Name, c.clock.Now(), c.metrics)
+}
+
+// enqueueVA enqueues the key of a VolumeAttachment the controller knows
+// by name, and hands unknown ones to the VA queue, which resolves them.
+func (c *Controller) enqueueVA(name string) {
+	if key, ok := c.names.get(name); ok {
+		c.keys.Enqueue(key)
+		return
+	}
+	c.vaQueue.Enqueue(name)
+}
+
+func sameVAFacts(a, b decide.VAFacts) bool {
+	return a.Exists == b.Exists && a.Attached == b.Attached && a.Deleting == b.Deleting &&
+		sameVolumeError(a.AttachError, b.AttachError) && sameVolumeError(a.DetachError, b.DetachError)
+}
+
+func sameVolumeError(a, b *storagev1.VolumeError) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return a.Message == b.Message && a.Time.Equal(&b.Time)
+}

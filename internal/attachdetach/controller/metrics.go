@@ -1,0 +1,180 @@
+package controller
+
+import (
+	"strings"
+	"sync"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/component-base/metrics"
+
+	"github.com/latchcsi/latch/internal/attachdetach/state"
+	"github.com/latchcsi/latch/internal/kube"
+)
+
+// Metric names. The first two are kube-controller-manager's, so existing
+// dashboards and alerts keep working.
+const (
+	TotalVolumesMetric       = "attachdetach_controller_total_volumes"
+	ForcedDetachesMetric     = "attachdetach_controller_forced_detaches"
+	OperationDurationMetric  = "latch_attachdetach_operation_duration_seconds"
+	PodVolumesAttachedMetric = "latch_attachdetach_pod_volumes_attached_seconds"
+)
+
+// Metrics are the controller's own metrics. Unregistered metrics record
+// nothing, so tests that do not look at them pass NewMetrics() or nil.
+type Metrics struct {
+	forcedDetaches     *metrics.CounterVec
+	operationDuration  *metrics.HistogramVec
+	podVolumesAttached *metrics.Histogram
+	totals             *totalsCollector
+}
+
+// NewMetrics returns unregistered metrics.
+func NewMetrics() *Metrics {
+	return &Metrics{
+		forcedDetaches: metrics.NewCounterVec(&metrics.CounterOpts{
+			Name:           ForcedDetachesMetric,
+			Help:           "Number of times the A/D Controller performed a forced detach",
+			StabilityLevel: metrics.ALPHA,
+		}, []string{"reason"}),
+		operationDuration: metrics.NewHistogramVec(&metrics.HistogramOpts{
+			Name:           OperationDurationMetric,
+			Help:           "Seconds from creating a VolumeAttachment to seeing it attached (operation=attach), or from deleting it to seeing it gone (operation=detach).",
+			Buckets:        []float64{0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600},
+			StabilityLevel: metrics.ALPHA,
+		}, []string{"operation", "driver"}),
+		podVolumesAttached: metrics.NewHistogram(&metrics.HistogramOpts{
+			Name:           PodVolumesAttachedMetric,
+			Help:           "Seconds from a Pod being scheduled to all its attachable volumes being attached.",
+			Buckets:        []float64{0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600},
+			StabilityLevel: metrics.ALPHA,
+		}),
+		totals: &totalsCollector{desc: metrics.NewDesc(TotalVolumesMetric, "Number of volumes in A/D Controller",
+			[]string{"plugin_name", "state"}, nil, metrics.ALPHA, "")},
+	}
+}
+
+// Register registers the metrics with r (cmd/ passes legacyregistry).
+func (m *Metrics) Register(r metrics.KubeRegistry) {
+	r.MustRegister(m.forcedDetaches, m.operationDuration, m.podVolumesAttached)
+	r.CustomMustRegister(m.totals)
+}
+
+func (m *Metrics) setSource(c *Controller) {
+	m.totals.mu.Lock()
+	defer m.totals.mu.Unlock()
+	m.totals.source = c
+}
+
+// totalsCollector computes attachdetach_controller_total_volumes at
+// scrape time from the two caches, as upstream does.
+type totalsCollector struct {
+	metrics.BaseStableCollector
+	desc   *metrics.Desc
+	mu     sync.Mutex
+	source *Controller
+}
+
+var _ metrics.StableCollector = (*totalsCollector)(nil)
+
+func (t *totalsCollector) DescribeWithStability(ch chan<- *metrics.Desc) { ch <- t.desc }
+
+func (t *totalsCollector) CollectWithStability(ch chan<- metrics.Metric) {
+	t.mu.Lock()
+	c := t.source
+	t.mu.Unlock()
+	if c == nil {
+		return
+	}
+	desired := map[string]int{}
+	nodes, err := c.nodeLister.List(everything())
+	if err == nil {
+		for _, n := range nodes {
+			for _, w := range c.dsw.VolumesOnNode(n.Name) {
+				desired[pluginName(w.Volume.UniqueName)]++
+			}
+		}
+	}
+	actual := map[string]int{}
+	for _, k := range c.asw.Keys() {
+		actual[pluginName(k.Volume)]++
+	}
+	for plugin, n := range desired {
+		ch <- metrics.NewLazyConstMetric(t.desc, metrics.GaugeValue, float64(n), plugin, "desired_state_of_world")
+	}
+	for plugin, n := range actual {
+		ch <- metrics.NewLazyConstMetric(t.desc, metrics.GaugeValue, float64(n), plugin, "actual_state_of_world")
+	}
+}
+
+// pluginName is upstream's fully qualified plugin name for a CSI volume,
+// "kubernetes.io/csi:<driver>".
+func pluginName(vol v1.UniqueVolumeName) string {
+	driver, _, err := kube.ParseUniqueVolumeName(string(vol))
+	if err != nil {
+		return strings.TrimSuffix(kube.UniqueVolumeNamePrefix, "/")
+	}
+	return strings.TrimSuffix(kube.UniqueVolumeNamePrefix, "/") + ":" + driver
+}
+
+// opTimes remembers when attaches and detaches started, for the operation
+// duration histogram. Entries of operations that never finish (the key
+// was forgotten) are dropped when the same key starts another one.
+type opTimes struct {
+	mu      sync.Mutex
+	attach  map[state.Key]time.Time
+	detach  map[string]detachStart
+	maxSize int
+}
+
+type detachStart struct {
+	key   state.Key
+	start time.Time
+}
+
+func newOpTimes() *opTimes {
+	return &opTimes{attach: map[state.Key]time.Time{}, detach: map[string]detachStart{}, maxSize: 100000}
+}
+
+func (o *opTimes) attachStarted(key state.Key, now time.Time) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if len(o.attach) < o.maxSize {
+		o.attach[key] = now
+	}
+}
+
+func (o *opTimes) attachDone(key state.Key, now time.Time, m *Metrics) {
+	o.mu.Lock()
+	start, ok := o.attach[key]
+	delete(o.attach, key)
+	o.mu.Unlock()
+	if ok {
+		m.operationDuration.WithLabelValues("attach", driverOf(key.Volume)).Observe(now.Sub(start).Seconds())
+	}
+}
+
+func (o *opTimes) detachStarted(name string, key state.Key, now time.Time) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	delete(o.attach, key)
+	if len(o.detach) < o.maxSize {
+		o.detach[name] = detachStart{key: key, start: now}
+	}
+}
+
+func (o *opTimes) detached(name string, now time.Time, m *Metrics) {
+	o.mu.Lock()
+	d, ok := o.detach[name]
+	delete(o.detach, name)
+	o.mu.Unlock()
+	if ok {
+		m.operationDuration.WithLabelValues("detach", driverOf(d.key.Volume)).Observe(now.Sub(d.start).Seconds())
+	}
+}
+
+func driverOf(vol v1.UniqueVolumeName) string {
+	driver, _, _ := kube.ParseUniqueVolumeName(string(vol))
+	return driver
+}

@@ -1,0 +1,78 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"maps"
+
+	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
+
+	"github.com/latchcsi/latch/internal/attachdetach/nodestatus"
+	"github.com/latchcsi/latch/internal/attachdetach/state"
+	runner "github.com/latchcsi/latch/internal/controller"
+	"github.com/latchcsi/latch/internal/kube"
+)
+
+// syncNodeStatus makes node's status.volumesAttached what the actual
+// state says, in one merge patch for however many volumes changed since
+// the last pass (the queue coalesces). It runs on its own runner, so a
+// slow or failing node write never holds up attaches and detaches of
+// other nodes. After a write it wakes the node's detaching keys, which
+// wait for the volume to leave the list before deleting their
+// VolumeAttachment.
+func (c *Controller) syncNodeStatus(ctx context.Context, name string) (runner.Result, error) {
+	logger := klog.FromContext(ctx)
+	node, err := c.nodeLister.Get(name)
+	if apierrors.IsNotFound(err) {
+		c.status.nodeGone(name)
+		c.wakeDetaching(name)
+		return runner.Result{}, nil
+	}
+	if err != nil {
+		return runner.Result{}, fmt.Errorf("get node %s: %w", name, err)
+	}
+	c.status.nodeSeen(name)
+	want := c.status.snapshot(name, func() []v1.AttachedVolume {
+		return nodestatus.VolumesAttached(node.Status.VolumesAttached, c.asw.ForNode(name))
+	})
+	last, wrote := c.status.lastWritten(name)
+	if !nodestatus.NeedsUpdate(node, want) && (!wrote || maps.Equal(last, toSet(want))) {
+		c.status.finish(name, node.Status.VolumesAttached, !wrote)
+		c.wakeDetaching(name)
+		return runner.Result{}, nil
+	}
+	patch, err := nodestatus.MergePatch(want)
+	if err != nil {
+		c.status.finish(name, nil, false)
+		return runner.Result{}, err
+	}
+	updated, err := c.client.CoreV1().Nodes().Patch(ctx, name, types.MergePatchType, patch,
+		metav1.PatchOptions{FieldManager: kube.AttachDetachFieldManager}, "status")
+	switch {
+	case apierrors.IsNotFound(err):
+		c.status.finish(name, nil, false)
+		c.status.nodeGone(name)
+		c.wakeDetaching(name)
+		return runner.Result{}, nil
+	case err != nil:
+		c.status.finish(name, nil, false)
+		return runner.Result{}, fmt.Errorf("update status.volumesAttached of node %s: %w", name, err)
+	}
+	c.status.finish(name, updated.Status.VolumesAttached, true)
+	logger.V(2).Info("Updated node status", "node", klog.KObj(node), "volumesAttached", len(updated.Status.VolumesAttached))
+	c.wakeDetaching(name)
+	return runner.Result{}, nil
+}
+
+// wakeDetaching enqueues the keys of node that wait for the node status.
+func (c *Controller) wakeDetaching(node string) {
+	for _, e := range c.asw.ForNode(node) {
+		if e.State == state.StateDetaching {
+			c.keys.Enqueue(e.Key)
+		}
+	}
+}

@@ -1,0 +1,158 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
+
+	"github.com/latchcsi/latch/internal/attachdetach/decide"
+	"github.com/latchcsi/latch/internal/attachdetach/state"
+	"github.com/latchcsi/latch/internal/attachdetach/volume"
+	runner "github.com/latchcsi/latch/internal/controller"
+)
+
+// podRecord is what the controller last recorded for a Pod.
+type podRecord struct {
+	uid  types.UID
+	node string
+	// vols maps pod volume names to the attachable they resolved to.
+	vols map[string]volume.Attachable
+	// scheduled is when the Pod was bound to its node (PodScheduled
+	// condition, else its creation), for the attach latency metric.
+	scheduled time.Time
+	// warned holds pod volumes already reported as unsupported.
+	warned map[string]bool
+}
+
+// podBook remembers, per "namespace/name", what each Pod was recorded
+// with, so that a deleted Pod (gone from the lister) can be removed from
+// the desired state and a volume that stops resolving (its PVC deleted
+// while in use) stays wanted until the Pod goes, as upstream keeps it.
+type podBook struct {
+	mu   sync.Mutex
+	pods map[string]*podRecord
+}
+
+func newPodBook() *podBook { return &podBook{pods: map[string]*podRecord{}} }
+
+func (b *podBook) get(key string) (podRecord, bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	r, ok := b.pods[key]
+	if !ok {
+		return podRecord{}, false
+	}
+	return *r, true
+}
+
+func (b *podBook) set(key string, r podRecord) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.pods[key] = &r
+}
+
+func (b *podBook) forget(key string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	delete(b.pods, key)
+}
+
+func podNeedsVolumes(pod *v1.Pod) bool { return volume.PodNeedsVolumes(pod) }
+
+func scheduledAt(pod *v1.Pod) time.Time {
+	for _, c := range pod.Status.Conditions {
+		if c.Type == v1.PodScheduled && c.Status == v1.ConditionTrue && !c.LastTransitionTime.IsZero() {
+			return c.LastTransitionTime.Time
+		}
+	}
+	return pod.CreationTimestamp.Time
+}
+
+// syncPod records the volumes the Pod "namespace/name" wants in the
+// desired state and enqueues the keys that changed.
+func (c *Controller) syncPod(ctx context.Context, key string) (runner.Result, error) {
+	ns, name, _ := strings.Cut(key, "/")
+	pod, err := c.podLister.Pods(ns).Get(name)
+	if err != nil && !apierrors.IsNotFound(err) {
+		return runner.Result{}, fmt.Errorf("get pod %s: %w", key, err)
+	}
+	rec, known := c.podRec.get(key)
+	if known && (pod == nil || pod.UID != rec.uid) {
+		c.enqueueVolumes(c.dsw.DeletePod(rec.uid))
+		c.podRec.forget(key)
+		known = false
+	}
+	if pod == nil {
+		return runner.Result{}, nil
+	}
+	if !podNeedsVolumes(pod) || !c.dsw.NodeManaged(pod.Spec.NodeName) {
+		// Terminated, or on a node the controller does not manage (yet:
+		// the node handler re-enqueues its Pods when that changes).
+		c.enqueueVolumes(c.dsw.DeletePod(pod.UID))
+		c.podRec.forget(key)
+		return runner.Result{}, nil
+	}
+	if !known {
+		rec = podRecord{uid: pod.UID, node: pod.Spec.NodeName, scheduled: scheduledAt(pod)}
+	}
+	vols, next, warned := c.resolvePod(ctx, pod, rec)
+	rec.vols, rec.warned = next, warned
+	changed, ok := c.dsw.AddPod(state.PodRefOf(pod), pod.Spec.NodeName, vols)
+	if ok {
+		c.podRec.set(key, rec)
+	}
+	c.enqueueVolumes(changed)
+	return runner.Result{}, nil
+}
+
+// resolvePod resolves the Pod's volumes. A volume that resolved before
+// and now does not (PVC or PV deleted under a running Pod) keeps its
+// earlier resolution: upstream's populator only adds volumes to a live
+// Pod, and detaching a volume a container still uses would be worse than
+// keeping it. Unsupported in-tree plugins get a Warning event, once per
+// Pod volume.
+func (c *Controller) resolvePod(ctx context.Context, pod *v1.Pod, rec podRecord) ([]volume.Attachable, map[string]volume.Attachable, map[string]bool) {
+	logger := klog.FromContext(ctx)
+	results := c.resolver.ResolvePod(ctx, pod, objects{c})
+	next := make(map[string]volume.Attachable, len(results))
+	warned := rec.warned
+	for i, r := range results {
+		switch r.Status {
+		case volume.StatusAttach:
+			next[r.PodVolume] = r.Volume
+			continue
+		case volume.StatusUnsupported:
+			if !warned[r.PodVolume] {
+				if warned == nil {
+					warned = map[string]bool{}
+				}
+				warned[r.PodVolume] = true
+				c.recorder.Event(podObject(state.PodRefOf(pod)), v1.EventTypeWarning, decide.ReasonFailedAttachVolume,
+					decide.AttachFailedMessage(r.PodVolume, r.Message))
+			}
+		}
+		if prev, ok := rec.vols[r.PodVolume]; ok {
+			next[r.PodVolume] = prev
+			results[i] = volume.Result{PodVolume: r.PodVolume, Status: volume.StatusAttach, Volume: prev}
+			logger.V(4).Info("Keeping the earlier resolution of a pod volume", "pod", klog.KObj(pod), "volume", r.PodVolume, "status", r.Status, "reason", r.Message)
+			continue
+		}
+		if r.Status != volume.StatusNoAttach {
+			logger.V(4).Info("Pod volume is not attachable", "pod", klog.KObj(pod), "volume", r.PodVolume, "status", r.Status, "reason", r.Message)
+		}
+	}
+	return volume.Attachables(results), next, warned
+}
+
+// podObject is the minimal Pod an event needs to reference.
+func podObject(p state.PodRef) *v1.Pod {
+	return &v1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: p.Namespace, Name: p.Name, UID: p.UID}}
+}

@@ -1,0 +1,95 @@
+package controller
+
+import (
+	"context"
+	"errors"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/klog/v2"
+
+	"github.com/latchcsi/latch/internal/attachdetach/state"
+	"github.com/latchcsi/latch/internal/attachdetach/volume"
+	"github.com/latchcsi/latch/internal/kube"
+)
+
+func everything() labels.Selector { return labels.Everything() }
+
+// rebuild fills the actual and desired state from the synced caches
+// before any worker runs, in upstream's order: Node statuses (what the
+// kubelets were told is attached, what they use), then VolumeAttachments
+// (uncertain unless the node status explained them), then Pods. Every key
+// is enqueued once; from then on only changes enqueue keys.
+func (c *Controller) rebuild(ctx context.Context) {
+	logger := klog.FromContext(ctx)
+	nodes, _ := c.nodeLister.List(everything())
+	for _, node := range nodes {
+		_, managed := node.Annotations[kube.ControllerManagedAttachAnnotation]
+		c.dsw.AddNode(node.Name, managed)
+		if _, err := c.asw.AddFromNode(node); err != nil {
+			logger.V(2).Info("Skipping node status entries that are not CSI volumes", "node", klog.KObj(node), "err", err)
+		}
+	}
+	vas, _ := c.vaLister.List(everything())
+	_, err := c.asw.AddFromVolumeAttachments(ctx, vas, c.resolver, objects{c})
+	if err != nil {
+		// VolumeAttachments whose PV is gone cannot be keyed here; the VA
+		// queue matches them against node statuses or deletes them.
+		if errors.Is(err, volume.ErrSourcePVNotFound) {
+			logger.Info("Some VolumeAttachments reference deleted PVs; resolving them separately", "err", err)
+		} else {
+			logger.Error(err, "Some VolumeAttachments could not be added to the actual state")
+		}
+	}
+	for _, va := range vas {
+		c.vaQueue.Enqueue(va.Name)
+	}
+	pods, _ := c.podLister.List(everything())
+	for _, pod := range pods {
+		if pod.Spec.NodeName != "" {
+			c.podQueue.Enqueue(claimKey(pod.Namespace, pod.Name))
+		}
+	}
+	keys := c.asw.Keys()
+	for _, k := range keys {
+		c.register(k)
+		c.keys.Enqueue(k)
+	}
+	for _, node := range nodes {
+		c.nodes.Enqueue(node.Name)
+	}
+	logger.Info("Rebuilt the actual state of the world", "nodes", len(nodes), "volumeAttachments", len(vas), "attachments", len(keys), "pods", len(pods))
+}
+
+// register records the VolumeAttachment name of key.
+func (c *Controller) register(key state.Key) {
+	if name, err := volume.AttachmentNameFor(key.Volume, key.Node); err == nil {
+		c.names.set(name, key)
+	}
+}
+
+// matchName finds the volume on node whose VolumeAttachment is called
+// name among the volumes the controller knows there (actual and desired
+// state) and the node's status lists. It costs one hash per volume of the
+// node and is only used for VolumeAttachments whose PV is gone.
+func (c *Controller) matchName(name, node string) (state.Key, bool) {
+	var candidates []v1.UniqueVolumeName
+	for _, e := range c.asw.ForNode(node) {
+		candidates = append(candidates, e.Volume)
+	}
+	for _, w := range c.dsw.VolumesOnNode(node) {
+		candidates = append(candidates, w.Volume.UniqueName)
+	}
+	if n, err := c.nodeLister.Get(node); err == nil {
+		candidates = append(candidates, n.Status.VolumesInUse...)
+		for _, av := range n.Status.VolumesAttached {
+			candidates = append(candidates, av.Name)
+		}
+	}
+	for _, vol := range candidates {
+		if got, err := volume.AttachmentNameFor(vol, node); err == nil && got == name {
+			return state.Key{Volume: vol, Node: node}, true
+		}
+	}
+	return state.Key{}, false
+}

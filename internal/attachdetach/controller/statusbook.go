@@ -1,0 +1,117 @@
+package controller
+
+import (
+	"sync"
+
+	v1 "k8s.io/api/core/v1"
+)
+
+// statusBook knows what each Node's status.volumesAttached holds on the
+// API server, so that a VolumeAttachment is deleted only once the kubelet
+// can no longer see its volume as attached.
+//
+// The controller is the only writer of status.volumesAttached, so after a
+// successful write the server holds exactly what was written; before the
+// first write of this process, the informer's view is the truth.
+//
+// The lost-update race it closes: the node status worker computes its list
+// from a snapshot of the actual state and writes it some milliseconds
+// later. If a detach removed the volume from the actual state in between,
+// the write would put it back after the VolumeAttachment was deleted. So
+// the snapshot and the "in flight" mark happen under one lock (snapshot),
+// a detach changes the actual state and checks Listed under the same lock
+// (applyAndCheck), and Listed counts in-flight writes: either the snapshot
+// was taken after the detach (it excludes the volume) or the detach sees
+// the volume in flight and waits for the next write.
+type statusBook struct {
+	mu sync.Mutex
+	// written is the list of the last successful write per node.
+	written map[string]map[v1.UniqueVolumeName]struct{}
+	// inflight is the list of a write in progress per node.
+	inflight map[string]map[v1.UniqueVolumeName]struct{}
+	// gone marks nodes whose Node object does not exist: nothing is
+	// listed there.
+	gone map[string]bool
+}
+
+func newStatusBook() *statusBook {
+	return &statusBook{
+		written:  map[string]map[v1.UniqueVolumeName]struct{}{},
+		inflight: map[string]map[v1.UniqueVolumeName]struct{}{},
+		gone:     map[string]bool{},
+	}
+}
+
+func toSet(list []v1.AttachedVolume) map[v1.UniqueVolumeName]struct{} {
+	s := make(map[v1.UniqueVolumeName]struct{}, len(list))
+	for _, av := range list {
+		s[av.Name] = struct{}{}
+	}
+	return s
+}
+
+// snapshot runs compute under the lock and marks its result in flight.
+func (b *statusBook) snapshot(node string, compute func() []v1.AttachedVolume) []v1.AttachedVolume {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	want := compute()
+	b.inflight[node] = toSet(want)
+	return want
+}
+
+// finish records the end of a write; list is what the server now holds
+// (nil with ok=false when the write failed).
+func (b *statusBook) finish(node string, list []v1.AttachedVolume, ok bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	delete(b.inflight, node)
+	if ok {
+		b.written[node] = toSet(list)
+		delete(b.gone, node)
+	}
+}
+
+// nodeGone records that the Node object does not exist.
+func (b *statusBook) nodeGone(node string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	delete(b.written, node)
+	b.gone[node] = true
+}
+
+// nodeSeen records that the Node object exists (again).
+func (b *statusBook) nodeSeen(node string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	delete(b.gone, node)
+}
+
+// written returns the last written list and whether there was one.
+func (b *statusBook) lastWritten(node string) (map[v1.UniqueVolumeName]struct{}, bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	s, ok := b.written[node]
+	return s, ok
+}
+
+// applyAndCheck runs apply (an actual state change) under the lock and
+// reports whether vol may still be listed in node's volumesAttached: in
+// the last write, in a write in flight, or (before any write) in the
+// informer's node status informer.
+func (b *statusBook) applyAndCheck(node string, vol v1.UniqueVolumeName, apply func(), informer func() []v1.AttachedVolume) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	apply()
+	if b.gone[node] {
+		return false
+	}
+	if _, ok := b.inflight[node][vol]; ok {
+		return true
+	}
+	if w, ok := b.written[node]; ok {
+		_, listed := w[vol]
+		return listed
+	}
+	_, listed := toSet(informer())[vol]
+	return listed
+}

@@ -1,0 +1,197 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/klog/v2"
+
+	"github.com/latchcsi/latch/internal/attachdetach/decide"
+	"github.com/latchcsi/latch/internal/attachdetach/state"
+	"github.com/latchcsi/latch/internal/attachdetach/volume"
+	runner "github.com/latchcsi/latch/internal/controller"
+	"github.com/latchcsi/latch/internal/kube"
+)
+
+// syncKey is one reconcile pass for a (volume, node) key: gather the
+// facts, decide, execute.
+func (c *Controller) syncKey(ctx context.Context, key state.Key) (runner.Result, error) {
+	name, err := volume.AttachmentNameFor(key.Volume, key.Node)
+	if err != nil {
+		return runner.Result{}, runner.Terminal(fmt.Errorf("key %s: %w", key, err))
+	}
+	c.names.set(name, key)
+	in := decide.Gather(key, c.dsw, c.asw)
+	node, err := c.nodeLister.Get(key.Node)
+	if err != nil && !apierrors.IsNotFound(err) {
+		return runner.Result{}, fmt.Errorf("get node %s: %w", key.Node, err)
+	}
+	if err != nil {
+		node = nil
+	}
+	in.Node = decide.NodeFactsOf(node)
+	va, err := c.vaLister.Get(name)
+	if err != nil && !apierrors.IsNotFound(err) {
+		return runner.Result{}, fmt.Errorf("get VolumeAttachment %s: %w", name, err)
+	}
+	if err != nil {
+		va = nil
+	}
+	va = c.writes.view(name, va)
+	in.VA = decide.VAFactsOf(va)
+	in.Config = c.decide
+	in.Now = c.clock.Now()
+	plan := decide.Decide(in)
+	klog.FromContext(ctx).V(4).Info("Decided", "volume", key.Volume, "node", key.Node, "plan", plan.Kind, "why", plan.Why)
+	return c.execute(ctx, plan, va)
+}
+
+// execute carries out plan: the actual state change first (it cannot
+// fail), then the API action, then the events. va is the VolumeAttachment
+// the decision saw (nil when absent).
+func (c *Controller) execute(ctx context.Context, plan decide.Plan, va *storagev1.VolumeAttachment) (runner.Result, error) {
+	key := plan.Key
+	changed := false
+	stillListed := c.status.applyAndCheck(key.Node, key.Volume, func() {
+		if plan.Actual != nil {
+			changed = c.asw.Apply(key, *plan.Actual)
+		}
+	}, func() []v1.AttachedVolume { return c.nodeVolumesAttached(key.Node) })
+	if changed {
+		// Other nodes of the volume decide on this one (multi-attach) and
+		// the node status follows ReportedInNodeStatus.
+		c.enqueueVolumes([]state.Key{key})
+		c.nodes.Enqueue(key.Node)
+	}
+
+	var result runner.Result
+	switch plan.Kind {
+	case decide.KindNothing, decide.KindWait, decide.KindAttachError, decide.KindConflict, decide.KindForget:
+		result.RequeueAfter = plan.RequeueAfter
+	case decide.KindCreate:
+		if err := c.createVA(ctx, plan); err != nil {
+			return runner.Result{}, err
+		}
+	case decide.KindMarkAttached:
+		c.attached(ctx, key, plan)
+	case decide.KindDetach:
+		if stillListed {
+			// The node status worker (enqueued above or still busy with
+			// an older list) wakes this key once the volume is off the
+			// list; deleting now would let the kubelet mount a volume
+			// that is being detached.
+			c.nodes.Enqueue(key.Node)
+			klog.FromContext(ctx).V(4).Info("Waiting for the node status to drop the volume before detaching", "volume", key.Volume, "node", key.Node)
+			return runner.Result{}, nil
+		}
+		if err := c.deleteVA(ctx, plan, va); err != nil {
+			return runner.Result{}, err
+		}
+	}
+	c.emit(plan.Events)
+	return result, nil
+}
+
+func (c *Controller) nodeVolumesAttached(name string) []v1.AttachedVolume {
+	node, err := c.nodeLister.Get(name)
+	if err != nil {
+		return nil
+	}
+	return node.Status.VolumesAttached
+}
+
+func (c *Controller) createVA(ctx context.Context, plan decide.Plan) error {
+	logger := klog.FromContext(ctx)
+	created, err := c.client.StorageV1().VolumeAttachments().Create(ctx, plan.Create,
+		metav1.CreateOptions{FieldManager: kube.AttachDetachFieldManager})
+	if apierrors.IsAlreadyExists(err) {
+		// The informer lags behind an earlier create (ours or a previous
+		// leader's); its event brings the key back.
+		logger.V(4).Info("VolumeAttachment already exists", "volumeAttachment", klog.KObj(plan.Create))
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("create VolumeAttachment %s for volume %s on node %s: %w", plan.Create.Name, plan.Key.Volume, plan.Key.Node, err)
+	}
+	c.writes.recordCreate(created)
+	c.timing.attachStarted(plan.Key, c.clock.Now())
+	logger.Info("Created VolumeAttachment", "volumeAttachment", klog.KObj(created), "volume", plan.Key.Volume, "node", plan.Key.Node)
+	return nil
+}
+
+func (c *Controller) deleteVA(ctx context.Context, plan decide.Plan, va *storagev1.VolumeAttachment) error {
+	logger := klog.FromContext(ctx)
+	if va == nil {
+		return nil
+	}
+	name := plan.Detach.Name
+	uid := va.UID
+	err := c.client.StorageV1().VolumeAttachments().Delete(ctx, name, metav1.DeleteOptions{
+		Preconditions: &metav1.Preconditions{UID: &uid},
+	})
+	switch {
+	case apierrors.IsNotFound(err):
+		c.writes.recordDelete(name, uid)
+		return nil
+	case apierrors.IsConflict(err):
+		// A different VolumeAttachment of the same name exists now; the
+		// informer will show it and the key gets decided again.
+		return fmt.Errorf("delete VolumeAttachment %s (uid %s): replaced by another object: %w", name, uid, err)
+	case err != nil:
+		return fmt.Errorf("delete VolumeAttachment %s for volume %s on node %s: %w", name, plan.Key.Volume, plan.Key.Node, err)
+	}
+	c.writes.recordDelete(name, uid)
+	c.timing.detachStarted(name, plan.Key, c.clock.Now())
+	if plan.Detach.Reason.Forced() {
+		c.metrics.forcedDetaches.WithLabelValues(string(plan.Detach.Reason)).Inc()
+	}
+	logger.Info("Deleted VolumeAttachment", "volumeAttachment", klog.KRef("", name), "volume", plan.Key.Volume, "node", plan.Key.Node, "reason", plan.Detach.Reason)
+	return nil
+}
+
+// attached records the metrics of a confirmed attachment.
+func (c *Controller) attached(ctx context.Context, key state.Key, plan decide.Plan) {
+	now := c.clock.Now()
+	c.timing.attachDone(key, now, c.metrics)
+	klog.FromContext(ctx).Info("Volume attached", "volume", key.Volume, "node", key.Node)
+	w, ok := c.dsw.Get(key)
+	if !ok {
+		return
+	}
+	for _, p := range w.Pods {
+		c.podAttached(p, now)
+	}
+}
+
+// podAttached observes the Pod's scheduled-to-attached latency once all
+// its volumes are attached.
+func (c *Controller) podAttached(p state.PodRef, now time.Time) {
+	rec, ok := c.podRec.get(claimKey(p.Namespace, p.Name))
+	if !ok || rec.uid != p.UID {
+		return
+	}
+	for _, a := range rec.vols {
+		e, ok := c.asw.Get(state.Key{Volume: a.UniqueName, Node: rec.node})
+		if !ok || e.State != state.StateAttached {
+			return
+		}
+	}
+	if c.dsw.MarkReported(p.UID, "all-volumes-attached") {
+		c.metrics.podVolumesAttached.Observe(now.Sub(rec.scheduled).Seconds())
+	}
+}
+
+// emit records the plan's events, each once per Pod.
+func (c *Controller) emit(events []decide.Event) {
+	for _, ev := range events {
+		if !c.dsw.MarkReported(ev.Pod.UID, ev.DedupeKey) {
+			continue
+		}
+		c.recorder.Event(podObject(ev.Pod), ev.Type, ev.Reason, ev.Message)
+	}
+}
