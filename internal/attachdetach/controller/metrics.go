@@ -7,6 +7,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/component-base/metrics"
+	"k8s.io/component-base/metrics/legacyregistry"
 
 	"github.com/latchcsi/latch/internal/attachdetach/state"
 	"github.com/latchcsi/latch/internal/kube"
@@ -55,8 +56,26 @@ func NewMetrics() *Metrics {
 	}
 }
 
-// Register registers the metrics with r (cmd/ passes legacyregistry).
-func (m *Metrics) Register(r metrics.KubeRegistry) {
+// Registry is where metrics go: a metrics.KubeRegistry, or
+// LegacyRegistry for component-base's global one.
+type Registry interface {
+	MustRegister(...metrics.Registerable)
+	CustomMustRegister(...metrics.StableCollector)
+}
+
+// LegacyRegistry adapts component-base's legacyregistry to Registry.
+type LegacyRegistry struct{}
+
+// MustRegister calls legacyregistry.MustRegister.
+func (LegacyRegistry) MustRegister(ms ...metrics.Registerable) { legacyregistry.MustRegister(ms...) }
+
+// CustomMustRegister calls legacyregistry.CustomMustRegister.
+func (LegacyRegistry) CustomMustRegister(cs ...metrics.StableCollector) {
+	legacyregistry.CustomMustRegister(cs...)
+}
+
+// Register registers the metrics with r.
+func (m *Metrics) Register(r Registry) {
 	r.MustRegister(m.forcedDetaches, m.operationDuration, m.podVolumesAttached)
 	r.CustomMustRegister(m.totals)
 }

@@ -1,0 +1,100 @@
+// Command attachdetach-controller is latch's replacement for
+// kube-controller-manager's attach/detach controller, for CSI volumes.
+// Run it beside kube-controller-manager started with
+// --controllers=*,-attachdetach. See docs/attachdetach-controller.md.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/component-base/logs"
+	logsapi "k8s.io/component-base/logs/api/v1"
+	_ "k8s.io/component-base/logs/json/register" // --logging-format=json
+	"k8s.io/klog/v2"
+
+	"github.com/latchcsi/latch/internal/app"
+	"github.com/latchcsi/latch/internal/attachdetach/controller"
+	"github.com/latchcsi/latch/internal/version"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// run parses args, runs the controller until ctx is done and returns the
+// exit code.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	opts, err := parseOptions(args)
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, "attachdetach-controller:", err)
+		return 2
+	}
+	if opts.showVersion {
+		fmt.Fprintln(stdout, "attachdetach-controller", version.Version)
+		return 0
+	}
+	logs.InitLogs()
+	defer logs.FlushLogs()
+	if err := logsapi.ValidateAndApply(opts.logging, opts.gates); err != nil {
+		fmt.Fprintln(stderr, "attachdetach-controller:", err)
+		return 2
+	}
+	logger := klog.Background()
+	ctx = klog.NewContext(ctx, logger)
+	logger.Info("Starting attachdetach-controller", "version", version.Version)
+
+	restConfig, err := restConfig(opts.kubeconfig)
+	if err != nil {
+		logger.Error(err, "Cannot build an API client configuration")
+		return 1
+	}
+	restConfig.QPS = float32(opts.kubeAPIQPS)
+	restConfig.Burst = opts.kubeAPIBurst
+
+	err = controller.Serve(ctx, controller.ServeConfig{
+		RESTConfig: restConfig,
+		Controller: controller.Config{
+			Workers:                     opts.workers,
+			MaxWaitForUnmount:           opts.maxWaitForUnmount,
+			DisableForceDetachOnTimeout: opts.disableForceDetachOnTimeout,
+			VerifyPeriod:                opts.reconcileSync,
+		},
+		Leader: app.LeaderElection{
+			Enabled:       opts.leaderElect,
+			LeaseName:     opts.leaderElectName,
+			Namespace:     opts.leaderElectNamespace,
+			LeaseDuration: opts.leaseDuration,
+			RenewDeadline: opts.renewDeadline,
+			RetryPeriod:   opts.retryPeriod,
+		},
+		HTTP: app.HTTPConfig{Address: opts.httpEndpoint, MetricsPath: opts.metricsPath},
+	})
+	if err != nil {
+		logger.Error(err, "attachdetach-controller failed")
+		return 1
+	}
+	logger.Info("attachdetach-controller stopped")
+	return 0
+}
+
+func restConfig(kubeconfig string) (*rest.Config, error) {
+	if kubeconfig != "" {
+		return clientcmd.BuildConfigFromFlags("", kubeconfig)
+	}
+	return rest.InClusterConfig()
+}

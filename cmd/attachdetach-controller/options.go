@@ -1,0 +1,94 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"time"
+
+	cliflag "k8s.io/component-base/cli/flag"
+	"k8s.io/component-base/featuregate"
+	logsapi "k8s.io/component-base/logs/api/v1"
+)
+
+// options are the command line, named like kube-controller-manager's
+// flags for the same knobs. See docs/attachdetach-controller.md.
+type options struct {
+	kubeconfig   string
+	showVersion  bool
+	kubeAPIQPS   float64
+	kubeAPIBurst int
+
+	leaderElect          bool
+	leaseDuration        time.Duration
+	renewDeadline        time.Duration
+	retryPeriod          time.Duration
+	leaderElectNamespace string
+	leaderElectName      string
+
+	workers                     int
+	maxWaitForUnmount           time.Duration
+	disableForceDetachOnTimeout bool
+	reconcileSync               time.Duration
+
+	httpEndpoint string
+	metricsPath  string
+	featureGates map[string]bool
+
+	logging *logsapi.LoggingConfiguration
+	gates   featuregate.MutableVersionedFeatureGate
+}
+
+// DefaultHTTPEndpoint listens on loopback only: metrics and health must be
+// exposed deliberately (the Deployment in deploy/ sets ":8080").
+const DefaultHTTPEndpoint = "127.0.0.1:8080"
+
+func parseOptions(args []string) (*options, error) {
+	o := &options{
+		logging:      logsapi.NewLoggingConfiguration(),
+		gates:        featuregate.NewFeatureGate(),
+		featureGates: map[string]bool{},
+	}
+	if err := logsapi.AddFeatureGates(o.gates); err != nil {
+		return nil, err
+	}
+	// Go's flag package accepts -flag and --flag alike.
+	fs := flag.NewFlagSet("attachdetach-controller", flag.ContinueOnError)
+	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "Path to a kubeconfig file. Required only when running out of cluster.")
+	fs.BoolVar(&o.showVersion, "version", false, "Print the version and exit.")
+	fs.Float64Var(&o.kubeAPIQPS, "kube-api-qps", 100, "QPS to use while talking with the API server.")
+	fs.IntVar(&o.kubeAPIBurst, "kube-api-burst", 200, "Burst to use while talking with the API server.")
+	fs.BoolVar(&o.leaderElect, "leader-elect", true, "Elect a leader on a Lease before running the controller (run more than one replica for high availability).")
+	fs.DurationVar(&o.leaseDuration, "leader-elect-lease-duration", 15*time.Second, "Duration non-leader candidates wait after observing a leadership renewal before trying to take over.")
+	fs.DurationVar(&o.renewDeadline, "leader-elect-renew-deadline", 10*time.Second, "Duration the leader retries refreshing leadership before giving it up. Must be less than the lease duration.")
+	fs.DurationVar(&o.retryPeriod, "leader-elect-retry-period", 2*time.Second, "Duration candidates wait between tries of actions.")
+	fs.StringVar(&o.leaderElectNamespace, "leader-elect-resource-namespace", "kube-system", "Namespace of the leader election Lease.")
+	fs.StringVar(&o.leaderElectName, "leader-elect-resource-name", "latch-attachdetach-controller", "Name of the leader election Lease.")
+	fs.IntVar(&o.workers, "concurrent-attach-detach-syncs", 10, "Number of (volume, node) keys reconciled in parallel.")
+	fs.DurationVar(&o.maxWaitForUnmount, "max-wait-for-unmount", 6*time.Minute, "How long a volume that no Pod wants any more but that a NotReady node still lists in volumesInUse waits before it is detached anyway.")
+	fs.BoolVar(&o.disableForceDetachOnTimeout, "disable-force-detach-on-timeout", false, "Never detach a volume still in use by a NotReady node after --max-wait-for-unmount (the out-of-service taint still detaches).")
+	fs.DurationVar(&o.reconcileSync, "reconcile-sync", time.Minute, "Period of the verify pass that compares the actual state with the VolumeAttachments; 0 disables it.")
+	fs.StringVar(&o.httpEndpoint, "http-endpoint", DefaultHTTPEndpoint, "host:port of the HTTP server for metrics, /healthz and /healthz/leader-election; empty disables it.")
+	fs.StringVar(&o.metricsPath, "metrics-path", "/metrics", "HTTP path of the metrics.")
+	fs.Var(cliflag.NewMapStringBool(&o.featureGates), "feature-gates", "A set of key=value pairs that describe feature gates for alpha/experimental features (logging gates).")
+	logsapi.AddGoFlags(o.logging, fs)
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected arguments: %v", fs.Args())
+	}
+	switch {
+	case o.workers <= 0:
+		return nil, fmt.Errorf("--concurrent-attach-detach-syncs must be positive, got %d", o.workers)
+	case o.maxWaitForUnmount <= 0:
+		return nil, fmt.Errorf("--max-wait-for-unmount must be positive, got %s", o.maxWaitForUnmount)
+	case o.reconcileSync < 0:
+		return nil, fmt.Errorf("--reconcile-sync must not be negative, got %s", o.reconcileSync)
+	case o.leaderElect && o.renewDeadline >= o.leaseDuration:
+		return nil, fmt.Errorf("--leader-elect-renew-deadline (%s) must be less than --leader-elect-lease-duration (%s)", o.renewDeadline, o.leaseDuration)
+	}
+	if err := o.gates.SetFromMap(o.featureGates); err != nil {
+		return nil, fmt.Errorf("--feature-gates: %w", err)
+	}
+	return o, nil
+}

@@ -1,0 +1,79 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/leaderelection"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2"
+
+	"github.com/latchcsi/latch/internal/app"
+)
+
+// EventComponent is the source component of the controller's events,
+// kube-controller-manager's name for its attach/detach controller.
+const EventComponent = "attachdetach-controller"
+
+// ServeConfig is everything the binary configures.
+type ServeConfig struct {
+	RESTConfig *rest.Config
+	Controller Config
+	Leader     app.LeaderElection
+	HTTP       app.HTTPConfig
+}
+
+// NewEventRecorder returns a recorder that sends events to the API
+// server as EventComponent, and a function that stops it (flushing what
+// is queued).
+func NewEventRecorder(ctx context.Context, client kubernetes.Interface) (record.EventRecorder, func()) {
+	b := record.NewBroadcaster(record.WithContext(ctx))
+	b.StartStructuredLogging(3)
+	b.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
+	return b.NewRecorder(scheme.Scheme, v1.EventSource{Component: EventComponent}), b.Shutdown
+}
+
+// Serve runs the controller process: metrics and health endpoint, events,
+// leader election, informers and workers, until ctx is done (clean
+// shutdown) or the lease is lost (app.ErrLostLease).
+func Serve(ctx context.Context, cfg ServeConfig) error {
+	logger := klog.FromContext(ctx)
+	client, err := kubernetes.NewForConfig(rest.AddUserAgent(rest.CopyConfig(cfg.RESTConfig), EventComponent))
+	if err != nil {
+		return fmt.Errorf("build API client: %w", err)
+	}
+	m := NewMetrics()
+	m.Register(LegacyRegistry{})
+	var watchdog *leaderelection.HealthzAdaptor
+	if cfg.Leader.Enabled {
+		watchdog = leaderelection.NewLeaderHealthzAdaptor(20 * time.Second)
+	}
+	cfg.HTTP.LeaderWatchdog = watchdog
+	if _, err := app.ServeHTTP(ctx, cfg.HTTP); err != nil {
+		return err
+	}
+	recorder, stopEvents := NewEventRecorder(ctx, client)
+	defer stopEvents()
+	return app.RunAsLeader(ctx, client, cfg.Leader, watchdog, func(ctx context.Context) error {
+		// Resync 0: the controller is event-driven; the verify pass is
+		// the safety net.
+		factory := informers.NewSharedInformerFactory(client, 0)
+		c, err := New(cfg.Controller, client, factory, recorder, m)
+		if err != nil {
+			return err
+		}
+		LegacyRegistry{}.CustomMustRegister(c.BacklogCollectors()...)
+		factory.Start(ctx.Done())
+		defer factory.Shutdown()
+		err = c.Run(ctx)
+		logger.Info("Controller stopped", "err", err)
+		return err
+	})
+}
