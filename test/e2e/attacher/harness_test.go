@@ -304,3 +304,24 @@ func (e *env) deleteVA(name string) {
 		e.t.Fatalf("delete VolumeAttachment %s: %v", name, err)
 	}
 }
+
+// eventMessage returns the message of the first event with reason on the
+// named VolumeAttachment, waiting for it to be recorded.
+func (e *env) eventMessage(name, reason string) string {
+	e.t.Helper()
+	var msg string
+	e.eventually(10*time.Second, fmt.Sprintf("%s event on %s", reason, name), func() (bool, error) {
+		events, err := e.client.CoreV1().Events("default").List(e.ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + name})
+		if err != nil {
+			return false, nil
+		}
+		for _, ev := range events.Items {
+			if ev.Reason == reason {
+				msg = ev.Message
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	return msg
+}
