@@ -18,6 +18,14 @@ build:
 test:
 	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
 
+## demo: the whole attach/detach path in one process (latch-local demo)
+demo:
+	$(GO) run ./cmd/latch-local demo
+
+## up: keep a local control plane with nodes, driver and controllers running
+up:
+	$(GO) run ./cmd/latch-local up
+
 ## lint: gofmt, go vet and staticcheck (installed from the Go module proxy)
 lint: fmt vet staticcheck
 

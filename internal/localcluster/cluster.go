@@ -40,6 +40,9 @@ type Options struct {
 	Logf func(format string, args ...any)
 	// APIServerFlags are extra kube-apiserver flags.
 	APIServerFlags []string
+	// EtcdLogOutput is where etcd's own (error-level) log goes: "stderr"
+	// (default), "stdout" or a file path.
+	EtcdLogOutput string
 }
 
 // AdminUser is the user behind the admin token, in group system:masters.
@@ -91,7 +94,7 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 	if err := c.writeCredentials(); err != nil {
 		return nil, err
 	}
-	c.etcd, c.etcdURL, err = startEtcd(filepath.Join(c.dataDir, "etcd"), 30*time.Second)
+	c.etcd, c.etcdURL, err = startEtcd(filepath.Join(c.dataDir, "etcd"), opts.EtcdLogOutput, 30*time.Second)
 	if err != nil {
 		return nil, err
 	}

@@ -13,7 +13,10 @@ import (
 // free at start. fsync is off: the data only has to survive a restart of the
 // API server inside this process (and a clean stop/start of the cluster), not a
 // power loss, and fsync dominates write latency on small VMs.
-func startEtcd(dataDir string, ready time.Duration) (*embed.Etcd, string, error) {
+func startEtcd(dataDir, logOutput string, ready time.Duration) (*embed.Etcd, string, error) {
+	if logOutput == "" {
+		logOutput = "stderr"
+	}
 	var lastErr error
 	// Ports are picked by listening on :0 and closing; another process can
 	// grab one in between, so retry a few times.
@@ -34,7 +37,7 @@ func startEtcd(dataDir string, ready time.Duration) (*embed.Etcd, string, error)
 		cfg.Dir = dataDir
 		cfg.UnsafeNoFsync = true
 		cfg.LogLevel = "error"
-		cfg.LogOutputs = []string{"stderr"}
+		cfg.LogOutputs = []string{logOutput}
 		cfg.ListenClientUrls = []url.URL{clientURL}
 		cfg.AdvertiseClientUrls = []url.URL{clientURL}
 		cfg.ListenPeerUrls = []url.URL{peerURL}

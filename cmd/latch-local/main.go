@@ -1,0 +1,182 @@
+// Command latch-local runs the whole attach/detach path in one process: an
+// embedded etcd and kube-apiserver, simulated nodes, the mock CSI driver,
+// csi-attacher and the attach/detach controller.
+//
+//	latch-local demo   walk a Pod's volume through attach, a multi-attach conflict and detach
+//	latch-local up     keep everything running and write a kubeconfig for kubectl
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"k8s.io/klog/v2"
+
+	"github.com/latchcsi/latch/internal/latchlocal"
+)
+
+type config struct {
+	command    string
+	output     string // text or json
+	opts       latchlocal.Options
+	logFile    string
+	verbosity  string
+	noColor    bool
+	kubeconfig string
+}
+
+func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
+
+func usage(w io.Writer, fs *flag.FlagSet) {
+	fmt.Fprintf(w, "Usage: latch-local demo|up [flags]\n\n")
+	fmt.Fprintf(w, "  demo  walk a Pod's volume through attach, a multi-attach conflict and detach, then exit\n")
+	fmt.Fprintf(w, "  up    keep the control plane, nodes, driver and controllers running; Ctrl-C stops\n\nFlags:\n")
+	fs.SetOutput(w)
+	fs.PrintDefaults()
+}
+
+func parse(args []string, stderr io.Writer) (*config, *flag.FlagSet, error) {
+	c := &config{}
+	fs := flag.NewFlagSet("latch-local", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.IntVar(&c.opts.Nodes, "nodes", 2, "Number of simulated nodes (the demo needs at least 2).")
+	fs.StringVar(&c.opts.Driver, "driver", "mock.csi.latch.dev", "CSI driver name of the mock driver.")
+	fs.DurationVar(&c.opts.PublishLatency, "publish-latency", 20*time.Millisecond, "Latency the mock driver adds to ControllerPublishVolume.")
+	fs.DurationVar(&c.opts.UnpublishLatency, "unpublish-latency", 20*time.Millisecond, "Latency the mock driver adds to ControllerUnpublishVolume.")
+	fs.Int64Var(&c.opts.PublishFailures, "publish-failures", 0, "Fail the first N ControllerPublishVolume calls with Unavailable (watch the retry).")
+	fs.StringVar(&c.output, "output", "text", "Output format of demo: text or json.")
+	fs.StringVar(&c.kubeconfig, "kubeconfig", "", "Where to write the admin kubeconfig (up: default ./latch-local.kubeconfig).")
+	fs.StringVar(&c.opts.DataDir, "data-dir", "", "Keep the cluster's data here across runs (default: a temporary directory).")
+	fs.StringVar(&c.logFile, "log-file", "", "Component logs go here (default: a file in the temporary directory).")
+	fs.StringVar(&c.verbosity, "v", "0", "Log verbosity of the components (klog -v).")
+	fs.BoolVar(&c.noColor, "no-color", false, "Never use colour.")
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		return nil, fs, flag.ErrHelp
+	}
+	c.command = args[0]
+	if c.command != "demo" && c.command != "up" {
+		return nil, fs, fmt.Errorf("unknown command %q (want demo or up)", c.command)
+	}
+	if err := fs.Parse(args[1:]); err != nil {
+		return nil, fs, err
+	}
+	if c.output != "text" && c.output != "json" {
+		return nil, fs, fmt.Errorf("--output must be text or json, got %q", c.output)
+	}
+	if c.command == "demo" && c.opts.Nodes < 2 {
+		return nil, fs, fmt.Errorf("the demo needs --nodes of at least 2, got %d", c.opts.Nodes)
+	}
+	if c.command == "up" && c.kubeconfig == "" {
+		c.kubeconfig = "latch-local.kubeconfig"
+	}
+	c.opts.Kubeconfig = c.kubeconfig
+	return c, fs, nil
+}
+
+func run(args []string, stdout, stderr io.Writer) int {
+	c, fs, err := parse(args, stderr)
+	if err == flag.ErrHelp {
+		usage(stdout, fs)
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, "latch-local:", err)
+		usage(stderr, fs)
+		return 2
+	}
+	logPath, closeLogs, err := setupLogging(c)
+	if err != nil {
+		fmt.Fprintln(stderr, "latch-local:", err)
+		return 1
+	}
+	defer closeLogs()
+	c.opts.EtcdLogOutput = logPath
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	ctx = klog.NewContext(ctx, klog.Background())
+
+	term := newTerminal(stdout, c.noColor, c.output == "json")
+	term.info("Starting the control plane, %d nodes, the mock driver %s, csi-attacher and attachdetach-controller (logs: %s)", c.opts.Nodes, c.opts.Driver, logPath)
+	startedAt := time.Now()
+	env, err := latchlocal.Start(ctx, c.opts)
+	if err != nil {
+		fmt.Fprintln(stderr, "latch-local: start:", err)
+		return 1
+	}
+	defer env.Stop()
+	term.info("Ready in %s", time.Since(startedAt).Round(100*time.Millisecond))
+
+	if c.command == "up" {
+		return up(ctx, c, env, term)
+	}
+	result := latchlocal.RunDemo(ctx, env, term)
+	if c.output == "json" {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		_ = enc.Encode(result)
+	} else {
+		term.summary(result)
+	}
+	if !result.OK {
+		fmt.Fprintf(stderr, "latch-local: demo failed at step %q: %s\n", result.FailedStep, result.Error)
+		return 1
+	}
+	return 0
+}
+
+func up(ctx context.Context, c *config, env *latchlocal.Env, term *terminal) int {
+	abs, _ := filepath.Abs(c.kubeconfig)
+	term.info("Everything is running. In another terminal:")
+	fmt.Fprintf(term.w, `
+  export KUBECONFIG=%s
+  kubectl get nodes
+  kubectl apply -f examples/pv-pvc.yaml -f examples/pod.yaml
+  kubectl get volumeattachments -w
+  kubectl delete pod app-1
+
+Press Ctrl-C to stop.
+`, abs)
+	select {
+	case <-ctx.Done():
+		term.info("Stopping")
+		return 0
+	case err := <-env.Err():
+		fmt.Fprintln(os.Stderr, "latch-local: a component stopped:", err)
+		return 1
+	}
+}
+
+// setupLogging sends klog (the API server, the controllers) to a file so
+// the terminal shows only the demo.
+func setupLogging(c *config) (string, func(), error) {
+	fs := flag.NewFlagSet("klog", flag.ContinueOnError)
+	klog.InitFlags(fs)
+	path := c.logFile
+	if path == "" {
+		dir, err := os.MkdirTemp("", "latch-local-logs")
+		if err != nil {
+			return "", nil, err
+		}
+		path = filepath.Join(dir, "latch-local.log")
+	}
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return "", nil, fmt.Errorf("open log file: %w", err)
+	}
+	for k, v := range map[string]string{"logtostderr": "false", "alsologtostderr": "false", "stderrthreshold": "FATAL", "v": c.verbosity} {
+		if err := fs.Set(k, v); err != nil {
+			return "", nil, err
+		}
+	}
+	klog.SetOutput(f)
+	return path, func() { klog.Flush(); f.Close() }, nil
+}
