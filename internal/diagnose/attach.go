@@ -237,9 +237,14 @@ func (w *walker) explainMultiAttach(a *attachment) bool {
 	if len(users) > 0 {
 		msg += " it is used by " + strings.Join(users, ", ")
 	}
-	nodes := strings.Join(sortedKeys(otherNodes), ", ")
+	others := sortedKeys(otherNodes)
+	taintNode := "<node>"
+	if len(others) == 1 {
+		taintNode = others[0]
+	}
 	w.add(Finding{Check: "multiattach", Object: a.vol.object, Status: StatusProblem, Message: msg,
-		Hint: fmt.Sprintf("the volume moves only after the Pods on %s are gone and it is detached there: delete or scale down those Pods; if the node is down, taint it so the volume is detached at once: kubectl taint node <node> %s=nodeshutdown:NoExecute. Use ReadWriteMany if the storage supports it and several nodes must share the volume", nodes, kube.OutOfServiceTaintKey)})
+		Hint: fmt.Sprintf("the volume moves only after the Pods on %s are gone and it is detached there: delete or scale down those Pods; if that node is down, taint it so the volume is detached at once: kubectl taint node %s %s=nodeshutdown:NoExecute. Use ReadWriteMany if the storage supports it and several nodes must share the volume",
+			strings.Join(others, ", "), taintNode, kube.OutOfServiceTaintKey)})
 	return true
 }
 
