@@ -183,6 +183,12 @@ func (o *opTimes) detachStarted(name string, key state.Key, now time.Time) {
 	}
 }
 
+func (o *opTimes) detachCancelled(name string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	delete(o.detach, name)
+}
+
 func (o *opTimes) detached(name string, now time.Time, m *Metrics) {
 	o.mu.Lock()
 	d, ok := o.detach[name]

@@ -115,3 +115,13 @@ func (b *statusBook) applyAndCheck(node string, vol v1.UniqueVolumeName, apply f
 	_, listed := toSet(informer())[vol]
 	return listed
 }
+
+// mayBeListed reports whether vol is in node's last written or in-flight
+// volumesAttached.
+func (b *statusBook) mayBeListed(node string, vol v1.UniqueVolumeName) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	_, inflight := b.inflight[node][vol]
+	_, written := b.written[node][vol]
+	return inflight || written
+}

@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -46,6 +47,7 @@ func (c *Controller) syncKey(ctx context.Context, key state.Key) (runner.Result,
 	in.VA = decide.VAFactsOf(va)
 	in.Config = c.decide
 	in.Now = c.clock.Now()
+	c.correctAssumedMount(&in, node)
 	plan := decide.Decide(in)
 	klog.FromContext(ctx).V(4).Info("Decided", "volume", key.Volume, "node", key.Node, "plan", plan.Kind, "why", plan.Why)
 	return c.execute(ctx, plan, va)
@@ -107,6 +109,7 @@ func (c *Controller) nodeVolumesAttached(name string) []v1.AttachedVolume {
 
 func (c *Controller) createVA(ctx context.Context, plan decide.Plan) error {
 	logger := klog.FromContext(ctx)
+	c.timing.attachStarted(plan.Key, c.clock.Now())
 	created, err := c.client.StorageV1().VolumeAttachments().Create(ctx, plan.Create,
 		metav1.CreateOptions{FieldManager: kube.AttachDetachFieldManager})
 	if apierrors.IsAlreadyExists(err) {
@@ -119,7 +122,6 @@ func (c *Controller) createVA(ctx context.Context, plan decide.Plan) error {
 		return fmt.Errorf("create VolumeAttachment %s for volume %s on node %s: %w", plan.Create.Name, plan.Key.Volume, plan.Key.Node, err)
 	}
 	c.writes.recordCreate(created)
-	c.timing.attachStarted(plan.Key, c.clock.Now())
 	logger.Info("Created VolumeAttachment", "volumeAttachment", klog.KObj(created), "volume", plan.Key.Volume, "node", plan.Key.Node)
 	return nil
 }
@@ -131,13 +133,21 @@ func (c *Controller) deleteVA(ctx context.Context, plan decide.Plan, va *storage
 	}
 	name := plan.Detach.Name
 	uid := va.UID
+	// Start the clock before the call: the informer may report the
+	// deletion before Delete returns.
+	c.timing.detachStarted(name, plan.Key, c.clock.Now())
 	err := c.client.StorageV1().VolumeAttachments().Delete(ctx, name, metav1.DeleteOptions{
 		Preconditions: &metav1.Preconditions{UID: &uid},
 	})
 	switch {
 	case apierrors.IsNotFound(err):
+		c.timing.detachCancelled(name)
 		c.writes.recordDelete(name, uid)
 		return nil
+	case err != nil:
+		c.timing.detachCancelled(name)
+	}
+	switch {
 	case apierrors.IsConflict(err):
 		// A different VolumeAttachment of the same name exists now; the
 		// informer will show it and the key gets decided again.
@@ -146,7 +156,6 @@ func (c *Controller) deleteVA(ctx context.Context, plan decide.Plan, va *storage
 		return fmt.Errorf("delete VolumeAttachment %s for volume %s on node %s: %w", name, plan.Key.Volume, plan.Key.Node, err)
 	}
 	c.writes.recordDelete(name, uid)
-	c.timing.detachStarted(name, plan.Key, c.clock.Now())
 	if plan.Detach.Reason.Forced() {
 		c.metrics.forcedDetaches.WithLabelValues(string(plan.Detach.Reason)).Inc()
 	}
@@ -194,4 +203,31 @@ func (c *Controller) emit(events []decide.Event) {
 		}
 		c.recorder.Event(podObject(ev.Pod), ev.Type, ev.Reason, ev.Message)
 	}
+}
+
+// correctAssumedMount drops the "assume mounted" of an actual state entry
+// the kubelet cannot have mounted. The actual state assumes every new
+// entry mounted until the node's next volumesInUse change, because the
+// informer may lag behind the kubelet. In an event-driven controller
+// that change may never come (a Pod deleted while its volume was still
+// attaching, a dangling VolumeAttachment found at start), and the volume
+// would stay attached until the node goes NotReady. A kubelet mounts only
+// volumes listed in its node's status.volumesAttached; a volume that was
+// never reported there and is not listed in volumesAttached or
+// volumesInUse is not mounted.
+func (c *Controller) correctAssumedMount(in *decide.Input, node *v1.Node) {
+	a := in.Actual
+	if a == nil || !a.MountedByNode || a.ReportedInNodeStatus || in.Wanted != nil || node == nil {
+		return
+	}
+	if slices.Contains(node.Status.VolumesInUse, a.Volume) ||
+		slices.ContainsFunc(node.Status.VolumesAttached, func(av v1.AttachedVolume) bool { return av.Name == a.Volume }) {
+		return
+	}
+	if c.status.mayBeListed(a.Node, a.Volume) {
+		return
+	}
+	corrected := *a
+	corrected.MountedByNode = false
+	in.Actual = &corrected
 }

@@ -1,0 +1,359 @@
+// Package attachdetach_test runs the attach/detach controller end to end
+// on the in-process kube-apiserver, with the kubelet stand-in and
+// csi-attacher in trivial mode (it marks every VolumeAttachment of its
+// driver attached). Tests run one after the other, each with its own
+// controller, driver, namespace and nodes; each cleans up what it made so
+// the next test's controller does not act on it.
+package attachdetach_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/component-base/metrics"
+	"k8s.io/klog/v2"
+
+	"github.com/latchcsi/latch/internal/attachdetach/controller"
+	"github.com/latchcsi/latch/internal/attacher"
+	"github.com/latchcsi/latch/internal/kube"
+	"github.com/latchcsi/latch/internal/localcluster"
+)
+
+var cluster *localcluster.Cluster
+
+func TestMain(m *testing.M) { os.Exit(localcluster.RunTestMain(m, &cluster)) }
+
+var testSeq atomic.Int32
+
+// env is one test's world: a namespace, a driver, a kubelet stand-in, a
+// trivial csi-attacher and a (restartable) controller.
+type env struct {
+	t      *testing.T
+	ctx    context.Context
+	client kubernetes.Interface
+	ns     string
+	driver string
+	prefix string
+
+	kubelet     *localcluster.Kubelet
+	stopKubelet context.CancelFunc
+	nodes       []string
+
+	cfg      controller.Config
+	registry metrics.KubeRegistry
+	// creates counts the controller's VolumeAttachment creates.
+	creates    atomic.Int32
+	stopCtrl   func()
+	ctrlMu     sync.Mutex
+	ctrlCancel context.CancelFunc
+}
+
+func newEnv(t *testing.T, cfg controller.Config) *env {
+	t.Helper()
+	ctx, cancel := context.WithCancel(klog.NewContext(context.Background(), klog.Background()))
+	t.Cleanup(cancel)
+	n := testSeq.Add(1)
+	e := &env{
+		t: t, ctx: ctx, client: cluster.Client(),
+		prefix: fmt.Sprintf("ad%d", n),
+		cfg:    cfg,
+	}
+	e.ns = e.prefix + "-ns"
+	e.driver = e.prefix + ".csi.latch.test"
+	if err := localcluster.CreateNamespace(ctx, e.client, e.ns); err != nil {
+		t.Fatal(err)
+	}
+	e.startKubelet()
+	e.startAttacher()
+	e.startController()
+	t.Cleanup(e.cleanup)
+	return e
+}
+
+func (e *env) startKubelet() {
+	ctx, cancel := context.WithCancel(e.ctx)
+	e.kubelet = localcluster.NewKubelet(e.client)
+	done := make(chan struct{})
+	go func() { defer close(done); e.kubelet.Run(ctx, 2) }()
+	e.stopKubelet = func() { cancel(); <-done }
+}
+
+func (e *env) startAttacher() {
+	ctx, cancel := context.WithCancel(e.ctx)
+	factory := informers.NewSharedInformerFactory(e.client, 0)
+	recorder, stopEvents := controller.NewEventRecorder(ctx, e.client)
+	a, err := attacher.New(attacher.Config{Driver: attacher.DriverInfo{Name: e.driver}, Trivial: true, Workers: 4, Timeout: 10 * time.Second},
+		e.client, factory, nil, nil, recorder, nil)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	factory.Start(ctx.Done())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = a.Run(ctx) }()
+	e.t.Cleanup(func() { cancel(); <-done; factory.Shutdown(); stopEvents() })
+}
+
+// startController starts a controller with its own informers and client.
+// The client counts VolumeAttachment creates.
+func (e *env) startController() {
+	e.t.Helper()
+	ctx, cancel := context.WithCancel(e.ctx)
+	cfg := rest.CopyConfig(cluster.RESTConfig())
+	cfg.QPS, cfg.Burst = 1000, 2000
+	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper {
+		return roundTripFunc(func(req *http.Request) (*http.Response, error) {
+			if req.Method == http.MethodPost && strings.HasSuffix(req.URL.Path, "/volumeattachments") {
+				e.creates.Add(1)
+			}
+			return rt.RoundTrip(req)
+		})
+	})
+	client := kubernetes.NewForConfigOrDie(cfg)
+	factory := informers.NewSharedInformerFactory(client, 0)
+	recorder, stopEvents := controller.NewEventRecorder(ctx, client)
+	m := controller.NewMetrics()
+	e.registry = metrics.NewKubeRegistry()
+	m.Register(e.registry)
+	c, err := controller.New(e.cfg, client, factory, recorder, m)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	factory.Start(ctx.Done())
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	e.stopCtrl = func() {
+		cancel()
+		if err := <-done; err != nil {
+			e.t.Errorf("controller Run: %v", err)
+		}
+		factory.Shutdown()
+		stopEvents()
+	}
+}
+
+// restartController stops the controller and starts a new one.
+func (e *env) stopController() {
+	if e.stopCtrl != nil {
+		e.stopCtrl()
+		e.stopCtrl = nil
+	}
+}
+
+// cleanup stops the controller and removes what the test made that a
+// later test's controller would otherwise act on.
+func (e *env) cleanup() {
+	e.stopController()
+	e.stopKubelet()
+	ctx := context.WithoutCancel(e.ctx)
+	pods, _ := e.client.CoreV1().Pods(e.ns).List(ctx, metav1.ListOptions{})
+	for _, p := range pods.Items {
+		_ = e.client.CoreV1().Pods(e.ns).Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)})
+	}
+	for _, n := range e.nodes {
+		_ = e.kubelet.DeleteNode(ctx, n)
+	}
+	vas, _ := e.client.StorageV1().VolumeAttachments().List(ctx, metav1.ListOptions{})
+	for _, va := range vas.Items {
+		if va.Spec.Attacher == e.driver {
+			_ = e.client.StorageV1().VolumeAttachments().Delete(ctx, va.Name, metav1.DeleteOptions{})
+		}
+	}
+}
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// --- objects ---
+
+func (e *env) addNode(suffix string) string {
+	e.t.Helper()
+	name := e.prefix + "-" + suffix
+	if err := e.kubelet.AddNode(e.ctx, localcluster.NodeConfig{Name: name, Drivers: map[string]string{e.driver: name + "-id"}}); err != nil {
+		e.t.Fatal(err)
+	}
+	e.nodes = append(e.nodes, name)
+	return name
+}
+
+// volume creates a bound PV+PVC of the test's driver; returns the PV name
+// (= PVC name = volume handle).
+func (e *env) volume(suffix string, modes ...v1.PersistentVolumeAccessMode) string {
+	e.t.Helper()
+	name := e.prefix + "-" + suffix
+	return e.volumeOf(e.driver, name, modes...)
+}
+
+func (e *env) volumeOf(driver, name string, modes ...v1.PersistentVolumeAccessMode) string {
+	e.t.Helper()
+	if _, _, err := localcluster.CreateBoundVolume(e.ctx, e.client, localcluster.VolumeSpec{
+		Namespace: e.ns, Name: name, Driver: driver, AccessModes: modes,
+	}); err != nil {
+		e.t.Fatal(err)
+	}
+	return name
+}
+
+func (e *env) pod(name, node string, claims ...string) *v1.Pod {
+	e.t.Helper()
+	pod, err := e.client.CoreV1().Pods(e.ns).Create(e.ctx, localcluster.NewPod(e.ns, name, node, claims...), metav1.CreateOptions{})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return pod
+}
+
+func (e *env) deletePod(name string) {
+	e.t.Helper()
+	if err := e.client.CoreV1().Pods(e.ns).Delete(e.ctx, name, metav1.DeleteOptions{}); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+func (e *env) unique(pv string) v1.UniqueVolumeName { return kube.UniqueVolumeName(e.driver, pv) }
+
+func (e *env) vaName(pv, node string) string { return kube.VolumeAttachmentName(pv, e.driver, node) }
+
+// --- polling ---
+
+const timeout = 30 * time.Second
+
+func (e *env) eventually(what string, cond func() (bool, error)) {
+	e.t.Helper()
+	err := wait.PollUntilContextTimeout(e.ctx, 50*time.Millisecond, timeout, true, func(context.Context) (bool, error) { return cond() })
+	if err != nil {
+		e.t.Fatalf("timed out waiting for %s: %v", what, err)
+	}
+}
+
+// consistently fails if cond turns false within d.
+func (e *env) consistently(what string, d time.Duration, cond func() (bool, error)) {
+	e.t.Helper()
+	deadline := time.Now().Add(d)
+	for time.Now().Before(deadline) {
+		ok, err := cond()
+		if err != nil || !ok {
+			e.t.Fatalf("%s stopped holding: %v", what, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func (e *env) getVA(name string) (*storagev1.VolumeAttachment, bool) {
+	va, err := e.client.StorageV1().VolumeAttachments().Get(e.ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil, false
+	}
+	if err != nil {
+		e.t.Fatalf("get VolumeAttachment %s: %v", name, err)
+	}
+	return va, true
+}
+
+func (e *env) waitAttachedVA(pv, node string) *storagev1.VolumeAttachment {
+	e.t.Helper()
+	var va *storagev1.VolumeAttachment
+	e.eventually("VolumeAttachment of "+pv+" on "+node+" attached", func() (bool, error) {
+		v, ok := e.getVA(e.vaName(pv, node))
+		va = v
+		return ok && v.Status.Attached, nil
+	})
+	return va
+}
+
+func (e *env) waitVAGone(pv, node string) {
+	e.t.Helper()
+	e.eventually("VolumeAttachment of "+pv+" on "+node+" deleted", func() (bool, error) {
+		_, ok := e.getVA(e.vaName(pv, node))
+		return !ok, nil
+	})
+}
+
+func (e *env) node(name string) *v1.Node {
+	n, err := e.client.CoreV1().Nodes().Get(e.ctx, name, metav1.GetOptions{})
+	if err != nil {
+		e.t.Fatalf("get node %s: %v", name, err)
+	}
+	return n
+}
+
+func attachedNames(n *v1.Node) []v1.UniqueVolumeName {
+	var out []v1.UniqueVolumeName
+	for _, av := range n.Status.VolumesAttached {
+		out = append(out, av.Name)
+	}
+	return out
+}
+
+// waitNodeAttached waits until node's status.volumesAttached is exactly want.
+func (e *env) waitNodeAttached(node string, want ...v1.UniqueVolumeName) {
+	e.t.Helper()
+	e.eventually(fmt.Sprintf("node %s volumesAttached = %v", node, want), func() (bool, error) {
+		got := attachedNames(e.node(node))
+		if len(got) != len(want) {
+			return false, nil
+		}
+		for i := range got {
+			if got[i] != want[i] {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+}
+
+func (e *env) waitPodRunning(name string) {
+	e.t.Helper()
+	e.eventually("pod "+name+" running", func() (bool, error) {
+		p, err := e.client.CoreV1().Pods(e.ns).Get(e.ctx, name, metav1.GetOptions{})
+		return err == nil && p.Status.Phase == v1.PodRunning, nil
+	})
+}
+
+func (e *env) waitPodGone(name string) {
+	e.t.Helper()
+	e.eventually("pod "+name+" gone", func() (bool, error) {
+		_, err := e.client.CoreV1().Pods(e.ns).Get(e.ctx, name, metav1.GetOptions{})
+		return apierrors.IsNotFound(err), nil
+	})
+}
+
+// events returns the controller's events on the pod with reason.
+func (e *env) events(pod, reason string) []v1.Event {
+	e.t.Helper()
+	list, err := e.client.CoreV1().Events(e.ns).List(e.ctx, metav1.ListOptions{FieldSelector: fields.Set{
+		"involvedObject.name": pod, "reason": reason, "source": controller.EventComponent,
+	}.AsSelector().String()})
+	if err != nil {
+		e.t.Fatalf("list events: %v", err)
+	}
+	return list.Items
+}
+
+func (e *env) waitEvent(pod, reason, message string) {
+	e.t.Helper()
+	e.eventually(fmt.Sprintf("event %s %q on pod %s", reason, message, pod), func() (bool, error) {
+		for _, ev := range e.events(pod, reason) {
+			if ev.Message == message {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+}
