@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -42,7 +41,10 @@ var errUsage = errors.New("usage error")
 // programName is "kubectl latch" when the binary runs as a kubectl plugin
 // (kubectl-latch): only the usage text depends on the name.
 func programName(argv0 string) string {
-	base := strings.TrimSuffix(filepath.Base(argv0), ".exe")
+	// Both separators, whatever the OS: kubectl on Windows passes paths
+	// with backslashes.
+	base := argv0[strings.LastIndexAny(argv0, `/\`)+1:]
+	base = strings.TrimSuffix(base, ".exe")
 	if strings.HasPrefix(base, "kubectl-") {
 		return "kubectl " + strings.ReplaceAll(strings.TrimPrefix(base, "kubectl-"), "_", "-")
 	}
