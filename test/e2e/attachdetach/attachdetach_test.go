@@ -268,4 +268,6 @@ func expectForced(t *testing.T, e *env, reason string, want float64) {
 	}
 }
 
-func kubeVAName(handle, driver, node string) string { return kube.VolumeAttachmentName(handle, driver, node) }
+func kubeVAName(handle, driver, node string) string {
+	return kube.VolumeAttachmentName(handle, driver, node)
+}
