@@ -3,6 +3,7 @@ package attachdetach_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -52,6 +53,15 @@ func TestPodLifecycle_attachThenDetach(t *testing.T) {
 	}
 	if got := e.creates.Load(); got != 1 {
 		t.Errorf("VolumeAttachment creates = %d, want 1", got)
+	}
+	// The exact API writes, in order: create the VA, list the volume in the
+	// node status once attached, drop it from the node status, and only
+	// then delete the VA.
+	vaPath := "/apis/storage.k8s.io/v1/volumeattachments"
+	nodePath := "/api/v1/nodes/" + node + "/status"
+	wantWrites := []string{"POST " + vaPath, "PATCH " + nodePath, "PATCH " + nodePath, "DELETE " + vaPath + "/" + e.vaName(pv, node)}
+	if got := e.controllerWrites(); !slices.Equal(got, wantWrites) {
+		t.Errorf("controller API writes:\n got %q\nwant %q", got, wantWrites)
 	}
 	// The latency histogram saw the one Pod.
 	hist, err := testutil.GetHistogramVecFromGatherer(e.registry, controller.PodVolumesAttachedMetric, nil)
@@ -270,4 +280,30 @@ func expectForced(t *testing.T, e *env, reason string, want float64) {
 
 func kubeVAName(handle, driver, node string) string {
 	return kube.VolumeAttachmentName(handle, driver, node)
+}
+
+func TestVolumeAttachmentOfDeletedPV_deletedWhenNothingWantsIt(t *testing.T) {
+	e := newEnv(t, controller.Config{Workers: 4})
+	node := e.addNode("n1")
+	pv := e.volume("kept", rwo())
+	e.pod("app", node, pv)
+	e.waitAttachedVA(pv, node)
+	e.waitPodRunning("app")
+
+	// A VolumeAttachment whose PV no longer exists: its volume handle is
+	// unknown, so only its name can be matched.
+	gone := e.prefix + "-deleted-pv"
+	va := &storagev1.VolumeAttachment{
+		ObjectMeta: metav1.ObjectMeta{Name: e.vaName(gone, node)},
+		Spec: storagev1.VolumeAttachmentSpec{Attacher: e.driver, NodeName: node,
+			Source: storagev1.VolumeAttachmentSource{PersistentVolumeName: ptr.To(gone)}},
+	}
+	if _, err := e.client.StorageV1().VolumeAttachments().Create(e.ctx, va, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.waitVAGone(gone, node)
+	if _, ok := e.getVA(e.vaName(pv, node)); !ok {
+		t.Error("the VolumeAttachment of the running Pod was deleted too")
+	}
+	e.waitNodeAttached(node, e.unique(pv))
 }

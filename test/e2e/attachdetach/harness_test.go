@@ -58,7 +58,10 @@ type env struct {
 	cfg      controller.Config
 	registry metrics.KubeRegistry
 	// creates counts the controller's VolumeAttachment creates.
-	creates    atomic.Int32
+	creates atomic.Int32
+	// writes lists the controller's API writes in order, "METHOD path".
+	writesMu   sync.Mutex
+	writes     []string
 	stopCtrl   func()
 	ctrlMu     sync.Mutex
 	ctrlCancel context.CancelFunc
@@ -121,7 +124,13 @@ func (e *env) startController() {
 			if req.Method == http.MethodPost && strings.HasSuffix(req.URL.Path, "/volumeattachments") {
 				e.creates.Add(1)
 			}
-			return rt.RoundTrip(req)
+			resp, err := rt.RoundTrip(req)
+			if req.Method != http.MethodGet && !strings.Contains(req.URL.Path, "/events") && err == nil && resp.StatusCode < 300 {
+				e.writesMu.Lock()
+				e.writes = append(e.writes, req.Method+" "+req.URL.Path)
+				e.writesMu.Unlock()
+			}
+			return resp, err
 		})
 	})
 	client := kubernetes.NewForConfigOrDie(cfg)
@@ -356,4 +365,11 @@ func (e *env) waitEvent(pod, reason, message string) {
 		}
 		return false, nil
 	})
+}
+
+// controllerWrites returns the controller's successful API writes so far.
+func (e *env) controllerWrites() []string {
+	e.writesMu.Lock()
+	defer e.writesMu.Unlock()
+	return append([]string(nil), e.writes...)
 }
