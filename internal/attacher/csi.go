@@ -3,34 +3,28 @@ package attacher
 import (
 	"context"
 
-	csipb "github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/latchcsi/latch/internal/csi"
 )
 
-// CSIClient is what the attacher needs from the driver. Implementations
-// must be safe for concurrent use and must not log secrets.
+// CSIClient is what the attacher needs from the driver; internal/csi's
+// client satisfies it. Implementations must be safe for concurrent use and
+// must not log secrets.
 type CSIClient interface {
 	// ControllerPublish publishes a volume to a node and returns the
 	// publish context. It is idempotent for the same arguments.
-	ControllerPublish(ctx context.Context, req PublishRequest) (map[string]string, error)
+	ControllerPublish(ctx context.Context, req csi.PublishRequest) (map[string]string, error)
 	// ControllerUnpublish unpublishes a volume from a node; unpublishing a
 	// volume that is not published succeeds.
 	ControllerUnpublish(ctx context.Context, volumeID, nodeID string, secrets map[string]string) error
-	// ListPublished pages through ListVolumes and returns, per volume ID,
+	// ListVolumes pages through ListVolumes and returns, per volume ID,
 	// the node IDs the driver reports it published to.
-	ListPublished(ctx context.Context, maxEntries int) (map[string][]string, error)
+	ListVolumes(ctx context.Context, maxEntries int32) (map[string][]string, error)
 }
 
-// PublishRequest is one ControllerPublishVolume call.
-type PublishRequest struct {
-	VolumeID      string
-	NodeID        string
-	Capability    *csipb.VolumeCapability
-	ReadOnly      bool
-	VolumeContext map[string]string
-	Secrets       map[string]string
-}
+var _ CSIClient = (csi.Client)(nil)
 
 // grpcCode returns err's gRPC status code, false for non-gRPC errors.
 func grpcCode(err error) (codes.Code, bool) {

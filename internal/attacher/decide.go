@@ -16,6 +16,7 @@ import (
 	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/klog/v2"
 
+	"github.com/latchcsi/latch/internal/csi"
 	"github.com/latchcsi/latch/internal/kube"
 )
 
@@ -285,17 +286,10 @@ func volumeFromSpec(pv *v1.PersistentVolume, drv DriverInfo, tr Translator, what
 	if vol.FSType == "" && !vol.Block {
 		vol.FSType = drv.DefaultFSType
 	}
-	// Readonly is only sent to drivers that declare PUBLISH_READONLY;
-	// others reject or ignore it. A PV that only allows ReadOnlyMany is
-	// read-only even when spec.csi.readOnly is unset.
-	if drv.SupportsReadOnly {
-		vol.ReadOnly = c.ReadOnly || onlyReadOnlyMany(pv.Spec.AccessModes)
-	}
+	// Readonly is only sent to drivers that declare PUBLISH_READONLY, as
+	// upstream does; others reject or ignore it.
+	vol.ReadOnly = csi.PublishReadOnly(c.ReadOnly, csi.Capabilities{PublishReadonly: drv.SupportsReadOnly})
 	return vol, nil
-}
-
-func onlyReadOnlyMany(modes []v1.PersistentVolumeAccessMode) bool {
-	return len(modes) == 1 && modes[0] == v1.ReadOnlyMany
 }
 
 func sourceName(pv *v1.PersistentVolume, what string) string {

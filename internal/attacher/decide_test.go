@@ -216,13 +216,13 @@ func TestDecideAttach(t *testing.T) {
 			},
 		},
 		{
-			name: "ReadOnlyMany-only PV is published readonly",
+			name: "readonly PV with PUBLISH_READONLY is published readonly",
 			obs: Observed{VA: testVA(recorded), CSINode: testCSINode(testDriver), PV: testPV(withFinalizerPV, func(pv *v1.PersistentVolume) {
-				pv.Spec.AccessModes = []v1.PersistentVolumeAccessMode{v1.ReadOnlyMany}
+				pv.Spec.CSI.ReadOnly = true
 			})},
 			check: func(t *testing.T, p AttachPlan) {
 				if !p.Volume.ReadOnly {
-					t.Errorf("ROX-only PV not readonly")
+					t.Errorf("readonly PV not published readonly")
 				}
 			},
 		},

@@ -5,10 +5,9 @@ import (
 	"fmt"
 	"time"
 
-	csipb "github.com/container-storage-interface/spec/lib/go/csi"
-	"github.com/kubernetes-csi/csi-lib-utils/rpc"
-	"google.golang.org/grpc"
 	"k8s.io/klog/v2"
+
+	"github.com/latchcsi/latch/internal/csi"
 )
 
 // DriverFacts is what start-up learns from the driver.
@@ -21,43 +20,45 @@ type DriverFacts struct {
 	ListVolumesPublished bool
 }
 
+// driverIdentity is the part of the CSI client start-up needs.
+type driverIdentity interface {
+	Probe(ctx context.Context) error
+	DriverName(ctx context.Context) (string, error)
+	Capabilities(ctx context.Context) (csi.Capabilities, error)
+}
+
 // DiscoverDriver probes the driver until it is ready, then reads its name
 // and capabilities.
-func DiscoverDriver(ctx context.Context, conn *grpc.ClientConn, callTimeout time.Duration) (DriverFacts, error) {
+func DiscoverDriver(ctx context.Context, c driverIdentity, callTimeout time.Duration) (DriverFacts, error) {
 	logger := klog.FromContext(ctx)
-	if err := rpc.ProbeForever(ctx, conn, callTimeout); err != nil {
+	if err := c.Probe(ctx); err != nil {
 		return DriverFacts{}, fmt.Errorf("probe CSI driver: %w", err)
 	}
 	callCtx, cancel := context.WithTimeout(ctx, callTimeout)
 	defer cancel()
-	name, err := rpc.GetDriverName(callCtx, conn)
+	name, err := c.DriverName(callCtx)
 	if err != nil {
 		return DriverFacts{}, fmt.Errorf("GetPluginInfo: %w", err)
 	}
-	pluginCaps, err := rpc.GetPluginCapabilities(callCtx, conn)
+	caps, err := c.Capabilities(callCtx)
 	if err != nil {
-		return DriverFacts{}, fmt.Errorf("GetPluginCapabilities of driver %q: %w", name, err)
+		return DriverFacts{}, fmt.Errorf("capabilities of CSI driver %q: %w", name, err)
 	}
-	facts := DriverFacts{Info: DriverInfo{Name: name}}
-	if !pluginCaps[csipb.PluginCapability_Service_CONTROLLER_SERVICE] {
-		facts.Trivial = true
-		logger.Info("CSI driver has no controller service: every VolumeAttachment is marked attached without calling it", "driver", name)
-		return facts, nil
+	facts := DriverFacts{
+		Info: DriverInfo{
+			Name:                          name,
+			SupportsReadOnly:              caps.PublishReadonly,
+			SupportsSingleNodeMultiWriter: caps.SingleNodeMultiWriter,
+		},
+		Trivial:              !caps.ControllerService || !caps.PublishUnpublish,
+		ListVolumesPublished: caps.ListVolumes && caps.ListVolumesPublishedNodes,
 	}
-	ctrlCaps, err := rpc.GetControllerCapabilities(callCtx, conn)
-	if err != nil {
-		return DriverFacts{}, fmt.Errorf("ControllerGetCapabilities of driver %q: %w", name, err)
-	}
-	facts.Trivial = !ctrlCaps[csipb.ControllerServiceCapability_RPC_PUBLISH_UNPUBLISH_VOLUME]
-	facts.Info.SupportsReadOnly = ctrlCaps[csipb.ControllerServiceCapability_RPC_PUBLISH_READONLY]
-	facts.Info.SupportsSingleNodeMultiWriter = ctrlCaps[csipb.ControllerServiceCapability_RPC_SINGLE_NODE_MULTI_WRITER]
-	facts.ListVolumesPublished = ctrlCaps[csipb.ControllerServiceCapability_RPC_LIST_VOLUMES] &&
-		ctrlCaps[csipb.ControllerServiceCapability_RPC_LIST_VOLUMES_PUBLISHED_NODES]
 	if facts.Trivial {
-		logger.Info("CSI driver does not support PUBLISH_UNPUBLISH_VOLUME: every VolumeAttachment is marked attached without calling it", "driver", name)
+		logger.Info("CSI driver has no ControllerPublishVolume: every VolumeAttachment is marked attached without calling it",
+			"driver", name, "controllerService", caps.ControllerService, "publishUnpublish", caps.PublishUnpublish)
 	}
 	logger.Info("CSI driver discovered", "driver", name, "trivial", facts.Trivial,
-		"publishReadonly", facts.Info.SupportsReadOnly, "singleNodeMultiWriter", facts.Info.SupportsSingleNodeMultiWriter,
+		"publishReadonly", caps.PublishReadonly, "singleNodeMultiWriter", caps.SingleNodeMultiWriter,
 		"listVolumesPublishedNodes", facts.ListVolumesPublished)
 	return facts, nil
 }

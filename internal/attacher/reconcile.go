@@ -72,7 +72,7 @@ func (c *Controller) reconcileOnce(ctx context.Context) error {
 		}
 	}
 	listCtx, cancel := context.WithTimeout(ctx, c.cfg.ReconcileTimeout)
-	published, err := c.csi.ListPublished(listCtx, c.cfg.MaxEntries)
+	published, err := c.csi.ListVolumes(listCtx, int32(c.cfg.MaxEntries))
 	cancel()
 	if err != nil {
 		return err

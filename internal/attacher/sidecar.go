@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/kubernetes-csi/csi-lib-utils/connection"
 	csimetrics "github.com/kubernetes-csi/csi-lib-utils/metrics"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/informers"
@@ -23,6 +22,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/latchcsi/latch/internal/app"
+	"github.com/latchcsi/latch/internal/csi"
 	"github.com/latchcsi/latch/internal/kube"
 )
 
@@ -58,19 +58,23 @@ func RunSidecar(ctx context.Context, cfg SidecarConfig) error {
 		csimetrics.WithSubsystem(csimetrics.SubsystemSidecar),
 		csimetrics.WithMigration(),
 	).WithAdditionalRegistry(legacyregistry.DefaultGatherer)
-	connectCtx, connectCancel := context.WithTimeout(ctx, cfg.ConnectTimeout)
-	conn, err := connection.Connect(connectCtx, cfg.CSIAddress, metricsManager,
-		connection.OnConnectionLoss(func(context.Context) bool {
-			cancel(ErrDriverConnectionLost)
-			return false
-		}))
-	connectCancel()
+	client0, err := csi.Connect(ctx, csi.Options{
+		Address: cfg.CSIAddress, ConnectTimeout: cfg.ConnectTimeout,
+		CallTimeout: cfg.Controller.Timeout, MetricsManager: metricsManager,
+	})
 	if err != nil {
 		return fmt.Errorf("connect to CSI driver at %s: %w", cfg.CSIAddress, err)
 	}
-	defer conn.Close()
+	defer client0.Close()
+	go func() {
+		select {
+		case <-client0.Lost():
+			cancel(ErrDriverConnectionLost)
+		case <-ctx.Done():
+		}
+	}()
 
-	facts, err := DiscoverDriver(ctx, conn, cfg.Controller.Timeout)
+	facts, err := DiscoverDriver(ctx, client0, cfg.Controller.Timeout)
 	if err != nil {
 		return err
 	}
@@ -115,7 +119,7 @@ func RunSidecar(ctx context.Context, cfg SidecarConfig) error {
 		broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
 		defer broadcaster.Shutdown()
 		recorder := broadcaster.NewRecorder(scheme.Scheme, v1.EventSource{Component: "csi-attacher " + facts.Info.Name})
-		ctrl, err := New(ctrlCfg, client, factory, NewGRPCClient(conn), csitrans.New(), recorder, metrics)
+		ctrl, err := New(ctrlCfg, client, factory, client0, csitrans.New(), recorder, metrics)
 		if err != nil {
 			return err
 		}

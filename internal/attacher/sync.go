@@ -2,7 +2,6 @@ package attacher
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -14,6 +13,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/latchcsi/latch/internal/controller"
+	"github.com/latchcsi/latch/internal/csi"
 	"github.com/latchcsi/latch/internal/kube"
 )
 
@@ -90,13 +90,16 @@ func (c *Controller) syncAttach(ctx context.Context, name string) (controller.Re
 		}
 		return controller.Result{RequeueAfter: c.cfg.SecretRetryInterval}, nil
 	}
-	capability, err := volumeCapability(plan.Volume, c.cfg.Driver)
+	capability, err := csi.VolumeCapability(csi.CapabilityInput{
+		AccessModes: plan.Volume.AccessModes, Block: plan.Volume.Block, FSType: plan.Volume.FSType,
+		MountOptions: plan.Volume.MountOptions, SingleNodeMultiWriter: c.cfg.Driver.SupportsSingleNodeMultiWriter,
+	})
 	if err != nil {
 		return c.attachFailed(ctx, va, &Blocked{Reason: ReasonInvalidCapabilities, Message: err.Error()}, nil)
 	}
 
 	callCtx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
-	publishContext, err := c.csi.ControllerPublish(callCtx, PublishRequest{
+	publishContext, err := c.csi.ControllerPublish(callCtx, csi.PublishRequest{
 		VolumeID:      plan.Volume.Handle,
 		NodeID:        plan.NodeID,
 		Capability:    capability,
@@ -402,5 +405,3 @@ func (c *Controller) getCSINode(name string) (*storagev1.CSINode, error) {
 	}
 	return n, err
 }
-
-var errNotGRPC = errors.New("not a gRPC status")
