@@ -1,0 +1,66 @@
+package main
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestParseOptions_defaultsMatchKubeControllerManager(t *testing.T) {
+	o, err := parseOptions(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checks := []struct {
+		name      string
+		got, want any
+	}{
+		{"kube-api-qps", o.kubeAPIQPS, 100.0},
+		{"kube-api-burst", o.kubeAPIBurst, 200},
+		{"leader-elect", o.leaderElect, true},
+		{"leader-elect-lease-duration", o.leaseDuration, 15 * time.Second},
+		{"leader-elect-renew-deadline", o.renewDeadline, 10 * time.Second},
+		{"leader-elect-retry-period", o.retryPeriod, 2 * time.Second},
+		{"leader-elect-resource-namespace", o.leaderElectNamespace, "kube-system"},
+		{"leader-elect-resource-name", o.leaderElectName, "latch-attachdetach-controller"},
+		{"concurrent-attach-detach-syncs", o.workers, 10},
+		{"max-wait-for-unmount", o.maxWaitForUnmount, 6 * time.Minute},
+		{"disable-force-detach-on-timeout", o.disableForceDetachOnTimeout, false},
+		{"reconcile-sync", o.reconcileSync, time.Minute},
+		{"http-endpoint", o.httpEndpoint, "127.0.0.1:8080"},
+		{"metrics-path", o.metricsPath, "/metrics"},
+	}
+	for _, c := range checks {
+		if c.got != c.want {
+			t.Errorf("--%s default = %v, want %v", c.name, c.got, c.want)
+		}
+	}
+}
+
+func TestParseOptions_rejectsInvalidValues(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--concurrent-attach-detach-syncs=0"}, "--concurrent-attach-detach-syncs"},
+		{[]string{"--max-wait-for-unmount=0s"}, "--max-wait-for-unmount"},
+		{[]string{"--reconcile-sync=-1s"}, "--reconcile-sync"},
+		{[]string{"--leader-elect-renew-deadline=20s"}, "--leader-elect-renew-deadline"},
+		{[]string{"extra"}, "unexpected arguments"},
+	} {
+		_, err := parseOptions(tc.args)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("parseOptions(%v) = %v, want an error about %s", tc.args, err, tc.want)
+		}
+	}
+}
+
+func TestParseOptions_loggingFlags(t *testing.T) {
+	o, err := parseOptions([]string{"-v=4", "--logging-format=json", "--leader-elect=false"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.logging.Format != "json" || o.logging.Verbosity != 4 || o.leaderElect {
+		t.Errorf("options = format %q, v %d, leaderElect %v", o.logging.Format, o.logging.Verbosity, o.leaderElect)
+	}
+}

@@ -1,0 +1,85 @@
+package controller
+
+import (
+	"testing"
+
+	v1 "k8s.io/api/core/v1"
+)
+
+const vol = v1.UniqueVolumeName("kubernetes.io/csi/d^h")
+
+func list(names ...v1.UniqueVolumeName) []v1.AttachedVolume {
+	var out []v1.AttachedVolume
+	for _, n := range names {
+		out = append(out, v1.AttachedVolume{Name: n})
+	}
+	return out
+}
+
+func noInformer() []v1.AttachedVolume { return nil }
+
+func TestStatusBook_detachWaitsForAWriteComputedBeforeIt(t *testing.T) {
+	b := newStatusBook()
+	// The node status worker snapshots the actual state (volume still
+	// reported) and starts writing.
+	b.snapshot("n", func() []v1.AttachedVolume { return list(vol) })
+	// The detach removes the volume from the actual state meanwhile: the
+	// write in flight still carries it, so the detach must wait.
+	if !b.applyAndCheck("n", vol, func() {}, noInformer) {
+		t.Fatal("detach may delete the VolumeAttachment while a write listing the volume is in flight")
+	}
+	b.finish("n", list(vol), true)
+	if !b.applyAndCheck("n", vol, func() {}, noInformer) {
+		t.Fatal("the last write lists the volume; detach must wait")
+	}
+	// The next pass writes the list without the volume.
+	b.snapshot("n", func() []v1.AttachedVolume { return nil })
+	b.finish("n", nil, true)
+	if b.applyAndCheck("n", vol, func() {}, noInformer) {
+		t.Fatal("the volume is off the list; detach must go ahead")
+	}
+}
+
+func TestStatusBook_failedWriteKeepsTheLastSuccessfulList(t *testing.T) {
+	b := newStatusBook()
+	b.snapshot("n", func() []v1.AttachedVolume { return list(vol) })
+	b.finish("n", list(vol), true)
+	b.snapshot("n", func() []v1.AttachedVolume { return nil })
+	b.finish("n", nil, false) // the write failed: the server still lists vol
+	if !b.applyAndCheck("n", vol, func() {}, noInformer) {
+		t.Fatal("a failed write must not count as having removed the volume")
+	}
+}
+
+func TestStatusBook_beforeAnyWriteTheInformerDecides(t *testing.T) {
+	b := newStatusBook()
+	if !b.applyAndCheck("n", vol, func() {}, func() []v1.AttachedVolume { return list(vol) }) {
+		t.Fatal("the informer lists the volume and nothing was written yet")
+	}
+	if b.applyAndCheck("n", vol, func() {}, noInformer) {
+		t.Fatal("the informer does not list the volume")
+	}
+}
+
+func TestStatusBook_deletedNodeListsNothing(t *testing.T) {
+	b := newStatusBook()
+	b.snapshot("n", func() []v1.AttachedVolume { return list(vol) })
+	b.finish("n", list(vol), true)
+	b.nodeGone("n")
+	if b.applyAndCheck("n", vol, func() {}, func() []v1.AttachedVolume { return list(vol) }) {
+		t.Fatal("a deleted node has no status to wait for")
+	}
+	b.nodeSeen("n") // re-created with an empty status
+	if b.applyAndCheck("n", vol, func() {}, noInformer) {
+		t.Fatal("a re-created node starts with nothing written")
+	}
+}
+
+func TestStatusBook_applyRunsUnderTheLock(t *testing.T) {
+	b := newStatusBook()
+	ran := false
+	b.applyAndCheck("n", vol, func() { ran = true }, noInformer)
+	if !ran {
+		t.Fatal("apply not called")
+	}
+}
