@@ -9,6 +9,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/component-base/metrics/testutil"
 	"k8s.io/utils/ptr"
@@ -306,4 +307,52 @@ func TestVolumeAttachmentOfDeletedPV_deletedWhenNothingWantsIt(t *testing.T) {
 		t.Error("the VolumeAttachment of the running Pod was deleted too")
 	}
 	e.waitNodeAttached(node, e.unique(pv))
+}
+
+func TestPendingClaim_attachesOnceThePVCIsBound(t *testing.T) {
+	e := newEnv(t, controller.Config{Workers: 4})
+	node := e.addNode("n1")
+	name := e.prefix + "-late-bound"
+	pvc := &v1.PersistentVolumeClaim{
+		ObjectMeta: metav1.ObjectMeta{Namespace: e.ns, Name: name},
+		Spec: v1.PersistentVolumeClaimSpec{
+			AccessModes:      []v1.PersistentVolumeAccessMode{v1.ReadWriteOnce},
+			Resources:        v1.VolumeResourceRequirements{Requests: v1.ResourceList{v1.ResourceStorage: resource.MustParse("1Gi")}},
+			StorageClassName: new(string),
+		},
+	}
+	pvc, err := e.client.CoreV1().PersistentVolumeClaims(e.ns).Create(e.ctx, pvc, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.pod("app", node, name)
+	e.consistently("no VolumeAttachment while the PVC is unbound", 500*time.Millisecond, func() (bool, error) {
+		_, ok := e.getVA(e.vaName(name, node))
+		return !ok, nil
+	})
+
+	// Bind the way the PV controller does: PV with claimRef, then the PVC.
+	pv := &v1.PersistentVolume{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: v1.PersistentVolumeSpec{
+			AccessModes:            []v1.PersistentVolumeAccessMode{v1.ReadWriteOnce},
+			Capacity:               v1.ResourceList{v1.ResourceStorage: resource.MustParse("1Gi")},
+			ClaimRef:               &v1.ObjectReference{Kind: "PersistentVolumeClaim", APIVersion: "v1", Namespace: e.ns, Name: name, UID: pvc.UID},
+			PersistentVolumeSource: v1.PersistentVolumeSource{CSI: &v1.CSIPersistentVolumeSource{Driver: e.driver, VolumeHandle: name}},
+		},
+	}
+	if _, err := e.client.CoreV1().PersistentVolumes().Create(e.ctx, pv, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	pvc.Spec.VolumeName = name
+	if pvc, err = e.client.CoreV1().PersistentVolumeClaims(e.ns).Update(e.ctx, pvc, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	pvc.Status.Phase = v1.ClaimBound
+	if _, err = e.client.CoreV1().PersistentVolumeClaims(e.ns).UpdateStatus(e.ctx, pvc, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.waitAttachedVA(name, node)
+	e.waitNodeAttached(node, e.unique(name))
+	e.waitPodRunning("app")
 }
