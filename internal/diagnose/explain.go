@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 
 	v1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
@@ -27,20 +28,8 @@ func Needs(target Target, s *Snapshot) []Ref {
 	w := newWalker(s)
 	w.explain(target)
 	refs := slices.Collect(maps.Keys(w.missing))
-	slices.SortFunc(refs, func(a, b Ref) int {
-		return compareStrings(a.String(), b.String())
-	})
+	slices.SortFunc(refs, func(a, b Ref) int { return strings.Compare(a.String(), b.String()) })
 	return refs
-}
-
-func compareStrings(a, b string) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 func (w *walker) explain(t Target) {
@@ -104,7 +93,7 @@ func (w *walker) explainPod(namespace, name string) {
 		w.add(Finding{Check: "pod.volumes", Object: obj, Status: StatusOK,
 			Message: "Pod uses no persistent volume: nothing to attach"})
 	}
-	w.explainEvents(RefPod, namespace, name, obj, podEventReasons)
+	w.explainEvents(RefPod, namespace, name, obj, podEventReasons())
 }
 
 func (w *walker) explainPVC(namespace, name string) {
@@ -333,18 +322,7 @@ func (w *walker) notFound(ref Ref, check, object, message, hint string) Finding 
 
 func listNames(names []string, max int) string {
 	if len(names) <= max {
-		return joinComma(names)
+		return strings.Join(names, ", ")
 	}
-	return fmt.Sprintf("%s and %d more", joinComma(names[:max]), len(names)-max)
-}
-
-func joinComma(names []string) string {
-	out := ""
-	for i, n := range names {
-		if i > 0 {
-			out += ", "
-		}
-		out += n
-	}
-	return out
+	return fmt.Sprintf("%s and %d more", strings.Join(names[:max], ", "), len(names)-max)
 }

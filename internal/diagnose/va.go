@@ -237,7 +237,9 @@ func (w *walker) explainNodeVolumes(a *attachment) {
 
 // podEventReasons are the kubelet's and the attach/detach controller's
 // volume warnings on Pods.
-var podEventReasons = []string{"FailedAttachVolume", "FailedMount", "FailedMapVolume"}
+func podEventReasons() []string {
+	return []string{"FailedAttachVolume", "FailedMount", "FailedMapVolume"}
+}
 
 const maxEvents = 3
 
