@@ -5,6 +5,7 @@ package attacher_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"os"
@@ -161,9 +162,15 @@ func newEnv(t *testing.T, o envOptions) *env {
 // startAttacher runs one attacher replica; the returned func stops it and
 // waits for it to exit.
 func (e *env) startAttacher(o envOptions, identity string) func() {
-	ctx, cancel := context.WithCancel(e.ctx)
 	cfg := cluster.RESTConfig()
 	cfg.WrapTransport = e.writes.wrap
+	return e.startAttacherAs(cfg, o, identity, "default")
+}
+
+// startAttacherAs runs a replica with the given client config, leader
+// election (when on) in leaseNamespace.
+func (e *env) startAttacherAs(cfg *rest.Config, o envOptions, identity, leaseNamespace string) func() {
+	ctx, cancel := context.WithCancel(e.ctx)
 	done := make(chan error, 1)
 	logger := klog.Background().WithName(identity)
 	go func() {
@@ -180,7 +187,7 @@ func (e *env) startAttacher(o envOptions, identity string) func() {
 				ReconcileSync:       o.reconcileSync,
 			},
 			Leader: app.LeaderElection{
-				Enabled: o.leader, Namespace: "default", Identity: identity,
+				Enabled: o.leader, Namespace: leaseNamespace, Identity: identity,
 				LeaseDuration: 2 * time.Second, RenewDeadline: 1500 * time.Millisecond, RetryPeriod: 200 * time.Millisecond,
 			},
 		})
@@ -191,7 +198,7 @@ func (e *env) startAttacher(o envOptions, identity string) func() {
 			cancel()
 			select {
 			case err := <-done:
-				if err != nil {
+				if err != nil && !errors.Is(err, context.Canceled) {
 					e.t.Errorf("attacher %q exited with error: %v", identity, err)
 				}
 			case <-time.After(time.Minute):
