@@ -69,6 +69,15 @@ type env struct {
 
 func newEnv(t *testing.T, cfg controller.Config) *env {
 	t.Helper()
+	e := newEnvWithoutController(t, cfg)
+	e.startController()
+	return e
+}
+
+// newEnvWithoutController is newEnv for tests that run the controller
+// their own way.
+func newEnvWithoutController(t *testing.T, cfg controller.Config) *env {
+	t.Helper()
 	ctx, cancel := context.WithCancel(klog.NewContext(context.Background(), klog.Background()))
 	t.Cleanup(cancel)
 	n := testSeq.Add(1)
@@ -84,7 +93,6 @@ func newEnv(t *testing.T, cfg controller.Config) *env {
 	}
 	e.startKubelet()
 	e.startAttacher()
-	e.startController()
 	t.Cleanup(e.cleanup)
 	return e
 }
