@@ -108,7 +108,9 @@ func TestAttacherNeedsNothingBeyondDeployRBAC(t *testing.T) {
 	if _, err := e.client.CoreV1().Secrets("default").Create(e.ctx, s, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	e.createPV(pv, func(s *localcluster.VolumeSpec) { s.SecretRef = &v1.SecretReference{Namespace: "default", Name: secret} })
+	e.createPV(pv, func(s *localcluster.VolumeSpec) {
+		s.SecretRef = &v1.SecretReference{Namespace: "default", Name: secret}
+	})
 	e.createVA(e.newVA(vaName, pv, e.node))
 	e.waitAttached(vaName, 30*time.Second)
 	e.deleteVA(vaName)
