@@ -82,7 +82,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			RenewDeadline: opts.renewDeadline,
 			RetryPeriod:   opts.retryPeriod,
 		},
-		HTTP: app.HTTPConfig{Address: opts.httpEndpoint, MetricsPath: opts.metricsPath},
+		HTTP:     app.HTTPConfig{Address: opts.httpEndpoint, MetricsPath: opts.metricsPath},
+		Registry: controller.LegacyRegistry{},
 	})
 	if err != nil {
 		logger.Error(err, "attachdetach-controller failed")

@@ -28,6 +28,11 @@ type ServeConfig struct {
 	Controller Config
 	Leader     app.LeaderElection
 	HTTP       app.HTTPConfig
+	// Registry receives the controller's metrics and queue backlog
+	// collectors: LegacyRegistry{} in the binary (HTTP serves the legacy
+	// registry), a private metrics.KubeRegistry in tests, since a registry
+	// refuses a second registration of the same metric.
+	Registry Registry
 }
 
 // NewEventRecorder returns a recorder that sends events to the API
@@ -50,7 +55,9 @@ func Serve(ctx context.Context, cfg ServeConfig) error {
 		return fmt.Errorf("build API client: %w", err)
 	}
 	m := NewMetrics()
-	m.Register(LegacyRegistry{})
+	if cfg.Registry != nil {
+		m.Register(cfg.Registry)
+	}
 	var watchdog *leaderelection.HealthzAdaptor
 	if cfg.Leader.Enabled {
 		watchdog = leaderelection.NewLeaderHealthzAdaptor(20 * time.Second)
@@ -69,7 +76,9 @@ func Serve(ctx context.Context, cfg ServeConfig) error {
 		if err != nil {
 			return err
 		}
-		LegacyRegistry{}.CustomMustRegister(c.BacklogCollectors()...)
+		if cfg.Registry != nil {
+			cfg.Registry.CustomMustRegister(c.BacklogCollectors()...)
+		}
 		factory.Start(ctx.Done())
 		defer factory.Shutdown()
 		err = c.Run(ctx)

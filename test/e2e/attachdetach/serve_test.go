@@ -7,6 +7,7 @@ import (
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/component-base/metrics"
 
 	"github.com/latchcsi/latch/internal/app"
 	"github.com/latchcsi/latch/internal/attachdetach/controller"
@@ -23,6 +24,7 @@ func TestServe_leaderElectionAttachAndCleanShutdown(t *testing.T) {
 	go func() {
 		done <- controller.Serve(ctx, controller.ServeConfig{
 			RESTConfig: cluster.RESTConfig(),
+			Registry:   metrics.NewKubeRegistry(),
 			Controller: controller.Config{Workers: 4},
 			Leader: app.LeaderElection{
 				Enabled: true, LeaseName: lease, Namespace: e.ns, Identity: "replica-1",
