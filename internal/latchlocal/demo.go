@@ -100,8 +100,8 @@ func (d *demo) run(ctx context.Context) error {
 	}); err != nil {
 		return err
 	}
-	if n := len(e.Driver.CallsTo("ControllerPublishVolume")); n != 1 {
-		return d.fail("no publish to node-2 while node-1 has the volume", fmt.Errorf("driver saw %d publishes", n))
+	if n := e.Driver.PublishCount(pvc, NodeID(2)); n != 0 {
+		return d.fail("no publish to "+node2+" while "+node1+" holds the volume", fmt.Errorf("driver published the volume to %s %d times", node2, n))
 	}
 	d.step("no publish to "+node2+" while "+node1+" holds the volume", "")
 

@@ -1,12 +1,20 @@
 package latchlocal
 
 import (
+	"bytes"
 	"context"
+	"os"
+	"path/filepath"
 	"slices"
 	"testing"
 	"time"
 
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/klog/v2/ktesting"
+	"sigs.k8s.io/yaml"
 )
 
 // The README's first command runs this demo; the test runs the same code
@@ -67,6 +75,60 @@ func TestDemoWalksAttachConflictAndDetachInOrder(t *testing.T) {
 	}
 	if v := env.Driver.Stats().Publish.SingleNodeConflictAttemptsTotal; v != 0 {
 		t.Errorf("driver saw %d attempts to publish the RWO volume to a second node", v)
+	}
+
+	// `up` mode: the manifests in examples/, applied as kubectl would,
+	// get their Pod running (the binder binds the pre-bound claim).
+	applyExamples(t, ctx, env)
+	if err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		p, err := env.Client.CoreV1().Pods("default").Get(ctx, "app-1", metav1.GetOptions{})
+		return err == nil && p.Status.Phase == v1.PodRunning, nil
+	}); err != nil {
+		t.Fatalf("example Pod app-1 not Running: %v", err)
+	}
+	if got := env.Driver.Published("example-volume"); !slices.Equal(got, []string{NodeID(1)}) {
+		t.Errorf("example volume published to %v, want [%s]", got, NodeID(1))
+	}
+}
+
+func applyExamples(t *testing.T, ctx context.Context, env *Env) {
+	t.Helper()
+	for _, f := range []string{"pv-pvc.yaml", "pod.yaml"} {
+		data, err := os.ReadFile(filepath.Join("..", "..", "examples", f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
+		for {
+			var raw map[string]any
+			if err := dec.Decode(&raw); err != nil {
+				break
+			}
+			if raw == nil {
+				continue
+			}
+			b, _ := yaml.Marshal(raw)
+			var err error
+			switch raw["kind"] {
+			case "PersistentVolume":
+				var o v1.PersistentVolume
+				_ = yaml.Unmarshal(b, &o)
+				_, err = env.Client.CoreV1().PersistentVolumes().Create(ctx, &o, metav1.CreateOptions{})
+			case "PersistentVolumeClaim":
+				var o v1.PersistentVolumeClaim
+				_ = yaml.Unmarshal(b, &o)
+				_, err = env.Client.CoreV1().PersistentVolumeClaims(o.Namespace).Create(ctx, &o, metav1.CreateOptions{})
+			case "Pod":
+				var o v1.Pod
+				_ = yaml.Unmarshal(b, &o)
+				_, err = env.Client.CoreV1().Pods(o.Namespace).Create(ctx, &o, metav1.CreateOptions{})
+			default:
+				t.Fatalf("unexpected kind %v in %s", raw["kind"], f)
+			}
+			if err != nil {
+				t.Fatalf("apply %s: %v", f, err)
+			}
+		}
 	}
 }
 

@@ -114,6 +114,9 @@ func Start(ctx context.Context, opts Options) (_ *Env, err error) {
 		return nil, err
 	}
 
+	// Pre-bound claims applied by hand get bound (no PV controller here).
+	e.goRun(func() error { e.runBinder(runCtx); return nil })
+
 	// Simulated nodes.
 	e.Kubelet = localcluster.NewKubelet(e.Client)
 	e.goRun(func() error { e.Kubelet.Run(runCtx, 2); return nil })

@@ -1,0 +1,43 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"testing"
+
+	"github.com/latchcsi/latch/internal/latchlocal"
+)
+
+// The README's first command, as a script would run it: `latch-local demo
+// --output json` exits 0 and reports every step, in order, as JSON.
+func TestDemoCommandWithJSONOutput(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	code := run([]string{"demo", "--output", "json", "--publish-failures", "1", "--log-file", t.TempDir() + "/latch-local.log"}, &stdout, &stderr)
+	if code != 0 {
+		t.Fatalf("exit code %d, stderr:\n%s", code, stderr.String())
+	}
+	var r latchlocal.Result
+	if err := json.Unmarshal(stdout.Bytes(), &r); err != nil {
+		t.Fatalf("stdout is not the JSON result: %v\n%s", err, stdout.String())
+	}
+	if !r.OK || len(r.Steps) != 22 {
+		t.Fatalf("result OK=%v with %d steps, want OK with 22: %+v", r.OK, len(r.Steps), r)
+	}
+	if r.Steps[0].Name != "PV and PVC created" || r.Steps[len(r.Steps)-1].Name != "VolumeAttachment deleted" {
+		t.Errorf("first/last steps = %q/%q", r.Steps[0].Name, r.Steps[len(r.Steps)-1].Name)
+	}
+	for i := 1; i < len(r.Steps); i++ {
+		if r.Steps[i].At < r.Steps[i-1].At {
+			t.Errorf("step %d (%s) observed before step %d", i, r.Steps[i].Name, i-1)
+		}
+	}
+}
+
+func TestUsageErrorsExitTwo(t *testing.T) {
+	for _, args := range [][]string{{"bogus"}, {"demo", "--nodes", "1"}, {"demo", "--output", "xml"}} {
+		var stdout, stderr bytes.Buffer
+		if code := run(args, &stdout, &stderr); code != 2 {
+			t.Errorf("run(%q) = %d, want 2 (stderr %q)", args, code, stderr.String())
+		}
+	}
+}
