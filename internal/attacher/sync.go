@@ -46,13 +46,8 @@ func (c *Controller) syncAttach(ctx context.Context, name string) (controller.Re
 		return controller.Result{}, c.writeStatus(ctx, va, storagev1.VolumeAttachmentStatus{Attached: true, AttachmentMetadata: va.Status.AttachmentMetadata})
 	}
 
-	obs := Observed{VA: va}
-	if pvName := va.Spec.Source.PersistentVolumeName; pvName != nil {
-		if obs.PV, err = c.getPV(*pvName); err != nil {
-			return controller.Result{}, err
-		}
-	}
-	if obs.CSINode, err = c.getCSINode(va.Spec.NodeName); err != nil {
+	obs, err := c.observe(va)
+	if err != nil {
 		return controller.Result{}, err
 	}
 	plan := DecideAttach(obs, c.cfg.Driver, c.tr)
@@ -139,13 +134,8 @@ func (c *Controller) syncDetach(ctx context.Context, name string) (controller.Re
 	defer c.release(name)
 	ctx = klog.NewContext(ctx, klog.FromContext(ctx).WithValues("volumeAttachment", klog.KObj(va), "node", va.Spec.NodeName))
 
-	obs := Observed{VA: va}
-	if pvName := va.Spec.Source.PersistentVolumeName; pvName != nil {
-		if obs.PV, err = c.getPV(*pvName); err != nil {
-			return controller.Result{}, err
-		}
-	}
-	if obs.CSINode, err = c.getCSINode(va.Spec.NodeName); err != nil {
+	obs, err := c.observe(va)
+	if err != nil {
 		return controller.Result{}, err
 	}
 	plan := DecideDetach(obs, c.cfg.Driver, c.tr)
@@ -365,6 +355,19 @@ func (c *Controller) secrets(ctx context.Context, ref *v1.SecretReference) (map[
 		out[k] = string(v)
 	}
 	return out, nil, nil
+}
+
+// observe reads what a decision about va needs from the caches.
+func (c *Controller) observe(va *storagev1.VolumeAttachment) (Observed, error) {
+	obs := Observed{VA: va}
+	var err error
+	if pvName := va.Spec.Source.PersistentVolumeName; pvName != nil {
+		if obs.PV, err = c.getPV(*pvName); err != nil {
+			return obs, err
+		}
+	}
+	obs.CSINode, err = c.getCSINode(va.Spec.NodeName)
+	return obs, err
 }
 
 func (c *Controller) getVA(name string) (*storagev1.VolumeAttachment, error) {
