@@ -83,10 +83,3 @@ func (w *ownWrites[T]) forget(name string) {
 	defer w.mu.Unlock()
 	delete(w.m, name)
 }
-
-// len is the number of entries not yet confirmed by the cache.
-func (w *ownWrites[T]) len() int {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return len(w.m)
-}

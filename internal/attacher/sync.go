@@ -79,9 +79,8 @@ func (c *Controller) syncAttach(ctx context.Context, name string) (controller.Re
 		return controller.Result{}, err
 	}
 	if blocked != nil {
-		res, err := c.attachFailed(ctx, va, blocked, nil)
-		if err != nil && !controller.IsTerminal(err) {
-			return res, err
+		if err := c.recordError(ctx, va, true, blocked.Message, nil); err != nil {
+			return controller.Result{}, err
 		}
 		return controller.Result{RequeueAfter: c.cfg.SecretRetryInterval}, nil
 	}
@@ -150,7 +149,7 @@ func (c *Controller) syncDetach(ctx context.Context, name string) (controller.Re
 		return controller.Result{}, err
 	}
 	if blocked != nil {
-		if _, err := c.detachFailed(ctx, va, blocked.Message, nil); err != nil && !controller.IsTerminal(err) {
+		if err := c.recordError(ctx, va, false, blocked.Message, nil); err != nil {
 			return controller.Result{}, err
 		}
 		return controller.Result{RequeueAfter: c.cfg.SecretRetryInterval}, nil
@@ -195,46 +194,54 @@ func (c *Controller) releaseVA(ctx context.Context, va *storagev1.VolumeAttachme
 	return c.writeStatus(ctx, updated, storagev1.VolumeAttachmentStatus{Attached: false})
 }
 
-// attachFailed records a failed attach: status.attachError (written only
-// when the message changes, so retries do not rewrite it), a Warning event
-// with the same dedup, and the error for the runner's backoff.
+// recordError writes status.attachError (attach) or status.detachError
+// and a Warning event, only when the message changes, so retries do not
+// rewrite them. It returns only a failure to write.
+func (c *Controller) recordError(ctx context.Context, va *storagev1.VolumeAttachment, attach bool, msg string, code *int32) error {
+	prev, reason := va.Status.DetachError, EventDetachFailed
+	if attach {
+		prev, reason = va.Status.AttachError, EventAttachFailed
+	}
+	if prev != nil && prev.Message == msg {
+		return nil
+	}
+	status := *va.Status.DeepCopy()
+	verr := &storagev1.VolumeError{Time: metav1.NewTime(c.clock.Now()), Message: msg, ErrorCode: code}
+	if attach {
+		status.AttachError = verr
+	} else {
+		status.DetachError = verr
+	}
+	if err := c.writeStatus(ctx, va, status); err != nil {
+		return err
+	}
+	c.recorder.Event(va, v1.EventTypeWarning, reason, msg)
+	return nil
+}
+
+// attachFailed records a failed attach and returns the error for the
+// runner's backoff (terminal when only an edit of the VA can fix it).
 func (c *Controller) attachFailed(ctx context.Context, va *storagev1.VolumeAttachment, blocked *Blocked, callErr error) (controller.Result, error) {
 	msg, code := failure(blocked, callErr)
-	prev := va.Status.AttachError
-	if prev == nil || prev.Message != msg {
-		status := *va.Status.DeepCopy()
-		status.AttachError = &storagev1.VolumeError{Time: metav1.NewTime(c.clock.Now()), Message: msg, ErrorCode: code}
-		if err := c.writeStatus(ctx, va, status); err != nil {
-			return controller.Result{}, err
-		}
-		c.recorder.Event(va, v1.EventTypeWarning, EventAttachFailed, msg)
+	if err := c.recordError(ctx, va, true, msg, code); err != nil {
+		return controller.Result{}, err
 	}
 	klog.FromContext(ctx).V(2).Info("Attach failed", "reason", reasonOf(blocked), "err", msg)
 	err := fmt.Errorf("attach VolumeAttachment %q: %s", va.Name, msg)
 	if blocked != nil && blocked.Reason == ReasonInvalidSource {
-		// Nothing but an edit of the VA can fix this.
 		return controller.Result{}, controller.Terminal(err)
 	}
 	return controller.Result{}, err
 }
 
-// detachFailed is attachFailed for detach (status.detachError).
+// detachFailed records a failed detach and returns the error for backoff.
 func (c *Controller) detachFailed(ctx context.Context, va *storagev1.VolumeAttachment, msg string, callErr error) (controller.Result, error) {
-	if callErr != nil {
-		msg, _ = failure(nil, callErr)
-	}
 	var code *int32
 	if callErr != nil {
-		_, code = failure(nil, callErr)
+		msg, code = failure(nil, callErr)
 	}
-	prev := va.Status.DetachError
-	if prev == nil || prev.Message != msg {
-		status := *va.Status.DeepCopy()
-		status.DetachError = &storagev1.VolumeError{Time: metav1.NewTime(c.clock.Now()), Message: msg, ErrorCode: code}
-		if err := c.writeStatus(ctx, va, status); err != nil {
-			return controller.Result{}, err
-		}
-		c.recorder.Event(va, v1.EventTypeWarning, EventDetachFailed, msg)
+	if err := c.recordError(ctx, va, false, msg, code); err != nil {
+		return controller.Result{}, err
 	}
 	klog.FromContext(ctx).V(2).Info("Detach failed", "err", msg)
 	return controller.Result{}, fmt.Errorf("detach VolumeAttachment %q: %s", va.Name, msg)

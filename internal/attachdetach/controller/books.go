@@ -33,12 +33,6 @@ func (b *nameBook) get(name string) (state.Key, bool) {
 	return k, ok
 }
 
-func (b *nameBook) forget(name string) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	delete(b.names, name)
-}
-
 // ownWrites overlays the VolumeAttachment informer with the controller's
 // own writes until the informer shows them, so that a pass right after a
 // create does not see "no VolumeAttachment" and a pass right after a

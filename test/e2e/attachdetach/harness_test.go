@@ -60,11 +60,9 @@ type env struct {
 	// creates counts the controller's VolumeAttachment creates.
 	creates atomic.Int32
 	// writes lists the controller's API writes in order, "METHOD path".
-	writesMu   sync.Mutex
-	writes     []string
-	stopCtrl   func()
-	ctrlMu     sync.Mutex
-	ctrlCancel context.CancelFunc
+	writesMu sync.Mutex
+	writes   []string
+	stopCtrl func()
 }
 
 func newEnv(t *testing.T, cfg controller.Config) *env {
