@@ -50,7 +50,32 @@ func (c *Controller) syncKey(ctx context.Context, key state.Key) (runner.Result,
 	c.correctAssumedMount(&in, node)
 	plan := decide.Decide(in)
 	klog.FromContext(ctx).V(4).Info("Decided", "volume", key.Volume, "node", key.Node, "plan", plan.Kind, "why", plan.Why)
-	return c.execute(ctx, plan, va)
+	result, err := c.execute(ctx, plan, va)
+	c.forgetNameIfUnused(name, key)
+	return result, err
+}
+
+// forgetNameIfUnused drops the VolumeAttachment name of key from the name
+// book once nothing is left of the key: no Pod wants it, the actual state
+// has no entry, and no VolumeAttachment of that name exists (in the
+// informer or among our own writes it has not shown yet). Without this the
+// book would keep every name the controller ever saw. A VolumeAttachment
+// of that name that appears later goes through the VA queue, which finds
+// the key again.
+func (c *Controller) forgetNameIfUnused(name string, key state.Key) {
+	c.names.forgetIf(name, key, func() bool {
+		if _, ok := c.asw.Get(key); ok {
+			return false
+		}
+		if _, ok := c.dsw.Get(key); ok {
+			return false
+		}
+		listed, err := c.vaLister.Get(name)
+		if err != nil {
+			listed = nil
+		}
+		return c.writes.view(name, listed) == nil
+	})
 }
 
 // execute carries out plan: the actual state change first (it cannot

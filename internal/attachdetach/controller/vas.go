@@ -79,9 +79,10 @@ func (c *Controller) syncVA(ctx context.Context, name string) (runner.Result, er
 // uncertain (detached if nothing wants it, confirmed if something does)
 // and enqueues its volume.
 func (c *Controller) adopt(ctx context.Context, name string, key state.Key, a volume.Attachable) {
-	c.names.set(name, key)
+	// The actual state first, then the name: see nameBook.forgetIf.
 	if c.asw.AddUncertain(a, key.Node) {
 		klog.FromContext(ctx).V(2).Info("Adopted VolumeAttachment unknown to the actual state", "volumeAttachment", klog.KRef("", name), "volume", key.Volume, "node", key.Node)
 	}
+	c.names.set(name, key)
 	c.enqueueVolumes([]state.Key{key})
 }

@@ -1,0 +1,331 @@
+package controller
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes/fake"
+	clienttesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/component-base/metrics"
+	"k8s.io/klog/v2/ktesting"
+
+	"github.com/latchcsi/latch/internal/kube"
+)
+
+// The controller against client-go's fake clientset: the informers, event
+// handlers, queues and executor run for real; the tests play the
+// csi-attacher (status.attached) and the kubelet (volumesInUse, Pod
+// deletion) by writing to the object tracker directly, so the clientset's
+// action log holds only the controller's own requests.
+
+const (
+	testDriver = "disk.csi.example.com"
+	testNS     = "team-a"
+)
+
+var (
+	vaResource   = storagev1.SchemeGroupVersion.WithResource("volumeattachments")
+	nodeResource = v1.SchemeGroupVersion.WithResource("nodes")
+	podResource  = v1.SchemeGroupVersion.WithResource("pods")
+)
+
+// upstreamVAName is kube-controller-manager's VolumeAttachment name,
+// written out independently of internal/kube.
+func upstreamVAName(handle, driver, node string) string {
+	sum := sha256.Sum256([]byte(handle + driver + node))
+	return "csi-" + hex.EncodeToString(sum[:])
+}
+
+func uniqueName(handle string) v1.UniqueVolumeName {
+	return v1.UniqueVolumeName("kubernetes.io/csi/" + testDriver + "^" + handle)
+}
+
+func managedNode(name string) *v1.Node {
+	return &v1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: name, UID: types.UID(name + "-uid"),
+			Annotations: map[string]string{kube.ControllerManagedAttachAnnotation: "true"}},
+		Status: v1.NodeStatus{Conditions: []v1.NodeCondition{{Type: v1.NodeReady, Status: v1.ConditionTrue}}},
+	}
+}
+
+// boundClaim returns a PV (handle = name) bound to a PVC of the same name.
+func boundClaim(name string, mode v1.PersistentVolumeAccessMode) (*v1.PersistentVolume, *v1.PersistentVolumeClaim) {
+	pvcUID := types.UID(name + "-pvc-uid")
+	size := v1.ResourceList{v1.ResourceStorage: resource.MustParse("1Gi")}
+	pv := &v1.PersistentVolume{
+		ObjectMeta: metav1.ObjectMeta{Name: name, UID: types.UID(name + "-pv-uid")},
+		Spec: v1.PersistentVolumeSpec{
+			AccessModes: []v1.PersistentVolumeAccessMode{mode}, Capacity: size,
+			ClaimRef:               &v1.ObjectReference{Kind: "PersistentVolumeClaim", Namespace: testNS, Name: name, UID: pvcUID},
+			PersistentVolumeSource: v1.PersistentVolumeSource{CSI: &v1.CSIPersistentVolumeSource{Driver: testDriver, VolumeHandle: name}},
+		},
+		Status: v1.PersistentVolumeStatus{Phase: v1.VolumeBound},
+	}
+	pvc := &v1.PersistentVolumeClaim{
+		ObjectMeta: metav1.ObjectMeta{Namespace: testNS, Name: name, UID: pvcUID},
+		Spec: v1.PersistentVolumeClaimSpec{AccessModes: []v1.PersistentVolumeAccessMode{mode},
+			Resources: v1.VolumeResourceRequirements{Requests: size}, VolumeName: name},
+		Status: v1.PersistentVolumeClaimStatus{Phase: v1.ClaimBound},
+	}
+	return pv, pvc
+}
+
+func podUsing(name, node, claim string) *v1.Pod {
+	return &v1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: testNS, Name: name, UID: types.UID(name + "-uid"),
+			CreationTimestamp: metav1.Now()},
+		Spec: v1.PodSpec{
+			NodeName:   node,
+			Containers: []v1.Container{{Name: "app", Image: "app"}},
+			Volumes: []v1.Volume{{Name: "data", VolumeSource: v1.VolumeSource{
+				PersistentVolumeClaim: &v1.PersistentVolumeClaimVolumeSource{ClaimName: claim}}}},
+		},
+		Status: v1.PodStatus{Phase: v1.PodRunning},
+	}
+}
+
+// fakeWorld is one controller on a fake clientset.
+type fakeWorld struct {
+	t        *testing.T
+	ctx      context.Context
+	client   *fake.Clientset
+	events   *record.FakeRecorder
+	registry metrics.KubeRegistry
+	c        *Controller
+	factory  informers.SharedInformerFactory
+
+	// missed counts, per object name, the watch events the controller's
+	// informers are not to get.
+	mu     sync.Mutex
+	missed map[string]int
+}
+
+func newFakeWorld(t *testing.T, cfg Config, objs ...runtime.Object) *fakeWorld {
+	t.Helper()
+	_, ctx := ktesting.NewTestContext(t)
+	ctx, cancel := context.WithCancel(ctx)
+	w := &fakeWorld{t: t, ctx: ctx, client: fake.NewClientset(objs...), events: record.NewFakeRecorder(100), missed: map[string]int{}}
+	watches := make(chan string, 20)
+	w.client.PrependWatchReactor("*", func(action clienttesting.Action) (bool, watch.Interface, error) {
+		var opts metav1.ListOptions
+		if wa, ok := action.(clienttesting.WatchActionImpl); ok {
+			opts = wa.ListOptions
+		}
+		inner, err := w.client.Tracker().Watch(action.GetResource(), action.GetNamespace(), opts)
+		if err != nil {
+			return false, nil, err
+		}
+		watches <- action.GetResource().Resource
+		return true, watch.Filter(inner, func(ev watch.Event) (watch.Event, bool) {
+			m, ok := ev.Object.(metav1.Object)
+			return ev, !ok || !w.dropped(m.GetName())
+		}), nil
+	})
+	factory := informers.NewSharedInformerFactory(w.client, 0)
+	m := NewMetrics()
+	w.registry = metrics.NewKubeRegistry()
+	m.Register(w.registry)
+	c, err := New(cfg, w.client, factory, w.events, m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.c, w.factory = c, factory
+	factory.Start(ctx.Done())
+	// The tracker does not replay what happened between an informer's list
+	// and its watch: start the workers only once every informer watches.
+	for range 6 {
+		select {
+		case <-watches:
+		case <-time.After(10 * time.Second):
+			t.Fatal("informers did not start watching")
+		}
+	}
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+		factory.Shutdown()
+	})
+	return w
+}
+
+// vaCache is the controller's VolumeAttachment informer cache. Writing
+// to it directly runs no event handler: with missNext, that is a missed
+// event.
+func (w *fakeWorld) vaCache() cache.Indexer {
+	return w.factory.Storage().V1().VolumeAttachments().Informer().GetIndexer()
+}
+
+// missNext makes the controller's informers miss the next watch event
+// about the object called name.
+func (w *fakeWorld) missNext(name string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.missed[name]++
+}
+
+// dropped reports whether the watch event about name is to be missed.
+func (w *fakeWorld) dropped(name string) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.missed[name] == 0 {
+		return false
+	}
+	w.missed[name]--
+	return true
+}
+
+// writes returns the controller's API writes so far, in order, as
+// "verb resource[/subresource] name".
+func (w *fakeWorld) writes() []string {
+	var out []string
+	for _, a := range w.client.Actions() {
+		res := a.GetResource().Resource
+		if a.GetSubresource() != "" {
+			res += "/" + a.GetSubresource()
+		}
+		switch a := a.(type) {
+		case clienttesting.CreateActionImpl:
+			out = append(out, "create "+res+" "+a.GetObject().(metav1.Object).GetName())
+		case clienttesting.UpdateActionImpl:
+			out = append(out, "update "+res+" "+a.GetObject().(metav1.Object).GetName())
+		case clienttesting.PatchActionImpl:
+			out = append(out, "patch "+res+" "+a.GetName())
+		case clienttesting.DeleteActionImpl:
+			out = append(out, "delete "+res+" "+a.GetName())
+		}
+	}
+	return out
+}
+
+// nodePatches returns the status.volumesAttached lists the controller's
+// node status patches set, in order.
+func (w *fakeWorld) nodePatches(node string) [][]v1.UniqueVolumeName {
+	var out [][]v1.UniqueVolumeName
+	for _, a := range w.client.Actions() {
+		p, ok := a.(clienttesting.PatchActionImpl)
+		if !ok || p.GetResource() != nodeResource || p.GetName() != node {
+			continue
+		}
+		if p.GetSubresource() != "status" || p.GetPatchType() != types.MergePatchType {
+			w.t.Errorf("node patch %s subresource %q type %s, want a merge patch of status", node, p.GetSubresource(), p.GetPatchType())
+		}
+		var n v1.Node
+		if err := json.Unmarshal(p.GetPatch(), &n); err != nil {
+			w.t.Fatalf("node patch %s: %v", p.GetPatch(), err)
+		}
+		names := []v1.UniqueVolumeName{}
+		for _, av := range n.Status.VolumesAttached {
+			names = append(names, av.Name)
+		}
+		out = append(out, names)
+	}
+	return out
+}
+
+func (w *fakeWorld) eventually(what string, cond func() bool) {
+	w.t.Helper()
+	err := wait.PollUntilContextTimeout(w.ctx, 10*time.Millisecond, 15*time.Second, true, func(context.Context) (bool, error) { return cond(), nil })
+	if err != nil {
+		w.t.Fatalf("timed out waiting for %s; controller writes: %q", what, w.writes())
+	}
+}
+
+func (w *fakeWorld) waitWrites(n int) []string {
+	w.t.Helper()
+	w.eventually(fmt.Sprintf("%d controller writes", n), func() bool { return len(w.writes()) >= n })
+	return w.writes()
+}
+
+func (w *fakeWorld) va(name string) (*storagev1.VolumeAttachment, bool) {
+	obj, err := w.client.Tracker().Get(vaResource, "", name)
+	if err != nil {
+		return nil, false
+	}
+	return obj.(*storagev1.VolumeAttachment), true
+}
+
+// attach plays csi-attacher: status.attached=true.
+func (w *fakeWorld) attach(name string) {
+	w.t.Helper()
+	va, ok := w.va(name)
+	if !ok {
+		w.t.Fatalf("VolumeAttachment %s not found", name)
+	}
+	va.Status.Attached = true
+	if err := w.client.Tracker().Update(vaResource, va, "", metav1.UpdateOptions{FieldManager: "csi-attacher"}); err != nil {
+		w.t.Fatal(err)
+	}
+}
+
+// setInUse plays the kubelet: status.volumesInUse.
+func (w *fakeWorld) setInUse(node string, vols ...v1.UniqueVolumeName) {
+	w.t.Helper()
+	obj, err := w.client.Tracker().Get(nodeResource, "", node)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	n := obj.(*v1.Node)
+	n.Status.VolumesInUse = vols
+	if err := w.client.Tracker().Update(nodeResource, n, "", metav1.UpdateOptions{FieldManager: "kubelet"}); err != nil {
+		w.t.Fatal(err)
+	}
+}
+
+func (w *fakeWorld) deletePod(name string) {
+	w.t.Helper()
+	if err := w.client.Tracker().Delete(podResource, testNS, name); err != nil {
+		w.t.Fatal(err)
+	}
+}
+
+func (w *fakeWorld) addPod(p *v1.Pod) {
+	w.t.Helper()
+	if err := w.client.Tracker().Create(podResource, p, testNS, metav1.CreateOptions{FieldManager: "scheduler"}); err != nil {
+		w.t.Fatal(err)
+	}
+}
+
+// recorded drains the events recorded so far.
+func (w *fakeWorld) recorded() []string {
+	var out []string
+	for {
+		select {
+		case ev := <-w.events.Events:
+			out = append(out, ev)
+		default:
+			return out
+		}
+	}
+}
+
+func countPrefix(list []string, prefix string) int {
+	n := 0
+	for _, s := range list {
+		if strings.HasPrefix(s, prefix) {
+			n++
+		}
+	}
+	return n
+}
