@@ -1,0 +1,177 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"io"
+	"net"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/wait"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+)
+
+// runAsLatchLocal makes the test binary act as the latch-local command, so
+// a test can run it as a real child process and signal it.
+const runAsLatchLocal = "LATCH_LOCAL_TEST_RUN_MAIN"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(runAsLatchLocal) == "1" {
+		os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+	}
+	os.Exit(m.Run())
+}
+
+// `latch-local up` as a person uses it: it writes a kubeconfig, the
+// examples applied through it get their Pod running, and Ctrl-C (SIGINT)
+// stops every component and the API server, exiting 0.
+func TestUpServesKubeconfigAndStopsCleanlyOnCtrlC(t *testing.T) {
+	dir := t.TempDir()
+	kubeconfig := filepath.Join(dir, "kubeconfig")
+	cmd := exec.Command(os.Args[0], "up", "--kubeconfig", kubeconfig, "--log-file", filepath.Join(dir, "latch-local.log"))
+	cmd.Env = append(os.Environ(), runAsLatchLocal+"=1")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	stdoutPipe, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	var stdout bytes.Buffer
+	ready := make(chan struct{})
+	go func() {
+		sc := bufio.NewScanner(stdoutPipe)
+		signalled := false
+		for sc.Scan() {
+			stdout.WriteString(sc.Text() + "\n")
+			if !signalled && strings.Contains(sc.Text(), "Press Ctrl-C") {
+				signalled = true
+				close(ready)
+			}
+		}
+		_, _ = io.Copy(io.Discard, stdoutPipe)
+		exited <- cmd.Wait()
+	}()
+	t.Cleanup(func() { _ = cmd.Process.Kill() })
+
+	select {
+	case <-ready:
+	case err := <-exited:
+		t.Fatalf("latch-local up exited before it was ready: %v\nstderr:\n%s", err, stderr.String())
+	case <-time.After(3 * time.Minute):
+		t.Fatalf("latch-local up not ready after 3 minutes\nstderr:\n%s", stderr.String())
+	}
+
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		t.Fatalf("the kubeconfig latch-local wrote does not load: %v", err)
+	}
+	client := kubernetes.NewForConfigOrDie(cfg)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	nodes, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil || len(nodes.Items) != 2 {
+		t.Fatalf("nodes through the kubeconfig: %d, err %v; want the 2 simulated nodes", len(nodes.Items), err)
+	}
+
+	// What the printed instructions say to do: apply examples/, watch the
+	// Pod start once its volume is attached.
+	applyManifests(t, ctx, dynamic.NewForConfigOrDie(cfg), "../../examples/pv-pvc.yaml", "../../examples/pod.yaml")
+	if err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		p, err := client.CoreV1().Pods("default").Get(ctx, "app-1", metav1.GetOptions{})
+		return err == nil && p.Status.Phase == v1.PodRunning, nil
+	}); err != nil {
+		t.Fatalf("example Pod app-1 did not reach Running: %v", err)
+	}
+	vas, err := client.StorageV1().VolumeAttachments().List(ctx, metav1.ListOptions{})
+	if err != nil || len(vas.Items) != 1 || !vas.Items[0].Status.Attached {
+		t.Fatalf("VolumeAttachments after the example Pod started: %+v, err %v; want one, attached", vas, err)
+	}
+
+	// Ctrl-C.
+	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-exited:
+		if err != nil {
+			t.Fatalf("latch-local up exited with %v after Ctrl-C, want 0\nstderr:\n%s", err, stderr.String())
+		}
+	case <-time.After(time.Minute):
+		t.Fatalf("latch-local up still running a minute after Ctrl-C\nstdout:\n%s", stdout.String())
+	}
+	if !strings.Contains(stdout.String(), "Stopping") {
+		t.Errorf("stdout does not say it is stopping:\n%s", stdout.String())
+	}
+	u, err := url.Parse(cfg.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if conn, err := net.DialTimeout("tcp", u.Host, time.Second); err == nil {
+		conn.Close()
+		t.Errorf("the API server address %s still accepts connections after teardown", u.Host)
+	}
+}
+
+// applyManifests creates every object in the given YAML files, as
+// `kubectl create -f` would.
+func applyManifests(t *testing.T, ctx context.Context, dyn dynamic.Interface, files ...string) {
+	t.Helper()
+	resources := map[string]schema.GroupVersionResource{
+		"PersistentVolume":      {Version: "v1", Resource: "persistentvolumes"},
+		"PersistentVolumeClaim": {Version: "v1", Resource: "persistentvolumeclaims"},
+		"Pod":                   {Version: "v1", Resource: "pods"},
+	}
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
+		for {
+			var obj unstructured.Unstructured
+			if err := dec.Decode(&obj.Object); err != nil {
+				if err == io.EOF {
+					break
+				}
+				t.Fatalf("%s: %v", f, err)
+			}
+			if obj.Object == nil {
+				continue
+			}
+			gvr, ok := resources[obj.GetKind()]
+			if !ok {
+				t.Fatalf("%s: unexpected kind %q", f, obj.GetKind())
+			}
+			var ri dynamic.ResourceInterface = dyn.Resource(gvr)
+			if obj.GetKind() != "PersistentVolume" {
+				ns := obj.GetNamespace()
+				if ns == "" {
+					ns = "default"
+				}
+				ri = dyn.Resource(gvr).Namespace(ns)
+			}
+			if _, err := ri.Create(ctx, &obj, metav1.CreateOptions{}); err != nil {
+				t.Fatalf("create %s %s from %s: %v", obj.GetKind(), obj.GetName(), f, err)
+			}
+		}
+	}
+}
