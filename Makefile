@@ -5,14 +5,15 @@ BINARIES := $(notdir $(wildcard cmd/*))
 BIN_DIR ?= bin
 TEST_TIMEOUT ?= 25m
 
-.PHONY: all build test lint fmt vet staticcheck demo up clean
+.PHONY: all build test lint fmt vet staticcheck demo up clean image
 
 all: build
 
-## build: compile every binary into ./bin
+## build: compile every binary into ./bin, and bin/kubectl-latch (latchctl as a kubectl plugin)
 build:
 	@mkdir -p $(BIN_DIR)
 	$(GO) build -o $(BIN_DIR)/ ./cmd/...
+	cp $(BIN_DIR)/latchctl $(BIN_DIR)/kubectl-latch
 
 ## test: the whole suite, unit and end-to-end, on an in-process control plane
 test:
@@ -25,6 +26,16 @@ demo:
 ## up: keep a local control plane with nodes, driver and controllers running
 up:
 	$(GO) run ./cmd/latch-local up
+
+## image: one container image per released binary (build/<binary>/Dockerfile; needs docker with BuildKit)
+IMAGE_REGISTRY ?= ghcr.io/latchcsi
+IMAGE_TAG ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
+IMAGE_BINARIES := $(notdir $(wildcard build/*))
+image:
+	for b in $(IMAGE_BINARIES); do \
+		DOCKER_BUILDKIT=1 docker build -f build/$$b/Dockerfile --build-arg VERSION=$(IMAGE_TAG) \
+			-t $(IMAGE_REGISTRY)/$$b:$(IMAGE_TAG) . || exit 1; \
+	done
 
 ## lint: gofmt, go vet and staticcheck (installed from the Go module proxy)
 lint: fmt vet staticcheck
