@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -31,6 +32,7 @@ import (
 
 	"github.com/latchcsi/latch/internal/attachdetach/controller"
 	"github.com/latchcsi/latch/internal/attacher"
+	"github.com/latchcsi/latch/internal/csimock"
 	"github.com/latchcsi/latch/internal/kube"
 	"github.com/latchcsi/latch/internal/localcluster"
 )
@@ -76,6 +78,26 @@ func newEnv(t *testing.T, cfg controller.Config) *env {
 // their own way.
 func newEnvWithoutController(t *testing.T, cfg controller.Config) *env {
 	t.Helper()
+	e := newBareEnv(t, cfg)
+	e.startAttacher()
+	return e
+}
+
+// newEnvWithMockDriver is newEnv with the real csi-attacher (RunSidecar,
+// the code the binary runs) talking to the mock CSI driver over a unix
+// socket, instead of the trivial attacher; the driver can be told to fail.
+func newEnvWithMockDriver(t *testing.T, cfg controller.Config) (*env, *csimock.Driver) {
+	t.Helper()
+	e := newBareEnv(t, cfg)
+	drv := e.startMockDriverAndAttacher()
+	e.startController()
+	return e, drv
+}
+
+// newBareEnv makes the namespace and the kubelet stand-in; no attacher,
+// no controller.
+func newBareEnv(t *testing.T, cfg controller.Config) *env {
+	t.Helper()
 	ctx, cancel := context.WithCancel(klog.NewContext(context.Background(), klog.Background()))
 	t.Cleanup(cancel)
 	n := testSeq.Add(1)
@@ -90,7 +112,6 @@ func newEnvWithoutController(t *testing.T, cfg controller.Config) *env {
 		t.Fatal(err)
 	}
 	e.startKubelet()
-	e.startAttacher()
 	t.Cleanup(e.cleanup)
 	return e
 }
@@ -116,6 +137,50 @@ func (e *env) startAttacher() {
 	done := make(chan struct{})
 	go func() { defer close(done); _ = a.Run(ctx) }()
 	e.t.Cleanup(func() { cancel(); <-done; factory.Shutdown(); stopEvents() })
+}
+
+// startMockDriverAndAttacher serves a mock CSI driver named e.driver on a
+// unix socket and runs csi-attacher's RunSidecar against it, retrying
+// failed attaches quickly.
+func (e *env) startMockDriverAndAttacher() *csimock.Driver {
+	e.t.Helper()
+	dir, err := os.MkdirTemp("", "ad")
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(func() { os.RemoveAll(dir) })
+	socket := filepath.Join(dir, "csi.sock")
+	mcfg := csimock.DefaultConfig()
+	mcfg.Name = e.driver
+	mcfg.NodeService = false
+	mcfg.AutoCreateVolumes = true
+	drv, err := csimock.New(mcfg)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if err := drv.Start(e.ctx, socket); err != nil {
+		e.t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(e.ctx)
+	done := make(chan error, 1)
+	go func() {
+		done <- attacher.RunSidecar(ctx, attacher.SidecarConfig{
+			RESTConfig: cluster.RESTConfig(), CSIAddress: socket, ConnectTimeout: 30 * time.Second,
+			Resync: 10 * time.Minute, DefaultFSType: "ext4",
+			Controller: attacher.Config{Workers: 4, Timeout: 5 * time.Second,
+				RetryIntervalStart: 100 * time.Millisecond, RetryIntervalMax: 500 * time.Millisecond},
+		})
+	}()
+	// Cleanups run last-in first-out: the attacher stops before the
+	// driver.
+	e.t.Cleanup(drv.Stop)
+	e.t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			e.t.Errorf("csi-attacher: %v", err)
+		}
+	})
+	return drv
 }
 
 // startController starts a controller with its own informers and client.
