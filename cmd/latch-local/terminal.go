@@ -75,7 +75,7 @@ func (t *terminal) Step(s latchlocal.Step) {
 		return
 	}
 	t.clearWaiting()
-	fmt.Fprintf(t.w, "  %s %9s  %-48s %s\n", t.paint("32", "✓"), fmtDur(s.At), s.Name, t.paint("2", s.Detail))
+	fmt.Fprintf(t.w, "  %s %9s  %-52s %s\n", t.paint("32", "✓"), fmtDur(s.At), s.Name, t.paint("2", s.Detail))
 }
 
 func (t *terminal) summary(r latchlocal.Result) {

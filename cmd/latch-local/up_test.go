@@ -175,3 +175,25 @@ func applyManifests(t *testing.T, ctx context.Context, dyn dynamic.Interface, fi
 		}
 	}
 }
+
+// The README's first command exactly as written (`latch-local demo`, no
+// flags), as a child process whose stdout is not a terminal: exit 0, every
+// phase and the summary printed, no colour codes in the output.
+func TestDemoCommandAsTheReadmeRunsIt(t *testing.T) {
+	cmd := exec.Command(os.Args[0], "demo")
+	cmd.Env = append(os.Environ(), runAsLatchLocal+"=1")
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("latch-local demo: %v\nstdout:\n%s\nstderr:\n%s", err, stdout.String(), stderr.String())
+	}
+	out := stdout.String()
+	for _, want := range []string{"ATTACH", "MULTI-ATTACH", "DETACH", "SUMMARY", "ControllerPublishVolume", "Demo finished: every step happened in order."} {
+		if !strings.Contains(out, want) {
+			t.Errorf("demo output lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "\x1b[") {
+		t.Errorf("demo output to a non-terminal carries ANSI escape codes:\n%q", out)
+	}
+}
