@@ -1,0 +1,462 @@
+// Package reliability_test proves latch's promises under faults: nothing is
+// lost, leaked or attached to two nodes at once, whatever crashes. Every
+// test runs both controllers (the attach/detach controller and csi-attacher
+// with the mock CSI driver over a real unix socket) on the in-process
+// kube-apiserver with the kubelet stand-in, injects faults, and then checks
+// the invariants in invariants_test.go.
+//
+// Tests run one after the other; each has its own namespace, driver name,
+// nodes and controllers, and removes what it made before the next starts.
+package reliability_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/component-base/metrics"
+	"k8s.io/klog/v2"
+
+	"github.com/latchcsi/latch/internal/app"
+	"github.com/latchcsi/latch/internal/attachdetach/controller"
+	"github.com/latchcsi/latch/internal/attacher"
+	"github.com/latchcsi/latch/internal/csimock"
+	"github.com/latchcsi/latch/internal/kube"
+	"github.com/latchcsi/latch/internal/localcluster"
+)
+
+var cluster *localcluster.Cluster
+
+func TestMain(m *testing.M) { os.Exit(localcluster.RunTestMain(m, &cluster)) }
+
+var testSeq atomic.Int32
+
+// options shape one test's world.
+type options struct {
+	// replicas of csi-attacher; more than one turns leader election on.
+	replicas int
+	// secret, when set, is the controller-publish secret every volume of
+	// the test references (created in the test's namespace).
+	secret map[string][]byte
+	// logger for both controllers; klog.Background() when nil.
+	logger *klog.Logger
+	// ctrl is the attach/detach controller's configuration.
+	ctrl controller.Config
+}
+
+// env is one test's world: a namespace, a mock driver, a kubelet stand-in,
+// supervised csi-attacher replicas and a killable attach/detach controller.
+type env struct {
+	t      *testing.T
+	ctx    context.Context
+	client kubernetes.Interface
+	opts   options
+	ns     string
+	driver string
+	prefix string
+	socket string
+
+	mock    *csimock.Driver
+	kubelet *localcluster.Kubelet
+	nodes   []string
+
+	// disruptions are the times the test broke something outside the
+	// driver's own fault rules (API server restart, controller kill, driver
+	// crash): a publish repeated after one of them is a legitimate retry
+	// of an outcome the controllers could not know.
+	disruptMu   sync.Mutex
+	disruptions []time.Time
+
+	attachers []*replica
+	ctrl      *adController
+	ctrlStops int
+}
+
+func newEnv(t *testing.T, o options) *env {
+	t.Helper()
+	if o.replicas == 0 {
+		o.replicas = 1
+	}
+	if o.ctrl.Workers == 0 {
+		o.ctrl.Workers = 8
+	}
+	logger := klog.Background()
+	if o.logger != nil {
+		logger = *o.logger
+	}
+	ctx, cancel := context.WithCancel(klog.NewContext(context.Background(), logger))
+	t.Cleanup(cancel)
+	n := testSeq.Add(1)
+	e := &env{
+		t: t, ctx: ctx, client: cluster.Client(), opts: o,
+		prefix: fmt.Sprintf("rl%d", n),
+	}
+	e.ns = e.prefix + "-ns"
+	e.driver = e.prefix + ".csi.latch.test"
+	if err := localcluster.CreateNamespace(ctx, e.client, e.ns); err != nil {
+		t.Fatal(err)
+	}
+	if o.secret != nil {
+		s := &v1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: e.ns, Name: "publish-secret"}, Data: o.secret}
+		if _, err := e.client.CoreV1().Secrets(e.ns).Create(ctx, s, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	dir, err := os.MkdirTemp("", "rl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	e.socket = filepath.Join(dir, "csi.sock")
+	cfg := csimock.DefaultConfig()
+	cfg.Name = e.driver
+	cfg.NodeService = false
+	cfg.AutoCreateVolumes = true
+	// The driver lets a single-node volume onto a second node and records
+	// it, so the invariant checks see what the controllers asked for
+	// rather than what the driver refused.
+	cfg.SkipSingleNodeCheck = true
+	if e.mock, err = csimock.New(cfg); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.mock.Start(ctx, e.socket); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.mock.Stop)
+
+	kctx, kcancel := context.WithCancel(ctx)
+	e.kubelet = localcluster.NewKubelet(e.client)
+	kdone := make(chan struct{})
+	go func() { defer close(kdone); e.kubelet.Run(kctx, 4) }()
+
+	for i := range o.replicas {
+		e.attachers = append(e.attachers, e.startAttacher(fmt.Sprintf("%s-attacher-%d", e.prefix, i)))
+	}
+	e.startController()
+	// Cleanup runs last-registered first: tear down the world before the
+	// kubelet stand-in and the driver stop.
+	t.Cleanup(func() { kcancel(); <-kdone })
+	t.Cleanup(e.cleanup)
+	return e
+}
+
+// disrupted records that something outside the driver's fault rules broke.
+func (e *env) disrupted() {
+	e.disruptMu.Lock()
+	e.disruptions = append(e.disruptions, time.Now())
+	e.disruptMu.Unlock()
+}
+
+func (e *env) disruptedBetween(from, to time.Time) bool {
+	e.disruptMu.Lock()
+	defer e.disruptMu.Unlock()
+	for _, d := range e.disruptions {
+		// A disruption just before the first call may still have cut its
+		// bookkeeping short (the status write after a publish).
+		if !d.Before(from.Add(-time.Second)) && !d.After(to) {
+			return true
+		}
+	}
+	return false
+}
+
+// --- csi-attacher ---
+
+// gate sits in a replica's API transport: blocked, every request hangs
+// until its context ends, as if the network to the API server were cut.
+type gate struct{ blocked atomic.Bool }
+
+func (g *gate) wrap(rt http.RoundTripper) http.RoundTripper {
+	return roundTripFunc(func(req *http.Request) (*http.Response, error) {
+		if g.blocked.Load() {
+			<-req.Context().Done()
+			return nil, req.Context().Err()
+		}
+		resp, err := rt.RoundTrip(req)
+		if err == nil && g.blocked.Load() {
+			// Cut while the request was in flight (a watch): drop it.
+			resp.Body.Close()
+			return nil, errors.New("connection cut")
+		}
+		return resp, err
+	})
+}
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// replica is one csi-attacher, run under a supervisor that restarts
+// RunSidecar whenever it returns (lost driver connection, lost lease) the
+// way Kubernetes restarts the container.
+type replica struct {
+	identity string
+	gate     gate
+	restarts atomic.Int32
+	stop     func()
+}
+
+func (e *env) startAttacher(identity string) *replica {
+	r := &replica{identity: identity}
+	ctx, cancel := context.WithCancel(e.ctx)
+	cfg := rest.CopyConfig(cluster.RESTConfig())
+	cfg.QPS, cfg.Burst = 500, 1000
+	cfg.Wrap(r.gate.wrap)
+	logger := klog.FromContext(e.ctx).WithName(identity)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for ctx.Err() == nil {
+			err := attacher.RunSidecar(klog.NewContext(ctx, logger), attacher.SidecarConfig{
+				RESTConfig:     rest.CopyConfig(cfg),
+				CSIAddress:     e.socket,
+				ConnectTimeout: 30 * time.Second,
+				Resync:         10 * time.Minute,
+				DefaultFSType:  "ext4",
+				Controller: attacher.Config{
+					Workers: 10, Timeout: 3 * time.Second,
+					RetryIntervalStart: 100 * time.Millisecond, RetryIntervalMax: 2 * time.Second,
+					SecretRetryInterval: 500 * time.Millisecond,
+					ReconcileSync:       2 * time.Second, ReconcileTimeout: 3 * time.Second,
+				},
+				Leader: app.LeaderElection{
+					Enabled: e.opts.replicas > 1, Namespace: e.ns, Identity: identity,
+					LeaseDuration: 2 * time.Second, RenewDeadline: 1500 * time.Millisecond, RetryPeriod: 200 * time.Millisecond,
+				},
+			})
+			if ctx.Err() != nil {
+				return
+			}
+			logger.Info("csi-attacher exited, restarting", "err", err)
+			r.restarts.Add(1)
+			select {
+			case <-ctx.Done():
+			case <-time.After(200 * time.Millisecond):
+			}
+		}
+	}()
+	r.stop = sync.OnceFunc(func() {
+		cancel()
+		select {
+		case <-done:
+		case <-time.After(time.Minute):
+			e.t.Errorf("csi-attacher %s did not stop within a minute", identity)
+		}
+	})
+	return r
+}
+
+// --- attach/detach controller ---
+
+type adController struct {
+	gate  gate
+	kill  func()
+	stop  func()
+	reg   metrics.KubeRegistry
+	alive atomic.Bool
+}
+
+// startController starts an attach/detach controller with its own client
+// and informers.
+func (e *env) startController() {
+	e.t.Helper()
+	c := &adController{}
+	ctx, cancel := context.WithCancel(e.ctx)
+	cfg := rest.CopyConfig(cluster.RESTConfig())
+	cfg.QPS, cfg.Burst = 1000, 2000
+	cfg.Wrap(c.gate.wrap)
+	client := kubernetes.NewForConfigOrDie(cfg)
+	factory := informers.NewSharedInformerFactory(client, 0)
+	recorder, stopEvents := controller.NewEventRecorder(ctx, client)
+	m := controller.NewMetrics()
+	c.reg = metrics.NewKubeRegistry()
+	m.Register(c.reg)
+	ac, err := controller.New(e.opts.ctrl, client, factory, recorder, m)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	factory.Start(ctx.Done())
+	done := make(chan error, 1)
+	c.alive.Store(true)
+	go func() { done <- ac.Run(ctx) }()
+	// kill is a SIGKILL stand-in: the process's network dies first (no
+	// request of the dying process reaches the API server afterwards,
+	// nothing is released or flushed), then its goroutines are told to
+	// stop. Nothing is awaited.
+	c.kill = func() {
+		c.gate.blocked.Store(true)
+		c.alive.Store(false)
+		cancel()
+		go func() { <-done; factory.Shutdown(); stopEvents() }()
+	}
+	c.stop = func() {
+		c.alive.Store(false)
+		cancel()
+		if err := <-done; err != nil {
+			e.t.Errorf("controller Run: %v", err)
+		}
+		factory.Shutdown()
+		stopEvents()
+	}
+	e.ctrl = c
+}
+
+// killController kills the controller abruptly and starts a new one.
+func (e *env) killController() {
+	e.disrupted()
+	e.ctrl.kill()
+	e.ctrlStops++
+	e.startController()
+}
+
+// cleanup deletes the test's Pods while both controllers still run, so
+// every VolumeAttachment is detached through the driver, then stops them.
+// A test that already checked teardownClean finds nothing left here.
+func (e *env) cleanup() {
+	ctx := context.WithoutCancel(e.ctx)
+	e.mock.ClearFaults()
+	_ = e.mock.Restart() // in case a test left it crashed
+	for _, n := range e.nodes {
+		_ = e.kubelet.SetReady(ctx, n, true)
+	}
+	pods, _ := e.client.CoreV1().Pods(e.ns).List(ctx, metav1.ListOptions{})
+	for _, p := range pods.Items {
+		_ = e.client.CoreV1().Pods(e.ns).Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)})
+	}
+	_ = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		return len(e.vas()) == 0, nil
+	})
+	if e.ctrl.alive.Load() {
+		e.ctrl.stop()
+	}
+	for _, r := range e.attachers {
+		r.stop()
+	}
+	for _, n := range e.nodes {
+		_ = e.kubelet.DeleteNode(ctx, n)
+	}
+	// Anything still there belongs to no running controller: strip our
+	// finalizers so the next test starts from a clean API server.
+	for _, va := range e.vas() {
+		_ = e.client.StorageV1().VolumeAttachments().Delete(ctx, va.Name, metav1.DeleteOptions{})
+		if len(va.Finalizers) > 0 {
+			patch := []byte(`{"metadata":{"finalizers":null}}`)
+			_, _ = e.client.StorageV1().VolumeAttachments().Patch(ctx, va.Name, "application/merge-patch+json", patch, metav1.PatchOptions{})
+		}
+	}
+}
+
+// --- objects ---
+
+func (e *env) addNode(suffix string) string {
+	e.t.Helper()
+	name := e.prefix + "-" + suffix
+	if err := e.kubelet.AddNode(e.ctx, localcluster.NodeConfig{Name: name, Drivers: map[string]string{e.driver: e.nodeID(name)}}); err != nil {
+		e.t.Fatal(err)
+	}
+	e.nodes = append(e.nodes, name)
+	return name
+}
+
+func (e *env) nodeID(node string) string { return node + "-id" }
+
+// volume creates a bound ReadWriteOnce PV+PVC of the test's driver; the PV,
+// the PVC and the volume handle share the name.
+func (e *env) volume(suffix string) string {
+	e.t.Helper()
+	name := e.prefix + "-" + suffix
+	spec := localcluster.VolumeSpec{Namespace: e.ns, Name: name, Driver: e.driver}
+	if e.opts.secret != nil {
+		spec.SecretRef = &v1.SecretReference{Namespace: e.ns, Name: "publish-secret"}
+	}
+	if _, _, err := localcluster.CreateBoundVolume(e.ctx, e.client, spec); err != nil {
+		e.t.Fatal(err)
+	}
+	return name
+}
+
+func (e *env) pod(name, node string, claims ...string) {
+	e.t.Helper()
+	if _, err := e.client.CoreV1().Pods(e.ns).Create(e.ctx, localcluster.NewPod(e.ns, name, node, claims...), metav1.CreateOptions{}); err != nil {
+		e.t.Fatalf("create pod %s: %v", name, err)
+	}
+}
+
+func (e *env) deletePod(name string) {
+	e.t.Helper()
+	if err := e.client.CoreV1().Pods(e.ns).Delete(e.ctx, name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		e.t.Fatalf("delete pod %s: %v", name, err)
+	}
+}
+
+func (e *env) vaName(pv, node string) string { return kube.VolumeAttachmentName(pv, e.driver, node) }
+
+// --- polling ---
+
+func (e *env) eventually(timeout time.Duration, what string, cond func() bool) {
+	e.t.Helper()
+	err := wait.PollUntilContextTimeout(e.ctx, 50*time.Millisecond, timeout, true, func(context.Context) (bool, error) { return cond(), nil })
+	if err != nil {
+		e.dump()
+		e.t.Fatalf("timed out waiting for %s: %v", what, err)
+	}
+}
+
+// dump logs the test's VolumeAttachments and the driver's publications.
+func (e *env) dump() {
+	vas := e.vas()
+	for i, va := range vas {
+		if i == 30 {
+			e.t.Logf("... and %d more VolumeAttachments", len(vas)-30)
+			break
+		}
+		e.t.Logf("VA %s pv=%v node=%s attached=%v attachError=%v detachError=%v deleting=%v finalizers=%v",
+			va.Name, ptrStr(va.Spec.Source.PersistentVolumeName), va.Spec.NodeName, va.Status.Attached, va.Status.AttachError,
+			va.Status.DetachError, va.DeletionTimestamp != nil, va.Finalizers)
+	}
+	for _, v := range e.mock.State().Volumes {
+		if len(v.Published) > 0 {
+			e.t.Logf("driver: volume %s published to %v", v.ID, v.Published)
+		}
+	}
+}
+
+func ptrStr(s *string) string {
+	if s == nil {
+		return "<nil>"
+	}
+	return *s
+}
+
+func (e *env) waitAttached(pv, node string) {
+	e.t.Helper()
+	name := e.vaName(pv, node)
+	e.eventually(60*time.Second, fmt.Sprintf("VolumeAttachment of %s on %s attached", pv, node), func() bool {
+		va, err := e.client.StorageV1().VolumeAttachments().Get(e.ctx, name, metav1.GetOptions{})
+		return err == nil && va.Status.Attached
+	})
+}
+
+func (e *env) waitGone(pv, node string) {
+	e.t.Helper()
+	name := e.vaName(pv, node)
+	e.eventually(60*time.Second, fmt.Sprintf("VolumeAttachment of %s on %s gone", pv, node), func() bool {
+		_, err := e.client.StorageV1().VolumeAttachments().Get(e.ctx, name, metav1.GetOptions{})
+		return apierrors.IsNotFound(err)
+	})
+}
