@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"sync"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -34,9 +35,16 @@ var ErrLostLease = errors.New("lost the leader election lease")
 
 // RunAsLeader runs run while this process holds the Lease (or at once when
 // election is disabled). run's context is cancelled when the lease is lost
-// or ctx is done. On ctx done the lease is released after run returns, so a
-// standby takes over without waiting for the lease to expire.
-// watchdog, when not nil, is fed to the elector for /healthz.
+// or ctx is done.
+//
+// Shutdown order matters for a standby: when ctx is done, run's context is
+// cancelled and RunAsLeader waits for run to return (run drains the work in
+// flight, bounded by its own drain timeout) before the lease is released.
+// Releasing first would let a standby start while this process still has
+// driver calls in flight; keeping the lease until it expires would leave
+// the volumes unattended for a whole lease duration. When run returns on
+// its own, the lease is released too. watchdog, when not nil, is fed to
+// the elector for /healthz.
 func RunAsLeader(ctx context.Context, client kubernetes.Interface, cfg LeaderElection, watchdog *leaderelection.HealthzAdaptor, run func(context.Context) error) error {
 	logger := klog.FromContext(ctx)
 	if !cfg.Enabled {
@@ -55,9 +63,29 @@ func RunAsLeader(ctx context.Context, client kubernetes.Interface, cfg LeaderEle
 		LockConfig: resourcelock.ResourceLockConfig{Identity: cfg.Identity},
 		Labels:     cfg.Labels,
 	}
-	var runErr error
-	lost := false
-	leading := make(chan struct{})
+
+	// The elector gets a context of its own: cancelling it ends renewal and
+	// releases the lease, which must happen only after run has drained.
+	electCtx, stopElecting := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopElecting()
+
+	var (
+		mu      sync.Mutex
+		leading bool
+		runErr  error
+		lost    bool
+	)
+	ran := make(chan struct{})
+	stopWatching := context.AfterFunc(ctx, func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if !leading {
+			stopElecting() // still a candidate: stop at once
+		}
+		// When leading, OnStartedLeading stops electing once run returns.
+	})
+	defer stopWatching()
+
 	elector, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
 		Lock:            lock,
 		LeaseDuration:   cfg.LeaseDuration,
@@ -68,18 +96,36 @@ func RunAsLeader(ctx context.Context, client kubernetes.Interface, cfg LeaderEle
 		WatchDog:        watchdog,
 		Callbacks: leaderelection.LeaderCallbacks{
 			OnStartedLeading: func(leaderCtx context.Context) {
-				close(leading)
+				mu.Lock()
+				if ctx.Err() != nil {
+					mu.Unlock()
+					stopElecting()
+					return
+				}
+				leading = true
+				mu.Unlock()
+				defer close(ran)
+				defer stopElecting()
 				logger.Info("Became leader, starting", "lease", klog.KRef(cfg.Namespace, cfg.LeaseName), "identity", cfg.Identity)
-				runErr = run(leaderCtx)
+				runCtx, cancelRun := context.WithCancel(leaderCtx)
+				defer cancelRun()
+				stop := context.AfterFunc(ctx, cancelRun)
+				defer stop()
+				err := run(runCtx)
+				mu.Lock()
+				runErr = err
+				mu.Unlock()
 			},
 			OnStoppedLeading: func() {
-				select {
-				case <-ctx.Done():
-					logger.Info("Released leader lease", "lease", klog.KRef(cfg.Namespace, cfg.LeaseName))
-				default:
+				if electCtx.Err() == nil {
+					// Renewal failed on its own: the lease is lost.
+					mu.Lock()
 					lost = true
+					mu.Unlock()
 					logger.Error(nil, "Lost leader lease", "lease", klog.KRef(cfg.Namespace, cfg.LeaseName))
+					return
 				}
+				logger.Info("Stopped leading", "lease", klog.KRef(cfg.Namespace, cfg.LeaseName))
 			},
 			OnNewLeader: func(identity string) {
 				if identity != cfg.Identity {
@@ -91,9 +137,17 @@ func RunAsLeader(ctx context.Context, client kubernetes.Interface, cfg LeaderEle
 	if err != nil {
 		return fmt.Errorf("leader election: %w", err)
 	}
-	// Run returns when ctx is done or the lease is lost; with
-	// ReleaseOnCancel the lease is given up after OnStartedLeading returns.
-	elector.Run(ctx)
+	// Run returns when electCtx is done (lease released) or the lease is
+	// lost; either way run's context is cancelled by then.
+	elector.Run(electCtx)
+	mu.Lock()
+	wasLeading := leading
+	mu.Unlock()
+	if wasLeading {
+		<-ran
+	}
+	mu.Lock()
+	defer mu.Unlock()
 	if lost {
 		return ErrLostLease
 	}

@@ -92,7 +92,7 @@ func (c *Controller) syncAttach(ctx context.Context, name string) (controller.Re
 		return c.attachFailed(ctx, va, &Blocked{Reason: ReasonInvalidCapabilities, Message: err.Error()}, nil)
 	}
 
-	callCtx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
+	callCtx, cancel := context.WithTimeout(csi.WithMigrated(ctx, plan.Volume.Migrated), c.cfg.Timeout)
 	publishContext, err := c.csi.ControllerPublish(callCtx, csi.PublishRequest{
 		VolumeID:      plan.Volume.Handle,
 		NodeID:        plan.NodeID,
@@ -155,7 +155,7 @@ func (c *Controller) syncDetach(ctx context.Context, name string) (controller.Re
 		return controller.Result{RequeueAfter: c.cfg.SecretRetryInterval}, nil
 	}
 
-	callCtx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
+	callCtx, cancel := context.WithTimeout(csi.WithMigrated(ctx, plan.Volume.Migrated), c.cfg.Timeout)
 	err = c.csi.ControllerUnpublish(callCtx, plan.Volume.Handle, plan.NodeID, secrets)
 	cancel()
 	if err != nil {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	csipb "github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/kubernetes-csi/csi-lib-utils/connection"
 )
 
 // PublishRequest is the input of ControllerPublish.
@@ -96,4 +97,14 @@ func (c *GRPCClient) listVolumesPage(ctx context.Context, maxEntries int32, toke
 	rsp, err := c.controller.ListVolumes(ctx, req)
 	done(rsp, err)
 	return rsp, err
+}
+
+// WithMigrated marks the calls made with the returned context as made for
+// a volume translated from an in-tree plugin (CSI migration), for the
+// migrated label of csi_sidecar_operations_seconds.
+func WithMigrated(ctx context.Context, migrated bool) context.Context {
+	if !migrated {
+		return ctx
+	}
+	return context.WithValue(ctx, connection.AdditionalInfoKey, connection.AdditionalInfo{Migrated: "true"})
 }
