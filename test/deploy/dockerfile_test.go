@@ -1,0 +1,253 @@
+package deploy_test
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// instruction is one Dockerfile instruction with continuation lines joined.
+type instruction struct {
+	keyword string // upper case
+	args    string
+	line    int
+}
+
+// stage is one FROM ... section.
+type stage struct {
+	from  string
+	name  string
+	instr []instruction
+}
+
+func parseDockerfile(t *testing.T, path string) (global []instruction, stages []*stage) {
+	t.Helper()
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cur strings.Builder
+	start := 0
+	flush := func() {
+		text := strings.TrimSpace(cur.String())
+		cur.Reset()
+		if text == "" {
+			return
+		}
+		kw, args, _ := strings.Cut(text, " ")
+		in := instruction{keyword: strings.ToUpper(kw), args: strings.TrimSpace(args), line: start}
+		if in.keyword == "FROM" {
+			f := strings.Fields(in.args)
+			st := &stage{}
+			for i := 0; i < len(f); i++ {
+				switch {
+				case strings.HasPrefix(f[i], "--"):
+				case strings.EqualFold(f[i], "AS") && i+1 < len(f):
+					st.name = f[i+1]
+					i++
+				case st.from == "":
+					st.from = f[i]
+				}
+			}
+			stages = append(stages, st)
+			return
+		}
+		if len(stages) == 0 {
+			global = append(global, in)
+			return
+		}
+		stages[len(stages)-1].instr = append(stages[len(stages)-1].instr, in)
+	}
+	for i, line := range strings.Split(string(raw), "\n") {
+		trimmed := strings.TrimSpace(line)
+		if cur.Len() == 0 {
+			if trimmed == "" || strings.HasPrefix(trimmed, "#") {
+				continue
+			}
+			start = i + 1
+		} else if strings.HasPrefix(trimmed, "#") {
+			continue // comment inside a continued instruction
+		}
+		if strings.HasSuffix(trimmed, `\`) {
+			cur.WriteString(strings.TrimSuffix(trimmed, `\`) + " ")
+			continue
+		}
+		cur.WriteString(trimmed)
+		flush()
+	}
+	flush()
+	return global, stages
+}
+
+func (s *stage) all(keyword string) []instruction {
+	var out []instruction
+	for _, in := range s.instr {
+		if in.keyword == keyword {
+			out = append(out, in)
+		}
+	}
+	return out
+}
+
+var argRef = regexp.MustCompile(`\$\{?([A-Za-z_][A-Za-z0-9_]*)\}?`)
+
+// Builtin build args BuildKit defines for every stage that declares them
+// (and $BUILDPLATFORM for FROM lines).
+var automaticArgs = map[string]bool{"BUILDPLATFORM": true, "TARGETPLATFORM": true}
+
+func TestDockerfilesBuildRealBinariesOnDistrolessNonroot(t *testing.T) {
+	root := repoRoot(t)
+	cmds, err := os.ReadDir(filepath.Join(root, "cmd"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cmdNames []string
+	for _, c := range cmds {
+		if c.IsDir() {
+			cmdNames = append(cmdNames, c.Name())
+		}
+	}
+	dirs, err := os.ReadDir(filepath.Join(root, "build"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var imaged []string
+	for _, d := range dirs {
+		if d.IsDir() {
+			imaged = append(imaged, d.Name())
+		}
+	}
+	slices.Sort(imaged)
+	want := slices.Sorted(slices.Values(releasedBinaries))
+	if !slices.Equal(imaged, want) {
+		t.Errorf("build/ has Dockerfiles for %v, want one per released binary %v", imaged, want)
+	}
+	versionVar := regexp.MustCompile(`-X (\S+)\.(\w+)=`)
+
+	for _, bin := range imaged {
+		t.Run(bin, func(t *testing.T) {
+			if !slices.Contains(cmdNames, bin) {
+				t.Fatalf("build/%s has no binary cmd/%s", bin, bin)
+			}
+			global, stages := parseDockerfile(t, filepath.Join(root, "build", bin, "Dockerfile"))
+			if len(stages) < 2 {
+				t.Fatalf("%d stages, want a build stage and a runtime stage", len(stages))
+			}
+			declared := map[string]bool{}
+			for _, in := range global {
+				if in.keyword == "ARG" {
+					name, _, _ := strings.Cut(in.args, "=")
+					declared[name] = true
+				}
+			}
+			for _, st := range stages {
+				for _, m := range argRef.FindAllStringSubmatch(st.from, -1) {
+					if !declared[m[1]] && !automaticArgs[m[1]] {
+						t.Errorf("FROM %s uses $%s, which is not a global ARG", st.from, m[1])
+					}
+				}
+			}
+
+			build, final := stages[0], stages[len(stages)-1]
+			if !strings.HasPrefix(build.from, "golang:") {
+				t.Errorf("build stage FROM %s, want a golang image", build.from)
+			}
+			stageArgs := map[string]bool{}
+			var buildCmd string
+			for _, in := range build.instr {
+				switch in.keyword {
+				case "ARG":
+					name, _, _ := strings.Cut(in.args, "=")
+					stageArgs[name] = true
+				case "RUN":
+					// Every ${X} a RUN uses must be declared in the stage
+					// (a global ARG is not visible there).
+					for _, m := range argRef.FindAllStringSubmatch(in.args, -1) {
+						if !stageArgs[m[1]] {
+							t.Errorf("line %d uses $%s, not declared with ARG in the build stage", in.line, m[1])
+						}
+					}
+					if strings.Contains(in.args, "go build") {
+						buildCmd = in.args
+					}
+				}
+			}
+			if buildCmd == "" {
+				t.Fatal("no RUN go build in the build stage")
+			}
+			for _, want := range []string{"CGO_ENABLED=0", "-o /out/" + bin + " ", "./cmd/" + bin} {
+				if !strings.Contains(buildCmd+" ", want) {
+					t.Errorf("go build command %q lacks %q", buildCmd, want)
+				}
+			}
+			for _, arg := range []string{"VERSION", "TARGETOS", "TARGETARCH"} {
+				if !stageArgs[arg] {
+					t.Errorf("build stage does not declare ARG %s", arg)
+				}
+			}
+			// The -X target must be a real variable.
+			m := versionVar.FindStringSubmatch(buildCmd)
+			if m == nil {
+				t.Error("go build sets no version with -ldflags -X")
+			} else {
+				pkgDir := filepath.Join(root, strings.TrimPrefix(m[1], "github.com/latchcsi/latch/"))
+				if !packageDeclares(t, pkgDir, "var "+m[2]+" ") {
+					t.Errorf("-X %s.%s: no such variable in %s", m[1], m[2], pkgDir)
+				}
+			}
+
+			if !strings.HasPrefix(final.from, "gcr.io/distroless/static") || !strings.HasSuffix(final.from, ":nonroot") {
+				t.Errorf("runtime stage FROM %s, want gcr.io/distroless/static...:nonroot", final.from)
+			}
+			if runs := final.all("RUN"); len(runs) > 0 {
+				t.Errorf("runtime stage has RUN at line %d; it has no shell", runs[0].line)
+			}
+			if sh := final.all("SHELL"); len(sh) > 0 {
+				t.Errorf("runtime stage sets SHELL at line %d", sh[0].line)
+			}
+			copies := final.all("COPY")
+			if len(copies) != 1 || copies[0].args != "--from="+build.name+" /out/"+bin+" /"+bin {
+				t.Errorf("runtime stage COPY = %+v, want exactly the binary from stage %q", copies, build.name)
+			}
+			users := final.all("USER")
+			if len(users) != 1 || users[0].args != "65532:65532" {
+				t.Errorf("USER = %+v, want 65532:65532 (the manifests' runAsUser)", users)
+			}
+			eps := final.all("ENTRYPOINT")
+			if len(eps) != 1 {
+				t.Fatalf("%d ENTRYPOINTs, want 1", len(eps))
+			}
+			var ep []string
+			if err := json.Unmarshal([]byte(eps[0].args), &ep); err != nil {
+				t.Fatalf("ENTRYPOINT %s is not the exec form (there is no shell): %v", eps[0].args, err)
+			}
+			if !slices.Equal(ep, []string{"/" + bin}) {
+				t.Errorf("ENTRYPOINT %v, want [/%s]", ep, bin)
+			}
+		})
+	}
+}
+
+// packageDeclares reports whether a .go file of the package in dir
+// contains decl.
+func packageDeclares(t *testing.T, dir, decl string) bool {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(dir, "*.go"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range files {
+		raw, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(string(raw), decl) {
+			return true
+		}
+	}
+	return false
+}
