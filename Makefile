@@ -5,7 +5,7 @@ BINARIES := $(notdir $(wildcard cmd/*))
 BIN_DIR ?= bin
 TEST_TIMEOUT ?= 25m
 
-.PHONY: all build test lint fmt vet staticcheck demo up clean image
+.PHONY: all build test lint fmt vet staticcheck demo up clean image bench
 
 all: build
 
@@ -18,6 +18,11 @@ build:
 ## test: the whole suite, unit and end-to-end, on an in-process control plane
 test:
 	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
+
+## bench: benchmarks A–F on a local control plane (SCALE=small|full, SCENARIOS=A,B,..., PROFILE=1, ATTACHER=path); see docs/performance.md
+SCALE ?= full
+bench:
+	$(GO) run ./bench/cmd/latch-bench --scale=$(SCALE) $(if $(SCENARIOS),--scenarios=$(SCENARIOS)) $(if $(PROFILE),--profile=bench/results/profiles) $(if $(ATTACHER),--attacher-binary=$(ATTACHER))
 
 ## demo: the whole attach/detach path in one process (latch-local demo)
 demo:
