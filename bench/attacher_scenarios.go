@@ -1,0 +1,439 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/latchcsi/latch/internal/csimock"
+)
+
+// attachRig is a mock driver, nodes with CSINodes, PVs and a running
+// csi-attacher that has attached one canary volume (so it is synced and
+// working before anything is timed).
+type attachRig struct {
+	e       *env
+	prefix  string
+	driver  string
+	d       *csimock.Driver
+	stopDrv func()
+	att     Component
+	tracker *vaTracker
+	nodes   int
+}
+
+func (e *env) names(scenario string) (prefix, driver string) {
+	prefix = strings.ToLower(scenario) + "-" + e.cfg.RunID
+	return prefix, prefix + ".bench.latch.dev"
+}
+
+func (r *attachRig) pv(i int) string   { return fmt.Sprintf("%s-pv-%05d", r.prefix, i) }
+func (r *attachRig) node(i int) string { return fmt.Sprintf("%s-node-%04d", r.prefix, i%r.nodes) }
+
+// newAttachRig creates nodes and pvs PVs (plus the canary) before starting
+// the attacher; the caller creates the VolumeAttachments.
+func (e *env) newAttachRig(ctx context.Context, scenario string, nodes, pvs int, withNodes bool) (_ *attachRig, err error) {
+	r := &attachRig{e: e, nodes: nodes}
+	r.prefix, r.driver = e.names(scenario)
+	defer func() {
+		if err != nil {
+			r.close()
+		}
+	}()
+	if err := e.createCSINodes(ctx, nodes, r.driver, r.node, withNodes); err != nil {
+		return nil, fmt.Errorf("create nodes: %w", err)
+	}
+	if err := e.createPVs(ctx, pvs+1, r.driver, func(i int) string {
+		if i == pvs {
+			return r.prefix + "-canary"
+		}
+		return r.pv(i)
+	}); err != nil {
+		return nil, fmt.Errorf("create PVs: %w", err)
+	}
+	return r, r.start(ctx)
+}
+
+func (r *attachRig) start(ctx context.Context) error {
+	d, addr, stop, err := r.e.startDriver(ctx, r.driver)
+	if err != nil {
+		return fmt.Errorf("start mock driver: %w", err)
+	}
+	r.d, r.stopDrv = d, stop
+	if r.tracker, err = r.e.trackVAs(ctx, r.driver); err != nil {
+		return err
+	}
+	if r.att, err = r.e.cfg.Launcher.StartAttacher(ctx, addr); err != nil {
+		return err
+	}
+	return nil
+}
+
+// canary attaches one volume and waits for it: the attacher is then
+// synced and connected.
+func (r *attachRig) canary(ctx context.Context) error {
+	name := r.prefix + "-canary"
+	if _, err := r.e.client.StorageV1().VolumeAttachments().Create(ctx, newVA(name, r.driver, name, r.node(0)), metav1.CreateOptions{}); err != nil {
+		return err
+	}
+	return waitFor(ctx, 2*time.Minute, "the canary VolumeAttachment attached", func() bool {
+		_, ok := r.tracker.attachedAt(name)
+		return ok
+	})
+}
+
+func (r *attachRig) close() {
+	if r.att != nil {
+		_ = r.att.Stop()
+	}
+	if r.stopDrv != nil {
+		r.stopDrv()
+	}
+}
+
+// createVAs creates the VolumeAttachments of PVs idx (named like their PV)
+// at once and returns each one's creation time.
+func (r *attachRig) createVAs(ctx context.Context, idx []int, conc int) ([]time.Time, error) {
+	created := make([]time.Time, len(idx))
+	err := parallel(ctx, len(idx), conc, func(ctx context.Context, k int) error {
+		i := idx[k]
+		_, err := r.e.client.StorageV1().VolumeAttachments().Create(ctx, newVA(r.pv(i), r.driver, r.pv(i), r.node(i)), metav1.CreateOptions{})
+		created[k] = time.Now()
+		return err
+	})
+	return created, err
+}
+
+func (r *attachRig) deleteVAs(ctx context.Context, idx []int, conc int) ([]time.Time, error) {
+	deleted := make([]time.Time, len(idx))
+	err := parallel(ctx, len(idx), conc, func(ctx context.Context, k int) error {
+		err := r.e.client.StorageV1().VolumeAttachments().Delete(ctx, r.pv(idx[k]), metav1.DeleteOptions{})
+		deleted[k] = time.Now()
+		return ignoreNotFound(err)
+	})
+	return deleted, err
+}
+
+// attachedLatencies returns created→attached of idx and the last attach.
+func (r *attachRig) attachedLatencies(idx []int, created []time.Time) ([]time.Duration, time.Time) {
+	var lat []time.Duration
+	var last time.Time
+	for k, i := range idx {
+		at, ok := r.tracker.attachedAt(r.pv(i))
+		if !ok {
+			continue
+		}
+		lat = append(lat, at.Sub(created[k]))
+		if at.After(last) {
+			last = at
+		}
+	}
+	return lat, last
+}
+
+func (r *attachRig) goneLatencies(idx []int, deleted []time.Time) ([]time.Duration, time.Time) {
+	var lat []time.Duration
+	var last time.Time
+	for k, i := range idx {
+		at, ok := r.tracker.goneAt(r.pv(i))
+		if !ok {
+			continue
+		}
+		lat = append(lat, at.Sub(deleted[k]))
+		if at.After(last) {
+			last = at
+		}
+	}
+	return lat, last
+}
+
+func (r *attachRig) allAttached(idx []int) func() bool {
+	return func() bool {
+		for _, i := range idx {
+			if _, ok := r.tracker.attachedAt(r.pv(i)); !ok {
+				return false
+			}
+		}
+		return true
+	}
+}
+
+func (r *attachRig) allGone(idx []int) func() bool {
+	return func() bool {
+		for _, i := range idx {
+			if _, ok := r.tracker.goneAt(r.pv(i)); !ok {
+				return false
+			}
+		}
+		return true
+	}
+}
+
+func span(n int, from int) []int {
+	out := make([]int, n)
+	for i := range out {
+		out[i] = from + i
+	}
+	return out
+}
+
+// runAttachBurst is scenario A: a burst of VolumeAttachments created at
+// once, then all deleted at once.
+func runAttachBurst(ctx context.Context, e *env, res *Result) error {
+	sz := e.cfg.Sizes
+	n := sz.ABurst
+	r, err := e.newAttachRig(ctx, "A", sz.ANodes, n, false)
+	if err != nil {
+		return err
+	}
+	defer r.close()
+	if err := r.canary(ctx); err != nil {
+		return err
+	}
+	comps := map[string]Component{"csi-attacher": r.att}
+	idx := span(n, 0)
+
+	s0, err := e.snap(ctx, comps, r.d)
+	if err != nil {
+		return err
+	}
+	created, err := r.createVAs(ctx, idx, createConcurrency)
+	if err != nil {
+		return fmt.Errorf("create VolumeAttachments: %w", err)
+	}
+	waitErr := waitFor(ctx, sz.AttachTimeout, "every VolumeAttachment attached", r.allAttached(idx))
+	s1, err := e.snap(ctx, comps, r.d)
+	if err != nil {
+		return err
+	}
+	lat, last := r.attachedLatencies(idx, created)
+	attach := &Phase{Name: "attach", Ops: n, CSICalls: int(s1.publishes - s0.publishes)}
+	attach.WallSeconds = last.Sub(s0.at).Seconds()
+	attach.PerSecond = float64(len(lat)) / attach.WallSeconds
+	attach.P50Ms, attach.P99Ms = percentiles(lat)
+	attach.setWrites(componentWrites(s0, s1), n)
+	attach.setLimit(e.report.LimitWritesPerSecond)
+	e.fillUsage(attach, s0, s1)
+	res.Phases = append(res.Phases, attach)
+	res.check("VolumeAttachments attached", fmt.Sprint(n), fmt.Sprint(len(lat)), len(lat) == n, true)
+	res.check("ControllerPublish calls", fmt.Sprintf("= %d", n), fmt.Sprintf("%d (duplicates %d)", attach.CSICalls, s1.duplicates-s0.duplicates), attach.CSICalls == n && s1.duplicates == s0.duplicates, true)
+	vaWrites := attach.VAWritesPerOp + attach.VAStatusPerOp
+	res.check("VA writes per attach", "≤ 2", fmt.Sprintf("%.2f", vaWrites), vaWrites <= 2, true)
+	res.check("PV writes per PV", "≤ 1", fmt.Sprintf("%.2f", attach.PVWritesPerOp), attach.PVWritesPerOp <= 1, true)
+	if attach.PercentOfLimit > 0 {
+		res.check("attach rate", "≥ 80% of F's limit", fmt.Sprintf("%.0f%% (%.0f/s of %.0f/s)", attach.PercentOfLimit, attach.PerSecond, 100*attach.PerSecond/attach.PercentOfLimit), attach.PercentOfLimit >= 80, false)
+	}
+	res.check("p99 created→attached", "≤ 2000 ms", fmt.Sprintf("%.0f ms", attach.P99Ms), attach.P99Ms <= 2000, false)
+	if waitErr != nil {
+		return waitErr
+	}
+
+	deleted, err := r.deleteVAs(ctx, idx, createConcurrency)
+	if err != nil {
+		return fmt.Errorf("delete VolumeAttachments: %w", err)
+	}
+	waitErr = waitFor(ctx, sz.AttachTimeout, "every VolumeAttachment gone", r.allGone(idx))
+	s2, err := e.snap(ctx, comps, r.d)
+	if err != nil {
+		return err
+	}
+	lat, last = r.goneLatencies(idx, deleted)
+	detach := &Phase{Name: "detach", Ops: n, CSICalls: int(s2.unpublishes - s1.unpublishes)}
+	detach.WallSeconds = last.Sub(s1.at).Seconds()
+	detach.PerSecond = float64(len(lat)) / detach.WallSeconds
+	detach.P50Ms, detach.P99Ms = percentiles(lat)
+	detach.setWrites(componentWrites(s1, s2), n)
+	detach.setLimit(e.report.LimitWritesPerSecond)
+	e.fillUsage(detach, s1, s2)
+	res.Phases = append(res.Phases, detach)
+	res.check("VolumeAttachments detached and gone", fmt.Sprint(n), fmt.Sprint(len(lat)), len(lat) == n, true)
+	res.check("ControllerUnpublish calls", fmt.Sprintf("= %d", n), fmt.Sprint(detach.CSICalls), detach.CSICalls == n, true)
+	if waitErr != nil {
+		return waitErr
+	}
+	return finalUsage(e, res, comps)
+}
+
+// finalUsage stops the components and records their totals.
+func finalUsage(e *env, res *Result, comps map[string]Component) error {
+	usage, err := stopAll(comps)
+	if e.cfg.Launcher.Measured() {
+		for name, u := range usage {
+			res.Figures[name+"_cpu_s"] = round2(u.CPUSeconds)
+			res.Figures[name+"_peak_rss_mb"] = round2(float64(u.PeakRSSBytes) / (1 << 20))
+		}
+	}
+	return err
+}
+
+func round2(v float64) float64 { return float64(int64(v*100+0.5)) / 100 }
+
+// runMixed is scenario B: attaches and detaches at the same time; attach
+// latency must not suffer from the detaches.
+func runMixed(ctx context.Context, e *env, res *Result) error {
+	sz := e.cfg.Sizes
+	r, err := e.newAttachRig(ctx, "B", sz.ANodes, sz.BAttach+sz.BDetach, false)
+	if err != nil {
+		return err
+	}
+	defer r.close()
+	if err := r.canary(ctx); err != nil {
+		return err
+	}
+	comps := map[string]Component{"csi-attacher": r.att}
+	attachIdx, detachIdx := span(sz.BAttach, 0), span(sz.BDetach, sz.BAttach)
+	// Setup (not timed): the volumes to detach are attached.
+	if _, err := r.createVAs(ctx, detachIdx, createConcurrency); err != nil {
+		return err
+	}
+	if err := waitFor(ctx, sz.AttachTimeout, "the volumes to detach attached", r.allAttached(detachIdx)); err != nil {
+		return err
+	}
+
+	s0, err := e.snap(ctx, comps, r.d)
+	if err != nil {
+		return err
+	}
+	var created, deleted []time.Time
+	var cerr, derr error
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		deleted, derr = r.deleteVAs(ctx, detachIdx, createConcurrency/2)
+	}()
+	created, cerr = r.createVAs(ctx, attachIdx, createConcurrency/2)
+	<-done
+	if cerr != nil || derr != nil {
+		return fmt.Errorf("create/delete VolumeAttachments: %v %v", cerr, derr)
+	}
+	waitErr := waitFor(ctx, sz.AttachTimeout, "new volumes attached and old ones gone", func() bool {
+		return r.allAttached(attachIdx)() && r.allGone(detachIdx)()
+	})
+	s1, err := e.snap(ctx, comps, r.d)
+	if err != nil {
+		return err
+	}
+	alat, alast := r.attachedLatencies(attachIdx, created)
+	dlat, dlast := r.goneLatencies(detachIdx, deleted)
+	ops := sz.BAttach + sz.BDetach
+	p := &Phase{Name: "mixed", Ops: ops, CSICalls: int(s1.publishes - s0.publishes + s1.unpublishes - s0.unpublishes)}
+	last := alast
+	if dlast.After(last) {
+		last = dlast
+	}
+	p.WallSeconds = last.Sub(s0.at).Seconds()
+	p.PerSecond = float64(len(alat)+len(dlat)) / p.WallSeconds
+	p.P50Ms, p.P99Ms = percentiles(alat)
+	p.setWrites(componentWrites(s0, s1), ops)
+	e.fillUsage(p, s0, s1)
+	res.Phases = append(res.Phases, p)
+	_, dp99 := percentiles(dlat)
+	res.Figures["detach_p99_ms"] = round2(dp99)
+	pubs, unpubs := int(s1.publishes-s0.publishes), int(s1.unpublishes-s0.unpublishes)
+	res.check("attached and detached", fmt.Sprintf("%d + %d", sz.BAttach, sz.BDetach), fmt.Sprintf("%d + %d", len(alat), len(dlat)), len(alat) == sz.BAttach && len(dlat) == sz.BDetach, true)
+	res.check("ControllerPublish / Unpublish calls", fmt.Sprintf("= %d / %d", sz.BAttach, sz.BDetach), fmt.Sprintf("%d / %d (duplicates %d)", pubs, unpubs, s1.duplicates-s0.duplicates), pubs == sz.BAttach && unpubs == sz.BDetach && s1.duplicates == s0.duplicates, true)
+	if a := e.report.Result("A"); a != nil {
+		if ap := a.Phase("attach"); ap != nil && ap.P99Ms > 0 {
+			res.check("p99 attach latency", fmt.Sprintf("≤ 2 × A's (%.0f ms)", 2*ap.P99Ms), fmt.Sprintf("%.0f ms", p.P99Ms), p.P99Ms <= 2*ap.P99Ms, false)
+		}
+	}
+	if waitErr != nil {
+		return waitErr
+	}
+	return finalUsage(e, res, comps)
+}
+
+// runMemory is scenario C: the attacher's memory with many objects of its
+// own and many more it must ignore.
+func runMemory(ctx context.Context, e *env, res *Result) error {
+	sz := e.cfg.Sizes
+	prefix, driver := e.names("C")
+	other := prefix + "-other.bench.latch.dev"
+	r := &attachRig{e: e, prefix: prefix, driver: driver, nodes: sz.CNodes}
+	defer r.close()
+	setup := time.Now()
+	if err := e.createCSINodes(ctx, sz.CNodes, driver, r.node, true); err != nil {
+		return fmt.Errorf("create nodes: %w", err)
+	}
+	if err := e.createPVs(ctx, sz.CForeignPVs, other, func(i int) string { return fmt.Sprintf("%s-other-%06d", prefix, i) }); err != nil {
+		return fmt.Errorf("create other driver's PVs: %w", err)
+	}
+	if err := e.createPVs(ctx, sz.COurs, driver, r.pv); err != nil {
+		return fmt.Errorf("create PVs: %w", err)
+	}
+	idx := span(sz.COurs, 0)
+	if _, err := r.createVAs(ctx, idx, createConcurrency); err != nil {
+		return err
+	}
+	res.Figures["setup_s"] = round2(time.Since(setup).Seconds())
+
+	if err := r.start(ctx); err != nil {
+		return err
+	}
+	comps := map[string]Component{"csi-attacher": r.att}
+	s0, err := e.snap(ctx, comps, r.d)
+	if err != nil {
+		return err
+	}
+	waitErr := waitFor(ctx, sz.AttachTimeout, "every VolumeAttachment attached", r.allAttached(idx))
+	// Let the attacher settle (and a last GC report its live heap).
+	time.Sleep(2 * time.Second)
+	s1, err := e.snap(ctx, comps, r.d)
+	if err != nil {
+		return err
+	}
+	lat, last := r.attachedLatencies(idx, make([]time.Time, len(idx)))
+	p := &Phase{Name: "sync+attach", Ops: sz.COurs, CSICalls: int(s1.publishes - s0.publishes)}
+	p.WallSeconds = last.Sub(s0.at).Seconds()
+	p.PerSecond = float64(len(lat)) / p.WallSeconds
+	p.setWrites(componentWrites(s0, s1), sz.COurs)
+	e.fillUsage(p, s0, s1)
+	res.Phases = append(res.Phases, p)
+
+	cached, err := e.countCached(ctx)
+	if err != nil {
+		return err
+	}
+	res.Figures["cached_objects"] = float64(cached)
+	live := r.att.Usage()
+	res.check("VolumeAttachments attached", fmt.Sprint(sz.COurs), fmt.Sprint(len(lat)), len(lat) == sz.COurs, true)
+	res.check("ControllerPublish calls", fmt.Sprintf("= %d", sz.COurs), fmt.Sprint(p.CSICalls), p.CSICalls == sz.COurs, true)
+	if waitErr != nil {
+		return waitErr
+	}
+	if err := finalUsage(e, res, comps); err != nil {
+		return err
+	}
+	if e.cfg.Launcher.Measured() {
+		final := r.att.Usage()
+		peak := float64(max(final.PeakRSSBytes, live.PeakRSSBytes)) / (1 << 20)
+		res.Figures["live_heap_mb"] = round2(float64(live.LiveHeapBytes) / (1 << 20))
+		if live.LiveHeapBytes > 0 && cached > 0 {
+			res.Figures["heap_bytes_per_cached_object"] = float64(live.LiveHeapBytes / uint64(cached))
+		}
+		res.check("attacher peak RSS", "≤ 120 MB", fmt.Sprintf("%.0f MB", peak), peak <= 120, false)
+	}
+	return nil
+}
+
+// countCached counts the objects a csi-attacher caches: every
+// VolumeAttachment, PersistentVolume and CSINode.
+func (e *env) countCached(ctx context.Context) (int, error) {
+	opts := metav1.ListOptions{ResourceVersion: "0"}
+	vas, err := e.admin.StorageV1().VolumeAttachments().List(ctx, opts)
+	if err != nil {
+		return 0, err
+	}
+	pvs, err := e.admin.CoreV1().PersistentVolumes().List(ctx, opts)
+	if err != nil {
+		return 0, err
+	}
+	nodes, err := e.admin.StorageV1().CSINodes().List(ctx, opts)
+	if err != nil {
+		return 0, err
+	}
+	return len(vas.Items) + len(pvs.Items) + len(nodes.Items), nil
+}

@@ -1,0 +1,297 @@
+package bench
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"runtime"
+	"slices"
+	"strings"
+	"time"
+
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/latchcsi/latch/internal/localcluster"
+)
+
+// Scale selects the sizes of every scenario.
+type Scale string
+
+const (
+	// Small is a quick run for CI: the same code paths, a few hundred
+	// objects, correctness figures only worth looking at.
+	Small Scale = "small"
+	// Full is the size the targets are defined for.
+	Full Scale = "full"
+)
+
+// Sizes are the object counts of the scenarios.
+type Sizes struct {
+	ABurst, ANodes              int // A: VolumeAttachments created at once, on this many nodes
+	BAttach, BDetach            int // B: attaches and detaches at the same time
+	COurs, CForeignPVs, CNodes  int // C: our VAs+PVs, PVs of another driver, Nodes+CSINodes
+	DPods, DNodes               int // D: Pods with one volume each
+	EVolumes, EPerPod, ENodes   int // E: attached volumes, volumes per Pod
+	ERest                       time.Duration
+	FItems, FConcurrency        int // F: objects patched (3 writes each), writers in flight
+	AttachTimeout, StepsTimeout time.Duration
+}
+
+// SizesFor returns the sizes of a scale.
+func SizesFor(s Scale) (Sizes, error) {
+	switch s {
+	case Full:
+		return Sizes{
+			ABurst: 2000, ANodes: 10,
+			BAttach: 1000, BDetach: 1000,
+			COurs: 5000, CForeignPVs: 50000, CNodes: 2000,
+			DPods: 1000, DNodes: 50,
+			EVolumes: 10000, EPerPod: 10, ENodes: 100, ERest: 60 * time.Second,
+			FItems: 3000, FConcurrency: 64,
+			AttachTimeout: 10 * time.Minute, StepsTimeout: 15 * time.Minute,
+		}, nil
+	case Small:
+		return Sizes{
+			ABurst: 100, ANodes: 2,
+			BAttach: 50, BDetach: 50,
+			COurs: 100, CForeignPVs: 1000, CNodes: 50,
+			DPods: 40, DNodes: 4,
+			EVolumes: 100, EPerPod: 5, ENodes: 4, ERest: 3 * time.Second,
+			FItems: 200, FConcurrency: 32,
+			AttachTimeout: 2 * time.Minute, StepsTimeout: 3 * time.Minute,
+		}, nil
+	}
+	return Sizes{}, fmt.Errorf("unknown scale %q (want small or full)", s)
+}
+
+// AllScenarios are the scenario letters in the order they run: F first so
+// the others can be compared with it, C last because its tens of thousands
+// of objects stay in the cluster.
+var AllScenarios = []string{"F", "A", "B", "D", "E", "C"}
+
+// Config is one benchmark run.
+type Config struct {
+	Cluster  *localcluster.Cluster
+	Launcher Launcher
+	// Attacher names what runs as csi-attacher, for the report.
+	Attacher  string
+	Scale     Scale
+	Sizes     Sizes    // zero: SizesFor(Scale)
+	Scenarios []string // subset of AllScenarios; empty: all
+	// DriverLatency delays every ControllerPublish and
+	// ControllerUnpublish of the mock driver.
+	DriverLatency time.Duration
+	// Out receives the table rows and PASS/FAIL lines; nil discards them.
+	Out io.Writer
+	// AroundScenario, when set, is called before each scenario and the
+	// function it returns after it (profiles).
+	AroundScenario func(scenario string) func()
+	// RunID makes object and driver names unique; empty: random.
+	RunID string
+}
+
+// Report is one run's figures, written as JSON.
+type Report struct {
+	Started            time.Time `json:"started"`
+	Finished           time.Time `json:"finished"`
+	Scale              Scale     `json:"scale"`
+	CPUs               int       `json:"cpus"`
+	GOMAXPROCS         int       `json:"gomaxprocs"`
+	GoVersion          string    `json:"goVersion"`
+	OS                 string    `json:"os"`
+	Arch               string    `json:"arch"`
+	Attacher           string    `json:"attacher"`
+	ComponentsMeasured bool      `json:"componentsMeasured"`
+	DriverLatencyMS    float64   `json:"driverLatencyMs"`
+	Sizes              Sizes     `json:"sizes"`
+	// LimitWritesPerSecond is scenario F's figure (0 when F did not run).
+	LimitWritesPerSecond float64   `json:"limitWritesPerSecond,omitempty"`
+	Results              []*Result `json:"results"`
+}
+
+// Result is one scenario's outcome.
+type Result struct {
+	Scenario string             `json:"scenario"`
+	Title    string             `json:"title"`
+	Phases   []*Phase           `json:"phases"`
+	Figures  map[string]float64 `json:"figures,omitempty"`
+	Checks   []Check            `json:"checks"`
+	Error    string             `json:"error,omitempty"`
+}
+
+// Phase is one measured step of a scenario (attach, detach, rest).
+type Phase struct {
+	Name        string  `json:"name"`
+	Ops         int     `json:"ops"`
+	WallSeconds float64 `json:"wallSeconds"`
+	PerSecond   float64 `json:"perSecond"`
+	// PercentOfLimit compares PerSecond with F's writes/s divided by this
+	// phase's writes per operation.
+	PercentOfLimit float64 `json:"percentOfLimit,omitempty"`
+	P50Ms          float64 `json:"p50Ms,omitempty"`
+	P99Ms          float64 `json:"p99Ms,omitempty"`
+	// RunningP50Ms and RunningP99Ms: Pod created → Running (scenario D).
+	RunningP50Ms float64 `json:"runningP50Ms,omitempty"`
+	RunningP99Ms float64 `json:"runningP99Ms,omitempty"`
+	// CSICalls counts ControllerPublish (attach) or ControllerUnpublish
+	// (detach) calls the driver served.
+	CSICalls int `json:"csiCalls"`
+	// Writes are the components' API writes (the harness's own removed).
+	Writes        Writes             `json:"writes"`
+	VAWritesPerOp float64            `json:"vaWritesPerOp"`
+	VAStatusPerOp float64            `json:"vaStatusWritesPerOp"`
+	PVWritesPerOp float64            `json:"pvWritesPerOp"`
+	WritesPerOp   float64            `json:"writesPerOp"`
+	CPUSeconds    map[string]float64 `json:"cpuSeconds,omitempty"`
+	PeakRSSBytes  map[string]uint64  `json:"peakRssBytes,omitempty"`
+}
+
+// Check is one PASS/FAIL line.
+type Check struct {
+	Name   string `json:"name"`
+	Target string `json:"target"`
+	Value  string `json:"value"`
+	Pass   bool   `json:"pass"`
+	// Correctness checks must pass at any scale and on any machine;
+	// the others are the issue's performance targets.
+	Correctness bool `json:"correctness"`
+}
+
+// scenario runs one scenario and fills r.
+type scenario struct {
+	title string
+	run   func(ctx context.Context, e *env, r *Result) error
+}
+
+var scenarios = map[string]scenario{
+	"A": {"attach burst", runAttachBurst},
+	"B": {"mixed attach and detach", runMixed},
+	"C": {"attacher memory", runMemory},
+	"D": {"pods end to end", runPods},
+	"E": {"controller idle", runIdle},
+	"F": {"API server write limit", runLimit},
+}
+
+// Run runs the selected scenarios in order. A failing scenario is
+// recorded in its Result and the run goes on; the error is only for a run
+// that could not start.
+func Run(ctx context.Context, cfg Config) (*Report, error) {
+	if cfg.Out == nil {
+		cfg.Out = io.Discard
+	}
+	if cfg.Sizes == (Sizes{}) {
+		s, err := SizesFor(cfg.Scale)
+		if err != nil {
+			return nil, err
+		}
+		cfg.Sizes = s
+	}
+	order, err := selectScenarios(cfg.Scenarios)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.RunID == "" {
+		b := make([]byte, 3)
+		_, _ = rand.Read(b)
+		cfg.RunID = hex.EncodeToString(b)
+	}
+	rep := &Report{
+		Started: time.Now().UTC(), Scale: cfg.Scale,
+		CPUs: runtime.NumCPU(), GOMAXPROCS: runtime.GOMAXPROCS(0), GoVersion: runtime.Version(),
+		OS: runtime.GOOS, Arch: runtime.GOARCH, Attacher: cfg.Attacher,
+		ComponentsMeasured: cfg.Launcher.Measured(),
+		DriverLatencyMS:    float64(cfg.DriverLatency) / float64(time.Millisecond), Sizes: cfg.Sizes,
+	}
+	cc := *cfg.Cluster.RESTConfig()
+	writes := newWriteCounter()
+	client, err := kubernetes.NewForConfig(countingConfig(&cc, writes, "latch-bench"))
+	if err != nil {
+		return nil, err
+	}
+	e := &env{cfg: &cfg, client: client, writes: writes, admin: cfg.Cluster.Client(), report: rep}
+	fmt.Fprintf(cfg.Out, "latch bench: scale=%s cpus=%d go=%s attacher=%s driver latency=%s\n\n",
+		cfg.Scale, rep.CPUs, rep.GoVersion, cfg.Attacher, cfg.DriverLatency)
+	printHeader(cfg.Out)
+	for _, name := range order {
+		sc := scenarios[name]
+		r := &Result{Scenario: name, Title: sc.title, Figures: map[string]float64{}}
+		var done func()
+		if cfg.AroundScenario != nil {
+			done = cfg.AroundScenario(name)
+		}
+		if err := sc.run(ctx, e, r); err != nil {
+			r.Error = err.Error()
+		}
+		if done != nil {
+			done()
+		}
+		rep.Results = append(rep.Results, r)
+		printResult(cfg.Out, r)
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	rep.Finished = time.Now().UTC()
+	return rep, nil
+}
+
+func selectScenarios(names []string) ([]string, error) {
+	if len(names) == 0 {
+		return AllScenarios, nil
+	}
+	var out []string
+	for _, n := range names {
+		n = strings.ToUpper(strings.TrimSpace(n))
+		if _, ok := scenarios[n]; !ok {
+			return nil, fmt.Errorf("unknown scenario %q (want some of %s)", n, strings.Join(AllScenarios, ","))
+		}
+	}
+	for _, n := range AllScenarios {
+		if slices.ContainsFunc(names, func(s string) bool { return strings.EqualFold(strings.TrimSpace(s), n) }) {
+			out = append(out, n)
+		}
+	}
+	return out, nil
+}
+
+// Result returns the result of scenario name, or nil.
+func (r *Report) Result(name string) *Result {
+	for _, res := range r.Results {
+		if res.Scenario == name {
+			return res
+		}
+	}
+	return nil
+}
+
+// Phase returns the named phase, or nil.
+func (r *Result) Phase(name string) *Phase {
+	for _, p := range r.Phases {
+		if p.Name == name {
+			return p
+		}
+	}
+	return nil
+}
+
+// Failed lists the checks that failed; correctnessOnly keeps only those.
+func (r *Report) Failed(correctnessOnly bool) []string {
+	var out []string
+	for _, res := range r.Results {
+		if res.Error != "" {
+			out = append(out, res.Scenario+": "+res.Error)
+		}
+		for _, c := range res.Checks {
+			if !c.Pass && (c.Correctness || !correctnessOnly) {
+				out = append(out, fmt.Sprintf("%s: %s: %s (target %s)", res.Scenario, c.Name, c.Value, c.Target))
+			}
+		}
+	}
+	return out
+}
+
+func (r *Result) check(name, target, value string, pass, correctness bool) {
+	r.Checks = append(r.Checks, Check{Name: name, Target: target, Value: value, Pass: pass, Correctness: correctness})
+}

@@ -1,0 +1,177 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/latchcsi/latch/internal/localcluster"
+)
+
+var cluster *localcluster.Cluster
+
+func TestMain(m *testing.M) { os.Exit(localcluster.RunTestMain(m, &cluster)) }
+
+// runSmall runs scenarios at the small scale with the components in
+// process and fails on any correctness check (timings are never checked:
+// the machine may be busy).
+func runSmall(t *testing.T, scenarios ...string) *Report {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	var out bytes.Buffer
+	rep, err := Run(ctx, Config{
+		Cluster:       cluster,
+		Launcher:      &InProcess{RESTConfig: cluster.RESTConfig()},
+		Attacher:      "in-process",
+		Scale:         Small,
+		Scenarios:     scenarios,
+		DriverLatency: 20 * time.Millisecond,
+		Out:           &out,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("\n%s", out.String())
+	if len(rep.Results) != len(scenarios) {
+		t.Fatalf("ran %d scenarios, want %d", len(rep.Results), len(scenarios))
+	}
+	for _, f := range rep.Failed(true) {
+		t.Error(f)
+	}
+	return rep
+}
+
+func checkNamed(t *testing.T, r *Result, names ...string) {
+	t.Helper()
+	for _, n := range names {
+		found := false
+		for _, c := range r.Checks {
+			if c.Name == n {
+				found = true
+			}
+		}
+		if !found {
+			t.Errorf("scenario %s has no %q check (checks: %+v)", r.Scenario, n, r.Checks)
+		}
+	}
+}
+
+func TestLimitThenAttachBurstPublishesEachVolumeOnceWithAtMostThreeWritesAndDetachesAll(t *testing.T) {
+	rep := runSmall(t, "F", "A")
+	if rep.LimitWritesPerSecond <= 0 {
+		t.Errorf("F measured no write limit")
+	}
+	a := rep.Result("A")
+	checkNamed(t, a, "ControllerPublish calls", "VA writes per attach", "PV writes per PV", "ControllerUnpublish calls", "attach rate")
+	attach, detach := a.Phase("attach"), a.Phase("detach")
+	if attach == nil || detach == nil {
+		t.Fatalf("phases = %+v", a.Phases)
+	}
+	n := rep.Sizes.ABurst
+	if attach.CSICalls != n || detach.CSICalls != n {
+		t.Errorf("publishes/unpublishes = %d/%d, want %d each", attach.CSICalls, detach.CSICalls, n)
+	}
+	// Attach: exactly one metadata patch, one status patch per VA and one
+	// patch per PV; detach: one finalizer removal per VA and nothing else
+	// on VAs or PVs.
+	if got := attach.Writes["PATCH volumeattachments"]; got != n {
+		t.Errorf("VA metadata patches = %d, want %d (writes %v)", got, n, attach.Writes)
+	}
+	if got := attach.Writes["PATCH volumeattachments/status"]; got != n {
+		t.Errorf("VA status patches = %d, want %d (writes %v)", got, n, attach.Writes)
+	}
+	if got := attach.Writes.Resource("persistentvolumes"); got != n {
+		t.Errorf("PV writes = %d, want %d (writes %v)", got, n, attach.Writes)
+	}
+	if got := detach.Writes.Resource("volumeattachments"); got != n {
+		t.Errorf("VA writes on detach = %d, want %d (writes %v)", got, n, detach.Writes)
+	}
+	if got := detach.Writes.Resource("volumeattachments/status") + detach.Writes.Resource("persistentvolumes"); got != 0 {
+		t.Errorf("status/PV writes on detach = %d, want 0 (writes %v)", got, detach.Writes)
+	}
+}
+
+func TestMixedAttachesAndDetachesAllCompleteWithOnePublishOrUnpublishEach(t *testing.T) {
+	rep := runSmall(t, "B")
+	checkNamed(t, rep.Result("B"), "attached and detached", "ControllerPublish / Unpublish calls")
+}
+
+func TestPodsEndToEndAttachRunAndDetachEveryVolumeOnce(t *testing.T) {
+	rep := runSmall(t, "D")
+	d := rep.Result("D")
+	checkNamed(t, d, "Pods Running with their volume attached", "ControllerPublish calls", "VolumeAttachments gone after the Pods", "ControllerUnpublish calls")
+	if p := d.Phase("attach"); p == nil || p.Writes.Resource("volumeattachments") == 0 {
+		t.Errorf("attach phase has no VolumeAttachment writes: %+v", p)
+	}
+}
+
+func TestControllerIdleMakesNoWritesAtRestAndDetachesEverything(t *testing.T) {
+	rep := runSmall(t, "E")
+	e := rep.Result("E")
+	checkNamed(t, e, "volumes attached, Pods Running", "VolumeAttachments gone after the Pods", "ControllerPublish / Unpublish calls")
+	rest := e.Phase("rest")
+	if rest == nil {
+		t.Fatalf("no rest phase: %+v", e.Phases)
+	}
+	// Nothing changes at rest, so nothing is written: no periodic status
+	// rewrites, no resync storms.
+	if got := rest.Writes.Total(); got != 0 {
+		t.Errorf("writes at rest = %v, want none", rest.Writes)
+	}
+}
+
+func TestMemoryScenarioAttachesOurVolumesAmongManyForeignPVs(t *testing.T) {
+	rep := runSmall(t, "C")
+	c := rep.Result("C")
+	checkNamed(t, c, "VolumeAttachments attached", "ControllerPublish calls")
+	if got, min := c.Figures["cached_objects"], float64(rep.Sizes.COurs*2+rep.Sizes.CForeignPVs+rep.Sizes.CNodes); got < min {
+		t.Errorf("cached objects = %v, want at least %v", got, min)
+	}
+}
+
+func TestProcessesLauncherMeasuresAChildsCPUAndPeakRSS(t *testing.T) {
+	u, err := procUsage(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if u.PeakRSSBytes == 0 {
+		t.Errorf("VmHWM of this process read as 0")
+	}
+	m := gcLine.FindStringSubmatch("gc 7 @1.2s 3%: 0.1+2+0.02 ms clock, 0.2+1/2/0+0.04 ms cpu, 41->43->22 MB, 45 MB goal, 0 MB stacks, 0 MB globals, 2 P")
+	if m == nil || m[3] != "22" {
+		t.Errorf("gctrace live heap = %v, want 22", m)
+	}
+}
+
+func TestAPIServerRequestTotalsAreParsedByVerbAndSubresource(t *testing.T) {
+	text := strings.Join([]string{
+		`# TYPE apiserver_request_total counter`,
+		`apiserver_request_total{code="200",component="apiserver",dry_run="",group="storage.k8s.io",resource="volumeattachments",scope="resource",subresource="status",verb="PATCH",version="v1"} 5`,
+		`apiserver_request_total{code="422",component="apiserver",dry_run="",group="storage.k8s.io",resource="volumeattachments",scope="resource",subresource="status",verb="PATCH",version="v1"} 2`,
+		`apiserver_request_total{code="201",component="apiserver",dry_run="",group="",resource="persistentvolumes",scope="resource",subresource="",verb="POST",version="v1"} 7`,
+		`apiserver_request_total{code="200",component="apiserver",dry_run="",group="",resource="pods",scope="cluster",subresource="",verb="LIST",version="v1"} 9`,
+	}, "\n")
+	w, err := parseRequestTotals([]byte(text))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Writes{"PATCH volumeattachments/status": 7, "POST persistentvolumes": 7}
+	if len(w) != len(want) || w["PATCH volumeattachments/status"] != 7 || w["POST persistentvolumes"] != 7 {
+		t.Errorf("parsed %v, want %v", w, want)
+	}
+	for path, res := range map[string]string{
+		"/apis/storage.k8s.io/v1/volumeattachments/x/status": "volumeattachments/status",
+		"/api/v1/persistentvolumes/pv":                       "persistentvolumes",
+		"/api/v1/namespaces/ns/pods/p/status":                "pods/status",
+		"/api/v1/namespaces/ns/pods":                         "pods",
+		"/apis/storage.k8s.io/v1/volumeattachments":          "volumeattachments",
+	} {
+		if got := resourceOf(path); got != res {
+			t.Errorf("resourceOf(%s) = %q, want %q", path, got, res)
+		}
+	}
+}

@@ -1,0 +1,72 @@
+package bench
+
+import (
+	"context"
+	"time"
+
+	"github.com/latchcsi/latch/internal/csimock"
+)
+
+// snapshot is the state of every counter at one instant; two of them
+// bracket a phase.
+type snapshot struct {
+	at          time.Time
+	api         Writes // every client's writes, from the API server
+	harness     Writes // the harness's own
+	usage       map[string]Usage
+	publishes   int64
+	unpublishes int64
+	duplicates  int64
+}
+
+func (e *env) snap(ctx context.Context, comps map[string]Component, d *csimock.Driver) (snapshot, error) {
+	s := snapshot{at: time.Now(), harness: e.writes.snapshot(), usage: map[string]Usage{}}
+	api, err := apiWrites(ctx, e.admin)
+	if err != nil {
+		return s, err
+	}
+	s.api = api
+	for name, c := range comps {
+		s.usage[name] = c.Usage()
+	}
+	if d != nil {
+		st := d.Stats()
+		s.publishes = st.Methods["ControllerPublishVolume"].Calls
+		s.unpublishes = st.Methods["ControllerUnpublishVolume"].Calls
+		s.duplicates = st.Publish.DuplicatePublishes
+	}
+	return s, nil
+}
+
+// componentWrites are the writes between a and b that the harness did not
+// make.
+func componentWrites(a, b snapshot) Writes {
+	return b.api.Sub(a.api).Sub(b.harness.Sub(a.harness))
+}
+
+// fillUsage sets the phase's CPU and RSS figures when the launcher measures
+// them.
+func (e *env) fillUsage(p *Phase, a, b snapshot) {
+	if !e.cfg.Launcher.Measured() {
+		return
+	}
+	p.CPUSeconds = map[string]float64{}
+	p.PeakRSSBytes = map[string]uint64{}
+	for name, ub := range b.usage {
+		p.CPUSeconds[name] = ub.CPUSeconds - a.usage[name].CPUSeconds
+		p.PeakRSSBytes[name] = ub.PeakRSSBytes
+	}
+}
+
+// stopAll stops components and returns their final usage.
+func stopAll(comps map[string]Component) (map[string]Usage, error) {
+	out := map[string]Usage{}
+	var first error
+	for name, c := range comps {
+		if err := c.Stop(); err != nil && first == nil {
+			first = err
+		}
+		out[name] = c.Usage()
+	}
+	return out, first
+}

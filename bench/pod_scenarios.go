@@ -1,0 +1,386 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/latchcsi/latch/internal/csimock"
+	"github.com/latchcsi/latch/internal/kube"
+	"github.com/latchcsi/latch/internal/localcluster"
+)
+
+// podRig is scenario D's and E's world: simulated nodes run by the kubelet
+// stand-in, bound PVC/PV pairs, the mock driver, csi-attacher and
+// attachdetach-controller.
+type podRig struct {
+	e           *env
+	prefix      string
+	driver      string
+	nodes       int
+	perPod      int
+	d           *csimock.Driver
+	stopDrv     func()
+	comps       map[string]Component
+	tracker     *vaTracker
+	kubeWrites  *writeCounter
+	stopKubelet context.CancelFunc
+
+	mu      sync.Mutex
+	running map[string]time.Time // Pod name → first seen Running
+}
+
+func (r *podRig) vol(i int) string      { return fmt.Sprintf("%s-vol-%05d", r.prefix, i) }
+func (r *podRig) nodeName(i int) string { return fmt.Sprintf("%s-node-%03d", r.prefix, i%r.nodes) }
+func (r *podRig) pod(i int) string      { return fmt.Sprintf("%s-pod-%05d", r.prefix, i) }
+
+// vaName is the VolumeAttachment of Pod i's k-th volume.
+func (r *podRig) vaName(pod, k int) string {
+	return kube.VolumeAttachmentName(r.vol(pod*r.perPod+k), r.driver, r.nodeName(pod))
+}
+
+// newPodRig prepares pods*perPod volumes (plus one canary Pod's) on nodes
+// nodes and starts everything; the canary Pod is Running when it returns.
+func (e *env) newPodRig(ctx context.Context, scenario string, pods, perPod, nodes int) (_ *podRig, err error) {
+	r := &podRig{e: e, nodes: nodes, perPod: perPod, comps: map[string]Component{}, running: map[string]time.Time{}, kubeWrites: newWriteCounter()}
+	r.prefix, r.driver = e.names(scenario)
+	defer func() {
+		if err != nil {
+			r.close()
+		}
+	}()
+	if err := localcluster.CreateNamespace(ctx, e.client, r.prefix); err != nil {
+		return nil, err
+	}
+	kcfg := countingConfig(e.cfg.Cluster.RESTConfig(), r.kubeWrites, "latch-bench-kubelet")
+	kclient, err := kubernetes.NewForConfig(kcfg)
+	if err != nil {
+		return nil, err
+	}
+	kubelet := localcluster.NewKubelet(kclient)
+	kctx, cancel := context.WithCancel(ctx)
+	r.stopKubelet = cancel
+	go kubelet.Run(kctx, 8)
+	for i := range nodes {
+		if err := kubelet.AddNode(ctx, localcluster.NodeConfig{Name: r.nodeName(i), Drivers: map[string]string{r.driver: r.nodeName(i) + "-id"}}); err != nil {
+			return nil, err
+		}
+	}
+	// Volume index pods*perPod is the canary's.
+	if err := parallel(ctx, pods*perPod+1, createConcurrency/4, func(ctx context.Context, i int) error {
+		_, _, err := localcluster.CreateBoundVolume(ctx, e.client, localcluster.VolumeSpec{Namespace: r.prefix, Name: r.vol(i), Driver: r.driver})
+		return err
+	}); err != nil {
+		return nil, fmt.Errorf("create volumes: %w", err)
+	}
+	if err := r.trackPods(ctx); err != nil {
+		return nil, err
+	}
+	d, addr, stop, err := e.startDriver(ctx, r.driver)
+	if err != nil {
+		return nil, err
+	}
+	r.d, r.stopDrv = d, stop
+	if r.tracker, err = e.trackVAs(ctx, r.driver); err != nil {
+		return nil, err
+	}
+	if r.comps["csi-attacher"], err = e.cfg.Launcher.StartAttacher(ctx, addr); err != nil {
+		return nil, err
+	}
+	if r.comps["attachdetach-controller"], err = e.cfg.Launcher.StartController(ctx); err != nil {
+		return nil, err
+	}
+	canary := localcluster.NewPod(r.prefix, r.prefix+"-canary", r.nodeName(0), r.vol(pods*perPod))
+	if _, err := e.client.CoreV1().Pods(r.prefix).Create(ctx, canary, metav1.CreateOptions{}); err != nil {
+		return nil, err
+	}
+	if err := waitFor(ctx, 2*time.Minute, "the canary Pod Running", func() bool { return r.isRunning(canary.Name) }); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+func (r *podRig) trackPods(ctx context.Context) error {
+	lw := cache.NewListWatchFromClient(r.e.admin.CoreV1().RESTClient(), "pods", r.prefix, fields.Everything())
+	inf := cache.NewSharedIndexInformer(lw, &v1.Pod{}, 0, cache.Indexers{})
+	_ = inf.SetTransform(kube.StripManagedFields)
+	observe := func(obj any) {
+		pod, ok := obj.(*v1.Pod)
+		if !ok || pod.Status.Phase != v1.PodRunning {
+			return
+		}
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		if _, seen := r.running[pod.Name]; !seen {
+			r.running[pod.Name] = time.Now()
+		}
+	}
+	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: observe, UpdateFunc: func(_, o any) { observe(o) }}); err != nil {
+		return err
+	}
+	go inf.RunWithContext(ctx)
+	if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
+		return fmt.Errorf("Pod watch did not sync: %w", ctx.Err())
+	}
+	return nil
+}
+
+func (r *podRig) isRunning(pod string) bool {
+	_, ok := r.runningAt(pod)
+	return ok
+}
+
+func (r *podRig) runningAt(pod string) (time.Time, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	at, ok := r.running[pod]
+	return at, ok
+}
+
+func (r *podRig) close() {
+	for _, c := range r.comps {
+		if c != nil {
+			_ = c.Stop()
+		}
+	}
+	if r.stopKubelet != nil {
+		r.stopKubelet()
+	}
+	if r.stopDrv != nil {
+		r.stopDrv()
+	}
+}
+
+func (r *podRig) createPods(ctx context.Context, n int) ([]time.Time, error) {
+	created := make([]time.Time, n)
+	err := parallel(ctx, n, createConcurrency, func(ctx context.Context, i int) error {
+		claims := make([]string, r.perPod)
+		for k := range claims {
+			claims[k] = r.vol(i*r.perPod + k)
+		}
+		_, err := r.e.client.CoreV1().Pods(r.prefix).Create(ctx, localcluster.NewPod(r.prefix, r.pod(i), r.nodeName(i), claims...), metav1.CreateOptions{})
+		created[i] = time.Now()
+		return err
+	})
+	return created, err
+}
+
+func (r *podRig) deletePods(ctx context.Context, n int) error {
+	return parallel(ctx, n, createConcurrency, func(ctx context.Context, i int) error {
+		return ignoreNotFound(r.e.client.CoreV1().Pods(r.prefix).Delete(ctx, r.pod(i), metav1.DeleteOptions{}))
+	})
+}
+
+func (r *podRig) allRunning(n int) func() bool {
+	return func() bool {
+		for i := range n {
+			if !r.isRunning(r.pod(i)) {
+				return false
+			}
+		}
+		return true
+	}
+}
+
+// allVAsGone holds once only the canary's VolumeAttachment is left.
+func (r *podRig) allVAsGone() bool {
+	exist, _ := r.tracker.counts()
+	return exist <= 1
+}
+
+// attachFigures returns Pod created → all its volumes attached, Pod
+// created → Running, and the last time any volume was attached.
+func (r *podRig) attachFigures(n int, created []time.Time) (attached, running []time.Duration, last time.Time) {
+	for i := range n {
+		var all time.Time
+		ok := true
+		for k := range r.perPod {
+			at, seen := r.tracker.attachedAt(r.vaName(i, k))
+			if !seen {
+				ok = false
+				break
+			}
+			if at.After(all) {
+				all = at
+			}
+		}
+		if ok {
+			attached = append(attached, all.Sub(created[i]))
+			if all.After(last) {
+				last = all
+			}
+		}
+		if at, seen := r.runningAt(r.pod(i)); seen {
+			running = append(running, at.Sub(created[i]))
+		}
+	}
+	return attached, running, last
+}
+
+// runPods is scenario D: Pods with one volume each, through both
+// controllers and the kubelet stand-in, then deleted.
+func runPods(ctx context.Context, e *env, res *Result) error {
+	sz := e.cfg.Sizes
+	n := sz.DPods
+	r, err := e.newPodRig(ctx, "D", n, 1, sz.DNodes)
+	if err != nil {
+		return err
+	}
+	defer r.close()
+	s0, err := e.snap(ctx, r.comps, r.d)
+	if err != nil {
+		return err
+	}
+	k0 := r.kubeWrites.snapshot()
+	created, err := r.createPods(ctx, n)
+	if err != nil {
+		return fmt.Errorf("create Pods: %w", err)
+	}
+	waitErr := waitFor(ctx, sz.AttachTimeout, "every Pod Running", r.allRunning(n))
+	s1, err := e.snap(ctx, r.comps, r.d)
+	if err != nil {
+		return err
+	}
+	k1 := r.kubeWrites.snapshot()
+	attached, running, last := r.attachFigures(n, created)
+	p := &Phase{Name: "attach", Ops: n, CSICalls: int(s1.publishes - s0.publishes)}
+	p.WallSeconds = last.Sub(s0.at).Seconds()
+	p.PerSecond = float64(len(attached)) / p.WallSeconds
+	p.P50Ms, p.P99Ms = percentiles(attached)
+	p.RunningP50Ms, p.RunningP99Ms = percentiles(running)
+	p.setWrites(componentWrites(s0, s1), n)
+	p.setLimit(e.report.LimitWritesPerSecond)
+	e.fillUsage(p, s0, s1)
+	res.Phases = append(res.Phases, p)
+	res.Figures["kubelet_writes_per_attach"] = round2(float64(k1.Sub(k0).Total()) / float64(n))
+	res.check("Pods Running with their volume attached", fmt.Sprint(n), fmt.Sprintf("%d attached, %d Running", len(attached), len(running)), len(attached) == n && len(running) == n, true)
+	res.check("ControllerPublish calls", fmt.Sprintf("= %d", n), fmt.Sprintf("%d (duplicates %d)", p.CSICalls, s1.duplicates-s0.duplicates), p.CSICalls == n && s1.duplicates == s0.duplicates, true)
+	res.check("p99 Pod created→attached", "≤ 2000 ms", fmt.Sprintf("%.0f ms", p.P99Ms), p.P99Ms <= 2000, false)
+	if p.PercentOfLimit > 0 {
+		res.check("attach rate", "≥ 60% of F's limit for the combined writes", fmt.Sprintf("%.0f%% (%.0f/s at %.2f writes per attach)", p.PercentOfLimit, p.PerSecond, p.WritesPerOp), p.PercentOfLimit >= 60, false)
+	}
+	if waitErr != nil {
+		return waitErr
+	}
+
+	if err := r.deletePods(ctx, n); err != nil {
+		return fmt.Errorf("delete Pods: %w", err)
+	}
+	waitErr = waitFor(ctx, sz.AttachTimeout, "every VolumeAttachment gone", r.allVAsGone)
+	s2, err := e.snap(ctx, r.comps, r.d)
+	if err != nil {
+		return err
+	}
+	det := &Phase{Name: "detach", Ops: n, CSICalls: int(s2.unpublishes - s1.unpublishes)}
+	det.WallSeconds = s2.at.Sub(s1.at).Seconds()
+	det.PerSecond = float64(n) / det.WallSeconds
+	det.setWrites(componentWrites(s1, s2), n)
+	e.fillUsage(det, s1, s2)
+	res.Phases = append(res.Phases, det)
+	exist, _ := r.tracker.counts()
+	res.check("VolumeAttachments gone after the Pods", "0 left", fmt.Sprintf("%d left", exist-1), exist <= 1, true)
+	res.check("ControllerUnpublish calls", fmt.Sprintf("= %d", n), fmt.Sprint(det.CSICalls), det.CSICalls == n, true)
+	if waitErr != nil {
+		return waitErr
+	}
+	comps := r.comps
+	r.comps = nil
+	return finalUsage(e, res, comps)
+}
+
+// runIdle is scenario E: many attached volumes at rest; the controller's
+// CPU must not grow with them.
+func runIdle(ctx context.Context, e *env, res *Result) error {
+	sz := e.cfg.Sizes
+	pods := sz.EVolumes / sz.EPerPod
+	n := pods * sz.EPerPod
+	r, err := e.newPodRig(ctx, "E", pods, sz.EPerPod, sz.ENodes)
+	if err != nil {
+		return err
+	}
+	defer r.close()
+	s0, err := e.snap(ctx, r.comps, r.d)
+	if err != nil {
+		return err
+	}
+	created, err := r.createPods(ctx, pods)
+	if err != nil {
+		return fmt.Errorf("create Pods: %w", err)
+	}
+	waitErr := waitFor(ctx, sz.StepsTimeout, "every Pod Running", r.allRunning(pods))
+	s1, err := e.snap(ctx, r.comps, r.d)
+	if err != nil {
+		return err
+	}
+	attached, _, last := r.attachFigures(pods, created)
+	p := &Phase{Name: "attach", Ops: n, CSICalls: int(s1.publishes - s0.publishes)}
+	p.WallSeconds = last.Sub(s0.at).Seconds()
+	p.PerSecond = float64(len(attached)*sz.EPerPod) / p.WallSeconds
+	p.P50Ms, p.P99Ms = percentiles(attached)
+	p.setWrites(componentWrites(s0, s1), n)
+	e.fillUsage(p, s0, s1)
+	res.Phases = append(res.Phases, p)
+	res.check("volumes attached, Pods Running", fmt.Sprint(n), fmt.Sprint(len(attached)*sz.EPerPod), len(attached) == pods, true)
+	if waitErr != nil {
+		return waitErr
+	}
+
+	// At rest: nothing changes for ERest.
+	time.Sleep(2 * time.Second)
+	s2, err := e.snap(ctx, r.comps, r.d)
+	if err != nil {
+		return err
+	}
+	select {
+	case <-time.After(sz.ERest):
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	s3, err := e.snap(ctx, r.comps, r.d)
+	if err != nil {
+		return err
+	}
+	rest := &Phase{Name: "rest", Ops: n, WallSeconds: s3.at.Sub(s2.at).Seconds()}
+	rest.setWrites(componentWrites(s2, s3), n)
+	e.fillUsage(rest, s2, s3)
+	res.Phases = append(res.Phases, rest)
+	res.Figures["rest_writes"] = float64(rest.Writes.Total())
+	if e.cfg.Launcher.Measured() {
+		for name, cpu := range rest.CPUSeconds {
+			res.Figures[name+"_rest_cpu_percent_of_core"] = round2(100 * cpu / rest.WallSeconds)
+		}
+		pct := 100 * rest.CPUSeconds["attachdetach-controller"] / rest.WallSeconds
+		res.check("controller CPU at rest", "≤ 1% of one core", fmt.Sprintf("%.2f%%", pct), pct <= 1, false)
+	}
+
+	if err := r.deletePods(ctx, pods); err != nil {
+		return fmt.Errorf("delete Pods: %w", err)
+	}
+	waitErr = waitFor(ctx, sz.StepsTimeout, "every VolumeAttachment gone", r.allVAsGone)
+	s4, err := e.snap(ctx, r.comps, r.d)
+	if err != nil {
+		return err
+	}
+	det := &Phase{Name: "detach", Ops: n, CSICalls: int(s4.unpublishes - s3.unpublishes)}
+	det.WallSeconds = s4.at.Sub(s3.at).Seconds()
+	det.PerSecond = float64(n) / det.WallSeconds
+	det.setWrites(componentWrites(s3, s4), n)
+	e.fillUsage(det, s3, s4)
+	res.Phases = append(res.Phases, det)
+	exist, _ := r.tracker.counts()
+	res.check("VolumeAttachments gone after the Pods", "0 left", fmt.Sprintf("%d left", exist-1), exist <= 1, true)
+	res.check("ControllerPublish / Unpublish calls", fmt.Sprintf("= %d / %d", n, n), fmt.Sprintf("%d / %d", p.CSICalls, det.CSICalls), p.CSICalls == n && det.CSICalls == n, true)
+	if waitErr != nil {
+		return waitErr
+	}
+	comps := r.comps
+	r.comps = nil
+	return finalUsage(e, res, comps)
+}
