@@ -30,6 +30,9 @@ func (c *Controller) syncNodeStatus(ctx context.Context, name string) (runner.Re
 	if apierrors.IsNotFound(err) {
 		c.status.nodeGone(name)
 		c.wakeDetaching(name)
+		if len(c.asw.ForNode(name)) == 0 {
+			c.status.forgetNode(name)
+		}
 		return runner.Result{}, nil
 	}
 	if err != nil {

@@ -79,6 +79,22 @@ func (b *statusBook) nodeGone(node string) {
 	b.gone[node] = true
 }
 
+// forgetNode drops what the book knows about a deleted node once nothing
+// of the node is left in the actual state and the informer no longer has
+// the node either, so that the book does not keep every node name the
+// cluster ever had. Without an entry, applyAndCheck asks the informer,
+// which lists nothing for a node it does not have: the same answer as
+// gone.
+func (b *statusBook) forgetNode(node string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if _, writing := b.inflight[node]; writing {
+		return
+	}
+	delete(b.gone, node)
+	delete(b.written, node)
+}
+
 // nodeSeen records that the Node object exists (again).
 func (b *statusBook) nodeSeen(node string) {
 	b.mu.Lock()

@@ -83,3 +83,26 @@ func TestStatusBook_applyRunsUnderTheLock(t *testing.T) {
 		t.Fatal("apply not called")
 	}
 }
+
+func TestStatusBook_deletedNodeForgottenOnceEmpty(t *testing.T) {
+	b := newStatusBook()
+	b.snapshot("n", func() []v1.AttachedVolume { return list(vol) })
+	b.finish("n", list(vol), true)
+	b.nodeGone("n")
+	b.forgetNode("n")
+	if len(b.gone) != 0 || len(b.written) != 0 || len(b.inflight) != 0 {
+		t.Fatalf("book still holds the deleted node: gone %v written %v inflight %v", b.gone, b.written, b.inflight)
+	}
+	if b.applyAndCheck("n", vol, func() {}, noInformer) {
+		t.Fatal("a forgotten node lists nothing when the informer has no node")
+	}
+}
+
+func TestStatusBook_forgetNodeKeepsAWriteInFlight(t *testing.T) {
+	b := newStatusBook()
+	b.snapshot("n", func() []v1.AttachedVolume { return list(vol) })
+	b.forgetNode("n")
+	if !b.applyAndCheck("n", vol, func() {}, noInformer) {
+		t.Fatal("a write in flight still lists the volume")
+	}
+}
