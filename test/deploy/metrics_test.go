@@ -1,0 +1,256 @@
+package deploy_test
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"maps"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/latchcsi/latch/internal/kube"
+	"github.com/latchcsi/latch/internal/localcluster"
+)
+
+// process is a binary started by a test; Stop sends SIGTERM and waits.
+type process struct {
+	cmd  *exec.Cmd
+	log  string
+	done chan error
+}
+
+func startProcess(t *testing.T, dir, bin string, args ...string) *process {
+	t.Helper()
+	logPath := filepath.Join(dir, bin+".log")
+	logFile, err := os.Create(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &process{cmd: exec.Command(filepath.Join(binaries(t), bin), args...), log: logPath, done: make(chan error, 1)}
+	p.cmd.Stdout, p.cmd.Stderr = logFile, logFile
+	if err := p.cmd.Start(); err != nil {
+		t.Fatalf("start %s: %v", bin, err)
+	}
+	go func() { p.done <- p.cmd.Wait(); logFile.Close() }()
+	t.Cleanup(func() {
+		_ = p.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-p.done:
+		case <-time.After(30 * time.Second):
+			_ = p.cmd.Process.Kill()
+			<-p.done
+		}
+		if t.Failed() {
+			raw, _ := os.ReadFile(logPath)
+			t.Logf("%s log (last lines):\n%s", bin, lastLines(string(raw), 20))
+		}
+	})
+	return p
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	return addr
+}
+
+// scrape returns the names of the samples an endpoint exposes.
+func scrape(ctx context.Context, addr string) (map[string]bool, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/metrics", nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("GET /metrics: %s", resp.Status)
+	}
+	names := map[string]bool{}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		if i := strings.IndexAny(line, "{ "); i > 0 {
+			names[line[:i]] = true
+		}
+	}
+	return names, sc.Err()
+}
+
+// The dashboard queries only metrics the binaries really export. The
+// released binaries run against the in-process API server with the mock
+// driver, and go through what every panel shows: an attach, a driver that
+// lost an attachment (ListVolumes repair), a failing attach and a forced
+// detach (out-of-service taint). Then both /metrics endpoints are scraped.
+func TestDashboardQueriesOnlyMetricsTheBinariesExport(t *testing.T) {
+	queried := dashboardMetrics(t)
+	for _, want := range []string{"latch_attacher_attach_latency_seconds_bucket", "latch_attacher_csi_errors_total",
+		"attachdetach_controller_forced_detaches", "latch_workqueue_oldest_item_age_seconds", "attachdetach_controller_total_volumes"} {
+		if _, ok := queried[want]; !ok {
+			t.Errorf("dashboard does not query %s", want)
+		}
+	}
+
+	ctx, cancel := context.WithTimeout(t.Context(), 4*time.Minute)
+	defer cancel()
+	client := cluster.Client()
+	const driver = "dashboard.csi.latch.dev"
+	dir, err := os.MkdirTemp("", "ldash")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	kubeconfig := filepath.Join(dir, "kubeconfig")
+	if err := cluster.WriteKubeconfig(kubeconfig); err != nil {
+		t.Fatal(err)
+	}
+	socket := filepath.Join(dir, "csi.sock")
+	nodes := map[string]string{"dash-node-1": "dash-node-1-id", "dash-node-2": "dash-node-2-id"}
+
+	// Only node 1 exists in the backend: publishing to node 2 is NotFound.
+	startProcess(t, dir, "csi-mock-driver", "--csi-address="+socket, "--driver-name="+driver,
+		"--node-service=false", "--auto-create-volumes=true", "--known-nodes="+nodes["dash-node-1"])
+	waitFor(ctx, t, "the mock driver's socket", func() (bool, error) { _, err := os.Stat(socket); return err == nil, nil })
+	attacherAddr, controllerAddr := freeAddr(t), freeAddr(t)
+	startProcess(t, dir, "csi-attacher", "--kubeconfig="+kubeconfig, "--csi-address="+socket,
+		"--http-endpoint="+attacherAddr, "--reconcile-sync=1s", "--retry-interval-start=200ms", "--v=4")
+	startProcess(t, dir, "attachdetach-controller", "--kubeconfig="+kubeconfig, "--leader-elect=false",
+		"--http-endpoint="+controllerAddr, "--v=4")
+
+	if _, err := client.StorageV1().CSIDrivers().Create(ctx, localcluster.NewCSIDriver(driver, nil), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	kubelet := localcluster.NewKubelet(client)
+	kubeletCtx, stopKubelet := context.WithCancel(ctx)
+	defer stopKubelet()
+	go kubelet.Run(kubeletCtx, 2)
+	for node, id := range nodes {
+		if err := kubelet.AddNode(ctx, localcluster.NodeConfig{Name: node, Drivers: map[string]string{driver: id}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, name := range []string{"dash-ok", "dash-fail"} {
+		if _, _, err := localcluster.CreateBoundVolume(ctx, client, localcluster.VolumeSpec{Namespace: "default", Name: name, Driver: driver}); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// 1. An attach.
+	if _, err := client.CoreV1().Pods("default").Create(ctx, localcluster.NewPod("default", "dash-app", "dash-node-1", "dash-ok"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	okVA := kube.VolumeAttachmentName("dash-ok", driver, "dash-node-1")
+	waitFor(ctx, t, "VolumeAttachment "+okVA+" attached", func() (bool, error) {
+		va, err := client.StorageV1().VolumeAttachments().Get(ctx, okVA, metav1.GetOptions{})
+		return err == nil && va.Status.Attached, nil
+	})
+
+	// 2. The backend loses the attachment behind Kubernetes' back; the
+	// ListVolumes reconcile notices and publishes again.
+	unpublish(ctx, t, socket, "dash-ok", nodes["dash-node-1"])
+	waitFor(ctx, t, "a ListVolumes repair counted", func() (bool, error) {
+		names, err := scrape(ctx, attacherAddr)
+		return err == nil && names["latch_attacher_reconcile_repairs_total"], nil
+	})
+
+	// 3. A failing attach.
+	if _, err := client.CoreV1().Pods("default").Create(ctx, localcluster.NewPod("default", "dash-stuck", "dash-node-2", "dash-fail"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	failVA := kube.VolumeAttachmentName("dash-fail", driver, "dash-node-2")
+	waitFor(ctx, t, "attachError on "+failVA, func() (bool, error) {
+		va, err := client.StorageV1().VolumeAttachments().Get(ctx, failVA, metav1.GetOptions{})
+		return err == nil && va.Status.AttachError != nil, nil
+	})
+
+	// 4. Node 1 goes down with the volume in use and gets the
+	// out-of-service taint: a forced detach.
+	waitFor(ctx, t, "dash-node-1 reports the volume in use", func() (bool, error) {
+		n, err := client.CoreV1().Nodes().Get(ctx, "dash-node-1", metav1.GetOptions{})
+		return err == nil && len(n.Status.VolumesInUse) > 0, nil
+	})
+	stopKubelet()
+	if err := kubelet.SetReady(ctx, "dash-node-1", false); err != nil {
+		t.Fatal(err)
+	}
+	if err := client.CoreV1().Pods("default").Delete(ctx, "dash-app", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := kubelet.Taint(ctx, "dash-node-1", v1.Taint{Key: localcluster.OutOfServiceTaint, Value: "nodeshutdown", Effect: v1.TaintEffectNoExecute}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(ctx, t, "VolumeAttachment "+okVA+" deleted", func() (bool, error) {
+		_, err := client.StorageV1().VolumeAttachments().Get(ctx, okVA, metav1.GetOptions{})
+		return apierrors.IsNotFound(err), nil
+	})
+
+	exported := map[string]bool{}
+	for _, addr := range []string{attacherAddr, controllerAddr} {
+		names, err := scrape(ctx, addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for n := range names {
+			exported[n] = true
+		}
+	}
+	var missing []string
+	for name, panel := range queried {
+		if !exported[name] {
+			missing = append(missing, fmt.Sprintf("%s (%s)", name, panel))
+		}
+	}
+	slices.Sort(missing)
+	for _, m := range missing {
+		t.Errorf("the dashboard queries %s, which neither binary exported", m)
+	}
+	t.Logf("exported: %v", slices.Sorted(maps.Keys(exported)))
+}
+
+// unpublish calls ControllerUnpublishVolume on the driver directly, as if
+// the storage backend had dropped the attachment by itself.
+func unpublish(ctx context.Context, t *testing.T, socket, volume, nodeID string) {
+	t.Helper()
+	conn, err := grpc.NewClient("unix://"+socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := csi.NewControllerClient(conn).ControllerUnpublishVolume(ctx, &csi.ControllerUnpublishVolumeRequest{VolumeId: volume, NodeId: nodeID}); err != nil {
+		t.Fatalf("ControllerUnpublishVolume %s from %s: %v", volume, nodeID, err)
+	}
+}
+
+func waitFor(ctx context.Context, t *testing.T, what string, cond func() (bool, error)) {
+	t.Helper()
+	if err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) { return cond() }); err != nil {
+		t.Fatalf("waiting for %s: %v", what, err)
+	}
+}
