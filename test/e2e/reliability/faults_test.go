@@ -97,3 +97,155 @@ func TestTransientDriverErrors_publishUnpublishAndListVolumesRetriedToTheEnd(t *
 	e.checkInvariants(30 * time.Second)
 	e.teardownClean()
 }
+
+// inFlight reports whether a call of method for volume is running in the
+// driver now.
+func (e *env) inFlight(method, volume string) bool {
+	for _, c := range e.mock.CallsTo(method) {
+		if c.VolumeID == volume && !c.Done() {
+			return true
+		}
+	}
+	return false
+}
+
+// crashDriver kills the driver process (socket gone) and brings it back
+// after down.
+func (e *env) crashDriver(keepState bool, down time.Duration) {
+	e.t.Helper()
+	defer e.disrupt("driver crashed")()
+	if err := e.mock.Crash(keepState); err != nil {
+		e.t.Fatal(err)
+	}
+	time.Sleep(down)
+	if err := e.mock.Restart(); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+func (e *env) attacherRestarts() int {
+	n := 0
+	for _, r := range e.attachers {
+		n += int(r.restarts.Load())
+	}
+	return n
+}
+
+func TestDriverCrash_midPublishAndMidUnpublish_recoversWithoutLeaks(t *testing.T) {
+	e := newEnv(t, options{})
+	node := e.addNode("n1")
+	// forgot: the crash loses the publication the running call made.
+	// kept: the backend committed the publication, the reply never left.
+	forgot, kept := e.volume("forgot"), e.volume("kept")
+	e.fault(csimock.Rule{Method: "ControllerPublishVolume", VolumeID: forgot, Once: true, Hang: true})
+	e.fault(csimock.Rule{Method: "ControllerPublishVolume", VolumeID: kept, Once: true, Phase: csimock.PhaseAfter, Latency: time.Minute})
+	e.pod("p-forgot", node, forgot)
+	e.pod("p-kept", node, kept)
+	e.eventually(30*time.Second, "both publishes in flight", func() bool {
+		return e.inFlight("ControllerPublishVolume", forgot) && e.inFlight("ControllerPublishVolume", kept)
+	})
+	if got := e.mock.Published(kept); len(got) != 1 {
+		t.Fatalf("before the crash %s is published to %v, want the backend to have committed it", kept, got)
+	}
+	e.crashDriver(true, 500*time.Millisecond)
+	if got := e.mock.Published(kept); len(got) != 1 {
+		t.Errorf("after the crash %s is published to %v: a committed publication must survive", kept, got)
+	}
+	e.waitAttached(forgot, node)
+	e.waitAttached(kept, node)
+	if e.attacherRestarts() == 0 {
+		t.Errorf("csi-attacher did not restart after losing the driver connection")
+	}
+	for _, pv := range []string{forgot, kept} {
+		if ok, failed := e.callsFor("ControllerPublishVolume", pv); ok != 1 || failed != 1 {
+			t.Errorf("ControllerPublishVolume calls for %s: %d ok, %d failed; want the call cut by the crash and one retry", pv, ok, failed)
+		}
+	}
+	e.checkInvariants(30 * time.Second)
+
+	// Mid-unpublish: the crash cuts the call before it changed anything.
+	e.fault(csimock.Rule{Method: "ControllerUnpublishVolume", VolumeID: forgot, Once: true, Hang: true})
+	e.deletePod("p-forgot")
+	e.eventually(30*time.Second, "unpublish in flight", func() bool { return e.inFlight("ControllerUnpublishVolume", forgot) })
+	restarts := e.attacherRestarts()
+	e.crashDriver(false, 500*time.Millisecond)
+	e.waitGone(forgot, node)
+	if got := e.mock.Published(forgot); len(got) != 0 {
+		t.Errorf("%s still published to %v after its VolumeAttachment went", forgot, got)
+	}
+	if e.attacherRestarts() == restarts {
+		t.Errorf("csi-attacher did not restart after the second crash")
+	}
+	e.checkInvariants(30 * time.Second)
+	e.teardownClean()
+}
+
+func TestAPIServerRestart_duringBurstOfAttachesAndDetaches(t *testing.T) {
+	e := newEnv(t, options{})
+	nodes := []string{e.addNode("n1"), e.addNode("n2")}
+	const n = 24
+	var pvs []string
+	for i := range n {
+		pvs = append(pvs, e.volume(fmt.Sprintf("v%d", i)))
+	}
+	// The first half is attached; then the second half is asked for and
+	// the first half let go, and the API server restarts in the middle.
+	for i := range n / 2 {
+		e.pod(fmt.Sprintf("p%d", i), nodes[i%2], pvs[i])
+	}
+	for i := range n / 2 {
+		e.waitAttached(pvs[i], nodes[i%2])
+	}
+	e.fault(csimock.Rule{Method: "*", Latency: 50 * time.Millisecond})
+	for i := n / 2; i < n; i++ {
+		e.pod(fmt.Sprintf("p%d", i), nodes[i%2], pvs[i])
+	}
+	for i := range n / 2 {
+		e.deletePod(fmt.Sprintf("p%d", i))
+	}
+	endDisruption := e.disrupt("API server restarted")
+	if err := cluster.RestartAPIServer(e.ctx); err != nil {
+		t.Fatal(err)
+	}
+	endDisruption()
+	for i := n / 2; i < n; i++ {
+		e.waitAttached(pvs[i], nodes[i%2])
+	}
+	for i := range n / 2 {
+		e.waitGone(pvs[i], nodes[i%2])
+	}
+	e.checkInvariants(time.Minute)
+	e.teardownClean()
+}
+
+func TestControllerKilled_midAttachAndMidDetach_newInstanceFinishesTheWork(t *testing.T) {
+	e := newEnv(t, options{})
+	node := e.addNode("n1")
+	const n = 8
+	var pvs []string
+	for i := range n {
+		pvs = append(pvs, e.volume(fmt.Sprintf("v%d", i)))
+	}
+	e.fault(csimock.Rule{Method: "ControllerPublishVolume", Latency: 300 * time.Millisecond})
+	for i, pv := range pvs {
+		e.pod(fmt.Sprintf("p%d", i), node, pv)
+	}
+	e.eventually(30*time.Second, "the first publish in flight", func() bool { return len(e.mock.CallsTo("ControllerPublishVolume")) > 0 })
+	e.killController()
+	for _, pv := range pvs {
+		e.waitAttached(pv, node)
+	}
+	e.checkInvariants(30 * time.Second)
+
+	e.fault(csimock.Rule{Method: "ControllerUnpublishVolume", Latency: 300 * time.Millisecond})
+	for i := range pvs {
+		e.deletePod(fmt.Sprintf("p%d", i))
+	}
+	e.eventually(30*time.Second, "the first unpublish in flight", func() bool { return len(e.mock.CallsTo("ControllerUnpublishVolume")) > 0 })
+	e.killController()
+	for _, pv := range pvs {
+		e.waitGone(pv, node)
+	}
+	e.checkInvariants(30 * time.Second)
+	e.teardownClean()
+}

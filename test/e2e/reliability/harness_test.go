@@ -79,11 +79,19 @@ type env struct {
 	// crash): a publish repeated after one of them is a legitimate retry
 	// of an outcome the controllers could not know.
 	disruptMu   sync.Mutex
-	disruptions []time.Time
+	disruptions []disruption
 
 	attachers []*replica
 	ctrl      *adController
 	ctrlStops int
+	// repeats counts, by disruption, the repeated successful publishes
+	// the last history check accepted because of it.
+	repeats map[string]int
+}
+
+type disruption struct {
+	what       string
+	start, end time.Time
 }
 
 func newEnv(t *testing.T, o options) *env {
@@ -155,37 +163,62 @@ func newEnv(t *testing.T, o options) *env {
 	return e
 }
 
-// disrupted records that something outside the driver's fault rules broke.
-func (e *env) disrupted() {
+// disrupt records that something outside the driver's fault rules broke
+// from now until the returned func is called.
+func (e *env) disrupt(what string) (end func()) {
 	e.disruptMu.Lock()
-	e.disruptions = append(e.disruptions, time.Now())
-	e.disruptMu.Unlock()
+	defer e.disruptMu.Unlock()
+	i := len(e.disruptions)
+	e.disruptions = append(e.disruptions, disruption{what: what, start: time.Now()})
+	return func() {
+		e.disruptMu.Lock()
+		e.disruptions[i].end = time.Now()
+		e.disruptMu.Unlock()
+	}
 }
 
-func (e *env) disruptedBetween(from, to time.Time) bool {
+// disrupted records a disruption that is over at once (a kill).
+func (e *env) disrupted(what string) { e.disrupt(what)() }
+
+// disruptionGrace is how long after a disruption the controllers may still
+// be catching up on what it hid (a status write retried with backoff, an
+// informer relisting).
+const disruptionGrace = 3 * time.Second
+
+// disruptedBetween returns the disruption that overlapped [from, to], ""
+// when none did.
+func (e *env) disruptedBetween(from, to time.Time) string {
 	e.disruptMu.Lock()
 	defer e.disruptMu.Unlock()
 	for _, d := range e.disruptions {
-		// A disruption just before the first call may still have cut its
-		// bookkeeping short (the status write after a publish).
-		if !d.Before(from.Add(-time.Second)) && !d.After(to) {
-			return true
+		end := d.end
+		if end.IsZero() {
+			end = time.Now()
+		}
+		if !d.start.After(to) && !end.Add(disruptionGrace).Before(from) {
+			return d.what
 		}
 	}
-	return false
+	return ""
 }
 
 // --- csi-attacher ---
 
 // gate sits in a replica's API transport: blocked, every request hangs
-// until its context ends, as if the network to the API server were cut.
+// and then fails, as if the network to the API server were cut.
 type gate struct{ blocked atomic.Bool }
 
 func (g *gate) wrap(rt http.RoundTripper) http.RoundTripper {
 	return roundTripFunc(func(req *http.Request) (*http.Response, error) {
 		if g.blocked.Load() {
-			<-req.Context().Done()
-			return nil, req.Context().Err()
+			// A cut connection times out eventually; client-go sets no
+			// timeout of its own, so bound the hang here.
+			select {
+			case <-req.Context().Done():
+				return nil, req.Context().Err()
+			case <-time.After(5 * time.Second):
+				return nil, errors.New("connection timed out (partitioned)")
+			}
 		}
 		resp, err := rt.RoundTrip(req)
 		if err == nil && g.blocked.Load() {
@@ -318,7 +351,7 @@ func (e *env) startController() {
 
 // killController kills the controller abruptly and starts a new one.
 func (e *env) killController() {
-	e.disrupted()
+	e.disrupted("attach/detach controller killed")
 	e.ctrl.kill()
 	e.ctrlStops++
 	e.startController()

@@ -8,11 +8,11 @@ import (
 	"strings"
 	"time"
 
+	"google.golang.org/grpc/codes"
 	v1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"google.golang.org/grpc/codes"
 
 	"github.com/latchcsi/latch/internal/kube"
 	"github.com/latchcsi/latch/internal/localcluster"
@@ -191,7 +191,9 @@ func (e *env) restProblems(w *world) []string {
 		if pv.DeletionTimestamp == nil || !slices.Contains(pv.Finalizers, finalizer) {
 			continue
 		}
-		if !slices.ContainsFunc(w.vas, func(va storagev1.VolumeAttachment) bool { return ptrStr(va.Spec.Source.PersistentVolumeName) == pv.Name }) {
+		if !slices.ContainsFunc(w.vas, func(va storagev1.VolumeAttachment) bool {
+			return ptrStr(va.Spec.Source.PersistentVolumeName) == pv.Name
+		}) {
 			fail("invariant 2: PV %s is Terminating, held only by the %s finalizer", pv.Name, finalizer)
 		}
 	}
@@ -263,6 +265,7 @@ func (e *env) checkHistory() int {
 		lastCall time.Time
 	}
 	eps := map[pair]*episode{}
+	e.repeats = map[string]int{}
 	checks := 1
 	for _, c := range calls {
 		if !c.Done() || (c.Method != "ControllerPublishVolume" && c.Method != "ControllerUnpublishVolume") {
@@ -281,10 +284,15 @@ func (e *env) checkHistory() int {
 			*ep = episode{}
 		case !ok:
 			ep.unknown = true
-		case ep.published && !ep.unknown && !e.disruptedBetween(ep.lastCall, c.Start):
-			e.t.Errorf("invariant 4: ControllerPublishVolume of %s to %s at %s repeated a successful publish of %s with nothing in between that could have hidden its outcome",
-				c.VolumeID, c.NodeID, c.Start.Format(time.StampMicro), ep.lastCall.Format(time.StampMicro))
-		default:
+		case ep.published && !ep.unknown:
+			if what := e.disruptedBetween(ep.lastCall, c.Start); what != "" {
+				e.repeats[what]++
+				break
+			}
+			e.t.Errorf("invariant 4: ControllerPublishVolume of %s to %s at %s repeated a successful publish of %s with nothing in between that could have hidden its outcome (disruptions at %v)",
+				c.VolumeID, c.NodeID, c.Start.Format(time.StampMicro), ep.lastCall.Format(time.StampMicro), e.disruptionTimes())
+		}
+		if ok && c.Method == "ControllerPublishVolume" {
 			ep.published, ep.unknown = true, false
 		}
 		ep.lastCall = c.Start
@@ -311,4 +319,14 @@ func (e *env) teardownClean() {
 		}
 	}
 	e.checkHistory()
+}
+
+func (e *env) disruptionTimes() []string {
+	e.disruptMu.Lock()
+	defer e.disruptMu.Unlock()
+	var out []string
+	for _, d := range e.disruptions {
+		out = append(out, d.what+" "+d.start.Format(time.StampMicro)+"–"+d.end.Format(time.StampMicro))
+	}
+	return out
 }

@@ -1,0 +1,281 @@
+package reliability_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/retry"
+
+	"github.com/latchcsi/latch/internal/attachdetach/controller"
+	"github.com/latchcsi/latch/internal/attacher"
+	"github.com/latchcsi/latch/internal/csimock"
+	"github.com/latchcsi/latch/internal/kube"
+	"github.com/latchcsi/latch/internal/localcluster"
+)
+
+// leader returns the holder of the csi-attacher Lease, "" when none.
+func (e *env) leader() string {
+	l, err := e.client.CoordinationV1().Leases(e.ns).Get(e.ctx, kube.LeaseName(e.driver), metav1.GetOptions{})
+	if err != nil || l.Spec.HolderIdentity == nil {
+		return ""
+	}
+	return *l.Spec.HolderIdentity
+}
+
+func TestLeaderPartitionedFromAPIServer_standbyTakesOverWithoutDoublePublish(t *testing.T) {
+	e := newEnv(t, options{replicas: 2})
+	n1, n2 := e.addNode("n1"), e.addNode("n2")
+	var first *replica
+	e.eventually(30*time.Second, "a csi-attacher leader", func() bool {
+		for _, r := range e.attachers {
+			if e.leader() == r.identity {
+				first = r
+			}
+		}
+		return first != nil
+	})
+	const n = 10
+	var pvs []string
+	for i := range n {
+		pvs = append(pvs, e.volume(fmt.Sprintf("v%d", i)))
+	}
+	// Half attached on n1 before the partition.
+	for i := range n / 2 {
+		e.pod(fmt.Sprintf("p%d", i), n1, pvs[i])
+	}
+	for i := range n / 2 {
+		e.waitAttached(pvs[i], n1)
+	}
+	// Slow publishes so the partition cuts some in the middle; then the
+	// second half is asked for and the first half moves to n2 while the
+	// leader cannot reach the API server.
+	e.fault(csimock.Rule{Method: "ControllerPublishVolume", Latency: 400 * time.Millisecond})
+	for i := n / 2; i < n; i++ {
+		e.pod(fmt.Sprintf("p%d", i), n1, pvs[i])
+	}
+	e.eventually(30*time.Second, "a publish in flight", func() bool { return len(e.mock.CallsTo("ControllerPublishVolume")) > n/2 })
+	endPartition := e.disrupt("csi-attacher leader partitioned")
+	first.gate.blocked.Store(true)
+	for i := range n / 2 {
+		e.deletePod(fmt.Sprintf("p%d", i))
+		e.pod(fmt.Sprintf("q%d", i), n2, pvs[i])
+	}
+	e.eventually(30*time.Second, "the standby taking the Lease", func() bool { l := e.leader(); return l != "" && l != first.identity })
+	for i := n / 2; i < n; i++ {
+		e.waitAttached(pvs[i], n1)
+	}
+	for i := range n / 2 {
+		e.waitGone(pvs[i], n1)
+		e.waitAttached(pvs[i], n2)
+	}
+	// The partitioned leader notices it cannot renew, stops and exits (and
+	// is restarted as a candidate).
+	e.eventually(time.Minute, "the partitioned leader giving up", func() bool { return first.restarts.Load() > 0 })
+	// Heal the partition: the old leader comes back as a standby and
+	// changes nothing.
+	first.gate.blocked.Store(false)
+	endPartition()
+	time.Sleep(3 * time.Second)
+	if l := e.leader(); l == first.identity {
+		t.Errorf("the healed replica took the Lease back from a healthy leader")
+	}
+	e.checkInvariants(30 * time.Second)
+	e.teardownClean()
+}
+
+const concurrentWriter = "another client writing the VolumeAttachments"
+
+// writer edits the labels and annotations of the test's VolumeAttachments
+// the way another controller or an admin would, with both merge patches and
+// read-modify-write updates, and remembers what it wrote.
+type writer struct {
+	e       *env
+	mu      sync.Mutex
+	written map[string]map[string]string // VA name → annotation → value
+	writes  int
+}
+
+func (w *writer) run(ctx context.Context) {
+	for i := 0; ctx.Err() == nil; i++ {
+		for _, va := range w.e.vas() {
+			key := fmt.Sprintf("example.com/writer-%d", i%7)
+			val := fmt.Sprintf("%d", i)
+			var err error
+			if i%2 == 0 {
+				patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q},"labels":{"writer":%q}}}`, key, val, val)
+				_, err = w.e.client.StorageV1().VolumeAttachments().Patch(ctx, va.Name, types.MergePatchType, []byte(patch), metav1.PatchOptions{FieldManager: "test-writer"})
+			} else {
+				err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+					cur, err := w.e.client.StorageV1().VolumeAttachments().Get(ctx, va.Name, metav1.GetOptions{})
+					if err != nil {
+						return err
+					}
+					cur = cur.DeepCopy()
+					if cur.Annotations == nil {
+						cur.Annotations = map[string]string{}
+					}
+					cur.Annotations[key] = val
+					_, err = w.e.client.StorageV1().VolumeAttachments().Update(ctx, cur, metav1.UpdateOptions{FieldManager: "test-writer"})
+					return err
+				})
+			}
+			if err != nil {
+				continue // gone, or the test is over
+			}
+			w.mu.Lock()
+			if w.written[va.Name] == nil {
+				w.written[va.Name] = map[string]string{}
+			}
+			w.written[va.Name][key] = val
+			w.writes++
+			w.mu.Unlock()
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+}
+
+func TestConcurrentWriterOnVolumeAttachments_nothingOverwritten(t *testing.T) {
+	e := newEnv(t, options{})
+	node := e.addNode("n1")
+	const n = 10
+	var pvs []string
+	for i := range n {
+		pvs = append(pvs, e.volume(fmt.Sprintf("v%d", i)))
+	}
+	// Slow publishes keep the attacher's metadata and status writes racing
+	// with the writer's.
+	e.fault(csimock.Rule{Method: "ControllerPublishVolume", Latency: 200 * time.Millisecond})
+	e.fault(csimock.Rule{Method: "ControllerUnpublishVolume", Latency: 200 * time.Millisecond})
+	w := &writer{e: e, written: map[string]map[string]string{}}
+	// A write by another client can reach csi-attacher's cache between its
+	// publish and the watch event of its own status write; it then sees
+	// "not attached" and publishes once more (idempotent, same node). The
+	// history check counts these instead of failing on them; see
+	// docs/reliability.md.
+	endWriter := e.disrupt(concurrentWriter)
+	wctx, stopWriter := context.WithCancel(e.ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); w.run(wctx) }()
+	for i, pv := range pvs {
+		e.pod(fmt.Sprintf("p%d", i), node, pv)
+	}
+	for _, pv := range pvs {
+		e.waitAttached(pv, node)
+	}
+	time.Sleep(time.Second)
+	stopWriter()
+	<-done
+	if w.writes < n {
+		t.Fatalf("the writer managed only %d writes", w.writes)
+	}
+	for _, pv := range pvs {
+		name := e.vaName(pv, node)
+		va, err := e.client.StorageV1().VolumeAttachments().Get(e.ctx, name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for k, v := range w.written[name] {
+			if va.Annotations[k] != v {
+				t.Errorf("VolumeAttachment %s: annotation %s = %q, the writer's last write was %q; managed fields %+v", name, k, va.Annotations[k], v, va.ManagedFields)
+			}
+		}
+		if va.Labels["writer"] == "" {
+			t.Errorf("VolumeAttachment %s lost the writer's label: %v", name, va.Labels)
+		}
+		if va.Annotations[attacher.AnnVolumeHandle] != pv || va.Annotations[kube.VANodeIDAnnotation] != e.nodeID(node) {
+			t.Errorf("VolumeAttachment %s lost the attacher's annotations: %v", name, va.Annotations)
+		}
+		if !slices.Contains(va.Finalizers, kube.AttacherFinalizer(e.driver)) || !va.Status.Attached {
+			t.Errorf("VolumeAttachment %s: finalizers %v, attached %v", name, va.Finalizers, va.Status.Attached)
+		}
+	}
+	endWriter()
+	e.checkInvariants(30 * time.Second)
+	t.Logf("repeated publishes during the concurrent writes: %d", e.repeats[concurrentWriter])
+
+	// The writer keeps writing while everything detaches.
+	wctx, stopWriter = context.WithCancel(e.ctx)
+	done = make(chan struct{})
+	go func() { defer close(done); w.run(wctx) }()
+	defer func() { stopWriter(); <-done }()
+	defer e.disrupt(concurrentWriter)()
+	e.teardownClean()
+}
+
+func TestNodeFailuresDuringAttachAndDetach_bothControllers(t *testing.T) {
+	e := newEnv(t, options{ctrl: controllerConfigForNodeFailures()})
+	gone, sick, fenced := e.addNode("gone"), e.addNode("sick"), e.addNode("fenced")
+	pvGone, pvSick, pvFenced := e.volume("gone"), e.volume("sick"), e.volume("fenced")
+
+	// sick: attached first; the node turns NotReady, its Pod is deleted
+	// and the detach runs against a node that cannot confirm the unmount.
+	e.pod("p-sick", sick, pvSick)
+	e.waitAttached(pvSick, sick)
+
+	// gone and fenced: the publish is in flight when the node fails.
+	e.fault(csimock.Rule{Method: "ControllerPublishVolume", VolumeID: pvGone, Once: true, Latency: 2 * time.Second})
+	e.fault(csimock.Rule{Method: "ControllerPublishVolume", VolumeID: pvFenced, Once: true, Latency: 2 * time.Second})
+	e.fault(csimock.Rule{Method: "ControllerUnpublishVolume", VolumeID: pvSick, Once: true, Latency: 2 * time.Second})
+	e.pod("p-gone", gone, pvGone)
+	e.pod("p-fenced", fenced, pvFenced)
+	e.eventually(30*time.Second, "both publishes in flight", func() bool {
+		return e.inFlight("ControllerPublishVolume", pvGone) && e.inFlight("ControllerPublishVolume", pvFenced)
+	})
+	if err := e.kubelet.SetReady(e.ctx, sick, false); err != nil {
+		t.Fatal(err)
+	}
+	e.deletePod("p-sick")
+	if err := e.kubelet.DeleteNode(e.ctx, gone); err != nil {
+		t.Fatal(err)
+	}
+	forceDelete(t, e, "p-gone") // the pod GC removes Pods of deleted nodes
+	if err := e.kubelet.SetReady(e.ctx, fenced, false); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.kubelet.Taint(e.ctx, fenced, v1.Taint{Key: localcluster.OutOfServiceTaint, Value: "shutdown", Effect: v1.TaintEffectNoExecute}); err != nil {
+		t.Fatal(err)
+	}
+	forceDelete(t, e, "p-fenced")
+
+	e.waitGone(pvGone, gone)
+	e.waitGone(pvFenced, fenced)
+	e.waitGone(pvSick, sick)
+	for _, pv := range []string{pvGone, pvFenced, pvSick} {
+		if got := e.mock.Published(pv); len(got) != 0 {
+			t.Errorf("%s is still published to %v after its node failed and its VolumeAttachment went", pv, got)
+		}
+	}
+	// Each volume can move on: a new Pod on a healthy node attaches it.
+	healthy := e.addNode("healthy")
+	for i, pv := range []string{pvGone, pvFenced, pvSick} {
+		e.pod(fmt.Sprintf("again-%d", i), healthy, pv)
+	}
+	for _, pv := range []string{pvGone, pvFenced, pvSick} {
+		e.waitAttached(pv, healthy)
+	}
+	e.checkInvariants(30 * time.Second)
+	e.teardownClean()
+}
+
+func forceDelete(t *testing.T, e *env, pod string) {
+	t.Helper()
+	err := e.client.CoreV1().Pods(e.ns).Delete(e.ctx, pod, metav1.DeleteOptions{GracePeriodSeconds: new(int64)})
+	if err != nil && !apierrors.IsNotFound(err) {
+		t.Fatal(err)
+	}
+}
+
+// controllerConfigForNodeFailures waits a short time for a NotReady node's
+// unmount before forcing the detach, so the test does not wait the default
+// six minutes.
+func controllerConfigForNodeFailures() controller.Config {
+	return controller.Config{Workers: 8, MaxWaitForUnmount: 3 * time.Second}
+}
