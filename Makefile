@@ -19,10 +19,10 @@ build:
 test:
 	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
 
-## bench: benchmarks A–F on a local control plane (SCALE=small|full, SCENARIOS=A,B,..., PROFILE=1, ATTACHER=path); see docs/performance.md
+## bench: benchmarks A–F on a local control plane (SCALE=small|full, SCENARIOS=A,B,..., PROFILE=1, ATTACHER=path, ATTACHER_FLAGS=...); see docs/performance.md
 SCALE ?= full
 bench:
-	$(GO) run ./bench/cmd/latch-bench --scale=$(SCALE) $(if $(SCENARIOS),--scenarios=$(SCENARIOS)) $(if $(PROFILE),--profile=bench/results/profiles) $(if $(ATTACHER),--attacher-binary=$(ATTACHER))
+	$(GO) run ./bench/cmd/latch-bench --scale=$(SCALE) $(if $(SCENARIOS),--scenarios=$(SCENARIOS)) $(if $(PROFILE),--profile=bench/results/profiles) $(if $(ATTACHER),--attacher-binary=$(ATTACHER)) $(if $(ATTACHER_FLAGS),--attacher-flags="$(ATTACHER_FLAGS)")
 
 ## demo: the whole attach/detach path in one process (latch-local demo)
 demo:
