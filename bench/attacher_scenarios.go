@@ -226,6 +226,11 @@ func runAttachBurst(ctx context.Context, e *env, res *Result) error {
 	if attach.PercentOfLimit > 0 {
 		res.check("attach rate", "≥ 80% of F's limit", fmt.Sprintf("%.0f%% (%.0f/s of %.0f/s)", attach.PercentOfLimit, attach.PerSecond, 100*attach.PerSecond/attach.PercentOfLimit), attach.PercentOfLimit >= 80, false)
 	}
+	if attach.PercentOfLimit > 0 {
+		// Even at the limit, the last of n volumes cannot attach sooner
+		// than n ÷ limit after the burst starts.
+		res.Figures["drain_floor_s"] = round2(float64(n) / (e.report.LimitWritesPerSecond / attach.WritesPerOp))
+	}
 	res.check("p99 created→attached", "≤ 2000 ms", fmt.Sprintf("%.0f ms", attach.P99Ms), attach.P99Ms <= 2000, false)
 	if waitErr != nil {
 		return waitErr

@@ -139,11 +139,14 @@ func (g *goroutineComponent) Stop() error {
 // Processes runs the components as child processes, so their CPU time and
 // peak RSS are their own. AttacherBinary can be any
 // external-attacher-compatible binary: it gets --csi-address and
-// --kubeconfig and nothing else.
+// --kubeconfig, plus AttacherArgs.
 type Processes struct {
 	AttacherBinary   string
 	ControllerBinary string
 	Kubeconfig       string
+	// AttacherArgs are extra flags for the attacher (e.g. to compare
+	// --worker-threads or --kube-api-qps settings).
+	AttacherArgs []string
 	// LogDir receives each child's stderr (one file per start).
 	LogDir string
 	seq    atomic.Int32
@@ -156,7 +159,8 @@ func (*Processes) Measured() bool { return true }
 
 // StartAttacher starts AttacherBinary against the driver at csiAddress.
 func (p *Processes) StartAttacher(ctx context.Context, csiAddress string) (Component, error) {
-	return p.start(ctx, "csi-attacher", p.AttacherBinary, "--csi-address="+csiAddress, "--kubeconfig="+p.Kubeconfig)
+	args := append([]string{"--csi-address=" + csiAddress, "--kubeconfig=" + p.Kubeconfig}, p.AttacherArgs...)
+	return p.start(ctx, "csi-attacher", p.AttacherBinary, args...)
 }
 
 // StartController starts ControllerBinary with leader election and its
@@ -251,6 +255,10 @@ func (c *childComponent) stop() error {
 		early = fmt.Errorf("%s exited early: %v", c.name, c.cmd.ProcessState)
 	default:
 	}
+	// The resident-set peak comes from /proc while the process lives:
+	// rusage's ru_maxrss would include the forked harness's pages from
+	// before exec.
+	live, _ := procUsage(c.cmd.Process.Pid)
 	_ = c.cmd.Process.Signal(syscall.SIGTERM)
 	select {
 	case <-c.exited:
@@ -258,10 +266,9 @@ func (c *childComponent) stop() error {
 		_ = c.cmd.Process.Kill()
 		<-c.exited
 	}
-	u := Usage{LiveHeapBytes: c.liveHeap.Load()}
+	u := Usage{LiveHeapBytes: c.liveHeap.Load(), PeakRSSBytes: live.PeakRSSBytes, CPUSeconds: live.CPUSeconds}
 	if ru, ok := c.cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
 		u.CPUSeconds = tvSeconds(ru.Utime) + tvSeconds(ru.Stime)
-		u.PeakRSSBytes = uint64(ru.Maxrss) << 10 // kilobytes on Linux
 	}
 	c.mu.Lock()
 	c.final = &u

@@ -31,6 +31,7 @@ type options struct {
 	profileDir     string
 	out            string
 	attacherBinary string
+	attacherFlags  string
 	inProcess      bool
 	driverLatency  time.Duration
 	workDir        string
@@ -47,6 +48,7 @@ func parse(args []string) (*options, error) {
 	fs.StringVar(&o.profileDir, "profile", "", "Write a CPU and a heap profile per scenario into this directory; the components then run inside the benchmark process (pprof label component=<name>).")
 	fs.StringVar(&o.out, "out", "", "JSON report path; default bench/results/latch-bench-<scale>-<UTC time>.json.")
 	fs.StringVar(&o.attacherBinary, "attacher-binary", "", "Run this external-attacher-compatible binary as csi-attacher (given --csi-address and --kubeconfig only); default: build ./cmd/csi-attacher.")
+	fs.StringVar(&o.attacherFlags, "attacher-flags", "", "Extra flags for the csi-attacher child process, space-separated (e.g. \"--worker-threads=50\"); default flags otherwise.")
 	fs.BoolVar(&o.inProcess, "in-process", false, "Run csi-attacher and attachdetach-controller as goroutines of the benchmark (no CPU or memory figures).")
 	fs.DurationVar(&o.driverLatency, "driver-latency", 20*time.Millisecond, "Latency of the mock driver's ControllerPublish and ControllerUnpublish.")
 	fs.StringVar(&o.workDir, "work-dir", "", "Directory for binaries, kubeconfig and logs; default: a new temporary directory (kept, its path is printed).")
@@ -57,8 +59,8 @@ func parse(args []string) (*options, error) {
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected arguments: %v", fs.Args())
 	}
-	if o.profileDir != "" && o.attacherBinary != "" {
-		return nil, errors.New("--profile runs the components in process; it cannot profile --attacher-binary")
+	if (o.profileDir != "" || o.inProcess) && (o.attacherBinary != "" || o.attacherFlags != "") {
+		return nil, errors.New("--profile and --in-process run latch's components in process: they cannot be combined with --attacher-binary or --attacher-flags")
 	}
 	return o, nil
 }
@@ -131,6 +133,9 @@ func benchmark(ctx context.Context, o *options) (*bench.Report, error) {
 		if o.attacherBinary == "" {
 			cfg.Attacher = "latch csi-attacher"
 		}
+		if o.attacherFlags != "" {
+			cfg.Attacher += " " + o.attacherFlags
+		}
 	}
 	if o.profileDir != "" {
 		if err := os.MkdirAll(o.profileDir, 0o755); err != nil {
@@ -175,6 +180,7 @@ func childProcesses(ctx context.Context, o *options, cluster *localcluster.Clust
 		ControllerBinary: filepath.Join(binDir, "attachdetach-controller"),
 		Kubeconfig:       filepath.Join(o.workDir, "kubeconfig"),
 		LogDir:           o.workDir,
+		AttacherArgs:     strings.Fields(o.attacherFlags),
 	}
 	if p.AttacherBinary == "" {
 		p.AttacherBinary = filepath.Join(binDir, "csi-attacher")
