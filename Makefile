@@ -5,7 +5,7 @@ BINARIES := $(notdir $(wildcard cmd/*))
 BIN_DIR ?= bin
 TEST_TIMEOUT ?= 25m
 
-.PHONY: all build test lint fmt vet staticcheck demo up clean image bench
+.PHONY: all build test lint fmt vet staticcheck demo up clean soak image bench
 
 all: build
 
@@ -23,6 +23,10 @@ test:
 SCALE ?= full
 bench:
 	$(GO) run ./bench/cmd/latch-bench --scale=$(SCALE) $(if $(SCENARIOS),--scenarios=$(SCENARIOS)) $(if $(PROFILE),--profile=bench/results/profiles) $(if $(ATTACHER),--attacher-binary=$(ATTACHER)) $(if $(ATTACHER_FLAGS),--attacher-flags="$(ATTACHER_FLAGS)")
+
+## soak: the long seeded chaos run (LATCH_SOAK=1; replay a run with LATCH_CHAOS_SEED=<seed>)
+soak:
+	LATCH_SOAK=1 $(GO) test -count=1 -timeout 30m -v -run '^TestChaos' ./test/e2e/reliability/
 
 ## demo: the whole attach/detach path in one process (latch-local demo)
 demo:
