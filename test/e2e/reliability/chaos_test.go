@@ -1,0 +1,251 @@
+package reliability_test
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/latchcsi/latch/internal/attachdetach/controller"
+	"github.com/latchcsi/latch/internal/csimock"
+	"github.com/latchcsi/latch/internal/localcluster"
+)
+
+// chaosSize is how big and how long a chaos run is.
+type chaosSize struct {
+	volumes, nodes int
+	duration       time.Duration
+	// tick is the pause between two random actions.
+	tick time.Duration
+}
+
+// The short run is part of the normal test suite; LATCH_SOAK=1 (make soak)
+// runs the long one.
+var (
+	chaosShort = chaosSize{volumes: 40, nodes: 4, duration: 40 * time.Second, tick: 50 * time.Millisecond}
+	chaosSoak  = chaosSize{volumes: 200, nodes: 8, duration: 6 * time.Minute, tick: 40 * time.Millisecond}
+)
+
+// chaosSeed is LATCH_CHAOS_SEED when set, else a fresh seed; either way it
+// is printed so a failing run can be replayed.
+func chaosSeed(t *testing.T) uint64 {
+	if s := os.Getenv("LATCH_CHAOS_SEED"); s != "" {
+		seed, err := strconv.ParseUint(s, 10, 64)
+		if err != nil {
+			t.Fatalf("LATCH_CHAOS_SEED=%q: %v", s, err)
+		}
+		return seed
+	}
+	return uint64(time.Now().UnixNano())
+}
+
+// chaos is one run's bookkeeping.
+type chaos struct {
+	e      *env
+	rng    *rand.Rand
+	nodes  []string
+	pvs    []string
+	pods   []string // live Pod names
+	nextID int
+	// faults counts what was injected, by kind.
+	faults     map[string]int
+	podsMade   int
+	podsKilled int
+	actionErrs int
+	lastAPI    time.Time
+	sick       map[string]time.Time // NotReady nodes → when they recover
+}
+
+func TestChaos_seededRandomFaults_invariantsHold(t *testing.T) {
+	size := chaosShort
+	if os.Getenv("LATCH_SOAK") != "" {
+		size = chaosSoak
+	}
+	seed := chaosSeed(t)
+	t.Logf("chaos seed %d (replay with LATCH_CHAOS_SEED=%d)", seed, seed)
+	fmt.Fprintf(os.Stderr, "chaos seed %d\n", seed)
+	start := time.Now()
+
+	e := newEnv(t, options{ctrl: controller.Config{Workers: 8, MaxWaitForUnmount: 3 * time.Second}})
+	c := &chaos{e: e, rng: rand.New(rand.NewPCG(seed, seed^0x5eed)), faults: map[string]int{}, sick: map[string]time.Time{}}
+	for i := range size.nodes {
+		c.nodes = append(c.nodes, e.addNode(fmt.Sprintf("n%d", i)))
+	}
+	for i := range size.volumes {
+		c.pvs = append(c.pvs, e.volume(fmt.Sprintf("v%d", i)))
+	}
+
+	deadline := time.Now().Add(size.duration)
+	for time.Now().Before(deadline) && e.ctx.Err() == nil {
+		c.step()
+		time.Sleep(size.tick)
+	}
+	chaosEnd := time.Now()
+
+	// Calm: no new faults, every node healthy; the controllers must bring
+	// the world to rest on their own.
+	e.mock.ClearFaults()
+	for n := range c.sick {
+		if err := e.kubelet.SetReady(e.ctx, n, true); err != nil {
+			t.Fatal(err)
+		}
+	}
+	checks := e.checkInvariants(3 * time.Minute)
+	e.teardownClean()
+	checks += e.checkInvariants(time.Minute)
+
+	stats := e.mock.Stats()
+	var kinds []string
+	total := 0
+	for k, n := range c.faults {
+		kinds = append(kinds, fmt.Sprintf("%s=%d", k, n))
+		total += n
+	}
+	sort.Strings(kinds)
+	var repeats []string
+	for k, n := range e.repeats {
+		repeats = append(repeats, fmt.Sprintf("%s=%d", k, n))
+	}
+	sort.Strings(repeats)
+	publishes := stats.Methods["ControllerPublishVolume"]
+	unpublishes := stats.Methods["ControllerUnpublishVolume"]
+	summary := fmt.Sprintf("chaos summary: seed=%d nodes=%d volumes=%d pods created=%d deleted=%d "+
+		"objects=%d (PVs+PVCs+Pods+VolumeAttachments attached) publishes ok=%d of %d unpublishes ok=%d of %d "+
+		"faults injected=%d [%s] repeated publishes accepted=[%s] invariant checks=%d chaos phase=%s total=%s action errors=%d",
+		seed, size.nodes, size.volumes, c.podsMade, c.podsKilled,
+		2*size.volumes+c.podsMade+int(publishes.ByCode["OK"]), publishes.ByCode["OK"], publishes.Calls, unpublishes.ByCode["OK"], unpublishes.Calls,
+		total, strings.Join(kinds, " "), strings.Join(repeats, " "), checks,
+		chaosEnd.Sub(start).Round(time.Second), time.Since(start).Round(time.Second), c.actionErrs)
+	t.Log(summary)
+	fmt.Fprintln(os.Stderr, summary)
+}
+
+// step takes one random action: mostly workload (Pods come and go, some
+// asking for a volume another node holds), sometimes a fault.
+func (c *chaos) step() {
+	e := c.e
+	now := time.Now()
+	for n, until := range c.sick {
+		if now.After(until) {
+			c.try(e.kubelet.SetReady(e.ctx, n, true))
+			delete(c.sick, n)
+		}
+	}
+	switch r := c.rng.IntN(100); {
+	case r < 45:
+		c.createPod()
+	case r < 80:
+		c.deletePod()
+	case r < 88:
+		c.driverRule()
+	case r < 91:
+		c.faults["driver crash"]++
+		keep := c.rng.IntN(2) == 0
+		end := e.disrupt("driver crashed")
+		c.try(e.mock.Crash(keep))
+		time.Sleep(time.Duration(100+c.rng.IntN(600)) * time.Millisecond)
+		c.try(e.mock.Restart())
+		end()
+	case r < 93:
+		c.faults["attach/detach controller killed"]++
+		e.killController()
+	case r < 95:
+		// The API server restart is the slowest fault; space them out.
+		if now.Sub(c.lastAPI) < 10*time.Second {
+			return
+		}
+		c.lastAPI = now
+		c.faults["API server restarted"]++
+		end := e.disrupt("API server restarted")
+		c.try(cluster.RestartAPIServer(e.ctx))
+		end()
+	case r < 97:
+		n := c.nodes[c.rng.IntN(len(c.nodes))]
+		if _, ok := c.sick[n]; ok {
+			return
+		}
+		c.faults["node NotReady"]++
+		c.try(e.kubelet.SetReady(e.ctx, n, false))
+		c.sick[n] = now.Add(time.Duration(1+c.rng.IntN(5)) * time.Second)
+	default:
+		c.faults["concurrent VolumeAttachment write"]++
+		vas := e.vas()
+		if len(vas) == 0 {
+			return
+		}
+		va := vas[c.rng.IntN(len(vas))]
+		end := e.disrupt(concurrentWriter)
+		patch := fmt.Sprintf(`{"metadata":{"annotations":{"example.com/chaos":%q}}}`, strconv.Itoa(c.nextID))
+		_, err := e.client.StorageV1().VolumeAttachments().Patch(e.ctx, va.Name, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
+		c.try(err)
+		end()
+	}
+}
+
+func (c *chaos) try(err error) {
+	if err != nil {
+		c.actionErrs++
+		c.e.t.Logf("chaos action failed (expected while the API server restarts): %v", err)
+	}
+}
+
+func (c *chaos) createPod() {
+	e := c.e
+	c.nextID++
+	name := fmt.Sprintf("p%d", c.nextID)
+	pv := c.pvs[c.rng.IntN(len(c.pvs))]
+	node := c.nodes[c.rng.IntN(len(c.nodes))]
+	_, err := e.client.CoreV1().Pods(e.ns).Create(e.ctx, localcluster.NewPod(e.ns, name, node, pv), metav1.CreateOptions{})
+	c.try(err)
+	if err == nil {
+		c.pods = append(c.pods, name)
+		c.podsMade++
+	}
+}
+
+func (c *chaos) deletePod() {
+	if len(c.pods) == 0 {
+		return
+	}
+	e := c.e
+	i := c.rng.IntN(len(c.pods))
+	name := c.pods[i]
+	err := e.client.CoreV1().Pods(e.ns).Delete(e.ctx, name, metav1.DeleteOptions{})
+	c.try(err)
+	if err == nil {
+		c.pods = slices.Delete(c.pods, i, i+1)
+		c.podsKilled++
+	}
+}
+
+// driverRule installs a short-lived driver fault: a transient or final
+// error code, a hang past the attacher's timeout, or a lost reply.
+func (c *chaos) driverRule() {
+	methods := []string{"ControllerPublishVolume", "ControllerUnpublishVolume", "ListVolumes"}
+	r := csimock.Rule{Method: methods[c.rng.IntN(len(methods))], Times: int64(1 + c.rng.IntN(3))}
+	switch k := c.rng.IntN(6); {
+	case k < 4:
+		all := append(slices.Clone(transientCodes), codes.Internal)
+		r.Code = all[c.rng.IntN(len(all))]
+		r.Message = "chaos"
+		c.faults["driver "+r.Code.String()]++
+	case k < 5:
+		r.Hang, r.Times = true, 1
+		c.faults["driver hang"]++
+	default:
+		r.Phase, r.Code, r.Times = csimock.PhaseAfter, codes.DeadlineExceeded, 1
+		c.faults["driver lost reply"]++
+	}
+	if _, err := c.e.mock.AddFault(r); err != nil {
+		c.e.t.Fatal(err)
+	}
+}
