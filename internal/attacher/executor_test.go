@@ -1,0 +1,594 @@
+package attacher
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	v1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/kubernetes/scheme"
+	clienttesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/record"
+	csitrans "k8s.io/csi-translation-lib"
+	"k8s.io/klog/v2/ktesting"
+
+	"github.com/latchcsi/latch/internal/csi"
+	"github.com/latchcsi/latch/internal/csimock"
+	"github.com/latchcsi/latch/internal/kube"
+)
+
+// The executor tests run the sync functions against a fake clientset whose
+// informers are fed from the same fake (so they see our own writes, late,
+// as a real watch would) and the mock CSI driver over a unix socket. They
+// assert the exact ordered API writes and CSI calls of one pass.
+
+const execDriver = "executor.csi.latch.dev"
+
+var (
+	vaGVR = schema.GroupVersionResource{Group: "storage.k8s.io", Version: "v1", Resource: "volumeattachments"}
+	pvGVR = schema.GroupVersionResource{Version: "v1", Resource: "persistentvolumes"}
+)
+
+type execFixture struct {
+	t        *testing.T
+	ctx      context.Context
+	client   *fake.Clientset
+	tracker  *rvTracker
+	ctrl     *Controller
+	driver   *csimock.Driver
+	recorder *record.FakeRecorder
+}
+
+func newExecFixture(t *testing.T, objs ...runtime.Object) *execFixture {
+	t.Helper()
+	_, ctx := ktesting.NewTestContext(t)
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	t.Cleanup(cancel)
+
+	cfg := csimock.DefaultConfig()
+	cfg.Name = execDriver
+	cfg.NodeService = false
+	cfg.AutoCreateVolumes = true
+	driver, err := csimock.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir, err := os.MkdirTemp("", "x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	socket := filepath.Join(dir, "csi.sock")
+	if err := driver.Start(ctx, socket); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(driver.Stop)
+	csiClient, err := csi.Connect(ctx, csi.Options{Address: socket, ConnectTimeout: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { csiClient.Close() })
+
+	client, tracker := newRVClientset()
+	for _, o := range objs {
+		if err := tracker.Add(o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	factory := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTransform(Transform(execDriver)))
+	recorder := record.NewFakeRecorder(100)
+	ctrl, err := New(Config{
+		Driver:  DriverInfo{Name: execDriver, SupportsReadOnly: true, SupportsSingleNodeMultiWriter: true, DefaultFSType: "ext4"},
+		Workers: 1, Timeout: 5 * time.Second, RetryIntervalStart: time.Hour, RetryIntervalMax: time.Hour,
+	}, client, factory, csiClient, csitrans.New(), recorder, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	factory.Start(ctx.Done())
+	t.Cleanup(func() {
+		cancel()
+		factory.Shutdown()
+	})
+	for typ, ok := range factory.WaitForCacheSync(ctx.Done()) {
+		if !ok {
+			t.Fatalf("cache of %v did not sync", typ)
+		}
+	}
+	client.ClearActions()
+	return &execFixture{t: t, ctx: ctx, client: client, tracker: tracker, ctrl: ctrl, driver: driver, recorder: recorder}
+}
+
+// rvTracker stamps a new resourceVersion on every stored object, as the API
+// server does; client-go's tracker leaves resourceVersion empty, which
+// would make every guarded patch impossible to build.
+type rvTracker struct {
+	clienttesting.ObjectTracker
+	mu   sync.Mutex
+	next int
+}
+
+// stamp sets the next resourceVersion on obj in place: the patch reaction
+// returns the very object it stored.
+func (t *rvTracker) stamp(obj runtime.Object) runtime.Object {
+	m, err := meta.Accessor(obj)
+	if err != nil {
+		return obj
+	}
+	t.mu.Lock()
+	t.next++
+	m.SetResourceVersion(strconv.Itoa(t.next))
+	t.mu.Unlock()
+	return obj
+}
+
+func (t *rvTracker) Add(obj runtime.Object) error { return t.ObjectTracker.Add(t.stamp(obj)) }
+
+func (t *rvTracker) Create(gvr schema.GroupVersionResource, obj runtime.Object, ns string, opts ...metav1.CreateOptions) error {
+	return t.ObjectTracker.Create(gvr, t.stamp(obj), ns, opts...)
+}
+
+func (t *rvTracker) Update(gvr schema.GroupVersionResource, obj runtime.Object, ns string, opts ...metav1.UpdateOptions) error {
+	return t.ObjectTracker.Update(gvr, t.stamp(obj), ns, opts...)
+}
+
+func (t *rvTracker) Patch(gvr schema.GroupVersionResource, obj runtime.Object, ns string, opts ...metav1.PatchOptions) error {
+	return t.ObjectTracker.Patch(gvr, t.stamp(obj), ns, opts...)
+}
+
+// newRVClientset is fake.NewSimpleClientset over an rvTracker.
+func newRVClientset() (*fake.Clientset, *rvTracker) {
+	tracker := &rvTracker{ObjectTracker: clienttesting.NewObjectTracker(scheme.Scheme, scheme.Codecs.UniversalDecoder())}
+	cs := &fake.Clientset{}
+	cs.AddReactor("*", "*", clienttesting.ObjectReaction(tracker))
+	cs.AddWatchReactor("*", func(action clienttesting.Action) (bool, watch.Interface, error) {
+		var opts metav1.ListOptions
+		if w, ok := action.(clienttesting.WatchActionImpl); ok {
+			opts = w.ListOptions
+		}
+		w, err := tracker.Watch(action.GetResource(), action.GetNamespace(), opts)
+		if err != nil {
+			return false, nil, err
+		}
+		return true, w, nil
+	})
+	return cs, tracker
+}
+
+// apiWrite is one mutating API call the controller made.
+type apiWrite struct {
+	Verb, Resource, Subresource, Name string
+	PatchType                         types.PatchType
+	Patch                             string
+}
+
+func (w apiWrite) String() string {
+	s := w.Verb + " " + w.Resource
+	if w.Subresource != "" {
+		s += "/" + w.Subresource
+	}
+	return s + " " + w.Name
+}
+
+// writes returns the mutating calls made since the last ClearActions.
+func (f *execFixture) writes() []apiWrite {
+	var out []apiWrite
+	for _, a := range f.client.Actions() {
+		switch a.GetVerb() {
+		case "get", "list", "watch":
+			continue
+		}
+		w := apiWrite{Verb: a.GetVerb(), Resource: a.GetResource().Resource, Subresource: a.GetSubresource()}
+		switch a := a.(type) {
+		case clienttesting.PatchAction:
+			w.Name, w.PatchType, w.Patch = a.GetName(), a.GetPatchType(), string(a.GetPatch())
+		case clienttesting.DeleteAction:
+			w.Name = a.GetName()
+		}
+		out = append(out, w)
+	}
+	return out
+}
+
+// requireWrites checks the verbs/resources/names of the writes, in order.
+func (f *execFixture) requireWrites(want ...string) []apiWrite {
+	f.t.Helper()
+	got := f.writes()
+	var names []string
+	for _, w := range got {
+		names = append(names, w.String())
+	}
+	if !slices.Equal(names, want) {
+		f.t.Fatalf("API writes:\n  got  %q\n  want %q", names, want)
+	}
+	return got
+}
+
+// csiCalls lists the driver's calls as "Method volume node code".
+func (f *execFixture) csiCalls() []string {
+	var out []string
+	for _, c := range f.driver.Calls() {
+		switch c.Method {
+		case "ControllerPublishVolume", "ControllerUnpublishVolume":
+			out = append(out, c.Method+" "+c.VolumeID+" "+c.NodeID+" "+c.Code.String())
+		}
+	}
+	return out
+}
+
+func (f *execFixture) requireCSICalls(want ...string) {
+	f.t.Helper()
+	if got := f.csiCalls(); !slices.Equal(got, want) {
+		f.t.Fatalf("CSI calls:\n  got  %q\n  want %q", got, want)
+	}
+}
+
+func (f *execFixture) va(name string) *storagev1.VolumeAttachment {
+	f.t.Helper()
+	obj, err := f.tracker.Get(vaGVR, "", name)
+	if err != nil {
+		f.t.Fatalf("get VolumeAttachment %s: %v", name, err)
+	}
+	return obj.(*storagev1.VolumeAttachment)
+}
+
+func (f *execFixture) pv(name string) *v1.PersistentVolume {
+	f.t.Helper()
+	obj, err := f.tracker.Get(pvGVR, "", name)
+	if err != nil {
+		f.t.Fatalf("get PersistentVolume %s: %v", name, err)
+	}
+	return obj.(*v1.PersistentVolume)
+}
+
+// update replaces an object in the tracker (not through the client, so it
+// is not counted as a write) and waits until the controller's cache has it.
+func (f *execFixture) updateVA(va *storagev1.VolumeAttachment) {
+	f.t.Helper()
+	if err := f.tracker.Update(vaGVR, va, ""); err != nil {
+		f.t.Fatal(err)
+	}
+	rv := f.va(va.Name).ResourceVersion
+	f.waitFor("VA "+va.Name+" in cache", func() bool {
+		cached, err := f.ctrl.vaLister.Get(va.Name)
+		return err == nil && cached.ResourceVersion == rv
+	})
+}
+
+func (f *execFixture) updatePV(pv *v1.PersistentVolume) {
+	f.t.Helper()
+	if err := f.tracker.Update(pvGVR, pv, ""); err != nil {
+		f.t.Fatal(err)
+	}
+	rv := f.pv(pv.Name).ResourceVersion
+	f.waitFor("PV "+pv.Name+" in cache", func() bool {
+		cached, err := f.ctrl.pvLister.Get(pv.Name)
+		return err == nil && cached.ResourceVersion == rv
+	})
+}
+
+func (f *execFixture) waitFor(what string, cond func() bool) {
+	f.t.Helper()
+	err := wait.PollUntilContextTimeout(f.ctx, 5*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) { return cond(), nil })
+	if err != nil {
+		f.t.Fatalf("waiting for %s: %v", what, err)
+	}
+}
+
+func execPV(name string) *v1.PersistentVolume {
+	return &v1.PersistentVolume{
+		ObjectMeta: metav1.ObjectMeta{Name: name, UID: types.UID("uid-" + name)},
+		Spec: v1.PersistentVolumeSpec{
+			AccessModes: []v1.PersistentVolumeAccessMode{v1.ReadWriteOnce},
+			PersistentVolumeSource: v1.PersistentVolumeSource{CSI: &v1.CSIPersistentVolumeSource{
+				Driver: execDriver, VolumeHandle: "handle-" + name,
+			}},
+		},
+	}
+}
+
+func execVA(name, pv string) *storagev1.VolumeAttachment {
+	return &storagev1.VolumeAttachment{
+		ObjectMeta: metav1.ObjectMeta{Name: name, UID: types.UID("uid-" + name)},
+		Spec: storagev1.VolumeAttachmentSpec{
+			Attacher: execDriver, NodeName: "node-1",
+			Source: storagev1.VolumeAttachmentSource{PersistentVolumeName: &pv},
+		},
+	}
+}
+
+func execCSINode() *storagev1.CSINode {
+	return &storagev1.CSINode{
+		ObjectMeta: metav1.ObjectMeta{Name: "node-1"},
+		Spec:       storagev1.CSINodeSpec{Drivers: []storagev1.CSINodeDriver{{Name: execDriver, NodeID: "node-1-id"}}},
+	}
+}
+
+// attachedVA is a VA as a successful attach leaves it.
+func attachedVA(name, pv string, finalizers ...string) *storagev1.VolumeAttachment {
+	va := execVA(name, pv)
+	va.Finalizers = append([]string{kube.AttacherFinalizer(execDriver)}, finalizers...)
+	va.Annotations = map[string]string{kube.VANodeIDAnnotation: "node-1-id", AnnVolumeHandle: "handle-" + pv}
+	va.Status = storagev1.VolumeAttachmentStatus{Attached: true, AttachmentMetadata: map[string]string{"device": "/dev/x"}}
+	return va
+}
+
+func deleting[T metav1.Object](obj T) T {
+	now := metav1.Now()
+	obj.SetDeletionTimestamp(&now)
+	return obj
+}
+
+// jsonOf decodes a patch for comparison with an expected structure.
+func jsonOf(t *testing.T, s string) any {
+	t.Helper()
+	var v any
+	if err := json.Unmarshal([]byte(s), &v); err != nil {
+		t.Fatalf("patch %s is not JSON: %v", s, err)
+	}
+	return v
+}
+
+func requirePatch(t *testing.T, w apiWrite, typ types.PatchType, want string) {
+	t.Helper()
+	if w.PatchType != typ {
+		t.Errorf("%s: patch type %s, want %s", w, w.PatchType, typ)
+	}
+	if got, exp := jsonOf(t, w.Patch), jsonOf(t, want); !reflect.DeepEqual(got, exp) {
+		t.Errorf("%s: patch\n  got  %s\n  want %s", w, w.Patch, want)
+	}
+}
+
+func TestExecutorAttachOfPVBackedVAWritesPVFinalizerThenVAMetadataThenStatus(t *testing.T) {
+	f := newExecFixture(t, execPV("pv-a"), execVA("va-a", "pv-a"), execCSINode())
+	pvRV, vaRV := f.pv("pv-a").ResourceVersion, f.va("va-a").ResourceVersion
+
+	if _, err := f.ctrl.syncAttach(f.ctx, "va-a"); err != nil {
+		t.Fatalf("syncAttach: %v", err)
+	}
+	w := f.requireWrites(
+		"patch persistentvolumes pv-a",
+		"patch volumeattachments va-a",
+		"patch volumeattachments/status va-a",
+	)
+	fin := kube.AttacherFinalizer(execDriver)
+	requirePatch(t, w[0], types.JSONPatchType, `[
+		{"op":"test","path":"/metadata/resourceVersion","value":"`+pvRV+`"},
+		{"op":"add","path":"/metadata/finalizers","value":["`+kube.PVFinalizer(execDriver)+`"]}]`)
+	requirePatch(t, w[1], types.JSONPatchType, `[
+		{"op":"test","path":"/metadata/resourceVersion","value":"`+vaRV+`"},
+		{"op":"add","path":"/metadata/finalizers","value":["`+fin+`"]},
+		{"op":"add","path":"/metadata/annotations","value":{"`+AnnVolumeHandle+`":"handle-pv-a","`+kube.VANodeIDAnnotation+`":"node-1-id"}}]`)
+	f.requireCSICalls("ControllerPublishVolume handle-pv-a node-1-id OK")
+	pub := f.driver.State().Volumes[0].Published[0]
+	metadata, _ := json.Marshal(pub.PublishContext)
+	requirePatch(t, w[2], types.MergePatchType, `{"metadata":{"uid":"uid-va-a"},"status":{"attached":true,"attachmentMetadata":`+string(metadata)+`}}`)
+
+	va := f.va("va-a")
+	if !va.Status.Attached || !reflect.DeepEqual(va.Status.AttachmentMetadata, pub.PublishContext) || va.Status.AttachError != nil {
+		t.Errorf("VA status = %+v, want attached with the publish context %v", va.Status, pub.PublishContext)
+	}
+	if !slices.Equal(va.Finalizers, []string{fin}) || va.Annotations[kube.VANodeIDAnnotation] != "node-1-id" {
+		t.Errorf("VA metadata: finalizers %v annotations %v", va.Finalizers, va.Annotations)
+	}
+
+	// A second pass right away, whether or not the informer has caught up
+	// with our writes, publishes nothing and writes nothing.
+	f.client.ClearActions()
+	if _, err := f.ctrl.syncAttach(f.ctx, "va-a"); err != nil {
+		t.Fatalf("second syncAttach: %v", err)
+	}
+	f.requireWrites()
+	f.requireCSICalls("ControllerPublishVolume handle-pv-a node-1-id OK")
+	if n := len(f.recorder.Events); n != 0 {
+		t.Errorf("%d events recorded for a successful attach", n)
+	}
+}
+
+func TestExecutorAttachFailureRecordsAttachErrorWithCodeAndOneEvent(t *testing.T) {
+	f := newExecFixture(t, execPV("pv-a"), execVA("va-a", "pv-a"), execCSINode())
+	if _, err := f.driver.AddFault(csimock.Rule{Method: "ControllerPublishVolume", Code: codes.ResourceExhausted, Message: "no free slots"}); err != nil {
+		t.Fatal(err)
+	}
+	_, err := f.ctrl.syncAttach(f.ctx, "va-a")
+	if err == nil || !strings.Contains(err.Error(), "no free slots") {
+		t.Fatalf("syncAttach error = %v, want the driver's error for the retry", err)
+	}
+	w := f.requireWrites(
+		"patch persistentvolumes pv-a",
+		"patch volumeattachments va-a",
+		"patch volumeattachments/status va-a",
+	)
+	f.requireCSICalls("ControllerPublishVolume handle-pv-a node-1-id ResourceExhausted")
+	var status struct {
+		Metadata map[string]any `json:"metadata"`
+		Status   map[string]struct {
+			Message   string `json:"message"`
+			ErrorCode *int32 `json:"errorCode"`
+			Time      string `json:"time"`
+		} `json:"status"`
+	}
+	if err := json.Unmarshal([]byte(w[2].Patch), &status); err != nil {
+		t.Fatal(err)
+	}
+	ae, ok := status.Status["attachError"]
+	if len(status.Status) != 1 || !ok || !strings.Contains(ae.Message, "no free slots") || ae.ErrorCode == nil || *ae.ErrorCode != int32(codes.ResourceExhausted) || ae.Time == "" {
+		t.Errorf("status patch = %s, want only attachError with the message, time and errorCode %d", w[2].Patch, codes.ResourceExhausted)
+	}
+	va := f.va("va-a")
+	if va.Status.Attached || va.Status.AttachError == nil || *va.Status.AttachError.ErrorCode != int32(codes.ResourceExhausted) {
+		t.Errorf("VA status = %+v", va.Status)
+	}
+	if !slices.Contains(va.Finalizers, kube.AttacherFinalizer(execDriver)) {
+		t.Errorf("finalizer missing after a publish that may have happened: %v", va.Finalizers)
+	}
+	if ev := drainEvents(f.recorder); len(ev) != 1 || !strings.HasPrefix(ev[0], "Warning "+EventAttachFailed) || !strings.Contains(ev[0], "no free slots") {
+		t.Errorf("events = %q, want one Warning %s", ev, EventAttachFailed)
+	}
+
+	// The retry fails the same way: one more publish, no write, no event.
+	f.updateVA(f.va("va-a"))
+	f.client.ClearActions()
+	if _, err := f.ctrl.syncAttach(f.ctx, "va-a"); err == nil {
+		t.Fatal("retry succeeded, want the same failure")
+	}
+	f.requireWrites()
+	if n := len(f.driver.CallsTo("ControllerPublishVolume")); n != 2 {
+		t.Errorf("publish calls = %d, want 2", n)
+	}
+	if ev := drainEvents(f.recorder); len(ev) != 0 {
+		t.Errorf("retry with the same error recorded events %q", ev)
+	}
+}
+
+func TestExecutorDetachUnpublishesThenRemovesFinalizerThenWritesStatus(t *testing.T) {
+	// Another finalizer keeps the object after ours goes: the status write
+	// tells its owner the volume is detached.
+	va := deleting(attachedVA("va-d", "pv-d", "example.com/other"))
+	f := newExecFixture(t, execPV("pv-d"), va, execCSINode())
+	capability, err := csi.VolumeCapability(csi.CapabilityInput{AccessModes: []v1.PersistentVolumeAccessMode{v1.ReadWriteOnce}, FSType: "ext4"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.driver.SeedPublication("handle-pv-d", "node-1-id", false, capability); err != nil {
+		t.Fatal(err)
+	}
+	vaRV := f.va("va-d").ResourceVersion
+
+	if _, err := f.ctrl.syncDetach(f.ctx, "va-d"); err != nil {
+		t.Fatalf("syncDetach: %v", err)
+	}
+	w := f.requireWrites(
+		"patch volumeattachments va-d",
+		"patch volumeattachments/status va-d",
+	)
+	f.requireCSICalls("ControllerUnpublishVolume handle-pv-d node-1-id OK")
+	requirePatch(t, w[0], types.JSONPatchType, `[
+		{"op":"test","path":"/metadata/resourceVersion","value":"`+vaRV+`"},
+		{"op":"add","path":"/metadata/finalizers","value":["example.com/other"]}]`)
+	requirePatch(t, w[1], types.MergePatchType, `{"metadata":{"uid":"uid-va-d"},"status":{"attached":false,"attachmentMetadata":null}}`)
+	if got := f.driver.Published("handle-pv-d"); len(got) != 0 {
+		t.Errorf("still published to %v", got)
+	}
+	if got := f.va("va-d"); got.Status.Attached || slices.Contains(got.Finalizers, kube.AttacherFinalizer(execDriver)) {
+		t.Errorf("VA after detach: finalizers %v status %+v", got.Finalizers, got.Status)
+	}
+}
+
+func TestExecutorDetachOfLastFinalizerMakesNoStatusWrite(t *testing.T) {
+	va := deleting(attachedVA("va-d", "pv-d"))
+	f := newExecFixture(t, execPV("pv-d"), va, execCSINode())
+	if _, err := f.ctrl.syncDetach(f.ctx, "va-d"); err != nil {
+		t.Fatalf("syncDetach: %v", err)
+	}
+	f.requireWrites("patch volumeattachments va-d")
+	f.requireCSICalls("ControllerUnpublishVolume handle-pv-d node-1-id OK")
+}
+
+func TestExecutorDetachFailureRecordsDetachErrorAndKeepsFinalizer(t *testing.T) {
+	va := deleting(attachedVA("va-d", "pv-d"))
+	f := newExecFixture(t, execPV("pv-d"), va, execCSINode())
+	if _, err := f.driver.AddFault(csimock.Rule{Method: "ControllerUnpublishVolume", Code: codes.Internal, Message: "array offline"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.ctrl.syncDetach(f.ctx, "va-d"); err == nil || !strings.Contains(err.Error(), "array offline") {
+		t.Fatalf("syncDetach error = %v, want the driver's error", err)
+	}
+	w := f.requireWrites("patch volumeattachments/status va-d")
+	f.requireCSICalls("ControllerUnpublishVolume handle-pv-d node-1-id Internal")
+	var patch struct {
+		Status map[string]json.RawMessage `json:"status"`
+	}
+	if err := json.Unmarshal([]byte(w[0].Patch), &patch); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := patch.Status["detachError"]; len(patch.Status) != 1 || !ok {
+		t.Errorf("status patch = %s, want detachError only (attached stays true)", w[0].Patch)
+	}
+	got := f.va("va-d")
+	de := got.Status.DetachError
+	if de == nil || !strings.Contains(de.Message, "array offline") || de.ErrorCode == nil || *de.ErrorCode != int32(codes.Internal) {
+		t.Errorf("detachError = %+v, want the driver's message and code %d", de, codes.Internal)
+	}
+	if !got.Status.Attached || !slices.Contains(got.Finalizers, kube.AttacherFinalizer(execDriver)) {
+		t.Errorf("after a failed detach: attached=%v finalizers=%v, want attached with our finalizer", got.Status.Attached, got.Finalizers)
+	}
+	if ev := drainEvents(f.recorder); len(ev) != 1 || !strings.HasPrefix(ev[0], "Warning "+EventDetachFailed) {
+		t.Errorf("events = %q, want one Warning %s", ev, EventDetachFailed)
+	}
+}
+
+func TestExecutorDeletingPVLosesFinalizerOnlyWhenNoVAReferencesIt(t *testing.T) {
+	pv := deleting(execPV("pv-p"))
+	pv.Finalizers = []string{"kubernetes.io/pv-protection", kube.PVFinalizer(execDriver)}
+	f := newExecFixture(t, pv, attachedVA("va-p", "pv-p"), execCSINode())
+
+	// A VA still refers to the PV: nothing is written.
+	if _, err := f.ctrl.syncPV(f.ctx, "pv-p"); err != nil {
+		t.Fatalf("syncPV: %v", err)
+	}
+	f.requireWrites()
+
+	// The VA is gone (deleted outright in the tracker): the finalizer goes,
+	// guarded by the PV's resourceVersion, other finalizers untouched.
+	if err := f.tracker.Delete(vaGVR, "", "va-p"); err != nil {
+		t.Fatal(err)
+	}
+	f.waitFor("VA gone from the cache", func() bool {
+		_, err := f.ctrl.vaLister.Get("va-p")
+		return apierrors.IsNotFound(err)
+	})
+	pvRV := f.pv("pv-p").ResourceVersion
+	if _, err := f.ctrl.syncPV(f.ctx, "pv-p"); err != nil {
+		t.Fatalf("syncPV: %v", err)
+	}
+	w := f.requireWrites("patch persistentvolumes pv-p")
+	requirePatch(t, w[0], types.JSONPatchType, `[
+		{"op":"test","path":"/metadata/resourceVersion","value":"`+pvRV+`"},
+		{"op":"add","path":"/metadata/finalizers","value":["kubernetes.io/pv-protection"]}]`)
+	f.requireCSICalls()
+	if got := f.pv("pv-p").Finalizers; !slices.Equal(got, []string{"kubernetes.io/pv-protection"}) {
+		t.Errorf("PV finalizers = %v", got)
+	}
+}
+
+func TestExecutorPVNotDeletingKeepsFinalizer(t *testing.T) {
+	pv := execPV("pv-p")
+	pv.Finalizers = []string{kube.PVFinalizer(execDriver)}
+	f := newExecFixture(t, pv, execCSINode())
+	if _, err := f.ctrl.syncPV(f.ctx, "pv-p"); err != nil {
+		t.Fatalf("syncPV: %v", err)
+	}
+	f.requireWrites()
+}
+
+func drainEvents(r *record.FakeRecorder) []string {
+	var out []string
+	for {
+		select {
+		case e := <-r.Events:
+			out = append(out, e)
+		default:
+			return out
+		}
+	}
+}
