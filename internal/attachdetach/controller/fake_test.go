@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -158,6 +159,13 @@ func newFakeWorld(t *testing.T, cfg Config, objs ...runtime.Object) *fakeWorld {
 			t.Fatal("informers did not start watching")
 		}
 	}
+	// Tests write to the caches directly: the initial lists must be in
+	// them first, or their processing would undo those writes.
+	for typ, ok := range factory.WaitForCacheSync(ctx.Done()) {
+		if !ok {
+			t.Fatalf("cache of %v did not sync", typ)
+		}
+	}
 	done := make(chan error, 1)
 	go func() { done <- c.Run(ctx) }()
 	t.Cleanup(func() {
@@ -291,6 +299,19 @@ func (w *fakeWorld) setInUse(node string, vols ...v1.UniqueVolumeName) {
 	if err := w.client.Tracker().Update(nodeResource, n, "", metav1.UpdateOptions{FieldManager: "kubelet"}); err != nil {
 		w.t.Fatal(err)
 	}
+}
+
+// setInUseSeen is setInUse, then waits until the controller has handled
+// the node update: the kubelet reports a volume in use before anything
+// can make the controller want to detach it.
+func (w *fakeWorld) setInUseSeen(node string, vols ...v1.UniqueVolumeName) {
+	w.t.Helper()
+	w.setInUse(node, vols...)
+	w.eventually("node update in the controller's cache", func() bool {
+		n, err := w.c.nodeLister.Get(node)
+		return err == nil && slices.Equal(n.Status.VolumesInUse, vols)
+	})
+	w.settle()
 }
 
 func (w *fakeWorld) deletePod(name string) {

@@ -42,30 +42,41 @@ func (c *Controller) syncNodeStatus(ctx context.Context, name string) (runner.Re
 	want := c.status.snapshot(name, func() []v1.AttachedVolume {
 		return nodestatus.VolumesAttached(node.Status.VolumesAttached, c.asw.ForNode(name))
 	})
-	last, wrote := c.status.lastWritten(name)
-	if !nodestatus.NeedsUpdate(node, want) && (!wrote || maps.Equal(last, toSet(want))) {
-		c.status.finish(name, node.Status.VolumesAttached, !wrote)
+	last, base, wrote := c.status.lastWritten(name)
+	// The informer may not show our last write yet (same resourceVersion
+	// as when it was computed): then the server holds what we wrote, and
+	// the informer's event for that write brings the node back here.
+	// Otherwise the informer is the truth, which also repairs a list
+	// another client changed.
+	informerBehind := wrote && base == node.ResourceVersion
+	upToDate := !nodestatus.NeedsUpdate(node, want) && (!wrote || maps.Equal(last, toSet(want)))
+	if upToDate || informerBehind && maps.Equal(last, toSet(want)) {
+		if upToDate && !wrote {
+			c.status.finish(name, node.Status.VolumesAttached, true, node.ResourceVersion)
+		} else {
+			c.status.finish(name, nil, false, "")
+		}
 		c.wakeDetaching(name)
 		return runner.Result{}, nil
 	}
 	patch, err := nodestatus.MergePatch(want)
 	if err != nil {
-		c.status.finish(name, nil, false)
+		c.status.finish(name, nil, false, "")
 		return runner.Result{}, err
 	}
 	updated, err := c.client.CoreV1().Nodes().Patch(ctx, name, types.MergePatchType, patch,
 		metav1.PatchOptions{FieldManager: kube.AttachDetachFieldManager}, "status")
 	switch {
 	case apierrors.IsNotFound(err):
-		c.status.finish(name, nil, false)
+		c.status.finish(name, nil, false, "")
 		c.status.nodeGone(name)
 		c.wakeDetaching(name)
 		return runner.Result{}, nil
 	case err != nil:
-		c.status.finish(name, nil, false)
+		c.status.finish(name, nil, false, "")
 		return runner.Result{}, fmt.Errorf("update status.volumesAttached of node %s: %w", name, err)
 	}
-	c.status.finish(name, updated.Status.VolumesAttached, true)
+	c.status.finish(name, updated.Status.VolumesAttached, true, node.ResourceVersion)
 	logger.V(2).Info("Updated node status", "node", klog.KObj(node), "volumesAttached", len(updated.Status.VolumesAttached))
 	c.wakeDetaching(name)
 	return runner.Result{}, nil

@@ -27,6 +27,11 @@ type statusBook struct {
 	mu sync.Mutex
 	// written is the list of the last successful write per node.
 	written map[string]map[v1.UniqueVolumeName]struct{}
+	// base is the resourceVersion of the informer's Node when that write
+	// was computed. While the informer still shows that version, its
+	// status.volumesAttached predates the write and says nothing about
+	// the server: comparing with it would write the same list again.
+	base map[string]string
 	// inflight is the list of a write in progress per node.
 	inflight map[string]map[v1.UniqueVolumeName]struct{}
 	// gone marks nodes whose Node object does not exist: nothing is
@@ -37,6 +42,7 @@ type statusBook struct {
 func newStatusBook() *statusBook {
 	return &statusBook{
 		written:  map[string]map[v1.UniqueVolumeName]struct{}{},
+		base:     map[string]string{},
 		inflight: map[string]map[v1.UniqueVolumeName]struct{}{},
 		gone:     map[string]bool{},
 	}
@@ -60,13 +66,15 @@ func (b *statusBook) snapshot(node string, compute func() []v1.AttachedVolume) [
 }
 
 // finish records the end of a write; list is what the server now holds
-// (nil with ok=false when the write failed).
-func (b *statusBook) finish(node string, list []v1.AttachedVolume, ok bool) {
+// (nil with ok=false when the write failed) and baseRV the
+// resourceVersion of the informer's Node the write was computed from.
+func (b *statusBook) finish(node string, list []v1.AttachedVolume, ok bool, baseRV string) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	delete(b.inflight, node)
 	if ok {
 		b.written[node] = toSet(list)
+		b.base[node] = baseRV
 		delete(b.gone, node)
 	}
 }
@@ -76,6 +84,7 @@ func (b *statusBook) nodeGone(node string) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	delete(b.written, node)
+	delete(b.base, node)
 	b.gone[node] = true
 }
 
@@ -93,6 +102,7 @@ func (b *statusBook) forgetNode(node string) {
 	}
 	delete(b.gone, node)
 	delete(b.written, node)
+	delete(b.base, node)
 }
 
 // nodeSeen records that the Node object exists (again).
@@ -102,12 +112,13 @@ func (b *statusBook) nodeSeen(node string) {
 	delete(b.gone, node)
 }
 
-// written returns the last written list and whether there was one.
-func (b *statusBook) lastWritten(node string) (map[v1.UniqueVolumeName]struct{}, bool) {
+// lastWritten returns the last written list, the resourceVersion of the
+// informer's Node it was computed from, and whether there was one.
+func (b *statusBook) lastWritten(node string) (map[v1.UniqueVolumeName]struct{}, string, bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	s, ok := b.written[node]
-	return s, ok
+	return s, b.base[node], ok
 }
 
 // applyAndCheck runs apply (an actual state change) under the lock and

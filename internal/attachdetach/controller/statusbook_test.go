@@ -28,13 +28,13 @@ func TestStatusBook_detachWaitsForAWriteComputedBeforeIt(t *testing.T) {
 	if !b.applyAndCheck("n", vol, func() {}, noInformer) {
 		t.Fatal("detach may delete the VolumeAttachment while a write listing the volume is in flight")
 	}
-	b.finish("n", list(vol), true)
+	b.finish("n", list(vol), true, "1")
 	if !b.applyAndCheck("n", vol, func() {}, noInformer) {
 		t.Fatal("the last write lists the volume; detach must wait")
 	}
 	// The next pass writes the list without the volume.
 	b.snapshot("n", func() []v1.AttachedVolume { return nil })
-	b.finish("n", nil, true)
+	b.finish("n", nil, true, "1")
 	if b.applyAndCheck("n", vol, func() {}, noInformer) {
 		t.Fatal("the volume is off the list; detach must go ahead")
 	}
@@ -43,9 +43,9 @@ func TestStatusBook_detachWaitsForAWriteComputedBeforeIt(t *testing.T) {
 func TestStatusBook_failedWriteKeepsTheLastSuccessfulList(t *testing.T) {
 	b := newStatusBook()
 	b.snapshot("n", func() []v1.AttachedVolume { return list(vol) })
-	b.finish("n", list(vol), true)
+	b.finish("n", list(vol), true, "1")
 	b.snapshot("n", func() []v1.AttachedVolume { return nil })
-	b.finish("n", nil, false) // the write failed: the server still lists vol
+	b.finish("n", nil, false, "1") // the write failed: the server still lists vol
 	if !b.applyAndCheck("n", vol, func() {}, noInformer) {
 		t.Fatal("a failed write must not count as having removed the volume")
 	}
@@ -64,7 +64,7 @@ func TestStatusBook_beforeAnyWriteTheInformerDecides(t *testing.T) {
 func TestStatusBook_deletedNodeListsNothing(t *testing.T) {
 	b := newStatusBook()
 	b.snapshot("n", func() []v1.AttachedVolume { return list(vol) })
-	b.finish("n", list(vol), true)
+	b.finish("n", list(vol), true, "1")
 	b.nodeGone("n")
 	if b.applyAndCheck("n", vol, func() {}, func() []v1.AttachedVolume { return list(vol) }) {
 		t.Fatal("a deleted node has no status to wait for")
@@ -87,7 +87,7 @@ func TestStatusBook_applyRunsUnderTheLock(t *testing.T) {
 func TestStatusBook_deletedNodeForgottenOnceEmpty(t *testing.T) {
 	b := newStatusBook()
 	b.snapshot("n", func() []v1.AttachedVolume { return list(vol) })
-	b.finish("n", list(vol), true)
+	b.finish("n", list(vol), true, "1")
 	b.nodeGone("n")
 	b.forgetNode("n")
 	if len(b.gone) != 0 || len(b.written) != 0 || len(b.inflight) != 0 {
