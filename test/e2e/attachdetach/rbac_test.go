@@ -18,6 +18,7 @@ import (
 
 	"google.golang.org/grpc/codes"
 	authenticationv1 "k8s.io/api/authentication/v1"
+	authorizationv1 "k8s.io/api/authorization/v1"
 	v1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -41,6 +42,8 @@ func applyDeployRBAC(t *testing.T, e *env) (string, string) {
 		t.Fatal(err)
 	}
 	var saNS, saName string
+	roles := map[string][]rbacv1.PolicyRule{} // "namespace/name" or "/name"
+	var bindings []struct{ ns, role string }
 	r := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(data)))
 	for {
 		doc, err := r.Read()
@@ -62,12 +65,20 @@ func applyDeployRBAC(t *testing.T, e *env) (string, string) {
 			saNS, saName = o.Namespace, o.Name
 			_, err = e.client.CoreV1().ServiceAccounts(o.Namespace).Create(e.ctx, o, metav1.CreateOptions{})
 		case *rbacv1.ClusterRole:
+			roles["/"+o.Name] = o.Rules
 			_, err = e.client.RbacV1().ClusterRoles().Create(e.ctx, o, metav1.CreateOptions{})
 		case *rbacv1.ClusterRoleBinding:
+			bindings = append(bindings, struct{ ns, role string }{"", "/" + o.RoleRef.Name})
 			_, err = e.client.RbacV1().ClusterRoleBindings().Create(e.ctx, o, metav1.CreateOptions{})
 		case *rbacv1.Role:
+			roles[o.Namespace+"/"+o.Name] = o.Rules
 			_, err = e.client.RbacV1().Roles(o.Namespace).Create(e.ctx, o, metav1.CreateOptions{})
 		case *rbacv1.RoleBinding:
+			role := "/" + o.RoleRef.Name
+			if o.RoleRef.Kind == "Role" {
+				role = o.Namespace + role
+			}
+			bindings = append(bindings, struct{ ns, role string }{o.Namespace, role})
 			_, err = e.client.RbacV1().RoleBindings(o.Namespace).Create(e.ctx, o, metav1.CreateOptions{})
 		default:
 			t.Fatalf("unexpected %T in rbac.yaml", obj)
@@ -79,7 +90,52 @@ func applyDeployRBAC(t *testing.T, e *env) (string, string) {
 	if saName == "" {
 		t.Fatal("rbac.yaml declares no ServiceAccount")
 	}
+	var grants []grant
+	for _, b := range bindings {
+		grants = append(grants, grantsOf(b.ns, roles[b.role])...)
+	}
+	if len(grants) == 0 {
+		t.Fatal("rbac.yaml binds no rules")
+	}
+	waitAuthorized(t, e, "system:serviceaccount:"+saNS+":"+saName, grants)
 	return saNS, saName
+}
+
+// grant is one verb on one resource that rbac.yaml gives, in namespace ns
+// ("" for cluster-wide).
+type grant struct {
+	ns, group, resource, verb string
+}
+
+func grantsOf(ns string, rules []rbacv1.PolicyRule) []grant {
+	var out []grant
+	for _, r := range rules {
+		for _, g := range r.APIGroups {
+			for _, res := range r.Resources {
+				for _, v := range r.Verbs {
+					out = append(out, grant{ns: ns, group: g, resource: res, verb: v})
+				}
+			}
+		}
+	}
+	return out
+}
+
+// waitAuthorized waits until the API server's authorizer has caught up
+// with the new roles and bindings: a request made before that is refused
+// although the RBAC is right.
+func waitAuthorized(t *testing.T, e *env, user string, grants []grant) {
+	t.Helper()
+	for _, g := range grants {
+		resource, sub, _ := strings.Cut(g.resource, "/")
+		e.eventually(fmt.Sprintf("%s allowed to %s %s", user, g.verb, g.resource), func() (bool, error) {
+			sar, err := e.client.AuthorizationV1().SubjectAccessReviews().Create(e.ctx, &authorizationv1.SubjectAccessReview{
+				Spec: authorizationv1.SubjectAccessReviewSpec{User: user, Groups: []string{"system:serviceaccounts", "system:authenticated"},
+					ResourceAttributes: &authorizationv1.ResourceAttributes{Namespace: g.ns, Group: g.group, Resource: resource, Subresource: sub, Verb: g.verb}},
+			}, metav1.CreateOptions{})
+			return err == nil && sar.Status.Allowed, err
+		})
+	}
 }
 
 // deniedRequests records requests the API server refused (401/403).
