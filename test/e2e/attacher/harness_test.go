@@ -31,7 +31,11 @@ import (
 
 var cluster *localcluster.Cluster
 
-func TestMain(m *testing.M) { os.Exit(localcluster.RunTestMain(m, &cluster)) }
+func TestMain(m *testing.M) {
+	code := localcluster.RunTestMain(m, &cluster)
+	removeBinaries()
+	os.Exit(code)
+}
 
 // writeCounter counts the attacher's API writes by resource and
 // subresource, through the client's transport.
@@ -100,6 +104,8 @@ type env struct {
 	nodeID  string
 	prefix  string
 	stopAtt func()
+	// kubeconfigPath is written on first use by kubeconfig().
+	kubeconfigPath string
 }
 
 type envOptions struct {
@@ -107,6 +113,8 @@ type envOptions struct {
 	reconcileSync time.Duration
 	noCSINode     bool
 	leader        bool
+	// noAttacher: the test starts attachers itself (the binary, say).
+	noAttacher bool
 }
 
 // newEnv starts a mock driver with a driver name unique to the test, a node
@@ -154,7 +162,10 @@ func newEnv(t *testing.T, o envOptions) *env {
 	if !o.noCSINode {
 		e.createCSINode(e.node, e.nodeID)
 	}
-	e.stopAtt = e.startAttacher(o, "")
+	e.stopAtt = func() {}
+	if !o.noAttacher {
+		e.stopAtt = e.startAttacher(o, "")
+	}
 	t.Cleanup(func() { e.stopAtt() })
 	return e
 }

@@ -1,0 +1,292 @@
+package attacher_test
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/latchcsi/latch/internal/csimock"
+)
+
+// These helpers run the real csi-attacher binary as a child process, so
+// tests can kill it (SIGKILL), stop it (SIGTERM), read its logs and scrape
+// its HTTP endpoint exactly as Kubernetes and Prometheus would.
+
+var (
+	buildOnce sync.Once
+	binDir    string
+	binPath   string
+	buildErr  error
+)
+
+// attacherBinary builds cmd/csi-attacher once per test binary.
+func attacherBinary(t *testing.T) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		binDir, buildErr = os.MkdirTemp("", "latch-bin")
+		if buildErr != nil {
+			return
+		}
+		binPath = filepath.Join(binDir, "csi-attacher")
+		out, err := exec.Command("go", "build", "-o", binPath, "github.com/latchcsi/latch/cmd/csi-attacher").CombinedOutput()
+		if err != nil {
+			buildErr = fmt.Errorf("go build csi-attacher: %v\n%s", err, out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return binPath
+}
+
+func removeBinaries() {
+	if binDir != "" {
+		os.RemoveAll(binDir)
+	}
+}
+
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// child is one csi-attacher process.
+type child struct {
+	t    *testing.T
+	name string
+	cmd  *exec.Cmd
+	out  *lockedBuffer // stdout and stderr
+	done chan struct{}
+	err  error // from Wait, valid once done is closed
+}
+
+// kubeconfig writes an admin kubeconfig for the env's children, once.
+func (e *env) kubeconfig() string {
+	e.t.Helper()
+	if e.kubeconfigPath != "" {
+		return e.kubeconfigPath
+	}
+	dir, err := os.MkdirTemp("", "latch-kc")
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(func() { os.RemoveAll(dir) })
+	path := filepath.Join(dir, "kubeconfig")
+	if err := cluster.WriteKubeconfig(path); err != nil {
+		e.t.Fatal(err)
+	}
+	e.kubeconfigPath = path
+	return path
+}
+
+// startBinary runs csi-attacher against the env's driver socket. args come
+// after the defaults, so a test can override them.
+func (e *env) startBinary(name string, args ...string) *child {
+	e.t.Helper()
+	all := append([]string{
+		"--csi-address=" + e.socket,
+		"--kubeconfig=" + e.kubeconfig(),
+		"--timeout=30s",
+		"--retry-interval-start=100ms",
+		"--reconcile-sync=0",
+		"--worker-threads=4",
+	}, args...)
+	c := &child{t: e.t, name: name, cmd: exec.Command(attacherBinary(e.t), all...), out: &lockedBuffer{}, done: make(chan struct{})}
+	c.cmd.Stdout, c.cmd.Stderr = c.out, c.out
+	if err := c.cmd.Start(); err != nil {
+		e.t.Fatalf("start csi-attacher %s: %v", name, err)
+	}
+	go func() {
+		c.err = c.cmd.Wait()
+		close(c.done)
+	}()
+	e.t.Cleanup(func() {
+		select {
+		case <-c.done:
+		default:
+			_ = c.cmd.Process.Kill()
+			<-c.done
+		}
+		if e.t.Failed() {
+			e.t.Logf("csi-attacher %s output (last 4000 bytes):\n%s", name, tail(c.out.String(), 4000))
+		}
+	})
+	return c
+}
+
+// kill is SIGKILL: no drain, no lease release, nothing.
+func (c *child) kill() {
+	c.t.Helper()
+	if err := c.cmd.Process.Kill(); err != nil {
+		c.t.Fatalf("kill csi-attacher %s: %v", c.name, err)
+	}
+	<-c.done
+}
+
+func (c *child) signal(sig os.Signal) {
+	c.t.Helper()
+	if err := c.cmd.Process.Signal(sig); err != nil {
+		c.t.Fatalf("signal csi-attacher %s: %v", c.name, err)
+	}
+}
+
+// exitCode waits for the process to exit and returns its exit code.
+func (c *child) exitCode(timeout time.Duration) int {
+	c.t.Helper()
+	select {
+	case <-c.done:
+	case <-time.After(timeout):
+		c.t.Fatalf("csi-attacher %s did not exit within %s", c.name, timeout)
+	}
+	if c.err == nil {
+		return 0
+	}
+	if ee, ok := c.err.(*exec.ExitError); ok {
+		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			c.t.Fatalf("csi-attacher %s was killed by %s", c.name, ws.Signal())
+		}
+		return ee.ExitCode()
+	}
+	c.t.Fatalf("csi-attacher %s: %v", c.name, c.err)
+	return -1
+}
+
+func tail(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[len(s)-n:]
+}
+
+// inFlight reports whether a call of method on volumeID has started and not
+// returned.
+func (e *env) inFlight(method, volumeID string) bool {
+	for _, c := range e.driver.CallsTo(method) {
+		if c.VolumeID == volumeID && !c.Done() {
+			return true
+		}
+	}
+	return false
+}
+
+// callsFor returns the calls of method on volumeID, oldest first.
+func (e *env) callsFor(method, volumeID string) []csimock.Call {
+	var out []csimock.Call
+	for _, c := range e.driver.CallsTo(method) {
+		if c.VolumeID == volumeID {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// freeAddress returns a loopback address nobody listens on right now.
+func freeAddress(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	return addr
+}
+
+// sample is one metric sample of the Prometheus text format.
+type sample struct {
+	name   string
+	labels map[string]string
+	value  float64
+}
+
+// scrape fetches url and parses the samples (the test only needs names,
+// simple label values and values, so a small parser suffices).
+func scrape(t *testing.T, url string) []sample {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET %s: status %d, err %v", url, resp.StatusCode, err)
+	}
+	var out []sample
+	for _, line := range strings.Split(string(body), "\n") {
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		sp := strings.LastIndexByte(line, ' ')
+		if sp < 0 {
+			continue
+		}
+		v, err := strconv.ParseFloat(line[sp+1:], 64)
+		if err != nil {
+			continue
+		}
+		s := sample{name: line[:sp], labels: map[string]string{}, value: v}
+		if i := strings.IndexByte(s.name, '{'); i >= 0 {
+			for _, kv := range strings.Split(strings.TrimSuffix(s.name[i+1:], "}"), ",") {
+				k, val, ok := strings.Cut(kv, "=")
+				if ok {
+					s.labels[k] = strings.Trim(val, `"`)
+				}
+			}
+			s.name = s.name[:i]
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+// find returns the samples named name whose labels include want.
+func find(samples []sample, name string, want map[string]string) []sample {
+	var out []sample
+next:
+	for _, s := range samples {
+		if s.name != name {
+			continue
+		}
+		for k, v := range want {
+			if s.labels[k] != v {
+				continue next
+			}
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+// value is the sum of the matching samples; ok is false when none match.
+func value(samples []sample, name string, want map[string]string) (float64, bool) {
+	m := find(samples, name, want)
+	var sum float64
+	for _, s := range m {
+		sum += s.value
+	}
+	return sum, len(m) > 0
+}

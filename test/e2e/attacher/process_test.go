@@ -1,0 +1,188 @@
+package attacher_test
+
+import (
+	"slices"
+	"syscall"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/latchcsi/latch/internal/csimock"
+	"github.com/latchcsi/latch/internal/kube"
+)
+
+const (
+	publishMethod   = "ControllerPublishVolume"
+	unpublishMethod = "ControllerUnpublishVolume"
+)
+
+// count returns how often s occurs in list.
+func count(list []string, s string) int {
+	n := 0
+	for _, x := range list {
+		if x == s {
+			n++
+		}
+	}
+	return n
+}
+
+func TestAttacherKilledMidPublishRepublishesOnlyTheVolumeWhoseOutcomeWasUnknown(t *testing.T) {
+	e := newEnv(t, envOptions{noAttacher: true})
+	pv1, va1, pv2, va2 := e.prefix+"-pv1", e.prefix+"-va1", e.prefix+"-pv2", e.prefix+"-va2"
+	e.createPV(pv1)
+	e.createPV(pv2)
+	first := e.startBinary("first")
+	e.createVA(e.newVA(va1, pv1, e.node))
+	e.waitAttached(va1, time.Minute)
+
+	// The driver publishes pv2 but its reply is held back: when the
+	// attacher dies, it cannot know whether the volume got published.
+	if _, err := e.driver.AddFault(csimock.Rule{Method: publishMethod, VolumeID: pv2, Phase: csimock.PhaseAfter, Latency: time.Hour, Once: true}); err != nil {
+		t.Fatal(err)
+	}
+	e.createVA(e.newVA(va2, pv2, e.node))
+	e.eventually(30*time.Second, "publish of "+pv2+" in flight", func() (bool, error) { return e.inFlight(publishMethod, pv2), nil })
+	before := e.getVA(va2)
+	if !slices.Contains(before.Finalizers, kube.AttacherFinalizer(e.name)) || before.Annotations[kube.VANodeIDAnnotation] != e.nodeID {
+		t.Fatalf("while publishing, VA has finalizers %v annotations %v: the finalizer and node ID must be written before the driver is called", before.Finalizers, before.Annotations)
+	}
+	first.kill()
+	e.eventually(10*time.Second, "killed publish ended on the driver side", func() (bool, error) { return !e.inFlight(publishMethod, pv2), nil })
+	if va := e.getVA(va2); va.Status.Attached {
+		t.Fatalf("VA %s marked attached by a process that never got the reply", va2)
+	}
+
+	e.startBinary("second")
+	e.waitAttached(va2, time.Minute)
+
+	calls := e.callsFor(publishMethod, pv2)
+	if len(calls) != 2 || calls[0].Code == codes.OK || calls[1].Code != codes.OK {
+		t.Fatalf("publish calls for %s = %+v, want the unanswered one (cancelled by the kill) and one repeat", pv2, calls)
+	}
+	// The volume whose outcome was known is not published again.
+	if calls := e.callsFor(publishMethod, pv1); len(calls) != 1 {
+		t.Errorf("publish calls for %s = %d after the restart, want still 1", pv1, len(calls))
+	}
+	for _, name := range []string{va1, va2} {
+		if va := e.getVA(name); count(va.Finalizers, kube.AttacherFinalizer(e.name)) != 1 || len(va.Finalizers) != 1 {
+			t.Errorf("VA %s finalizers = %v, want exactly ours once", name, va.Finalizers)
+		}
+	}
+	for _, name := range []string{pv1, pv2} {
+		pv, err := e.client.CoreV1().PersistentVolumes().Get(e.ctx, name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if count(pv.Finalizers, kube.PVFinalizer(e.name)) != 1 {
+			t.Errorf("PV %s finalizers = %v, want ours once", name, pv.Finalizers)
+		}
+	}
+
+	// The restarted attacher also detaches cleanly: nothing leaked.
+	e.deleteVA(va2)
+	e.waitGone(va2)
+	if got := e.driver.Published(pv2); len(got) != 0 {
+		t.Errorf("%s still published to %v", pv2, got)
+	}
+}
+
+func TestAttacherKilledMidUnpublishUnpublishesAgainAfterRestartAndReleasesVA(t *testing.T) {
+	e := newEnv(t, envOptions{noAttacher: true})
+	pv, vaName := e.prefix+"-pv", e.prefix+"-va"
+	e.createPV(pv)
+	first := e.startBinary("first")
+	e.createVA(e.newVA(vaName, pv, e.node))
+	e.waitAttached(vaName, time.Minute)
+
+	if _, err := e.driver.AddFault(csimock.Rule{Method: unpublishMethod, VolumeID: pv, Phase: csimock.PhaseAfter, Latency: time.Hour, Once: true}); err != nil {
+		t.Fatal(err)
+	}
+	e.deleteVA(vaName)
+	e.eventually(30*time.Second, "unpublish in flight", func() (bool, error) { return e.inFlight(unpublishMethod, pv), nil })
+	first.kill()
+	e.eventually(10*time.Second, "killed unpublish ended on the driver side", func() (bool, error) { return !e.inFlight(unpublishMethod, pv), nil })
+	// Unknown outcome: the VA must still hold our finalizer.
+	if va := e.getVA(vaName); !slices.Contains(va.Finalizers, kube.AttacherFinalizer(e.name)) {
+		t.Fatalf("finalizer removed although the unpublish never answered: %v", va.Finalizers)
+	}
+
+	e.startBinary("second")
+	e.waitGone(vaName)
+	calls := e.callsFor(unpublishMethod, pv)
+	if len(calls) != 2 || calls[0].Code == codes.OK || calls[1].Code != codes.OK {
+		t.Fatalf("unpublish calls = %+v, want the unanswered one and one repeat", calls)
+	}
+	if got := e.driver.Published(pv); len(got) != 0 {
+		t.Errorf("still published to %v", got)
+	}
+	if got := e.callsFor(publishMethod, pv); len(got) != 1 {
+		t.Errorf("publish calls = %d, want 1 (a deleting VA is never published again)", len(got))
+	}
+	p, err := e.client.CoreV1().PersistentVolumes().Get(e.ctx, pv, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if count(p.Finalizers, kube.PVFinalizer(e.name)) != 1 {
+		t.Errorf("PV finalizers = %v, want ours once (the PV is not being deleted)", p.Finalizers)
+	}
+}
+
+func TestAttacherSIGTERMFinishesInFlightPublishExitsZeroAndReleasesLease(t *testing.T) {
+	e := newEnv(t, envOptions{noAttacher: true})
+	// A lease of one minute: within the test, a standby can only take
+	// over if the leader releases the lease.
+	le := []string{
+		"--leader-election", "--leader-election-namespace=default",
+		"--leader-election-lease-duration=60s", "--leader-election-renew-deadline=40s", "--leader-election-retry-period=200ms",
+	}
+	leaseName := kube.LeaseName(e.name)
+	holder := func() string {
+		l, err := e.client.CoordinationV1().Leases("default").Get(e.ctx, leaseName, metav1.GetOptions{})
+		if err != nil || l.Spec.HolderIdentity == nil {
+			return ""
+		}
+		return *l.Spec.HolderIdentity
+	}
+	leader := e.startBinary("leader", le...)
+	e.eventually(time.Minute, "lease "+leaseName+" held", func() (bool, error) { return holder() != "", nil })
+	leaderID := holder()
+	e.startBinary("standby", le...)
+
+	pv1, va1 := e.prefix+"-pv1", e.prefix+"-va1"
+	e.createPV(pv1)
+	if _, err := e.driver.AddFault(csimock.Rule{Method: publishMethod, VolumeID: pv1, Latency: 3 * time.Second, Once: true}); err != nil {
+		t.Fatal(err)
+	}
+	e.createVA(e.newVA(va1, pv1, e.node))
+	e.eventually(30*time.Second, "slow publish in flight", func() (bool, error) { return e.inFlight(publishMethod, pv1), nil })
+
+	leader.signal(syscall.SIGTERM)
+	if code := leader.exitCode(time.Minute); code != 0 {
+		t.Fatalf("leader exited with %d after SIGTERM, want 0", code)
+	}
+	// The in-flight call was allowed to finish, and its result recorded,
+	// before the process let go.
+	calls := e.callsFor(publishMethod, pv1)
+	if len(calls) != 1 || !calls[0].Done() || calls[0].Code != codes.OK {
+		t.Fatalf("publish calls = %+v, want one that completed OK", calls)
+	}
+	if va := e.getVA(va1); !va.Status.Attached {
+		t.Fatalf("VA %s not attached when the leader exited: the drained publish's status was not written", va1)
+	}
+
+	// The standby takes over long before the minute-long lease expires.
+	e.eventually(30*time.Second, "standby holds the lease", func() (bool, error) {
+		h := holder()
+		return h != "" && h != leaderID, nil
+	})
+	pv2, va2 := e.prefix+"-pv2", e.prefix+"-va2"
+	e.createPV(pv2)
+	e.createVA(e.newVA(va2, pv2, e.node))
+	e.waitAttached(va2, time.Minute)
+	if got := len(e.callsFor(publishMethod, pv1)); got != 1 {
+		t.Errorf("publish calls for %s = %d after the handover, want 1", pv1, got)
+	}
+}
