@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	kubectlcmd "k8s.io/kubectl/pkg/cmd"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -35,7 +36,18 @@ import (
 
 var cluster *localcluster.Cluster
 
+// runAsKubectl makes the test binary run kubectl's command instead of the
+// tests, to exercise kubectl's plugin mechanism without an installed kubectl.
+const runAsKubectl = "LATCH_TEST_RUN_KUBECTL"
+
 func TestMain(m *testing.M) {
+	if os.Getenv(runAsKubectl) == "1" {
+		os.Args[0] = "kubectl"
+		if err := kubectlcmd.NewDefaultKubectlCommand().Execute(); err != nil {
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
 	code := localcluster.RunTestMain(m, &cluster)
 	removeBinaries()
 	os.Exit(code)

@@ -81,7 +81,9 @@ func TestLatchctlRunsAsKubectlPlugin(t *testing.T) {
 
 	checkStatus := func(t *testing.T, cmd *exec.Cmd) {
 		t.Helper()
-		cmd.Env = env
+		if cmd.Env == nil {
+			cmd.Env = env
+		}
 		var stderr strings.Builder
 		cmd.Stderr = &stderr
 		out, err := cmd.Output()
@@ -110,16 +112,19 @@ func TestLatchctlRunsAsKubectlPlugin(t *testing.T) {
 	})
 
 	t.Run("kubectl latch through kubectl's plugin mechanism", func(t *testing.T) {
-		kubectl, err := exec.LookPath("kubectl")
-		if err != nil {
-			t.Skip("kubectl is not installed; the plugin binary itself is tested above")
-		}
+		// This test binary runs kubectl's own command (k8s.io/kubectl, the
+		// same minor as our client), so the plugin lookup is kubectl's real
+		// one whether or not a kubectl is installed.
+		kubectl := os.Args[0]
+		env := append(env, runAsKubectl+"=1")
 		list := exec.CommandContext(ctx, kubectl, "plugin", "list")
 		list.Env = env
 		out, _ := list.CombinedOutput()
 		if !strings.Contains(string(out), filepath.Join(dir, "kubectl-latch")) {
 			t.Errorf("kubectl plugin list does not show kubectl-latch:\n%s", out)
 		}
-		checkStatus(t, exec.CommandContext(ctx, kubectl, "latch", "status", "-o", "json", "--driver", driver))
+		viaKubectl := exec.CommandContext(ctx, kubectl, "latch", "status", "-o", "json", "--driver", driver)
+		viaKubectl.Env = env
+		checkStatus(t, viaKubectl)
 	})
 }
