@@ -236,7 +236,7 @@ func (w *fakeWorld) deleteBehindTheController(name string) {
 		w.t.Fatalf("VolumeAttachment %s not found", name)
 	}
 	w.missNext(name)
-	if err := w.client.Tracker().Delete(vaResource, "", name); err != nil {
+	if err := w.tracker.Delete(vaResource, "", name); err != nil {
 		w.t.Fatal(err)
 	}
 	if err := w.vaCache().Delete(va); err != nil {
@@ -290,7 +290,7 @@ func TestVerify_unknownVolumeAttachmentNothingWants_deleted(t *testing.T) {
 	// Created by another client; the controller's informer stored it but
 	// its add handler never ran.
 	w.missNext(name)
-	if err := w.client.Tracker().Create(vaResource, va, "", metav1.CreateOptions{FieldManager: "someone"}); err != nil {
+	if err := w.tracker.Create(vaResource, va, "", metav1.CreateOptions{FieldManager: "someone"}); err != nil {
 		t.Fatal(err)
 	}
 	if err := w.vaCache().Add(va); err != nil {

@@ -7,8 +7,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -16,7 +18,9 @@ import (
 	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
@@ -103,11 +107,43 @@ func podUsing(name, node, claim string) *v1.Pod {
 	}
 }
 
+// versioningTracker stamps a growing resourceVersion on every object it
+// stores, as the API server does (the fake's tracker versions objects
+// internally but does not set the field).
+type versioningTracker struct {
+	clienttesting.ObjectTracker
+	rv atomic.Int64
+}
+
+func (t *versioningTracker) stamp(obj runtime.Object) runtime.Object {
+	if m, err := meta.Accessor(obj); err == nil {
+		m.SetResourceVersion(strconv.FormatInt(t.rv.Add(1), 10))
+	}
+	return obj
+}
+
+func (t *versioningTracker) Add(obj runtime.Object) error {
+	return t.ObjectTracker.Add(t.stamp(obj))
+}
+
+func (t *versioningTracker) Create(gvr schema.GroupVersionResource, obj runtime.Object, ns string, opts ...metav1.CreateOptions) error {
+	return t.ObjectTracker.Create(gvr, t.stamp(obj), ns, opts...)
+}
+
+func (t *versioningTracker) Update(gvr schema.GroupVersionResource, obj runtime.Object, ns string, opts ...metav1.UpdateOptions) error {
+	return t.ObjectTracker.Update(gvr, t.stamp(obj), ns, opts...)
+}
+
+func (t *versioningTracker) Patch(gvr schema.GroupVersionResource, obj runtime.Object, ns string, opts ...metav1.PatchOptions) error {
+	return t.ObjectTracker.Patch(gvr, t.stamp(obj), ns, opts...)
+}
+
 // fakeWorld is one controller on a fake clientset.
 type fakeWorld struct {
 	t        *testing.T
 	ctx      context.Context
 	client   *fake.Clientset
+	tracker  *versioningTracker
 	events   *record.FakeRecorder
 	registry metrics.KubeRegistry
 	c        *Controller
@@ -123,14 +159,25 @@ func newFakeWorld(t *testing.T, cfg Config, objs ...runtime.Object) *fakeWorld {
 	t.Helper()
 	_, ctx := ktesting.NewTestContext(t)
 	ctx, cancel := context.WithCancel(ctx)
-	w := &fakeWorld{t: t, ctx: ctx, client: fake.NewClientset(objs...), events: record.NewFakeRecorder(100), missed: map[string]int{}}
+	w := &fakeWorld{t: t, ctx: ctx, client: fake.NewClientset(), events: record.NewFakeRecorder(100), missed: map[string]int{}}
+	// Route every request through a tracker that versions objects the way
+	// the API server does; the clientset's own reactors would store them
+	// without a resourceVersion.
+	w.tracker = &versioningTracker{ObjectTracker: w.client.Tracker()}
+	w.client.ReactionChain = nil
+	w.client.AddReactor("*", "*", clienttesting.ObjectReaction(w.tracker))
+	for _, obj := range objs {
+		if err := w.tracker.Add(obj); err != nil {
+			t.Fatal(err)
+		}
+	}
 	watches := make(chan string, 20)
 	w.client.PrependWatchReactor("*", func(action clienttesting.Action) (bool, watch.Interface, error) {
 		var opts metav1.ListOptions
 		if wa, ok := action.(clienttesting.WatchActionImpl); ok {
 			opts = wa.ListOptions
 		}
-		inner, err := w.client.Tracker().Watch(action.GetResource(), action.GetNamespace(), opts)
+		inner, err := w.tracker.Watch(action.GetResource(), action.GetNamespace(), opts)
 		if err != nil {
 			return false, nil, err
 		}
@@ -267,7 +314,7 @@ func (w *fakeWorld) waitWrites(n int) []string {
 }
 
 func (w *fakeWorld) va(name string) (*storagev1.VolumeAttachment, bool) {
-	obj, err := w.client.Tracker().Get(vaResource, "", name)
+	obj, err := w.tracker.Get(vaResource, "", name)
 	if err != nil {
 		return nil, false
 	}
@@ -282,7 +329,7 @@ func (w *fakeWorld) attach(name string) {
 		w.t.Fatalf("VolumeAttachment %s not found", name)
 	}
 	va.Status.Attached = true
-	if err := w.client.Tracker().Update(vaResource, va, "", metav1.UpdateOptions{FieldManager: "csi-attacher"}); err != nil {
+	if err := w.tracker.Update(vaResource, va, "", metav1.UpdateOptions{FieldManager: "csi-attacher"}); err != nil {
 		w.t.Fatal(err)
 	}
 }
@@ -290,13 +337,13 @@ func (w *fakeWorld) attach(name string) {
 // setInUse plays the kubelet: status.volumesInUse.
 func (w *fakeWorld) setInUse(node string, vols ...v1.UniqueVolumeName) {
 	w.t.Helper()
-	obj, err := w.client.Tracker().Get(nodeResource, "", node)
+	obj, err := w.tracker.Get(nodeResource, "", node)
 	if err != nil {
 		w.t.Fatal(err)
 	}
 	n := obj.(*v1.Node)
 	n.Status.VolumesInUse = vols
-	if err := w.client.Tracker().Update(nodeResource, n, "", metav1.UpdateOptions{FieldManager: "kubelet"}); err != nil {
+	if err := w.tracker.Update(nodeResource, n, "", metav1.UpdateOptions{FieldManager: "kubelet"}); err != nil {
 		w.t.Fatal(err)
 	}
 }
@@ -316,14 +363,14 @@ func (w *fakeWorld) setInUseSeen(node string, vols ...v1.UniqueVolumeName) {
 
 func (w *fakeWorld) deletePod(name string) {
 	w.t.Helper()
-	if err := w.client.Tracker().Delete(podResource, testNS, name); err != nil {
+	if err := w.tracker.Delete(podResource, testNS, name); err != nil {
 		w.t.Fatal(err)
 	}
 }
 
 func (w *fakeWorld) addPod(p *v1.Pod) {
 	w.t.Helper()
-	if err := w.client.Tracker().Create(podResource, p, testNS, metav1.CreateOptions{FieldManager: "scheduler"}); err != nil {
+	if err := w.tracker.Create(podResource, p, testNS, metav1.CreateOptions{FieldManager: "scheduler"}); err != nil {
 		w.t.Fatal(err)
 	}
 }

@@ -42,13 +42,12 @@ func (c *Controller) syncNodeStatus(ctx context.Context, name string) (runner.Re
 	want := c.status.snapshot(name, func() []v1.AttachedVolume {
 		return nodestatus.VolumesAttached(node.Status.VolumesAttached, c.asw.ForNode(name))
 	})
-	last, base, wrote := c.status.lastWritten(name)
-	// The informer may not show our last write yet (same resourceVersion
-	// as when it was computed): then the server holds what we wrote, and
-	// the informer's event for that write brings the node back here.
-	// Otherwise the informer is the truth, which also repairs a list
-	// another client changed.
-	informerBehind := wrote && base == node.ResourceVersion
+	last, wrote := c.status.lastWritten(name)
+	// The informer may not show our last write yet: then the server holds
+	// what we wrote, and the informer's event for that write brings the
+	// node back here. Otherwise the informer is the truth, which also
+	// repairs a list another client changed.
+	informerBehind := wrote && c.status.informerBehind(name, node.ResourceVersion)
 	upToDate := !nodestatus.NeedsUpdate(node, want) && (!wrote || maps.Equal(last, toSet(want)))
 	if upToDate || informerBehind && maps.Equal(last, toSet(want)) {
 		if upToDate && !wrote {
@@ -76,7 +75,7 @@ func (c *Controller) syncNodeStatus(ctx context.Context, name string) (runner.Re
 		c.status.finish(name, nil, false, "")
 		return runner.Result{}, fmt.Errorf("update status.volumesAttached of node %s: %w", name, err)
 	}
-	c.status.finish(name, updated.Status.VolumesAttached, true, node.ResourceVersion)
+	c.status.finish(name, updated.Status.VolumesAttached, true, updated.ResourceVersion)
 	logger.V(2).Info("Updated node status", "node", klog.KObj(node), "volumesAttached", len(updated.Status.VolumesAttached))
 	c.wakeDetaching(name)
 	return runner.Result{}, nil

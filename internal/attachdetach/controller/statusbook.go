@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"strconv"
 	"sync"
 
 	v1 "k8s.io/api/core/v1"
@@ -27,11 +28,11 @@ type statusBook struct {
 	mu sync.Mutex
 	// written is the list of the last successful write per node.
 	written map[string]map[v1.UniqueVolumeName]struct{}
-	// base is the resourceVersion of the informer's Node when that write
-	// was computed. While the informer still shows that version, its
-	// status.volumesAttached predates the write and says nothing about
-	// the server: comparing with it would write the same list again.
-	base map[string]string
+	// rv is the resourceVersion that write gave the Node. While the
+	// informer shows an older Node, its status.volumesAttached predates
+	// the write and says nothing about the server: comparing with it
+	// would write the same list again.
+	rv map[string]int64
 	// inflight is the list of a write in progress per node.
 	inflight map[string]map[v1.UniqueVolumeName]struct{}
 	// gone marks nodes whose Node object does not exist: nothing is
@@ -42,7 +43,7 @@ type statusBook struct {
 func newStatusBook() *statusBook {
 	return &statusBook{
 		written:  map[string]map[v1.UniqueVolumeName]struct{}{},
-		base:     map[string]string{},
+		rv:       map[string]int64{},
 		inflight: map[string]map[v1.UniqueVolumeName]struct{}{},
 		gone:     map[string]bool{},
 	}
@@ -66,17 +67,30 @@ func (b *statusBook) snapshot(node string, compute func() []v1.AttachedVolume) [
 }
 
 // finish records the end of a write; list is what the server now holds
-// (nil with ok=false when the write failed) and baseRV the
-// resourceVersion of the informer's Node the write was computed from.
-func (b *statusBook) finish(node string, list []v1.AttachedVolume, ok bool, baseRV string) {
+// (nil with ok=false when the write failed) and rv the Node's
+// resourceVersion that holds it.
+func (b *statusBook) finish(node string, list []v1.AttachedVolume, ok bool, rv string) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	delete(b.inflight, node)
 	if ok {
 		b.written[node] = toSet(list)
-		b.base[node] = baseRV
+		b.rv[node], _ = strconv.ParseInt(rv, 10, 64)
 		delete(b.gone, node)
 	}
+}
+
+// informerBehind reports whether the informer's Node, at resourceVersion
+// rv, is older than the last write to node. The API server's
+// resourceVersions are etcd revisions, which grow with every write; the
+// kube-scheduler's assume cache orders them the same way. A
+// resourceVersion that is not a number makes this false: the informer is
+// trusted, and at worst a list is written twice.
+func (b *statusBook) informerBehind(node, rv string) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	n, err := strconv.ParseInt(rv, 10, 64)
+	return err == nil && n < b.rv[node]
 }
 
 // nodeGone records that the Node object does not exist.
@@ -84,7 +98,7 @@ func (b *statusBook) nodeGone(node string) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	delete(b.written, node)
-	delete(b.base, node)
+	delete(b.rv, node)
 	b.gone[node] = true
 }
 
@@ -102,7 +116,7 @@ func (b *statusBook) forgetNode(node string) {
 	}
 	delete(b.gone, node)
 	delete(b.written, node)
-	delete(b.base, node)
+	delete(b.rv, node)
 }
 
 // nodeSeen records that the Node object exists (again).
@@ -112,13 +126,12 @@ func (b *statusBook) nodeSeen(node string) {
 	delete(b.gone, node)
 }
 
-// lastWritten returns the last written list, the resourceVersion of the
-// informer's Node it was computed from, and whether there was one.
-func (b *statusBook) lastWritten(node string) (map[v1.UniqueVolumeName]struct{}, string, bool) {
+// lastWritten returns the last written list and whether there was one.
+func (b *statusBook) lastWritten(node string) (map[v1.UniqueVolumeName]struct{}, bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	s, ok := b.written[node]
-	return s, b.base[node], ok
+	return s, ok
 }
 
 // applyAndCheck runs apply (an actual state change) under the lock and

@@ -106,3 +106,23 @@ func TestStatusBook_forgetNodeKeepsAWriteInFlight(t *testing.T) {
 		t.Fatal("a write in flight still lists the volume")
 	}
 }
+
+func TestStatusBook_informerBehindUntilItShowsOurLastWrite(t *testing.T) {
+	b := newStatusBook()
+	if b.informerBehind("n", "5") {
+		t.Fatal("nothing written: the informer is the truth")
+	}
+	b.snapshot("n", func() []v1.AttachedVolume { return list(vol) })
+	b.finish("n", list(vol), true, "10")
+	b.snapshot("n", func() []v1.AttachedVolume { return nil })
+	b.finish("n", nil, true, "12")
+	for rv, behind := range map[string]bool{"9": true, "10": true, "11": true, "12": false, "13": false, "not-a-number": false} {
+		if got := b.informerBehind("n", rv); got != behind {
+			t.Errorf("informer at %s after writes up to 12: behind = %v, want %v", rv, got, behind)
+		}
+	}
+	b.nodeGone("n")
+	if b.informerBehind("n", "9") {
+		t.Error("a deleted node has no write to wait for")
+	}
+}
