@@ -127,7 +127,7 @@ func (r *podRig) trackPods(ctx context.Context) error {
 	}
 	go inf.RunWithContext(ctx)
 	if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
-		return fmt.Errorf("Pod watch did not sync: %w", ctx.Err())
+		return fmt.Errorf("the Pod watch did not sync: %w", ctx.Err())
 	}
 	return nil
 }
