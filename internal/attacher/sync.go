@@ -350,7 +350,7 @@ func (c *Controller) secrets(ctx context.Context, ref *v1.SecretReference) (map[
 	if ref == nil {
 		return nil, nil, nil
 	}
-	s, err := c.client.CoreV1().Secrets(ref.Namespace).Get(ctx, ref.Name, metav1.GetOptions{})
+	s, err := c.client.CoreV1().Secrets(ref.Namespace).Get(withoutAPIDumps(ctx), ref.Name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		return nil, &Blocked{Reason: "WaitingForSecret", Message: fmt.Sprintf("controller publish secret %s/%s not found", ref.Namespace, ref.Name)}, nil
 	}

@@ -115,6 +115,9 @@ type envOptions struct {
 	leader        bool
 	// noAttacher: the test starts attachers itself (the binary, say).
 	noAttacher bool
+	// driverName overrides the test-unique driver name (CSI migration
+	// needs the real name of a migrated driver).
+	driverName string
 }
 
 // newEnv starts a mock driver with a driver name unique to the test, a node
@@ -142,6 +145,9 @@ func newEnv(t *testing.T, o envOptions) *env {
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	e.socket = filepath.Join(dir, "csi.sock")
+	if o.driverName != "" {
+		e.name = o.driverName
+	}
 
 	cfg := csimock.DefaultConfig()
 	cfg.Name = e.name
