@@ -4,6 +4,7 @@ import (
 	"sync"
 
 	storagev1 "k8s.io/api/storage/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/latchcsi/latch/internal/attachdetach/state"
@@ -59,8 +60,10 @@ func (b *nameBook) get(name string) (state.Key, bool) {
 // ownWrites overlays the VolumeAttachment informer with the controller's
 // own writes until the informer shows them, so that a pass right after a
 // create does not see "no VolumeAttachment" and a pass right after a
-// delete does not see the deleted one as a live attachment (which could
-// put a volume being detached back into the node's volumesAttached).
+// delete sees the deleted one as being deleted, not as a live attachment
+// (which could put a volume being detached back into the node's
+// volumesAttached) and not as gone (which would let an exclusive volume
+// attach to another node before the driver unpublished it here).
 type ownWrites struct {
 	mu sync.Mutex
 	// created holds VAs created by us that the informer has not shown.
@@ -117,8 +120,14 @@ func (w *ownWrites) view(name string, listed *storagev1.VolumeAttachment) *stora
 		return w.created[name]
 	}
 	if uid, ok := w.deleted[name]; ok && uid == listed.UID && listed.DeletionTimestamp == nil {
-		// We deleted it; the informer has not caught up.
-		return nil
+		// We deleted it; the informer has not caught up. It is being
+		// deleted, not gone: csi-attacher's finalizer keeps it until the
+		// driver has unpublished the volume, and until then the volume
+		// must still block an exclusive attach to another node.
+		// Only the presence of the timestamp matters to the decision.
+		deleting := listed.DeepCopy()
+		deleting.DeletionTimestamp = &metav1.Time{}
+		return deleting
 	}
 	return listed
 }
