@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc/codes"
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -278,4 +279,47 @@ func forceDelete(t *testing.T, e *env, pod string) {
 // six minutes.
 func controllerConfigForNodeFailures() controller.Config {
 	return controller.Config{Workers: 8, MaxWaitForUnmount: 3 * time.Second}
+}
+
+func TestExclusiveVolumeMovesNodes_notPublishedToTheNewNodeBeforeUnpublishedFromTheOld(t *testing.T) {
+	e := newEnv(t, options{})
+	n1, n2 := e.addNode("n1"), e.addNode("n2")
+	const n = 6
+	var pvs []string
+	for i := range n {
+		pv := e.volume(fmt.Sprintf("v%d", i))
+		pvs = append(pvs, pv)
+		e.pod(fmt.Sprintf("old%d", i), n1, pv)
+	}
+	for _, pv := range pvs {
+		e.waitAttached(pv, n1)
+	}
+	// The unpublish from n1 fails for a while: until it succeeds, n2 must
+	// not get the volume, however quickly the new Pod asks for it.
+	for _, pv := range pvs {
+		e.fault(csimock.Rule{Method: "ControllerUnpublishVolume", VolumeID: pv, Times: 3, Code: codes.Internal, Message: "still detaching"})
+	}
+	for i, pv := range pvs {
+		e.deletePod(fmt.Sprintf("old%d", i))
+		e.pod(fmt.Sprintf("new%d", i), n2, pv)
+	}
+	for _, pv := range pvs {
+		e.waitAttached(pv, n2)
+	}
+	for _, pv := range pvs {
+		var unpublished, published time.Time
+		for _, c := range e.mock.Calls() {
+			switch {
+			case c.VolumeID == pv && c.Method == "ControllerUnpublishVolume" && c.Code == codes.OK:
+				unpublished = c.End
+			case c.VolumeID == pv && c.Method == "ControllerPublishVolume" && c.NodeID == e.nodeID(n2) && published.IsZero():
+				published = c.Start
+			}
+		}
+		if unpublished.IsZero() || published.Before(unpublished) {
+			t.Errorf("%s: publish to n2 started at %s, unpublish from n1 finished at %s", pv, published.Format(time.StampMicro), unpublished.Format(time.StampMicro))
+		}
+	}
+	e.checkInvariants(30 * time.Second)
+	e.teardownClean()
 }
