@@ -1,0 +1,89 @@
+package attacher_test
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/latchcsi/latch/internal/csimock"
+)
+
+func TestBurstOfSlowDetachesDoesNotStarveNewAttaches(t *testing.T) {
+	const (
+		detaching = 30 // three times the workers of the detach queue
+		attaching = 5
+	)
+	e := newEnv(t, envOptions{})
+	name := func(kind string, i int) string { return fmt.Sprintf("%s-%s-%02d", e.prefix, kind, i) }
+	for i := range detaching {
+		e.createPV(name("old", i))
+		e.createVA(e.newVA(name("old", i), name("old", i), e.node))
+	}
+	for i := range detaching {
+		e.waitAttached(name("old", i), time.Minute)
+	}
+
+	// Every unpublish now takes 8 s: the detach workers are all busy and
+	// most detaches wait in their queue.
+	if _, err := e.driver.AddFault(csimock.Rule{Method: unpublishMethod, Latency: 8 * time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	for i := range detaching {
+		e.deleteVA(name("old", i))
+	}
+	inFlight := func() int {
+		n := 0
+		for _, c := range e.driver.CallsTo(unpublishMethod) {
+			if !c.Done() {
+				n++
+			}
+		}
+		return n
+	}
+	e.eventually(30*time.Second, "detach workers saturated", func() (bool, error) { return inFlight() == 10, nil })
+
+	for i := range attaching {
+		e.createPV(name("new", i))
+		e.createVA(e.newVA(name("new", i), name("new", i), e.node))
+	}
+	for i := range attaching {
+		e.waitAttached(name("new", i), time.Minute)
+	}
+	unpublishes := e.driver.CallsTo(unpublishMethod)
+	done := 0
+	for _, c := range unpublishes {
+		if c.Done() {
+			done++
+		}
+	}
+	t.Logf("when the %d new volumes were attached: %d of %d unpublishes done, %d in flight", attaching, done, detaching, len(unpublishes)-done)
+	if done >= detaching/2 {
+		t.Errorf("%d of %d detaches finished before %d attaches: attaches waited behind the detach burst", done, detaching, attaching)
+	}
+	// Each new publish ran while a slow unpublish was in flight.
+	for i := range attaching {
+		pubs := e.callsFor(publishMethod, name("new", i))
+		if len(pubs) != 1 {
+			t.Fatalf("publish calls for %s = %d, want 1", name("new", i), len(pubs))
+		}
+		overlapped := false
+		for _, u := range unpublishes {
+			if u.Start.Before(pubs[0].Start) && (!u.Done() || u.End.After(pubs[0].End)) {
+				overlapped = true
+			}
+		}
+		if !overlapped {
+			t.Errorf("publish of %s did not run alongside the detach burst", name("new", i))
+		}
+	}
+
+	e.driver.ClearFaults()
+	for i := range detaching {
+		e.waitGone(name("old", i))
+	}
+	for i := range detaching {
+		if pubs := e.driver.Published(name("old", i)); len(pubs) != 0 {
+			t.Errorf("%s still published to %v", name("old", i), pubs)
+		}
+	}
+}
