@@ -56,6 +56,11 @@ type options struct {
 	logger *klog.Logger
 	// ctrl is the attach/detach controller's configuration.
 	ctrl controller.Config
+	// noController leaves the attach/detach controller out, for tests that
+	// write VolumeAttachments themselves.
+	noController bool
+	// driver overrides the driver name.
+	driver string
 }
 
 // env is one test's world: a namespace, a mock driver, a kubelet stand-in,
@@ -115,6 +120,9 @@ func newEnv(t *testing.T, o options) *env {
 	}
 	e.ns = e.prefix + "-ns"
 	e.driver = e.prefix + ".csi.latch.test"
+	if o.driver != "" {
+		e.driver = o.driver
+	}
 	if err := localcluster.CreateNamespace(ctx, e.client, e.ns); err != nil {
 		t.Fatal(err)
 	}
@@ -155,7 +163,9 @@ func newEnv(t *testing.T, o options) *env {
 	for i := range o.replicas {
 		e.attachers = append(e.attachers, e.startAttacher(fmt.Sprintf("%s-attacher-%d", e.prefix, i)))
 	}
-	e.startController()
+	if !o.noController {
+		e.startController()
+	}
 	// Cleanup runs last-registered first: tear down the world before the
 	// kubelet stand-in and the driver stop.
 	t.Cleanup(func() { kcancel(); <-kdone })
@@ -340,7 +350,7 @@ func (e *env) startController() {
 	c.stop = func() {
 		c.alive.Store(false)
 		cancel()
-		if err := <-done; err != nil {
+		if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
 			e.t.Errorf("controller Run: %v", err)
 		}
 		factory.Shutdown()
@@ -374,7 +384,7 @@ func (e *env) cleanup() {
 	_ = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
 		return len(e.vas()) == 0, nil
 	})
-	if e.ctrl.alive.Load() {
+	if e.ctrl != nil && e.ctrl.alive.Load() {
 		e.ctrl.stop()
 	}
 	for _, r := range e.attachers {
