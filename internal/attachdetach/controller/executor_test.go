@@ -13,6 +13,7 @@ import (
 	"k8s.io/component-base/metrics/testutil"
 	"k8s.io/utils/ptr"
 
+	"github.com/latchcsi/latch/internal/attachdetach/state"
 	"github.com/latchcsi/latch/internal/kube"
 )
 
@@ -330,5 +331,46 @@ func TestNodeStatus_informerNotShowingOurWriteYet_noRepeatedWrite(t *testing.T) 
 	}
 	if got := w.nodePatches("node-a"); len(got) != 1 {
 		t.Errorf("node status patches = %v, want the one write", got)
+	}
+}
+
+func TestExecutor_ownDeleteNotYetInTheInformer_exclusiveVolumeStillBlocksTheOtherNode(t *testing.T) {
+	pv, pvc := boundClaim("vol-1", v1.ReadWriteOnce)
+	w := newFakeWorld(t, Config{Workers: 2}, managedNode("node-a"), managedNode("node-b"), pv, pvc, podUsing("first", "node-a", "vol-1"))
+	nameA, nameB := upstreamVAName("vol-1", testDriver, "node-a"), upstreamVAName("vol-1", testDriver, "node-b")
+	vol := uniqueName("vol-1")
+	w.waitWrites(1)
+	w.attach(nameA)
+	w.waitWrites(2)
+	w.setInUseSeen("node-a", vol)
+	w.addPod(podUsing("second", "node-b", "vol-1"))
+	w.settle()
+
+	// The controller deletes node-a's VolumeAttachment; its informer does
+	// not show the deletion yet (csi-attacher may still be unpublishing).
+	vaA, _ := w.va(nameA)
+	w.missNext(nameA)
+	w.deletePod("first")
+	w.setInUse("node-a")
+	got := w.waitWrites(4)
+	if got[3] != "delete volumeattachments "+nameA {
+		t.Fatalf("controller writes = %q, want node-a's VolumeAttachment deleted", got)
+	}
+	w.settle()
+	// Any change of the volume decides both nodes again; the deleted
+	// VolumeAttachment must still count as there, being deleted.
+	for range 3 {
+		w.c.enqueueVolumes([]state.Key{{Volume: vol, Node: "node-a"}})
+		w.settle()
+	}
+	w.noNewWrites(4, 100*time.Millisecond, "node-a's detach not confirmed yet")
+
+	// The informer catches up: now node-b gets the volume.
+	if err := w.vaCache().Delete(vaA); err != nil {
+		t.Fatal(err)
+	}
+	w.c.vaDeleted(vaA)
+	if got := w.waitWrites(5); got[4] != "create volumeattachments "+nameB {
+		t.Fatalf("controller writes = %q, want node-b's VolumeAttachment created last", got)
 	}
 }
