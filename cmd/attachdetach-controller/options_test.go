@@ -15,8 +15,8 @@ func TestParseOptions_defaultsMatchKubeControllerManager(t *testing.T) {
 		name      string
 		got, want any
 	}{
-		{"kube-api-qps", o.kubeAPIQPS, 100.0},
-		{"kube-api-burst", o.kubeAPIBurst, 200},
+		{"kube-api-qps", o.kubeAPIQPS, 500.0},
+		{"kube-api-burst", o.kubeAPIBurst, 1000},
 		{"leader-elect", o.leaderElect, true},
 		{"leader-elect-lease-duration", o.leaseDuration, 15 * time.Second},
 		{"leader-elect-renew-deadline", o.renewDeadline, 10 * time.Second},
