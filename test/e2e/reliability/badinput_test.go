@@ -157,6 +157,31 @@ func TestBadInput_volumeAttachmentsFailWithAClearErrorAndNoDriverCall(t *testing
 	if got := e.mock.Published(huge); len(got) != 0 {
 		t.Errorf("%s still published to %v", huge, got)
 	}
+
+	// An empty controller-publish secret is passed on as no secrets (the
+	// driver decides whether that is enough), like upstream; attach and
+	// detach both work.
+	if _, err := e.client.CoreV1().Secrets(e.ns).Create(e.ctx, &v1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: e.ns, Name: "empty"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	emptySecret := e.rawPV(e.prefix+"-emptysecret", func(pv *v1.PersistentVolume) {
+		pv.Spec.CSI.ControllerPublishSecretRef = &v1.SecretReference{Namespace: e.ns, Name: "empty"}
+	})
+	name = e.prefix + "-emptysecret"
+	if _, err := e.client.StorageV1().VolumeAttachments().Create(e.ctx, e.va(name, node, storagev1.VolumeAttachmentSource{PersistentVolumeName: &emptySecret}), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.eventually(30*time.Second, "the VolumeAttachment with an empty secret attached", func() bool {
+		v, err := e.client.StorageV1().VolumeAttachments().Get(e.ctx, name, metav1.GetOptions{})
+		return err == nil && v.Status.Attached && v.Annotations[attacher.AnnSecretRef] == e.ns+"/empty"
+	})
+	if err := e.client.StorageV1().VolumeAttachments().Delete(e.ctx, name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.eventually(30*time.Second, name+" gone", func() bool { return len(e.vas()) == 0 })
+	if got := e.mock.Published(emptySecret); len(got) != 0 {
+		t.Errorf("%s still published to %v", emptySecret, got)
+	}
 }
 
 func TestBadInput_unusualDriverNameGetsAValidSanitizedFinalizer(t *testing.T) {
