@@ -73,7 +73,7 @@ func (*InProcess) Measured() bool { return false }
 // StartAttacher runs attacher.RunSidecar with cmd/csi-attacher's defaults.
 func (l *InProcess) StartAttacher(ctx context.Context, csiAddress string) (Component, error) {
 	cfg := rest.CopyConfig(l.RESTConfig)
-	cfg.QPS, cfg.Burst = 200, 400
+	cfg.QPS, cfg.Burst = 1000, 2000
 	return startGoroutine(ctx, "csi-attacher", func(ctx context.Context) error {
 		return attacher.RunSidecar(ctx, attacher.SidecarConfig{
 			RESTConfig: cfg, CSIAddress: csiAddress,
@@ -91,7 +91,7 @@ func (l *InProcess) StartAttacher(ctx context.Context, csiAddress string) (Compo
 // defaults, without leader election and HTTP endpoint.
 func (l *InProcess) StartController(ctx context.Context) (Component, error) {
 	cfg := rest.CopyConfig(l.RESTConfig)
-	cfg.QPS, cfg.Burst = 100, 200
+	cfg.QPS, cfg.Burst = 500, 1000
 	return startGoroutine(ctx, "attachdetach-controller", func(ctx context.Context) error {
 		return controller.Serve(ctx, controller.ServeConfig{
 			RESTConfig: cfg,

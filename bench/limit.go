@@ -46,8 +46,7 @@ func runLimit(ctx context.Context, e *env, res *Result) error {
 
 	finalizer, pvFinalizer := kube.AttacherFinalizer(driver), kube.PVFinalizer(driver)
 	opts := metav1.PatchOptions{FieldManager: benchFieldManager}
-	start := time.Now()
-	err = parallel(ctx, sz.FItems, sz.FConcurrency, func(ctx context.Context, i int) error {
+	attach := func(ctx context.Context, i int) error {
 		meta, err := vaMetadataPatch(vas[i], finalizer, map[string]string{
 			kube.VANodeIDAnnotation: prefix + "-node-id", "attacher.latch.dev/volume-handle": name(i),
 		})
@@ -75,22 +74,30 @@ func runLimit(ctx context.Context, e *env, res *Result) error {
 			return fmt.Errorf("patch PV: %w", err)
 		}
 		return nil
-	})
-	elapsed := time.Since(start)
-	if err != nil {
-		return err
 	}
-	writes := limitWritesPerAttach * sz.FItems
-	p := &Phase{Name: "patches", Ops: writes, WallSeconds: elapsed.Seconds(), PerSecond: float64(writes) / elapsed.Seconds()}
-	res.Phases = append(res.Phases, p)
-	e.report.LimitWritesPerSecond = p.PerSecond
-	res.Figures["writes_per_s"] = round2(p.PerSecond)
-	res.Figures["attach_limit_per_s_at_3_writes"] = round2(p.PerSecond / limitWritesPerAttach)
-	res.Figures["concurrency"] = float64(sz.FConcurrency)
-	res.check("patches accepted", fmt.Sprint(writes), fmt.Sprint(writes), true, true)
+	// Two rounds on fresh halves of the objects, at a quarter of the
+	// concurrency and at the full one: past the API server's knee more
+	// writers only queue, so the better round is the limit.
+	half := sz.FItems / 2
+	for round, conc := range []int{max(1, sz.FConcurrency/4), sz.FConcurrency} {
+		from := round * half
+		start := time.Now()
+		err := parallel(ctx, half, conc, func(ctx context.Context, i int) error { return attach(ctx, from+i) })
+		elapsed := time.Since(start)
+		if err != nil {
+			return err
+		}
+		writes := limitWritesPerAttach * half
+		p := &Phase{Name: fmt.Sprintf("patches@%d", conc), Ops: writes, WallSeconds: elapsed.Seconds(), PerSecond: float64(writes) / elapsed.Seconds()}
+		res.Phases = append(res.Phases, p)
+		e.report.LimitWritesPerSecond = max(e.report.LimitWritesPerSecond, p.PerSecond)
+	}
+	res.Figures["writes_per_s"] = round2(e.report.LimitWritesPerSecond)
+	res.Figures["attach_limit_per_s_at_3_writes"] = round2(e.report.LimitWritesPerSecond / limitWritesPerAttach)
+	res.check("patches accepted", fmt.Sprint(limitWritesPerAttach*2*half), fmt.Sprint(limitWritesPerAttach*2*half), true, true)
 
 	// Leave no VolumeAttachment behind for later scenarios' caches.
-	return parallel(ctx, sz.FItems, createConcurrency, func(ctx context.Context, i int) error {
+	return parallel(ctx, 2*half, createConcurrency, func(ctx context.Context, i int) error {
 		patch, err := kube.RemoveFinalizerPatch(vas[i], finalizer)
 		if err != nil {
 			return err
