@@ -97,6 +97,8 @@ type Controller struct {
 	podRec *podBook
 	names  *nameBook
 	timing *opTimes
+	// volumeLocks serializes the passes of one volume's keys.
+	volumeLocks volumeLocks
 }
 
 // New wires the controller to the informers of factory (which the caller

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"sync"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -22,6 +23,11 @@ import (
 // syncKey is one reconcile pass for a (volume, node) key: gather the
 // facts, decide, execute.
 func (c *Controller) syncKey(ctx context.Context, key state.Key) (runner.Result, error) {
+	// The keys of one volume decide on each other (an exclusive volume
+	// goes to one node): gathering, deciding and applying to the actual
+	// state must not interleave between two of them, or two waiting nodes
+	// can both see the volume free and both get a VolumeAttachment.
+	defer c.volumeLocks.lock(key.Volume)()
 	name, err := volume.AttachmentNameFor(key.Volume, key.Node)
 	if err != nil {
 		return runner.Result{}, runner.Terminal(fmt.Errorf("key %s: %w", key, err))
@@ -255,4 +261,40 @@ func (c *Controller) correctAssumedMount(in *decide.Input, node *v1.Node) {
 	corrected := *a
 	corrected.MountedByNode = false
 	in.Actual = &corrected
+}
+
+// volumeLocks serializes the passes of keys that share a volume. Entries
+// live only while a pass holds or waits for them.
+type volumeLocks struct {
+	mu sync.Mutex
+	m  map[v1.UniqueVolumeName]*volumeLock
+}
+
+type volumeLock struct {
+	sync.Mutex
+	users int
+}
+
+// lock locks volume and returns its unlock.
+func (l *volumeLocks) lock(volume v1.UniqueVolumeName) (unlock func()) {
+	l.mu.Lock()
+	if l.m == nil {
+		l.m = map[v1.UniqueVolumeName]*volumeLock{}
+	}
+	vl := l.m[volume]
+	if vl == nil {
+		vl = &volumeLock{}
+		l.m[volume] = vl
+	}
+	vl.users++
+	l.mu.Unlock()
+	vl.Lock()
+	return func() {
+		vl.Unlock()
+		l.mu.Lock()
+		if vl.users--; vl.users == 0 {
+			delete(l.m, volume)
+		}
+		l.mu.Unlock()
+	}
 }
