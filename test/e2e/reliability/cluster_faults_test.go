@@ -323,3 +323,52 @@ func TestExclusiveVolumeMovesNodes_notPublishedToTheNewNodeBeforeUnpublishedFrom
 	e.checkInvariants(30 * time.Second)
 	e.teardownClean()
 }
+
+func TestExclusiveVolumeReleasedWhileTwoNodesWait_onlyOneGetsIt(t *testing.T) {
+	e := newEnv(t, options{})
+	n0, n1, n2 := e.addNode("n0"), e.addNode("n1"), e.addNode("n2")
+	const n = 30
+	var pvs []string
+	for i := range n {
+		pv := e.volume(fmt.Sprintf("v%d", i))
+		pvs = append(pvs, pv)
+		e.pod(fmt.Sprintf("first%d", i), n0, pv)
+	}
+	for _, pv := range pvs {
+		e.waitAttached(pv, n0)
+	}
+	// Two more nodes want each volume and wait; when n0 lets go, both
+	// waiting keys wake at once and the controller's workers decide on
+	// them concurrently.
+	for i, pv := range pvs {
+		e.pod(fmt.Sprintf("a%d", i), n1, pv)
+		e.pod(fmt.Sprintf("b%d", i), n2, pv)
+	}
+	time.Sleep(time.Second)
+	for i := range pvs {
+		e.deletePod(fmt.Sprintf("first%d", i))
+	}
+	e.eventually(60*time.Second, "each volume attached on one of the waiting nodes", func() bool {
+		attached := 0
+		for _, va := range e.vas() {
+			if va.Status.Attached && va.Spec.NodeName != n0 {
+				attached++
+			}
+		}
+		return attached >= n
+	})
+	time.Sleep(time.Second)
+	for _, pv := range pvs {
+		var on []string
+		for _, va := range e.vas() {
+			if ptrStr(va.Spec.Source.PersistentVolumeName) == pv {
+				on = append(on, va.Spec.NodeName)
+			}
+		}
+		if len(on) != 1 {
+			t.Errorf("%s has VolumeAttachments on %v, want exactly one node", pv, on)
+		}
+	}
+	e.checkInvariants(30 * time.Second)
+	e.teardownClean()
+}
