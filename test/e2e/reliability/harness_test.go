@@ -88,7 +88,6 @@ type env struct {
 
 	attachers []*replica
 	ctrl      *adController
-	ctrlStops int
 	// repeats counts, by disruption, the repeated successful publishes
 	// the last history check accepted because of it.
 	repeats map[string]int
@@ -363,7 +362,6 @@ func (e *env) startController() {
 func (e *env) killController() {
 	e.disrupted("attach/detach controller killed")
 	e.ctrl.kill()
-	e.ctrlStops++
 	e.startController()
 }
 
