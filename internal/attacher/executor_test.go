@@ -260,7 +260,7 @@ func (f *execFixture) pv(name string) *v1.PersistentVolume {
 	return obj.(*v1.PersistentVolume)
 }
 
-// update replaces an object in the tracker (not through the client, so it
+// updateVA replaces a VA in the tracker (not through the client, so it
 // is not counted as a write) and waits until the controller's cache has it.
 func (f *execFixture) updateVA(va *storagev1.VolumeAttachment) {
 	f.t.Helper()
@@ -270,18 +270,6 @@ func (f *execFixture) updateVA(va *storagev1.VolumeAttachment) {
 	rv := f.va(va.Name).ResourceVersion
 	f.waitFor("VA "+va.Name+" in cache", func() bool {
 		cached, err := f.ctrl.vaLister.Get(va.Name)
-		return err == nil && cached.ResourceVersion == rv
-	})
-}
-
-func (f *execFixture) updatePV(pv *v1.PersistentVolume) {
-	f.t.Helper()
-	if err := f.tracker.Update(pvGVR, pv, ""); err != nil {
-		f.t.Fatal(err)
-	}
-	rv := f.pv(pv.Name).ResourceVersion
-	f.waitFor("PV "+pv.Name+" in cache", func() bool {
-		cached, err := f.ctrl.pvLister.Get(pv.Name)
 		return err == nil && cached.ResourceVersion == rv
 	})
 }
