@@ -31,6 +31,11 @@ import (
 
 var cluster *localcluster.Cluster
 
+var (
+	runsMu sync.Mutex
+	runs   = map[string]int{}
+)
+
 func TestMain(m *testing.M) {
 	code := localcluster.RunTestMain(m, &cluster)
 	removeBinaries()
@@ -131,6 +136,14 @@ func newEnv(t *testing.T, o envOptions) *env {
 		prefix = prefix[len(prefix)-40:]
 		prefix = strings.TrimLeft(prefix, "-")
 	}
+	// Runs of one test in the same process (-count=N) share the API
+	// server: give every repeat names of its own.
+	runsMu.Lock()
+	if n := runs[t.Name()]; n > 0 {
+		prefix = fmt.Sprintf("%s-r%d", prefix, n)
+	}
+	runs[t.Name()]++
+	runsMu.Unlock()
 	e := &env{
 		t: t, ctx: ctx, client: cluster.Client(),
 		name:   prefix + ".csi.latch.dev",
