@@ -112,19 +112,17 @@ func RunAsLeader(ctx context.Context, client kubernetes.Interface, cfg LeaderEle
 				stop := context.AfterFunc(ctx, cancelRun)
 				defer stop()
 				err := run(runCtx)
+				// The elector cancels leaderCtx when renewal fails; we
+				// cancel it (through electCtx) only after this returns.
+				leaseLost := leaderCtx.Err() != nil && ctx.Err() == nil
 				mu.Lock()
-				runErr = err
+				runErr, lost = err, leaseLost
 				mu.Unlock()
+				if leaseLost {
+					logger.Error(nil, "Lost leader lease", "lease", klog.KRef(cfg.Namespace, cfg.LeaseName))
+				}
 			},
 			OnStoppedLeading: func() {
-				if electCtx.Err() == nil {
-					// Renewal failed on its own: the lease is lost.
-					mu.Lock()
-					lost = true
-					mu.Unlock()
-					logger.Error(nil, "Lost leader lease", "lease", klog.KRef(cfg.Namespace, cfg.LeaseName))
-					return
-				}
 				logger.Info("Stopped leading", "lease", klog.KRef(cfg.Namespace, cfg.LeaseName))
 			},
 			OnNewLeader: func(identity string) {

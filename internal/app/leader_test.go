@@ -3,12 +3,17 @@ package app
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes/fake"
+	clienttesting "k8s.io/client-go/testing"
 	"k8s.io/klog/v2/ktesting"
 )
 
@@ -138,4 +143,61 @@ func TestRunAsLeaderCandidateStopsAtOnceWithoutRunning(t *testing.T) {
 	}
 	stopOther()
 	<-otherDone
+}
+
+func TestRunAsLeaderLosingTheLeaseStopsRunAndReturnsErrLostLease(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	client := fake.NewClientset()
+	cfg := testElection("a")
+	cfg.LeaseDuration, cfg.RenewDeadline = 2*time.Second, 300*time.Millisecond
+	// The fake does not check resourceVersions; once the lease is taken
+	// over, refuse a's stale renewals the way the API server would. (The
+	// reactor is installed before the elector runs: the fake's reactor
+	// list is not safe to change concurrently.)
+	var intruded atomic.Bool
+	client.PrependReactor("update", "leases", func(action clienttesting.Action) (bool, runtime.Object, error) {
+		l := action.(clienttesting.UpdateAction).GetObject().(*coordinationv1.Lease)
+		if intruded.Load() && l.Spec.HolderIdentity != nil && *l.Spec.HolderIdentity == "a" {
+			return true, nil, apierrors.NewConflict(coordinationv1.Resource("leases"), l.Name, errors.New("stale resourceVersion"))
+		}
+		return false, nil, nil
+	})
+	started, runStopped := make(chan struct{}), make(chan struct{})
+	result := make(chan error, 1)
+	go func() {
+		result <- RunAsLeader(ctx, client, cfg, nil, func(runCtx context.Context) error {
+			close(started)
+			<-runCtx.Done()
+			close(runStopped)
+			return nil
+		})
+	}()
+	<-started
+	// Another replica overwrites the lease: renewals now fail.
+	lease, err := client.CoordinationV1().Leases("default").Get(ctx, "test-lease", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	intruder, duration, now := "intruder", int32(60), metav1.NewMicroTime(time.Now())
+	lease.Spec.HolderIdentity, lease.Spec.LeaseDurationSeconds, lease.Spec.RenewTime, lease.Spec.AcquireTime = &intruder, &duration, &now, &now
+	if _, err := client.CoordinationV1().Leases("default").Update(ctx, lease, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	intruded.Store(true)
+	select {
+	case err := <-result:
+		if !errors.Is(err, ErrLostLease) {
+			t.Fatalf("RunAsLeader = %v, want ErrLostLease", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("RunAsLeader did not notice the lost lease")
+	}
+	select {
+	case <-runStopped:
+	default:
+		t.Error("RunAsLeader returned before run stopped")
+	}
+	if h := holder(t, ctx, client); h != "intruder" {
+		t.Errorf("lease holder = %q, want the intruder untouched", h)
+	}
 }
