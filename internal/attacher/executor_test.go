@@ -460,8 +460,6 @@ func TestExecutorDetachUnpublishesThenRemovesFinalizerThenWritesStatus(t *testin
 	if _, err := f.driver.SeedPublication("handle-pv-d", "node-1-id", false, capability); err != nil {
 		t.Fatal(err)
 	}
-	vaRV := f.va("va-d").ResourceVersion
-
 	if _, err := f.ctrl.syncDetach(f.ctx, "va-d"); err != nil {
 		t.Fatalf("syncDetach: %v", err)
 	}
@@ -471,8 +469,8 @@ func TestExecutorDetachUnpublishesThenRemovesFinalizerThenWritesStatus(t *testin
 	)
 	f.requireCSICalls("ControllerUnpublishVolume handle-pv-d node-1-id OK")
 	requirePatch(t, w[0], types.JSONPatchType, `[
-		{"op":"test","path":"/metadata/resourceVersion","value":"`+vaRV+`"},
-		{"op":"add","path":"/metadata/finalizers","value":["example.com/other"]}]`)
+		{"op":"test","path":"/metadata/finalizers","value":["`+kube.AttacherFinalizer(execDriver)+`","example.com/other"]},
+		{"op":"replace","path":"/metadata/finalizers","value":["example.com/other"]}]`)
 	requirePatch(t, w[1], types.MergePatchType, `{"metadata":{"uid":"uid-va-d"},"status":{"attached":false,"attachmentMetadata":null}}`)
 	if got := f.driver.Published("handle-pv-d"); len(got) != 0 {
 		t.Errorf("still published to %v", got)
@@ -537,7 +535,7 @@ func TestExecutorDeletingPVLosesFinalizerOnlyWhenNoVAReferencesIt(t *testing.T) 
 	f.requireWrites()
 
 	// The VA is gone (deleted outright in the tracker): the finalizer goes,
-	// guarded by the PV's resourceVersion, other finalizers untouched.
+	// guarded by the PV's finalizer list, other finalizers untouched.
 	if err := f.tracker.Delete(vaGVR, "", "va-p"); err != nil {
 		t.Fatal(err)
 	}
@@ -545,14 +543,13 @@ func TestExecutorDeletingPVLosesFinalizerOnlyWhenNoVAReferencesIt(t *testing.T) 
 		_, err := f.ctrl.vaLister.Get("va-p")
 		return apierrors.IsNotFound(err)
 	})
-	pvRV := f.pv("pv-p").ResourceVersion
 	if _, err := f.ctrl.syncPV(f.ctx, "pv-p"); err != nil {
 		t.Fatalf("syncPV: %v", err)
 	}
 	w := f.requireWrites("patch persistentvolumes pv-p")
 	requirePatch(t, w[0], types.JSONPatchType, `[
-		{"op":"test","path":"/metadata/resourceVersion","value":"`+pvRV+`"},
-		{"op":"add","path":"/metadata/finalizers","value":["kubernetes.io/pv-protection"]}]`)
+		{"op":"test","path":"/metadata/finalizers","value":["kubernetes.io/pv-protection","`+kube.PVFinalizer(execDriver)+`"]},
+		{"op":"replace","path":"/metadata/finalizers","value":["kubernetes.io/pv-protection"]}]`)
 	f.requireCSICalls()
 	if got := f.pv("pv-p").Finalizers; !slices.Equal(got, []string{"kubernetes.io/pv-protection"}) {
 		t.Errorf("PV finalizers = %v", got)

@@ -4,6 +4,7 @@ import (
 	"sync"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/resourceversion"
 	"k8s.io/apimachinery/pkg/util/sets"
 )
 
@@ -19,8 +20,16 @@ import (
 // cache shows the written version (or anything newer), the entry is dropped
 // and the cache is the truth again.
 //
-// resourceVersions are compared only for equality, as the API conventions
-// require: no ordering is assumed.
+// A cached version is also stale when its resourceVersion is numerically
+// lower than the written one: then our write was applied on top of it, and
+// the written object already carries whatever that version changed. This
+// matters when another client writes between our read and our status
+// write: the cache then delivers that client's version (which our write
+// did not replace as far as we knew) and, without the ordering, would
+// show a just-attached volume as not attached and cause a second publish.
+// apimachinery's resourceversion.CompareResourceVersion defines that
+// ordering for kube-apiserver's integer resourceVersions; one that is not
+// well formed falls back to equality only.
 type ownWrites[T metav1.Object] struct {
 	mu sync.Mutex
 	m  map[string]*ownWrite[T]
@@ -60,7 +69,7 @@ func (w *ownWrites[T]) resolve(cached T) T {
 	if !ok {
 		return cached
 	}
-	if e.stale.Has(cached.GetResourceVersion()) {
+	if e.stale.Has(cached.GetResourceVersion()) || olderThan(cached.GetResourceVersion(), e.written.GetResourceVersion()) {
 		return e.written
 	}
 	// The cache caught up with our write or moved past it.
@@ -82,4 +91,11 @@ func (w *ownWrites[T]) forget(name string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	delete(w.m, name)
+}
+
+// olderThan reports whether resourceVersion a is known to precede b (both
+// well-formed, per apimachinery's comparison).
+func olderThan(a, b string) bool {
+	c, err := resourceversion.CompareResourceVersion(a, b)
+	return err == nil && c < 0
 }

@@ -17,7 +17,8 @@ import (
 // watcher's informer in some versions, and hides bugs in the decision code.
 //
 // Finalizer and annotation patches are RFC 6902 JSON patches (send them with
-// types.JSONPatchType) that start with a "test" of metadata.resourceVersion.
+// types.JSONPatchType) that start with a "test" of metadata.resourceVersion
+// (RemoveFinalizerPatch tests metadata.finalizers instead, see there).
 // When the object changed since it was read, the API server rejects the
 // whole patch with 422 Unprocessable Entity (apierrors.IsInvalid, message
 // "testing value /metadata/resourceVersion failed"), so a patch built from a
@@ -66,15 +67,25 @@ func AddFinalizerPatch(obj metav1.Object, finalizer string) ([]byte, error) {
 }
 
 // RemoveFinalizerPatch returns a JSON patch that removes every occurrence of
-// finalizer from obj, guarded by obj's resourceVersion, or nil when obj does
-// not have it.
+// finalizer from obj, guarded by a test of obj's current finalizer list, or
+// nil when obj does not have it.
 func RemoveFinalizerPatch(obj metav1.Object, finalizer string) ([]byte, error) {
 	current := obj.GetFinalizers()
 	if !slices.Contains(current, finalizer) {
 		return nil, nil
 	}
 	want := slices.DeleteFunc(slices.Clone(current), func(f string) bool { return f == finalizer })
-	return finalizersPatch(obj, want)
+	if want == nil {
+		want = []string{}
+	}
+	// Guarded by the finalizer list itself rather than the resourceVersion:
+	// a concurrent change to the finalizers still fails the test (nothing is
+	// overwritten), but writers that touch anything else — labels,
+	// annotations, status — cannot starve the removal that ends a detach.
+	return json.Marshal([]jsonPatchOp{
+		{Op: "test", Path: "/metadata/finalizers", Value: current},
+		{Op: "replace", Path: "/metadata/finalizers", Value: want},
+	})
 }
 
 func finalizersPatch(obj metav1.Object, want []string) ([]byte, error) {

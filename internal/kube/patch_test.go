@@ -77,20 +77,34 @@ func TestAddFinalizerPatch(t *testing.T) {
 	}
 }
 
-func TestFinalizerPatch_staleResourceVersionIsRejected(t *testing.T) {
-	cached := testVA("7", []string{"other"}, nil)
+func TestRemoveFinalizerPatch_concurrentFinalizerChangeIsRejected(t *testing.T) {
 	patch, err := RemoveFinalizerPatch(testVA("7", []string{"other", fin}, nil), fin)
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The server now holds resourceVersion 8 (someone else changed the
-	// object): the test op must fail and nothing be applied.
-	server := cached.DeepCopy()
-	server.ResourceVersion = "8"
-	server.Finalizers = []string{"other", fin, "new"}
+	// Someone else added a finalizer since we read the object: the test op
+	// must fail and nothing be applied, or "new" would be lost.
+	server := testVA("8", []string{"other", fin, "new"}, nil)
 	var got storagev1.VolumeAttachment
 	if err := applyJSONPatch(t, server, patch, &got); err == nil {
-		t.Fatalf("patch %s applied to a newer object; want the resourceVersion test to fail", patch)
+		t.Fatalf("patch %s applied over a changed finalizer list; want the test to fail", patch)
+	}
+}
+
+// A busy writer of labels, annotations or status must not starve the
+// finalizer removal that ends a detach: only the finalizer list guards it.
+func TestRemoveFinalizerPatch_otherChangesSinceTheReadDoNotBlockIt(t *testing.T) {
+	patch, err := RemoveFinalizerPatch(testVA("7", []string{"other", fin}, nil), fin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	server := testVA("42", []string{"other", fin}, map[string]string{"touched-by": "someone-else"})
+	var got storagev1.VolumeAttachment
+	if err := applyJSONPatch(t, server, patch, &got); err != nil {
+		t.Fatalf("apply %s to a newer object with the same finalizers: %v", patch, err)
+	}
+	if strings.Join(got.Finalizers, ",") != "other" || got.Annotations["touched-by"] != "someone-else" {
+		t.Fatalf("after patch: finalizers %v, annotations %v; want [other] and the other writer's annotation kept", got.Finalizers, got.Annotations)
 	}
 }
 

@@ -183,11 +183,10 @@ func (c *chaos) step() {
 			return
 		}
 		va := vas[c.rng.IntN(len(vas))]
-		end := e.disrupt(concurrentWriter)
+		// Not a disruption: no repeated publish is allowed for it.
 		patch := fmt.Sprintf(`{"metadata":{"annotations":{"example.com/chaos":%q}}}`, strconv.Itoa(c.nextID))
 		_, err := e.client.StorageV1().VolumeAttachments().Patch(e.ctx, va.Name, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
 		c.try(err)
-		end()
 	}
 }
 

@@ -1,0 +1,53 @@
+package attacher
+
+import (
+	"testing"
+
+	storagev1 "k8s.io/api/storage/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+func vaAt(rv string, attached bool) *storagev1.VolumeAttachment {
+	return &storagev1.VolumeAttachment{
+		ObjectMeta: metav1.ObjectMeta{Name: "va", ResourceVersion: rv},
+		Status:     storagev1.VolumeAttachmentStatus{Attached: attached},
+	}
+}
+
+// Our status write (10 → 12) was applied on top of another client's write
+// (11) that the cache delivers first: 11 must not count as the truth, or
+// the just-attached volume looks unattached and is published again.
+func TestOwnWrites_anotherClientsOlderVersionInTheCacheResolvesToOurWrite(t *testing.T) {
+	w := newOwnWrites[*storagev1.VolumeAttachment]()
+	w.record("10", vaAt("12", true))
+	for _, rv := range []string{"10", "11"} {
+		if got := w.resolve(vaAt(rv, false)); got.ResourceVersion != "12" || !got.Status.Attached {
+			t.Errorf("cache at %s resolved to rv %s attached=%v, want our write (12, attached)", rv, got.ResourceVersion, got.Status.Attached)
+		}
+	}
+	if !w.isOwn(vaAt("12", true)) || w.isOwn(vaAt("11", false)) {
+		t.Errorf("isOwn: only exactly our written version is ours")
+	}
+	// The cache caught up (or moved past us): it is the truth again and the
+	// entry is dropped.
+	if got := w.resolve(vaAt("13", true)); got.ResourceVersion != "13" {
+		t.Errorf("cache at 13 resolved to %s, want the cache", got.ResourceVersion)
+	}
+	if got := w.resolve(vaAt("11", false)); got.ResourceVersion != "11" {
+		t.Errorf("after the entry was dropped, resolve returned %s, want the cache", got.ResourceVersion)
+	}
+}
+
+// resourceVersions that are not well-formed integers are compared for
+// equality only: nothing is assumed about their order.
+func TestOwnWrites_opaqueResourceVersionsComparedForEqualityOnly(t *testing.T) {
+	w := newOwnWrites[*storagev1.VolumeAttachment]()
+	w.record("a", vaAt("c", true))
+	if got := w.resolve(vaAt("a", false)); got.ResourceVersion != "c" {
+		t.Errorf("the version we replaced resolved to %s, want our write", got.ResourceVersion)
+	}
+	w.record("a", vaAt("c", true))
+	if got := w.resolve(vaAt("b", false)); got.ResourceVersion != "b" {
+		t.Errorf("an unknown opaque version resolved to %s, want the cache", got.ResourceVersion)
+	}
+}
