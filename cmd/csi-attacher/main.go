@@ -83,6 +83,7 @@ func run(args []string) int {
 		DefaultFSType:  opts.defaultFSType,
 		Controller: attacher.Config{
 			Workers:            opts.workerThreads,
+			APIWorkers:         opts.apiWorkers,
 			Timeout:            opts.timeout,
 			RetryIntervalStart: opts.retryIntervalStart,
 			RetryIntervalMax:   opts.retryIntervalMax,

@@ -19,6 +19,7 @@ type options struct {
 	resync             time.Duration
 	timeout            time.Duration
 	workerThreads      int
+	apiWorkers         int
 	maxEntries         int
 	retryIntervalStart time.Duration
 	retryIntervalMax   time.Duration
@@ -64,7 +65,8 @@ func parseOptions(args []string) (*options, error) {
 	fs.BoolVar(&o.showVersion, "version", false, "Show version and exit.")
 	fs.DurationVar(&o.resync, "resync", 10*time.Minute, "Resync interval of the informers: every VolumeAttachment is re-checked this often.")
 	fs.DurationVar(&o.timeout, "timeout", 15*time.Second, "Timeout of one ControllerPublish/ControllerUnpublish call.")
-	fs.IntVar(&o.workerThreads, "worker-threads", 10, "Number of workers per queue (attach, detach and PV queues each get this many).")
+	fs.IntVar(&o.workerThreads, "worker-threads", 10, "CSI calls in flight per queue: at most this many ControllerPublish and this many ControllerUnpublish calls at once; also the PV queue's workers.")
+	fs.IntVar(&o.apiWorkers, "api-worker-threads", 0, "VolumeAttachments worked on at once per attach and detach queue; those not calling the driver do their API writes meanwhile. 0 means 4 × --worker-threads. latch only.")
 	fs.IntVar(&o.maxEntries, "max-entries", 0, "max_entries of each ListVolumes page; 0 lets the driver choose.")
 	fs.DurationVar(&o.retryIntervalStart, "retry-interval-start", time.Second, "Initial retry interval of a failed attach or detach; it doubles with every failure up to --retry-interval-max.")
 	fs.DurationVar(&o.retryIntervalMax, "retry-interval-max", 5*time.Minute, "Maximum retry interval of a failed attach or detach.")
@@ -95,6 +97,9 @@ func parseOptions(args []string) (*options, error) {
 	}
 	if o.httpEndpoint != "" && o.metricsAddress != "" {
 		return nil, fmt.Errorf("only one of --http-endpoint and --metrics-address may be set")
+	}
+	if o.apiWorkers < 0 {
+		return nil, fmt.Errorf("--api-worker-threads must not be negative, got %d", o.apiWorkers)
 	}
 	if o.workerThreads <= 0 {
 		return nil, fmt.Errorf("--worker-threads must be positive, got %d", o.workerThreads)

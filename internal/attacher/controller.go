@@ -28,8 +28,13 @@ type Config struct {
 	// Trivial: the driver has no PUBLISH_UNPUBLISH_VOLUME; VAs are marked
 	// attached without calling it and get no finalizers.
 	Trivial bool
-	// Workers per queue (attach, detach and PV queues each get this many).
-	Workers            int
+	// Workers is, per queue (attach, detach), how many CSI calls may be in
+	// flight at once, and the number of PV queue workers.
+	Workers int
+	// APIWorkers is, per attach and detach queue, how many VolumeAttachments
+	// are worked on at once; at most Workers of them call the driver at a
+	// time, the others do their API writes meanwhile. 0 means 4 × Workers.
+	APIWorkers         int
 	Timeout            time.Duration // one ControllerPublish/Unpublish call
 	RetryIntervalStart time.Duration
 	RetryIntervalMax   time.Duration
@@ -62,7 +67,9 @@ type Controller struct {
 	synced     []cache.InformerSynced
 
 	vaWrites *ownWrites[*storagev1.VolumeAttachment]
-	pvWrites *ownWrites[*v1.PersistentVolume]
+	// attachSlots and detachSlots bound the CSI calls in flight per queue.
+	attachSlots, detachSlots callSlots
+	pvWrites                 *ownWrites[*v1.PersistentVolume]
 
 	attach *controller.Runner[string]
 	detach *controller.Runner[string]
@@ -123,17 +130,28 @@ func New(cfg Config, client kubernetes.Interface, factory informers.SharedInform
 		return nil, fmt.Errorf("add VolumeAttachment indexers: %w", err)
 	}
 
-	opts := func(name string) controller.Options {
+	opts := func(name string, workers int) controller.Options {
 		return controller.Options{
-			Name: name, Workers: cfg.Workers, Clock: cfg.Clock,
+			Name: name, Workers: workers, Clock: cfg.Clock,
 			RetryIntervalStart: cfg.RetryIntervalStart, RetryIntervalMax: cfg.RetryIntervalMax,
 		}
 	}
-	// Attach and detach get queues and workers of their own: a burst of
-	// one can never starve the other.
-	c.attach = controller.New[string](controller.ReconcilerFunc[string](c.syncAttach), opts("csi_attacher_attach"))
-	c.detach = controller.New[string](controller.ReconcilerFunc[string](c.syncDetach), opts("csi_attacher_detach"))
-	c.pvs = controller.New[string](controller.ReconcilerFunc[string](c.syncPV), opts("csi_attacher_pv"))
+	apiWorkers := cfg.APIWorkers
+	if apiWorkers <= 0 {
+		apiWorkers = 4 * cfg.Workers
+	}
+	apiWorkers = max(apiWorkers, cfg.Workers)
+	// Attach and detach get queues, workers and CSI call slots of their
+	// own: a burst of one can never starve the other. A pass spends most of
+	// its time on API writes (PV and VA finalizers, status) around one CSI
+	// call, so more passes run than CSI calls are allowed: the writes of
+	// some overlap the driver calls of others, while the driver still sees
+	// at most Workers calls per queue, as with upstream's worker threads.
+	c.attachSlots = newCallSlots(cfg.Workers)
+	c.detachSlots = newCallSlots(cfg.Workers)
+	c.attach = controller.New[string](controller.ReconcilerFunc[string](c.syncAttach), opts("csi_attacher_attach", apiWorkers))
+	c.detach = controller.New[string](controller.ReconcilerFunc[string](c.syncDetach), opts("csi_attacher_detach", apiWorkers))
+	c.pvs = controller.New[string](controller.ReconcilerFunc[string](c.syncPV), opts("csi_attacher_pv", cfg.Workers))
 
 	if _, err := c.vaInformer.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { c.vaChanged(nil, obj) },

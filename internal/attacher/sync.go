@@ -92,6 +92,10 @@ func (c *Controller) syncAttach(ctx context.Context, name string) (controller.Re
 		return c.attachFailed(ctx, va, &Blocked{Reason: ReasonInvalidCapabilities, Message: err.Error()}, nil)
 	}
 
+	release, err := c.attachSlots.acquire(ctx)
+	if err != nil {
+		return controller.Result{}, err
+	}
 	callCtx, cancel := context.WithTimeout(csi.WithMigrated(ctx, plan.Volume.Migrated), c.cfg.Timeout)
 	publishContext, err := c.csi.ControllerPublish(callCtx, csi.PublishRequest{
 		VolumeID:      plan.Volume.Handle,
@@ -102,6 +106,7 @@ func (c *Controller) syncAttach(ctx context.Context, name string) (controller.Re
 		Secrets:       secrets,
 	})
 	cancel()
+	release()
 	if err != nil {
 		c.metrics.csiError("attach", err)
 		return c.attachFailed(ctx, va, nil, err)
@@ -155,9 +160,14 @@ func (c *Controller) syncDetach(ctx context.Context, name string) (controller.Re
 		return controller.Result{RequeueAfter: c.cfg.SecretRetryInterval}, nil
 	}
 
+	release, err := c.detachSlots.acquire(ctx)
+	if err != nil {
+		return controller.Result{}, err
+	}
 	callCtx, cancel := context.WithTimeout(csi.WithMigrated(ctx, plan.Volume.Migrated), c.cfg.Timeout)
 	err = c.csi.ControllerUnpublish(callCtx, plan.Volume.Handle, plan.NodeID, secrets)
 	cancel()
+	release()
 	if err != nil {
 		// Whatever the code, the volume may still be attached: keep the
 		// finalizer and retry.

@@ -33,9 +33,11 @@ func (c Call) Done() bool { return !c.End.IsZero() }
 
 // MethodStats counts calls of one method by result.
 type MethodStats struct {
-	Calls    int64            `json:"calls"`
-	InFlight int64            `json:"inFlight"`
-	ByCode   map[string]int64 `json:"byCode"`
+	Calls    int64 `json:"calls"`
+	InFlight int64 `json:"inFlight"`
+	// MaxInFlight is the most calls of the method ever in flight at once.
+	MaxInFlight int64            `json:"maxInFlight"`
+	ByCode      map[string]int64 `json:"byCode"`
 }
 
 // callLog is a bounded ring of calls in start order plus per-method
@@ -75,6 +77,7 @@ func (l *callLog) begin(c *Call) {
 	}
 	m.Calls++
 	m.InFlight++
+	m.MaxInFlight = max(m.MaxInFlight, m.InFlight)
 }
 
 func (l *callLog) end(c *Call, end time.Time, code codes.Code, msg string, faults []string) {

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/latchcsi/latch/internal/csimock"
+	"github.com/latchcsi/latch/internal/kube"
 )
 
 func TestBurstOfSlowDetachesDoesNotStarveNewAttaches(t *testing.T) {
@@ -56,6 +57,11 @@ func TestBurstOfSlowDetachesDoesNotStarveNewAttaches(t *testing.T) {
 			done++
 		}
 	}
+	// 40 detach passes run at once (4 × the 10 workers), but the driver
+	// never sees more than --worker-threads unpublishes at a time.
+	if got := e.driver.Stats().Methods[unpublishMethod].MaxInFlight; got != 10 {
+		t.Errorf("most unpublishes in flight at once = %d, want exactly the 10 worker threads", got)
+	}
 	t.Logf("when the %d new volumes were attached: %d of %d unpublishes done, %d in flight", attaching, done, detaching, len(unpublishes)-done)
 	if done >= detaching/2 {
 		t.Errorf("%d of %d detaches finished before %d attaches: attaches waited behind the detach burst", done, detaching, attaching)
@@ -86,4 +92,47 @@ func TestBurstOfSlowDetachesDoesNotStarveNewAttaches(t *testing.T) {
 			t.Errorf("%s still published to %v", name("old", i), pubs)
 		}
 	}
+}
+
+// While --worker-threads publishes are in flight, the other attach passes
+// do their API writes (PV and VA finalizers, node ID) instead of waiting:
+// the driver's concurrency stays bounded, the API work overlaps it.
+func TestAttachPassesPrepareWhileCSISlotsAreFull(t *testing.T) {
+	const volumes = 25
+	e := newEnv(t, envOptions{})
+	name := func(i int) string { return fmt.Sprintf("%s-%02d", e.prefix, i) }
+	if _, err := e.driver.AddFault(csimock.Rule{Method: publishMethod, Latency: 2 * time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	for i := range volumes {
+		e.createPV(name(i))
+		e.createVA(e.newVA(name(i), name(i), e.node))
+	}
+	// Before any slow publish can have finished, every VA already carries
+	// our finalizer and node ID: 25 passes ran, 10 of them in the driver.
+	e.eventually(30*time.Second, "all VAs prepared while publishes are in flight", func() (bool, error) {
+		prepared := 0
+		for i := range volumes {
+			va := e.getVA(name(i))
+			if va != nil && len(va.Finalizers) > 0 && va.Annotations[kube.VANodeIDAnnotation] != "" {
+				prepared++
+			}
+		}
+		for _, c := range e.driver.CallsTo(publishMethod) {
+			if c.Done() {
+				return false, fmt.Errorf("a publish finished before all %d VAs were prepared (%d were)", volumes, prepared)
+			}
+		}
+		return prepared == volumes, nil
+	})
+	for i := range volumes {
+		e.waitAttached(name(i), time.Minute)
+	}
+	if got := e.driver.Stats().Methods[publishMethod].MaxInFlight; got != 10 {
+		t.Errorf("most publishes in flight at once = %d, want exactly the 10 worker threads", got)
+	}
+	if got := len(e.driver.CallsTo(publishMethod)); got != volumes {
+		t.Errorf("publish calls = %d, want one per VA (%d)", got, volumes)
+	}
+	e.driver.ClearFaults()
 }
