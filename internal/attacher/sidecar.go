@@ -10,7 +10,6 @@ import (
 
 	csimetrics "github.com/kubernetes-csi/csi-lib-utils/metrics"
 	v1 "k8s.io/api/core/v1"
-	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
@@ -114,7 +113,7 @@ func RunSidecar(ctx context.Context, cfg SidecarConfig) error {
 	}
 
 	run := func(ctx context.Context) error {
-		factory := informers.NewSharedInformerFactoryWithOptions(client, cfg.Resync, informers.WithTransform(Transform(facts.Info.Name)))
+		factory := NewInformerFactory(client, cfg.Resync, facts.Info.Name)
 		broadcaster := record.NewBroadcaster(record.WithContext(ctx))
 		broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
 		defer broadcaster.Shutdown()

@@ -1,30 +1,155 @@
 package attacher
 
 import (
+	"sync"
+	"time"
+
 	v1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/informers"
+	coreinformers "k8s.io/client-go/informers/core/v1"
+	storageinformers "k8s.io/client-go/informers/storage/v1"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	csitrans "k8s.io/csi-translation-lib"
 
 	"github.com/latchcsi/latch/internal/kube"
 )
 
-// Transform is the informer transform the attacher wants, for a shared
-// informer factory: managed fields dropped everywhere, PVs of other drivers
-// trimmed to what the PV finalizer logic needs. In-tree PVs of a plugin
-// migrated to driver count as ours and keep their in-tree source, which the
-// attacher translates.
+// Transform is the informer transform the attacher of driver wants, for a
+// shared informer factory. It runs on every object before it is cached and
+// keeps only what the attacher reads:
+//
+//   - managed fields are dropped from every object;
+//   - the kubectl.kubernetes.io/last-applied-configuration annotation is
+//     dropped from PersistentVolumes and CSINodes (the attacher never writes
+//     their annotations; VolumeAttachments keep all of theirs, because an
+//     annotation patch is computed against the cached map);
+//   - CSINodes keep only driver's entry in spec.drivers;
+//   - PersistentVolumes of other drivers are cut down to what the
+//     attacher needs of them (see trimForeignPV). In-tree PVs of a plugin
+//     migrated to driver count as ours and stay whole, since the attacher
+//     translates their in-tree source.
+//
+// The result is idempotent, as client-go requires: a trimmed PV is still
+// recognised as another driver's.
 func Transform(driver string) cache.TransformFunc {
-	trimPV := kube.TrimForeignPVs(DriverOfPV(csitrans.New()), func(d string) bool { return d == driver })
+	driverOf := DriverOfPV(csitrans.New())
+	finalizer := kube.PVFinalizer(driver)
+	sources := &sharedCSISources{m: map[string]*v1.CSIPersistentVolumeSource{}}
 	return func(obj any) (any, error) {
 		obj, err := kube.StripManagedFields(obj)
 		if err != nil {
 			return obj, err
 		}
-		if _, ok := obj.(*v1.PersistentVolume); ok {
-			return trimPV(obj)
+		switch o := obj.(type) {
+		case *v1.PersistentVolume:
+			if d := driverOf(o); d != driver {
+				return trimForeignPV(o, d, finalizer, sources), nil
+			}
+			dropLastApplied(o)
+		case *storagev1.CSINode:
+			dropLastApplied(o)
+			keepDriver(o, driver)
 		}
 		return obj, nil
 	}
+}
+
+// trimForeignPV returns the part of another driver's PV (driver d, "" for
+// a PV no CSI driver handles) that the attacher uses:
+//
+//   - name and resourceVersion: the cache key, and the version the
+//     attacher's own-write bookkeeping compares;
+//   - deletionTimestamp: a VolumeAttachment of ours that names the PV is
+//     told the PV is being deleted;
+//   - finalizers, only when ours is among them (e.g. left behind by an
+//     earlier driver name): the PV queue removes it once no
+//     VolumeAttachment needs it, and patches against the full list;
+//   - spec.csi.driver of a CSI PV: a VolumeAttachment of ours that names it
+//     is told which driver the PV belongs to, and the transform stays
+//     idempotent. All PVs of one driver share a single, read-only
+//     CSIPersistentVolumeSource.
+//
+// Everything else (uid, labels, annotations, claim reference, capacity,
+// volume handle and attributes, in-tree sources, status) is dropped; the
+// attacher never reads it for another driver's volume. A cached object
+// costs the v1.PersistentVolume struct (about 700 bytes) plus these few
+// fields.
+func trimForeignPV(pv *v1.PersistentVolume, d, finalizer string, sources *sharedCSISources) *v1.PersistentVolume {
+	out := &v1.PersistentVolume{
+		TypeMeta: pv.TypeMeta,
+		ObjectMeta: metav1.ObjectMeta{
+			Name:              pv.Name,
+			ResourceVersion:   pv.ResourceVersion,
+			DeletionTimestamp: pv.DeletionTimestamp,
+		},
+	}
+	if hasString(pv.Finalizers, finalizer) {
+		out.Finalizers = pv.Finalizers
+	}
+	if pv.Spec.CSI != nil {
+		out.Spec.CSI = sources.get(d)
+	}
+	return out
+}
+
+// sharedCSISources hands out one CSIPersistentVolumeSource per driver name
+// for trimmed PVs. It stops sharing (and allocates per PV) beyond
+// maxSharedCSISources names, so a cluster with unusual driver names cannot
+// grow it without bound.
+type sharedCSISources struct {
+	mu sync.Mutex
+	m  map[string]*v1.CSIPersistentVolumeSource
+}
+
+const maxSharedCSISources = 256
+
+func (s *sharedCSISources) get(driver string) *v1.CSIPersistentVolumeSource {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if src, ok := s.m[driver]; ok {
+		return src
+	}
+	src := &v1.CSIPersistentVolumeSource{Driver: driver}
+	if len(s.m) < maxSharedCSISources {
+		s.m[driver] = src
+	}
+	return src
+}
+
+// lastAppliedAnnotation is kubectl's copy of the applied manifest; on
+// objects created with kubectl apply it is often their largest field.
+const lastAppliedAnnotation = "kubectl.kubernetes.io/last-applied-configuration"
+
+func dropLastApplied(obj metav1.Object) {
+	ann := obj.GetAnnotations()
+	if _, ok := ann[lastAppliedAnnotation]; !ok {
+		return
+	}
+	if len(ann) == 1 {
+		obj.SetAnnotations(nil)
+		return
+	}
+	delete(ann, lastAppliedAnnotation)
+}
+
+// keepDriver drops other drivers' entries from a CSINode: the attacher
+// only looks up driver's node ID.
+func keepDriver(node *storagev1.CSINode, driver string) {
+	drivers := node.Spec.Drivers
+	if len(drivers) == 0 || (len(drivers) == 1 && drivers[0].Name == driver) {
+		return
+	}
+	var kept []storagev1.CSINodeDriver
+	for _, d := range drivers {
+		if d.Name == driver {
+			kept = []storagev1.CSINodeDriver{d}
+			break
+		}
+	}
+	node.Spec.Drivers = kept
 }
 
 // DriverOfPV returns the CSI driver that handles a PV: spec.csi.driver, or
@@ -51,4 +176,24 @@ func DriverOfPV(tr InTreeNames) kube.PVDriverFunc {
 type InTreeNames interface {
 	GetInTreePluginNameFromSpec(pv *v1.PersistentVolume, vol *v1.Volume) (string, error)
 	GetCSINameFromInTreeName(pluginName string) (string, error)
+}
+
+// NewInformerFactory returns the shared informer factory the attacher of
+// driver runs on: every informer gets Transform(driver), and the three the
+// attacher uses (VolumeAttachments, PersistentVolumes, CSINodes) are built
+// without client-go's default namespace index. All three kinds are
+// cluster-scoped, so that index would hold every key under "" and serve no
+// lookup, at about 40 bytes per cached object.
+func NewInformerFactory(client kubernetes.Interface, resync time.Duration, driver string) informers.SharedInformerFactory {
+	f := informers.NewSharedInformerFactoryWithOptions(client, resync, informers.WithTransform(Transform(driver)))
+	f.InformerFor(&storagev1.VolumeAttachment{}, func(c kubernetes.Interface, resync time.Duration) cache.SharedIndexInformer {
+		return storageinformers.NewVolumeAttachmentInformer(c, resync, cache.Indexers{})
+	})
+	f.InformerFor(&v1.PersistentVolume{}, func(c kubernetes.Interface, resync time.Duration) cache.SharedIndexInformer {
+		return coreinformers.NewPersistentVolumeInformer(c, resync, cache.Indexers{})
+	})
+	f.InformerFor(&storagev1.CSINode{}, func(c kubernetes.Interface, resync time.Duration) cache.SharedIndexInformer {
+		return storageinformers.NewCSINodeInformer(c, resync, cache.Indexers{})
+	})
+	return f
 }
