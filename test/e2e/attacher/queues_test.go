@@ -11,7 +11,7 @@ import (
 
 func TestBurstOfSlowDetachesDoesNotStarveNewAttaches(t *testing.T) {
 	const (
-		detaching = 30 // three times the workers of the detach queue
+		detaching = 30 // three times the detach queue's CSI call slots
 		attaching = 5
 	)
 	e := newEnv(t, envOptions{})
@@ -57,7 +57,7 @@ func TestBurstOfSlowDetachesDoesNotStarveNewAttaches(t *testing.T) {
 			done++
 		}
 	}
-	// 40 detach passes run at once (4 × the 10 workers), but the driver
+	// 100 detach passes may run at once (10 × the 10 workers), but the driver
 	// never sees more than --worker-threads unpublishes at a time.
 	if got := e.driver.Stats().Methods[unpublishMethod].MaxInFlight; got != 10 {
 		t.Errorf("most unpublishes in flight at once = %d, want exactly the 10 worker threads", got)
