@@ -78,21 +78,26 @@ func Transform(driver string) cache.TransformFunc {
 // costs the v1.PersistentVolume struct (about 700 bytes) plus these few
 // fields.
 func trimForeignPV(pv *v1.PersistentVolume, d, finalizer string, sources *sharedCSISources) *v1.PersistentVolume {
-	out := &v1.PersistentVolume{
-		TypeMeta: pv.TypeMeta,
-		ObjectMeta: metav1.ObjectMeta{
-			Name:              pv.Name,
-			ResourceVersion:   pv.ResourceVersion,
-			DeletionTimestamp: pv.DeletionTimestamp,
-		},
+	// Trimmed in place: the transform owns the object, and client-go may
+	// pass an already trimmed PV through again (the watch-list reflector
+	// transforms into its temporary store, the queue's Replace once more),
+	// which then allocates nothing.
+	meta := metav1.ObjectMeta{
+		Name:              pv.Name,
+		ResourceVersion:   pv.ResourceVersion,
+		DeletionTimestamp: pv.DeletionTimestamp,
 	}
 	if hasString(pv.Finalizers, finalizer) {
-		out.Finalizers = pv.Finalizers
+		meta.Finalizers = pv.Finalizers
 	}
+	var src v1.PersistentVolumeSource
 	if pv.Spec.CSI != nil {
-		out.Spec.CSI = sources.get(d)
+		src.CSI = sources.get(d)
 	}
-	return out
+	pv.ObjectMeta = meta
+	pv.Spec = v1.PersistentVolumeSpec{PersistentVolumeSource: src}
+	pv.Status = v1.PersistentVolumeStatus{}
+	return pv
 }
 
 // sharedCSISources hands out one CSIPersistentVolumeSource per driver name
