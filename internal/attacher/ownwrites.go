@@ -78,12 +78,18 @@ func (w *ownWrites[T]) resolve(cached T) T {
 }
 
 // isOwn reports whether obj is exactly a version we wrote, so that its watch
-// event needs no new pass.
+// event needs no new pass. Such an event means the informer's cache now
+// holds our write (client-go updates the store before it notifies), so
+// the entry is dropped: a volume at rest keeps no copy of its last write.
 func (w *ownWrites[T]) isOwn(obj T) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	e, ok := w.m[obj.GetName()]
-	return ok && e.written.GetResourceVersion() == obj.GetResourceVersion()
+	if !ok || e.written.GetResourceVersion() != obj.GetResourceVersion() {
+		return false
+	}
+	delete(w.m, obj.GetName())
+	return true
 }
 
 // forget drops everything known about name (the object was deleted).

@@ -4,7 +4,6 @@ import (
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/cache"
@@ -40,68 +39,9 @@ func fullPV(driver string) *v1.PersistentVolume {
 	return pv
 }
 
-func TestTrimForeignPVs(t *testing.T) {
-	ours := func(d string) bool { return d == "ours.csi.io" }
-	trim := TrimForeignPVs(nil, ours)
-
-	t.Run("our PV untouched", func(t *testing.T) {
-		pv := fullPV("ours.csi.io")
-		want := pv.DeepCopy()
-		got, err := trim(pv)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !equality.Semantic.DeepEqual(got, want) {
-			t.Fatalf("our PV was modified: %+v", got)
-		}
-	})
-
-	for _, driver := range []string{"other.csi.io", ""} {
-		t.Run("foreign PV trimmed, driver="+driver, func(t *testing.T) {
-			pv := fullPV(driver)
-			got, err := trim(pv)
-			if err != nil {
-				t.Fatal(err)
-			}
-			out := got.(*v1.PersistentVolume)
-			want := &v1.PersistentVolume{
-				ObjectMeta: metav1.ObjectMeta{
-					Name: "pv-1", UID: "u1", ResourceVersion: "42", DeletionTimestamp: pv.DeletionTimestamp,
-					Finalizers: []string{"kubernetes.io/pv-protection"},
-				},
-				Spec: v1.PersistentVolumeSpec{
-					ClaimRef: &v1.ObjectReference{Namespace: "ns", Name: "claim", UID: "cu"},
-				},
-				Status: v1.PersistentVolumeStatus{Phase: v1.VolumeBound},
-			}
-			if driver != "" {
-				want.Spec.CSI = &v1.CSIPersistentVolumeSource{Driver: driver, VolumeHandle: "h1"}
-			}
-			if !equality.Semantic.DeepEqual(out, want) {
-				t.Fatalf("trimmed PV =\n%+v\nwant\n%+v", out, want)
-			}
-			again, _ := trim(out)
-			if !equality.Semantic.DeepEqual(again, want) {
-				t.Fatalf("transform is not idempotent: %+v", again)
-			}
-		})
-	}
-
-	t.Run("tombstones and other objects pass through", func(t *testing.T) {
-		tomb := cache.DeletedFinalStateUnknown{Key: "pv-1", Obj: fullPV("other.csi.io")}
-		if got, _ := trim(tomb); !equality.Semantic.DeepEqual(got, tomb) {
-			t.Fatalf("tombstone changed: %+v", got)
-		}
-		node := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n", Labels: map[string]string{"a": "b"}}}
-		if got, _ := trim(node); got != any(node) {
-			t.Fatalf("node replaced: %+v", got)
-		}
-	})
-}
-
 func TestStripManagedFields(t *testing.T) {
 	pv := fullPV("x")
-	got, err := ChainTransforms(StripManagedFields, TrimForeignPVs(nil, func(string) bool { return true }))(pv)
+	got, err := StripManagedFields(pv)
 	if err != nil {
 		t.Fatal(err)
 	}
