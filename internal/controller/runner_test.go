@@ -32,6 +32,38 @@ type harness struct {
 	passes chan string
 	cancel context.CancelFunc
 	runErr chan error
+	// idleWaiters is how many timers the runner holds on the fake clock
+	// with no retry scheduled.
+	idleWaiters int
+}
+
+// settledWaiters returns the fake clock's waiter count once it has stopped
+// changing for a moment.
+func (h *harness) settledWaiters() int {
+	n := h.clock.Waiters()
+	for stable := 0; stable < 5; {
+		time.Sleep(2 * time.Millisecond)
+		if m := h.clock.Waiters(); m == n {
+			stable++
+		} else {
+			n, stable = m, 0
+		}
+	}
+	return n
+}
+
+// waitArmed waits until the delaying queue has armed a timer for a
+// retry: the queue's goroutine reads the clock when it takes an AddAfter,
+// so stepping the clock before that would shift the retry.
+func (h *harness) waitArmed() {
+	h.t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for h.clock.Waiters() <= h.idleWaiters {
+		if time.Now().After(deadline) {
+			h.t.Fatalf("no retry timer armed on the clock (%d waiters)", h.clock.Waiters())
+		}
+		time.Sleep(time.Millisecond)
+	}
 }
 
 var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
@@ -63,6 +95,8 @@ func startHarness(t *testing.T, opts Options, fn func(ctx context.Context, key s
 	})
 	h.runner = New[string](rec, opts)
 	h.runner.afterPass = func(key string) { h.passes <- key }
+	// The queue's own tickers, present while nothing waits for a retry.
+	h.idleWaiters = h.settledWaiters()
 
 	_, ctx := ktesting.NewTestContext(t)
 	ctx, h.cancel = context.WithCancel(ctx)
@@ -118,6 +152,7 @@ func (h *harness) expectNoCall() {
 // processed exactly at at.
 func (h *harness) expectRetryAt(key string, at time.Time) {
 	h.t.Helper()
+	h.waitArmed()
 	h.clock.SetTime(at.Add(-time.Nanosecond))
 	h.expectNoCall()
 	h.clock.SetTime(at)
