@@ -95,7 +95,7 @@ func (l *InProcess) StartController(ctx context.Context) (Component, error) {
 	return startGoroutine(ctx, "attachdetach-controller", func(ctx context.Context) error {
 		return controller.Serve(ctx, controller.ServeConfig{
 			RESTConfig: cfg,
-			Controller: controller.Config{Workers: 10, MaxWaitForUnmount: 6 * time.Minute, VerifyPeriod: time.Minute},
+			Controller: controller.Config{Workers: 50, MaxWaitForUnmount: 6 * time.Minute, VerifyPeriod: time.Minute},
 			Leader:     app.LeaderElection{},
 			Registry:   metrics.NewKubeRegistry(),
 		})

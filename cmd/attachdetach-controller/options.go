@@ -63,7 +63,7 @@ func parseOptions(args []string) (*options, error) {
 	fs.DurationVar(&o.retryPeriod, "leader-elect-retry-period", 2*time.Second, "Duration candidates wait between tries of actions.")
 	fs.StringVar(&o.leaderElectNamespace, "leader-elect-resource-namespace", "kube-system", "Namespace of the leader election Lease.")
 	fs.StringVar(&o.leaderElectName, "leader-elect-resource-name", "latch-attachdetach-controller", "Name of the leader election Lease.")
-	fs.IntVar(&o.workers, "concurrent-attach-detach-syncs", 10, "Number of (volume, node) keys reconciled in parallel.")
+	fs.IntVar(&o.workers, "concurrent-attach-detach-syncs", 50, "Number of (volume, node) keys reconciled in parallel.")
 	fs.DurationVar(&o.maxWaitForUnmount, "max-wait-for-unmount", 6*time.Minute, "How long a volume that no Pod wants any more but that a NotReady node still lists in volumesInUse waits before it is detached anyway.")
 	fs.BoolVar(&o.disableForceDetachOnTimeout, "disable-force-detach-on-timeout", false, "Never detach a volume still in use by a NotReady node after --max-wait-for-unmount (the out-of-service taint still detaches).")
 	fs.DurationVar(&o.reconcileSync, "reconcile-sync", time.Minute, "Period of the verify pass that compares the actual state with the VolumeAttachments; 0 disables it.")

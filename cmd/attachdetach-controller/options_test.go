@@ -23,7 +23,7 @@ func TestParseOptions_defaultsMatchKubeControllerManager(t *testing.T) {
 		{"leader-elect-retry-period", o.retryPeriod, 2 * time.Second},
 		{"leader-elect-resource-namespace", o.leaderElectNamespace, "kube-system"},
 		{"leader-elect-resource-name", o.leaderElectName, "latch-attachdetach-controller"},
-		{"concurrent-attach-detach-syncs", o.workers, 10},
+		{"concurrent-attach-detach-syncs", o.workers, 50},
 		{"max-wait-for-unmount", o.maxWaitForUnmount, 6 * time.Minute},
 		{"disable-force-detach-on-timeout", o.disableForceDetachOnTimeout, false},
 		{"reconcile-sync", o.reconcileSync, time.Minute},

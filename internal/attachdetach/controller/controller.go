@@ -39,7 +39,7 @@ import (
 // Config is the controller's configuration, filled from flags in cmd/.
 type Config struct {
 	// Workers reconcile (volume, node) keys in parallel
-	// (--concurrent-attach-detach-syncs). The node status updater gets
+	// (--concurrent-attach-detach-syncs; default 50). The node status updater gets
 	// its own workers (NodeStatusWorkers).
 	Workers int
 	// NodeStatusWorkers write Node.status.volumesAttached; default 4.
@@ -106,7 +106,7 @@ type Controller struct {
 // metrics may be nil (nothing is recorded then).
 func New(cfg Config, client kubernetes.Interface, factory informers.SharedInformerFactory, recorder record.EventRecorder, m *Metrics) (*Controller, error) {
 	if cfg.Workers <= 0 {
-		cfg.Workers = 10
+		cfg.Workers = 50
 	}
 	if cfg.NodeStatusWorkers <= 0 {
 		cfg.NodeStatusWorkers = 4
