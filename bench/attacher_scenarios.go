@@ -119,30 +119,23 @@ func (r *attachRig) deleteVAs(ctx context.Context, idx []int, conc int) ([]time.
 
 // attachedLatencies returns created→attached of idx and the last attach.
 func (r *attachRig) attachedLatencies(idx []int, created []time.Time) ([]time.Duration, time.Time) {
-	var lat []time.Duration
-	var last time.Time
-	for k, i := range idx {
-		at, ok := r.tracker.attachedAt(r.pv(i))
-		if !ok {
-			continue
-		}
-		lat = append(lat, at.Sub(created[k]))
-		if at.After(last) {
-			last = at
-		}
-	}
-	return lat, last
+	return r.latencies(idx, created, r.tracker.attachedAt)
 }
 
+// goneLatencies returns deleted→gone of idx and the last one gone.
 func (r *attachRig) goneLatencies(idx []int, deleted []time.Time) ([]time.Duration, time.Time) {
+	return r.latencies(idx, deleted, r.tracker.goneAt)
+}
+
+func (r *attachRig) latencies(idx []int, since []time.Time, seen func(string) (time.Time, bool)) ([]time.Duration, time.Time) {
 	var lat []time.Duration
 	var last time.Time
 	for k, i := range idx {
-		at, ok := r.tracker.goneAt(r.pv(i))
+		at, ok := seen(r.pv(i))
 		if !ok {
 			continue
 		}
-		lat = append(lat, at.Sub(deleted[k]))
+		lat = append(lat, at.Sub(since[k]))
 		if at.After(last) {
 			last = at
 		}

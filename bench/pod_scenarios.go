@@ -270,22 +270,10 @@ func runPods(ctx context.Context, e *env, res *Result) error {
 		return waitErr
 	}
 
-	if err := r.deletePods(ctx, n); err != nil {
-		return fmt.Errorf("delete Pods: %w", err)
-	}
-	waitErr = waitFor(ctx, sz.AttachTimeout, "every VolumeAttachment gone", r.allVAsGone)
-	s2, err := e.snap(ctx, r.comps, r.d)
+	det, waitErr, err := r.detachAll(ctx, e, res, n, n, s1, sz.AttachTimeout)
 	if err != nil {
 		return err
 	}
-	det := &Phase{Name: "detach", Ops: n, CSICalls: int(s2.unpublishes - s1.unpublishes)}
-	det.WallSeconds = s2.at.Sub(s1.at).Seconds()
-	det.PerSecond = float64(n) / det.WallSeconds
-	det.setWrites(componentWrites(s1, s2), n)
-	e.fillUsage(det, s1, s2)
-	res.Phases = append(res.Phases, det)
-	exist, _ := r.tracker.counts()
-	res.check("VolumeAttachments gone after the Pods", "0 left", fmt.Sprintf("%d left", exist-1), exist <= 1, true)
 	res.check("ControllerUnpublish calls", fmt.Sprintf("= %d", n), fmt.Sprint(det.CSICalls), det.CSICalls == n, true)
 	if waitErr != nil {
 		return waitErr
@@ -360,22 +348,10 @@ func runIdle(ctx context.Context, e *env, res *Result) error {
 		res.check("controller CPU at rest", "≤ 1% of one core", fmt.Sprintf("%.2f%%", pct), pct <= 1, false)
 	}
 
-	if err := r.deletePods(ctx, pods); err != nil {
-		return fmt.Errorf("delete Pods: %w", err)
-	}
-	waitErr = waitFor(ctx, sz.StepsTimeout, "every VolumeAttachment gone", r.allVAsGone)
-	s4, err := e.snap(ctx, r.comps, r.d)
+	det, waitErr, err := r.detachAll(ctx, e, res, pods, n, s3, sz.StepsTimeout)
 	if err != nil {
 		return err
 	}
-	det := &Phase{Name: "detach", Ops: n, CSICalls: int(s4.unpublishes - s3.unpublishes)}
-	det.WallSeconds = s4.at.Sub(s3.at).Seconds()
-	det.PerSecond = float64(n) / det.WallSeconds
-	det.setWrites(componentWrites(s3, s4), n)
-	e.fillUsage(det, s3, s4)
-	res.Phases = append(res.Phases, det)
-	exist, _ := r.tracker.counts()
-	res.check("VolumeAttachments gone after the Pods", "0 left", fmt.Sprintf("%d left", exist-1), exist <= 1, true)
 	res.check("ControllerPublish / Unpublish calls", fmt.Sprintf("= %d / %d", n, n), fmt.Sprintf("%d / %d", p.CSICalls, det.CSICalls), p.CSICalls == n && det.CSICalls == n, true)
 	if waitErr != nil {
 		return waitErr
@@ -383,4 +359,27 @@ func runIdle(ctx context.Context, e *env, res *Result) error {
 	comps := r.comps
 	r.comps = nil
 	return finalUsage(e, res, comps)
+}
+
+// detachAll deletes the first pods Pods, waits up to timeout for every
+// VolumeAttachment (n volumes) to be gone, and records the detach phase
+// since before. waitErr is the wait's outcome; err a failure to measure.
+func (r *podRig) detachAll(ctx context.Context, e *env, res *Result, pods, n int, before snapshot, timeout time.Duration) (det *Phase, waitErr, err error) {
+	if err := r.deletePods(ctx, pods); err != nil {
+		return nil, nil, fmt.Errorf("delete Pods: %w", err)
+	}
+	waitErr = waitFor(ctx, timeout, "every VolumeAttachment gone", r.allVAsGone)
+	after, err := e.snap(ctx, r.comps, r.d)
+	if err != nil {
+		return nil, nil, err
+	}
+	det = &Phase{Name: "detach", Ops: n, CSICalls: int(after.unpublishes - before.unpublishes)}
+	det.WallSeconds = after.at.Sub(before.at).Seconds()
+	det.PerSecond = float64(n) / det.WallSeconds
+	det.setWrites(componentWrites(before, after), n)
+	e.fillUsage(det, before, after)
+	res.Phases = append(res.Phases, det)
+	exist, _ := r.tracker.counts()
+	res.check("VolumeAttachments gone after the Pods", "0 left", fmt.Sprintf("%d left", exist-1), exist <= 1, true)
+	return det, waitErr, nil
 }
