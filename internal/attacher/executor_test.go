@@ -7,9 +7,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"slices"
-	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -17,7 +15,6 @@ import (
 	v1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -35,6 +32,7 @@ import (
 	"github.com/latchcsi/latch/internal/csi"
 	"github.com/latchcsi/latch/internal/csimock"
 	"github.com/latchcsi/latch/internal/kube"
+	"github.com/latchcsi/latch/internal/kube/kubetest"
 )
 
 // The executor tests run the sync functions against a fake clientset whose
@@ -53,7 +51,7 @@ type execFixture struct {
 	t        *testing.T
 	ctx      context.Context
 	client   *fake.Clientset
-	tracker  *rvTracker
+	tracker  *kubetest.VersionedTracker
 	ctrl     *Controller
 	driver   *csimock.Driver
 	recorder *record.FakeRecorder
@@ -118,46 +116,9 @@ func newExecFixture(t *testing.T, objs ...runtime.Object) *execFixture {
 	return &execFixture{t: t, ctx: ctx, client: client, tracker: tracker, ctrl: ctrl, driver: driver, recorder: recorder}
 }
 
-// rvTracker stamps a new resourceVersion on every stored object, as the API
-// server does; client-go's tracker leaves resourceVersion empty, which
-// would make every guarded patch impossible to build.
-type rvTracker struct {
-	clienttesting.ObjectTracker
-	mu   sync.Mutex
-	next int
-}
-
-// stamp sets the next resourceVersion on obj in place: the patch reaction
-// returns the very object it stored.
-func (t *rvTracker) stamp(obj runtime.Object) runtime.Object {
-	m, err := meta.Accessor(obj)
-	if err != nil {
-		return obj
-	}
-	t.mu.Lock()
-	t.next++
-	m.SetResourceVersion(strconv.Itoa(t.next))
-	t.mu.Unlock()
-	return obj
-}
-
-func (t *rvTracker) Add(obj runtime.Object) error { return t.ObjectTracker.Add(t.stamp(obj)) }
-
-func (t *rvTracker) Create(gvr schema.GroupVersionResource, obj runtime.Object, ns string, opts ...metav1.CreateOptions) error {
-	return t.ObjectTracker.Create(gvr, t.stamp(obj), ns, opts...)
-}
-
-func (t *rvTracker) Update(gvr schema.GroupVersionResource, obj runtime.Object, ns string, opts ...metav1.UpdateOptions) error {
-	return t.ObjectTracker.Update(gvr, t.stamp(obj), ns, opts...)
-}
-
-func (t *rvTracker) Patch(gvr schema.GroupVersionResource, obj runtime.Object, ns string, opts ...metav1.PatchOptions) error {
-	return t.ObjectTracker.Patch(gvr, t.stamp(obj), ns, opts...)
-}
-
-// newRVClientset is fake.NewSimpleClientset over an rvTracker.
-func newRVClientset() (*fake.Clientset, *rvTracker) {
-	tracker := &rvTracker{ObjectTracker: clienttesting.NewObjectTracker(scheme.Scheme, scheme.Codecs.UniversalDecoder())}
+// newRVClientset is fake.NewSimpleClientset over a VersionedTracker.
+func newRVClientset() (*fake.Clientset, *kubetest.VersionedTracker) {
+	tracker := &kubetest.VersionedTracker{ObjectTracker: clienttesting.NewObjectTracker(scheme.Scheme, scheme.Codecs.UniversalDecoder())}
 	cs := &fake.Clientset{}
 	cs.AddReactor("*", "*", clienttesting.ObjectReaction(tracker))
 	cs.AddWatchReactor("*", func(action clienttesting.Action) (bool, watch.Interface, error) {

@@ -7,20 +7,16 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
-	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
@@ -33,6 +29,7 @@ import (
 	"k8s.io/klog/v2/ktesting"
 
 	"github.com/latchcsi/latch/internal/kube"
+	"github.com/latchcsi/latch/internal/kube/kubetest"
 )
 
 // The controller against client-go's fake clientset: the informers, event
@@ -107,43 +104,12 @@ func podUsing(name, node, claim string) *v1.Pod {
 	}
 }
 
-// versioningTracker stamps a growing resourceVersion on every object it
-// stores, as the API server does (the fake's tracker versions objects
-// internally but does not set the field).
-type versioningTracker struct {
-	clienttesting.ObjectTracker
-	rv atomic.Int64
-}
-
-func (t *versioningTracker) stamp(obj runtime.Object) runtime.Object {
-	if m, err := meta.Accessor(obj); err == nil {
-		m.SetResourceVersion(strconv.FormatInt(t.rv.Add(1), 10))
-	}
-	return obj
-}
-
-func (t *versioningTracker) Add(obj runtime.Object) error {
-	return t.ObjectTracker.Add(t.stamp(obj))
-}
-
-func (t *versioningTracker) Create(gvr schema.GroupVersionResource, obj runtime.Object, ns string, opts ...metav1.CreateOptions) error {
-	return t.ObjectTracker.Create(gvr, t.stamp(obj), ns, opts...)
-}
-
-func (t *versioningTracker) Update(gvr schema.GroupVersionResource, obj runtime.Object, ns string, opts ...metav1.UpdateOptions) error {
-	return t.ObjectTracker.Update(gvr, t.stamp(obj), ns, opts...)
-}
-
-func (t *versioningTracker) Patch(gvr schema.GroupVersionResource, obj runtime.Object, ns string, opts ...metav1.PatchOptions) error {
-	return t.ObjectTracker.Patch(gvr, t.stamp(obj), ns, opts...)
-}
-
 // fakeWorld is one controller on a fake clientset.
 type fakeWorld struct {
 	t        *testing.T
 	ctx      context.Context
 	client   *fake.Clientset
-	tracker  *versioningTracker
+	tracker  *kubetest.VersionedTracker
 	events   *record.FakeRecorder
 	registry metrics.KubeRegistry
 	c        *Controller
@@ -163,7 +129,7 @@ func newFakeWorld(t *testing.T, cfg Config, objs ...runtime.Object) *fakeWorld {
 	// Route every request through a tracker that versions objects the way
 	// the API server does; the clientset's own reactors would store them
 	// without a resourceVersion.
-	w.tracker = &versioningTracker{ObjectTracker: w.client.Tracker()}
+	w.tracker = &kubetest.VersionedTracker{ObjectTracker: w.client.Tracker()}
 	w.client.ReactionChain = nil
 	w.client.AddReactor("*", "*", clienttesting.ObjectReaction(w.tracker))
 	for _, obj := range objs {
