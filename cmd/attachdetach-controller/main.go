@@ -14,8 +14,6 @@ import (
 	"os/signal"
 	"syscall"
 
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/component-base/logs"
 	logsapi "k8s.io/component-base/logs/api/v1"
 	_ "k8s.io/component-base/logs/json/register" // --logging-format=json
@@ -58,13 +56,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	ctx = klog.NewContext(ctx, logger)
 	logger.Info("Starting attachdetach-controller", "version", version.Version)
 
-	restConfig, err := restConfig(opts.kubeconfig)
+	restConfig, err := app.RESTConfig(opts.kubeconfig, opts.kubeAPIQPS, opts.kubeAPIBurst)
 	if err != nil {
 		logger.Error(err, "Cannot build an API client configuration")
 		return 1
 	}
-	restConfig.QPS = float32(opts.kubeAPIQPS)
-	restConfig.Burst = opts.kubeAPIBurst
 
 	err = controller.Serve(ctx, controller.ServeConfig{
 		RESTConfig: restConfig,
@@ -91,11 +87,4 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	logger.Info("attachdetach-controller stopped")
 	return 0
-}
-
-func restConfig(kubeconfig string) (*rest.Config, error) {
-	if kubeconfig != "" {
-		return clientcmd.BuildConfigFromFlags("", kubeconfig)
-	}
-	return rest.InClusterConfig()
 }

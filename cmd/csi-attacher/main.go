@@ -13,8 +13,6 @@ import (
 
 	"github.com/kubernetes-csi/csi-lib-utils/connection"
 	"go.uber.org/automaxprocs/maxprocs"
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/component-base/logs"
 	logsapi "k8s.io/component-base/logs/api/v1"
 	_ "k8s.io/component-base/logs/json/register" // --logging-format=json
@@ -63,13 +61,11 @@ func run(args []string) int {
 	ctx = klog.NewContext(ctx, logger)
 	logger.Info("Starting csi-attacher", "version", version.Version)
 
-	restConfig, err := restConfig(opts.kubeconfig)
+	restConfig, err := app.RESTConfig(opts.kubeconfig, opts.kubeAPIQPS, opts.kubeAPIBurst)
 	if err != nil {
 		logger.Error(err, "Cannot build an API client configuration")
 		return 1
 	}
-	restConfig.QPS = float32(opts.kubeAPIQPS)
-	restConfig.Burst = opts.kubeAPIBurst
 
 	httpAddr := opts.httpEndpoint
 	if httpAddr == "" {
@@ -106,11 +102,4 @@ func run(args []string) int {
 		return 1
 	}
 	return 0
-}
-
-func restConfig(kubeconfig string) (*rest.Config, error) {
-	if kubeconfig != "" {
-		return clientcmd.BuildConfigFromFlags("", kubeconfig)
-	}
-	return rest.InClusterConfig()
 }
