@@ -270,7 +270,16 @@ func sortedNames(names ...v1.UniqueVolumeName) []v1.UniqueVolumeName {
 
 func expectForced(t *testing.T, e *env, reason string, want float64) {
 	t.Helper()
-	got, err := testutil.GetCounterValuesFromGatherer(e.registry, controller.ForcedDetachesMetric, nil, "reason")
+	// The counter is incremented right after the controller's delete call
+	// returns, which can be a moment after the test sees the VA gone.
+	var got map[string]float64
+	var err error
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		got, err = testutil.GetCounterValuesFromGatherer(e.registry, controller.ForcedDetachesMetric, nil, "reason")
+		if (err == nil || want == 0) && got[reason] == want || time.Now().After(deadline) {
+			break
+		}
+	}
 	if err != nil && want > 0 {
 		t.Fatalf("gather %s: %v", controller.ForcedDetachesMetric, err)
 	}
