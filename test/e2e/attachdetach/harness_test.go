@@ -192,10 +192,12 @@ func (e *env) startController() {
 	cfg.QPS, cfg.Burst = 1000, 2000
 	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper {
 		return roundTripFunc(func(req *http.Request) (*http.Response, error) {
-			if req.Method == http.MethodPost && strings.HasSuffix(req.URL.Path, "/volumeattachments") {
+			resp, err := rt.RoundTrip(req)
+			// creates counts VolumeAttachments the controller created (a
+			// create answered AlreadyExists made nothing).
+			if req.Method == http.MethodPost && strings.HasSuffix(req.URL.Path, "/volumeattachments") && err == nil && resp.StatusCode < 300 {
 				e.creates.Add(1)
 			}
-			resp, err := rt.RoundTrip(req)
 			if req.Method != http.MethodGet && !strings.Contains(req.URL.Path, "/events") && err == nil && resp.StatusCode < 300 {
 				e.writesMu.Lock()
 				e.writes = append(e.writes, req.Method+" "+req.URL.Path)
