@@ -203,14 +203,7 @@ func runAttachBurst(ctx context.Context, e *env, res *Result) error {
 		return err
 	}
 	lat, last := r.attachedLatencies(idx, created)
-	attach := &Phase{Name: "attach", Ops: n, CSICalls: int(s1.publishes - s0.publishes)}
-	attach.WallSeconds = last.Sub(s0.at).Seconds()
-	attach.PerSecond = float64(len(lat)) / attach.WallSeconds
-	attach.P50Ms, attach.P99Ms = percentiles(lat)
-	attach.setWrites(componentWrites(s0, s1), n)
-	attach.setLimit(e.report.LimitWritesPerSecond)
-	e.fillUsage(attach, s0, s1)
-	res.Phases = append(res.Phases, attach)
+	attach := e.latencyPhase(res, "attach", n, int(s1.publishes-s0.publishes), lat, last, s0, s1)
 	res.check("VolumeAttachments attached", fmt.Sprint(n), fmt.Sprint(len(lat)), len(lat) == n, true)
 	res.check("ControllerPublish calls", fmt.Sprintf("= %d", n), fmt.Sprintf("%d (duplicates %d)", attach.CSICalls, s1.duplicates-s0.duplicates), attach.CSICalls == n && s1.duplicates == s0.duplicates, true)
 	vaWrites := attach.VAWritesPerOp + attach.VAStatusPerOp
@@ -239,14 +232,7 @@ func runAttachBurst(ctx context.Context, e *env, res *Result) error {
 		return err
 	}
 	lat, last = r.goneLatencies(idx, deleted)
-	detach := &Phase{Name: "detach", Ops: n, CSICalls: int(s2.unpublishes - s1.unpublishes)}
-	detach.WallSeconds = last.Sub(s1.at).Seconds()
-	detach.PerSecond = float64(len(lat)) / detach.WallSeconds
-	detach.P50Ms, detach.P99Ms = percentiles(lat)
-	detach.setWrites(componentWrites(s1, s2), n)
-	detach.setLimit(e.report.LimitWritesPerSecond)
-	e.fillUsage(detach, s1, s2)
-	res.Phases = append(res.Phases, detach)
+	detach := e.latencyPhase(res, "detach", n, int(s2.unpublishes-s1.unpublishes), lat, last, s1, s2)
 	res.check("VolumeAttachments detached and gone", fmt.Sprint(n), fmt.Sprint(len(lat)), len(lat) == n, true)
 	res.check("ControllerUnpublish calls", fmt.Sprintf("= %d", n), fmt.Sprint(detach.CSICalls), detach.CSICalls == n, true)
 	if waitErr != nil {
@@ -434,4 +420,20 @@ func (e *env) countCached(ctx context.Context) (int, error) {
 		return 0, err
 	}
 	return len(vas.Items) + len(pvs.Items) + len(nodes.Items), nil
+}
+
+// latencyPhase records a burst phase of n operations between the
+// snapshots before and after: wall time to the last one done, rate,
+// latency percentiles, writes per operation, share of the API server's
+// limit and the components' usage.
+func (e *env) latencyPhase(res *Result, name string, n, csiCalls int, lat []time.Duration, last time.Time, before, after snapshot) *Phase {
+	p := &Phase{Name: name, Ops: n, CSICalls: csiCalls}
+	p.WallSeconds = last.Sub(before.at).Seconds()
+	p.PerSecond = float64(len(lat)) / p.WallSeconds
+	p.P50Ms, p.P99Ms = percentiles(lat)
+	p.setWrites(componentWrites(before, after), n)
+	p.setLimit(e.report.LimitWritesPerSecond)
+	e.fillUsage(p, before, after)
+	res.Phases = append(res.Phases, p)
+	return p
 }
