@@ -10,7 +10,6 @@ import (
 	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
-	corelisters "k8s.io/client-go/listers/core/v1"
 	storagelisters "k8s.io/client-go/listers/storage/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
@@ -61,7 +60,9 @@ type Controller struct {
 
 	vaInformer cache.SharedIndexInformer
 	vaLister   storagelisters.VolumeAttachmentLister
-	pvLister   corelisters.PersistentVolumeLister
+	// pvStore is the PV informer's store; it holds ForeignPV placeholders
+	// for other drivers' PVs (see Transform), so it is read with LookupPV.
+	pvStore    cache.Store
 	nodeLister storagelisters.CSINodeLister
 	synced     []cache.InformerSynced
 
@@ -107,7 +108,7 @@ func New(cfg Config, client kubernetes.Interface, factory informers.SharedInform
 	pvs := factory.Core().V1().PersistentVolumes()
 	csiNodes := factory.Storage().V1().CSINodes()
 	c.vaInformer = vas.Informer()
-	c.vaLister, c.pvLister, c.nodeLister = vas.Lister(), pvs.Lister(), csiNodes.Lister()
+	c.vaLister, c.pvStore, c.nodeLister = vas.Lister(), pvs.Informer().GetStore(), csiNodes.Lister()
 	c.synced = []cache.InformerSynced{c.vaInformer.HasSynced, pvs.Informer().HasSynced, csiNodes.Informer().HasSynced}
 
 	if err := c.vaInformer.AddIndexers(cache.Indexers{
@@ -247,19 +248,29 @@ func (c *Controller) vaDeleted(obj any) {
 }
 
 func (c *Controller) pvChanged(oldObj, obj any) {
-	pv, ok := obj.(*v1.PersistentVolume)
-	if !ok || c.pvWrites.isOwn(pv) {
+	var name string
+	switch pv := obj.(type) {
+	case *v1.PersistentVolume:
+		if c.pvWrites.isOwn(pv) {
+			return
+		}
+		if pv.DeletionTimestamp != nil && hasString(pv.Finalizers, kube.PVFinalizer(c.cfg.Driver.Name)) {
+			c.pvs.Enqueue(pv.Name)
+		}
+		name = pv.Name
+	case *ForeignPV:
+		// Another driver's PV: nothing to do for it, but a VA of ours
+		// waiting for a PV of that name learns now whose it is.
+		name = pv.Name
+	default:
 		return
-	}
-	if pv.DeletionTimestamp != nil && hasString(pv.Finalizers, kube.PVFinalizer(c.cfg.Driver.Name)) {
-		c.pvs.Enqueue(pv.Name)
 	}
 	if oldObj != nil {
 		return
 	}
 	// A PV appeared: VAs that were waiting for it go now, not after
 	// their backoff.
-	objs, _ := c.vaInformer.GetIndexer().ByIndex(vaByPVIndex, pv.Name)
+	objs, _ := c.vaInformer.GetIndexer().ByIndex(vaByPVIndex, name)
 	for _, o := range objs {
 		if va, ok := c.ours(o); ok && !va.Status.Attached && va.DeletionTimestamp == nil {
 			c.attach.ForgetAndEnqueue(va.Name)

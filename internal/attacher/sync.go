@@ -404,7 +404,7 @@ func (c *Controller) getVA(name string) (*storagev1.VolumeAttachment, error) {
 }
 
 func (c *Controller) getPV(name string) (*v1.PersistentVolume, error) {
-	pv, err := c.pvLister.Get(name)
+	pv, err := LookupPV(c.pvStore, name)
 	if apierrors.IsNotFound(err) {
 		c.pvWrites.forget(name)
 		return nil, nil

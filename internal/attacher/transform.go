@@ -1,11 +1,13 @@
 package attacher
 
 import (
+	"fmt"
 	"sync"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/informers"
 	coreinformers "k8s.io/client-go/informers/core/v1"
@@ -27,13 +29,18 @@ import (
 //     their annotations; VolumeAttachments keep all of theirs, because an
 //     annotation patch is computed against the cached map);
 //   - CSINodes keep only driver's entry in spec.drivers;
-//   - PersistentVolumes of other drivers are cut down to what the
+//   - PersistentVolumes of other drivers are not cached as PVs at all but
+//     as a *ForeignPV placeholder of a few dozen bytes (see ForeignPV),
+//     unless they carry our finalizer: those are cut down to what the
 //     attacher needs of them (see trimForeignPV). In-tree PVs of a plugin
 //     migrated to driver count as ours and stay whole, since the attacher
 //     translates their in-tree source.
 //
-// The result is idempotent, as client-go requires: a trimmed PV is still
-// recognised as another driver's.
+// The result is idempotent, as client-go requires: a placeholder passes
+// through unchanged and a trimmed PV is still recognised as another
+// driver's. Because the PV informer's store may hold placeholders, its
+// generated lister must not be used (it would panic on the type
+// assertion); read it with LookupPV.
 func Transform(driver string) cache.TransformFunc {
 	driverOf := DriverOfPV(csitrans.New())
 	finalizer := kube.PVFinalizer(driver)
@@ -46,6 +53,9 @@ func Transform(driver string) cache.TransformFunc {
 		switch o := obj.(type) {
 		case *v1.PersistentVolume:
 			if d := driverOf(o); d != driver {
+				if !hasString(o.Finalizers, finalizer) {
+					return newForeignPV(o, sources.driverName(d)), nil
+				}
 				return trimForeignPV(o, d, finalizer, sources), nil
 			}
 			dropLastApplied(o)
@@ -58,25 +68,22 @@ func Transform(driver string) cache.TransformFunc {
 }
 
 // trimForeignPV returns the part of another driver's PV (driver d, "" for
-// a PV no CSI driver handles) that the attacher uses:
+// a PV no CSI driver handles) that carries our finalizer (left behind by an
+// earlier driver name, say) and that the attacher uses:
 //
 //   - name and resourceVersion: the cache key, and the version the
 //     attacher's own-write bookkeeping compares;
-//   - deletionTimestamp: a VolumeAttachment of ours that names the PV is
-//     told the PV is being deleted;
-//   - finalizers, only when ours is among them (e.g. left behind by an
-//     earlier driver name): the PV queue removes it once no
-//     VolumeAttachment needs it, and patches against the full list;
+//   - deletionTimestamp and finalizers: the PV queue removes our finalizer
+//     from a deleting PV once no VolumeAttachment needs it, and patches
+//     against the full list;
 //   - spec.csi.driver of a CSI PV: a VolumeAttachment of ours that names it
-//     is told which driver the PV belongs to, and the transform stays
-//     idempotent. All PVs of one driver share a single, read-only
-//     CSIPersistentVolumeSource.
+//     is told which driver the PV belongs to. All PVs of one driver share a
+//     single, read-only CSIPersistentVolumeSource.
 //
 // Everything else (uid, labels, annotations, claim reference, capacity,
-// volume handle and attributes, in-tree sources, status) is dropped; the
-// attacher never reads it for another driver's volume. A cached object
-// costs the v1.PersistentVolume struct (about 700 bytes) plus these few
-// fields.
+// volume handle and attributes, in-tree sources, status) is dropped. Such
+// PVs are rare; other drivers' PVs without our finalizer become a
+// ForeignPV instead.
 func trimForeignPV(pv *v1.PersistentVolume, d, finalizer string, sources *sharedCSISources) *v1.PersistentVolume {
 	// Trimmed in place: the transform owns the object, and client-go may
 	// pass an already trimmed PV through again (the watch-list reflector
@@ -100,6 +107,67 @@ func trimForeignPV(pv *v1.PersistentVolume, d, finalizer string, sources *shared
 	return pv
 }
 
+// ForeignPV stands in the PV informer's store for a PersistentVolume of
+// another driver that does not carry our finalizer. The attacher never acts
+// on such a PV; it only needs to know that it exists, whose it is (to tell
+// a VolumeAttachment of ours that names it which driver it belongs to) and
+// whether it is being deleted. Caching a whole (even emptied)
+// v1.PersistentVolume for each of them cost about 700 bytes per PV, which
+// in a cluster where most PVs belong to other drivers was most of the
+// attacher's memory.
+//
+// ForeignPV is not a runtime.Object; client-go's store only needs its key
+// and resourceVersion, which it reads through GetObjectMeta.
+type ForeignPV struct {
+	Name            string
+	ResourceVersion string
+	// Driver is the CSI driver that handles the PV ("" for an in-tree PV
+	// no CSI driver handles); one string per driver name is shared.
+	Driver            string
+	DeletionTimestamp *metav1.Time
+}
+
+func newForeignPV(pv *v1.PersistentVolume, driver string) *ForeignPV {
+	return &ForeignPV{Name: pv.Name, ResourceVersion: pv.ResourceVersion, Driver: driver, DeletionTimestamp: pv.DeletionTimestamp}
+}
+
+// GetObjectMeta lets client-go's key function and store read the name and
+// resourceVersion (meta.Accessor accepts a metav1.ObjectMetaAccessor).
+func (f *ForeignPV) GetObjectMeta() metav1.Object {
+	return &metav1.ObjectMeta{Name: f.Name, ResourceVersion: f.ResourceVersion, DeletionTimestamp: f.DeletionTimestamp}
+}
+
+// PV returns the minimal PersistentVolume the attacher's decisions need:
+// name, deletion time and, for a CSI PV, spec.csi.driver.
+func (f *ForeignPV) PV() *v1.PersistentVolume {
+	pv := &v1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: f.Name, ResourceVersion: f.ResourceVersion, DeletionTimestamp: f.DeletionTimestamp}}
+	if f.Driver != "" {
+		pv.Spec.CSI = &v1.CSIPersistentVolumeSource{Driver: f.Driver}
+	}
+	return pv
+}
+
+// LookupPV reads a PersistentVolume from a store filled through Transform:
+// the PV itself, or for another driver's PV the minimal PV its placeholder
+// stands for. A PV that is not there is a NotFound error, as from a lister.
+func LookupPV(store cache.Store, name string) (*v1.PersistentVolume, error) {
+	obj, exists, err := store.GetByKey(name)
+	if err != nil {
+		return nil, err
+	}
+	if !exists {
+		return nil, apierrors.NewNotFound(v1.Resource("persistentvolumes"), name)
+	}
+	switch o := obj.(type) {
+	case *v1.PersistentVolume:
+		return o, nil
+	case *ForeignPV:
+		return o.PV(), nil
+	default:
+		return nil, fmt.Errorf("unexpected %T in the PersistentVolume cache under %q", obj, name)
+	}
+}
+
 // sharedCSISources hands out one CSIPersistentVolumeSource per driver name
 // for trimmed PVs. It stops sharing (and allocates per PV) beyond
 // maxSharedCSISources names, so a cluster with unusual driver names cannot
@@ -110,6 +178,15 @@ type sharedCSISources struct {
 }
 
 const maxSharedCSISources = 256
+
+// driverName returns the shared copy of a driver name, so placeholders of
+// one driver's PVs do not each keep the string their PV was decoded with.
+func (s *sharedCSISources) driverName(driver string) string {
+	if driver == "" {
+		return ""
+	}
+	return s.get(driver).Driver
+}
 
 func (s *sharedCSISources) get(driver string) *v1.CSIPersistentVolumeSource {
 	s.mu.Lock()

@@ -1,24 +1,35 @@
 package attacher
 
 import (
+	"strings"
 	"testing"
+	"unsafe"
 
 	v1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/tools/cache"
 
 	"github.com/latchcsi/latch/internal/kube"
 )
 
-func transformed[T any](t *testing.T, transform func(any) (any, error), obj T) T {
+func transformed[T any](t *testing.T, transform func(any) (any, error), obj any) T {
 	t.Helper()
 	out, err := transform(obj)
 	if err != nil {
 		t.Fatal(err)
 	}
-	once := out.(k8sruntime.Object).DeepCopyObject() // the transform may work in place
+	var once any
+	if o, ok := out.(k8sruntime.Object); ok {
+		once = o.DeepCopyObject() // the transform may work in place
+	} else if f, ok := out.(*ForeignPV); ok {
+		c := *f
+		once = &c
+	}
 	again, err := transform(out)
 	if err != nil {
 		t.Fatal(err)
@@ -26,41 +37,75 @@ func transformed[T any](t *testing.T, transform func(any) (any, error), obj T) T
 	if !equality.Semantic.DeepEqual(again, once) {
 		t.Fatalf("transform is not idempotent:\nonce:  %+v\ntwice: %+v", once, again)
 	}
-	return out.(T)
+	got, ok := out.(T)
+	if !ok {
+		t.Fatalf("transform returned %T, want %T", out, got)
+	}
+	return got
 }
 
-func TestTransformForeignCSIPVKeepsOnlyWhatTheAttacherReads(t *testing.T) {
+func TestTransformForeignCSIPVBecomesAPlaceholder(t *testing.T) {
 	transform := Transform(memDriver)
 	now := metav1.Now()
 	pv := memPV("pv-a", memOtherDriver, 0)
 	pv.DeletionTimestamp = &now
 
-	got := transformed(t, transform, pv)
-	want := &v1.PersistentVolume{
-		ObjectMeta: metav1.ObjectMeta{Name: "pv-a", ResourceVersion: "1", DeletionTimestamp: &now},
-		Spec:       v1.PersistentVolumeSpec{PersistentVolumeSource: v1.PersistentVolumeSource{CSI: &v1.CSIPersistentVolumeSource{Driver: memOtherDriver}}},
-	}
+	got := transformed[*ForeignPV](t, transform, pv)
+	want := &ForeignPV{Name: "pv-a", ResourceVersion: "1", Driver: memOtherDriver, DeletionTimestamp: &now}
 	if !equality.Semantic.DeepEqual(got, want) {
-		t.Fatalf("trimmed PV:\ngot  %+v\nwant %+v", got, want)
+		t.Fatalf("placeholder:\ngot  %+v\nwant %+v", got, want)
 	}
-
-	// A VolumeAttachment of ours that names it still learns whose it is.
-	_, blocked := volumeFromSpec(got, DriverInfo{Name: memDriver}, nil, "VolumeAttachment \"va\"")
-	if blocked == nil || blocked.Reason != ReasonUnsupportedVolume {
-		t.Fatalf("blocked = %+v, want %s naming the other driver", blocked, ReasonUnsupportedVolume)
+	// client-go's store keys it and reads its resourceVersion.
+	if key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(got); err != nil || key != "pv-a" {
+		t.Fatalf("key = %q, %v; want pv-a", key, err)
+	}
+	if acc, err := meta.Accessor(got); err != nil || acc.GetResourceVersion() != "1" {
+		t.Fatalf("accessor = %v, %v; want resourceVersion 1", acc, err)
 	}
 }
 
-func TestTransformSharesOneCSISourcePerForeignDriver(t *testing.T) {
+func TestLookupPVOfAPlaceholderTellsAVolumeAttachmentWhoseItIs(t *testing.T) {
 	transform := Transform(memDriver)
-	a := transformed(t, transform, memPV("pv-a", memOtherDriver, 0))
-	b := transformed(t, transform, memPV("pv-b", memOtherDriver, 1))
-	if a.Spec.CSI != b.Spec.CSI {
-		t.Fatal("two PVs of the same other driver hold separate CSI sources")
+	store := cache.NewStore(cache.DeletionHandlingMetaNamespaceKeyFunc)
+	for _, pv := range []*v1.PersistentVolume{memPV("pv-other", memOtherDriver, 0), memPV("pv-ours", memDriver, 1)} {
+		obj, err := transform(pv)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := store.Add(obj); err != nil {
+			t.Fatal(err)
+		}
 	}
-	c := transformed(t, transform, memPV("pv-c", "third.csi.test", 2))
-	if c.Spec.CSI == a.Spec.CSI || c.Spec.CSI.Driver != "third.csi.test" {
-		t.Fatalf("PV of a third driver got source %+v", c.Spec.CSI)
+
+	other, err := LookupPV(store, "pv-other")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, blocked := volumeFromSpec(other, DriverInfo{Name: memDriver}, nil, "VolumeAttachment \"va\"")
+	if blocked == nil || blocked.Reason != ReasonUnsupportedVolume || !strings.Contains(blocked.Message, memOtherDriver) {
+		t.Fatalf("blocked = %+v, want %s naming %s", blocked, ReasonUnsupportedVolume, memOtherDriver)
+	}
+
+	ours, err := LookupPV(store, "pv-ours")
+	if err != nil || ours.Spec.CSI == nil || ours.Spec.CSI.VolumeHandle == "" {
+		t.Fatalf("our PV = %+v, %v; want it whole", ours, err)
+	}
+
+	if _, err := LookupPV(store, "pv-missing"); !apierrors.IsNotFound(err) {
+		t.Fatalf("missing PV: err = %v, want NotFound", err)
+	}
+}
+
+func TestTransformSharesOneDriverNamePerForeignDriver(t *testing.T) {
+	transform := Transform(memDriver)
+	a := transformed[*ForeignPV](t, transform, memPV("pv-a", memOtherDriver, 0))
+	b := transformed[*ForeignPV](t, transform, memPV("pv-b", memOtherDriver, 1))
+	if unsafe.StringData(a.Driver) != unsafe.StringData(b.Driver) {
+		t.Fatal("two placeholders of the same other driver hold separate driver names")
+	}
+	c := transformed[*ForeignPV](t, transform, memPV("pv-c", "third.csi.test", 2))
+	if c.Driver != "third.csi.test" {
+		t.Fatalf("placeholder of a third driver names %q", c.Driver)
 	}
 }
 
@@ -68,16 +113,19 @@ func TestTransformForeignPVWithOurFinalizerKeepsFinalizers(t *testing.T) {
 	transform := Transform(memDriver)
 	pv := memPV("pv-a", memOtherDriver, 0)
 	pv.Finalizers = []string{"kubernetes.io/pv-protection", kube.PVFinalizer(memDriver)}
-	got := transformed(t, transform, pv)
+	got := transformed[*v1.PersistentVolume](t, transform, pv)
 	if want := []string{"kubernetes.io/pv-protection", kube.PVFinalizer(memDriver)}; !equality.Semantic.DeepEqual(got.Finalizers, want) {
 		t.Fatalf("finalizers = %v, want %v", got.Finalizers, want)
 	}
-
-	pv = memPV("pv-b", memOtherDriver, 1)
-	got = transformed(t, transform, pv)
-	if got.Finalizers != nil {
-		t.Fatalf("finalizers of a PV without ours = %v, want none", got.Finalizers)
+	want := &v1.CSIPersistentVolumeSource{Driver: memOtherDriver}
+	if !equality.Semantic.DeepEqual(got.Spec.CSI, want) || got.Spec.ClaimRef != nil || got.UID != "" {
+		t.Fatalf("trimmed PV kept more than it needs: %+v", got)
 	}
+
+	// Once our finalizer is gone it becomes a placeholder.
+	pv = memPV("pv-b", memOtherDriver, 1)
+	pv.Finalizers = []string{"kubernetes.io/pv-protection"}
+	transformed[*ForeignPV](t, transform, pv)
 }
 
 func TestTransformForeignInTreePVIsNotMistakenForOurs(t *testing.T) {
@@ -85,9 +133,12 @@ func TestTransformForeignInTreePVIsNotMistakenForOurs(t *testing.T) {
 	pv := memPV("pv-a", "", 0)
 	pv.Spec.CSI = nil
 	pv.Spec.HostPath = &v1.HostPathVolumeSource{Path: "/data"}
-	got := transformed(t, transform, pv)
-	if got.Spec.HostPath != nil || got.Spec.CSI != nil || got.Spec.ClaimRef != nil {
-		t.Fatalf("in-tree PV of no driver kept its spec: %+v", got.Spec)
+	got := transformed[*ForeignPV](t, transform, pv)
+	if got.Driver != "" {
+		t.Fatalf("in-tree PV of no driver got driver %q", got.Driver)
+	}
+	if p := got.PV(); p.Spec.CSI != nil {
+		t.Fatalf("in-tree PV of no driver looks like a CSI PV: %+v", p.Spec)
 	}
 }
 
@@ -102,7 +153,7 @@ func TestTransformMigratedInTreePVStaysWhole(t *testing.T) {
 	want.ManagedFields = nil
 	delete(want.Annotations, lastAppliedAnnotation)
 
-	got := transformed(t, transform, pv)
+	got := transformed[*v1.PersistentVolume](t, transform, pv)
 	if !equality.Semantic.DeepEqual(got, want) {
 		t.Fatalf("migrated PV changed beyond managed fields and last-applied:\ngot  %+v\nwant %+v", got, want)
 	}
@@ -115,7 +166,7 @@ func TestTransformOurPVLosesOnlyManagedFieldsAndLastApplied(t *testing.T) {
 	want.ManagedFields = nil
 	want.Annotations = map[string]string{"pv.kubernetes.io/provisioned-by": memDriver}
 
-	got := transformed(t, transform, pv)
+	got := transformed[*v1.PersistentVolume](t, transform, pv)
 	if !equality.Semantic.DeepEqual(got, want) {
 		t.Fatalf("our PV:\ngot  %+v\nwant %+v", got, want)
 	}
@@ -130,7 +181,7 @@ func TestTransformVolumeAttachmentKeepsAllAnnotations(t *testing.T) {
 		Annotations:   map[string]string{lastAppliedAnnotation: "{}"},
 		ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "kubectl"}},
 	}}
-	got := transformed(t, transform, va)
+	got := transformed[*storagev1.VolumeAttachment](t, transform, va)
 	if got.ManagedFields != nil || got.Annotations[lastAppliedAnnotation] != "{}" {
 		t.Fatalf("VolumeAttachment metadata = %+v", got.ObjectMeta)
 	}
@@ -139,7 +190,7 @@ func TestTransformVolumeAttachmentKeepsAllAnnotations(t *testing.T) {
 func TestTransformCSINodeKeepsOnlyOurDriver(t *testing.T) {
 	transform := Transform(memDriver)
 	node := memObjects(0, 0, 1)[0].(*storagev1.CSINode)
-	got := transformed(t, transform, node)
+	got := transformed[*storagev1.CSINode](t, transform, node)
 	if len(got.Spec.Drivers) != 1 || got.Spec.Drivers[0].Name != memDriver || got.Spec.Drivers[0].NodeID != "node-00000-id" {
 		t.Fatalf("drivers = %+v, want only %s", got.Spec.Drivers, memDriver)
 	}
@@ -149,7 +200,7 @@ func TestTransformCSINodeKeepsOnlyOurDriver(t *testing.T) {
 
 	other := &storagev1.CSINode{ObjectMeta: metav1.ObjectMeta{Name: "n"},
 		Spec: storagev1.CSINodeSpec{Drivers: []storagev1.CSINodeDriver{{Name: memOtherDriver, NodeID: "x"}}}}
-	got = transformed(t, transform, other)
+	got = transformed[*storagev1.CSINode](t, transform, other)
 	if len(got.Spec.Drivers) != 0 {
 		t.Fatalf("CSINode without our driver kept %+v", got.Spec.Drivers)
 	}
