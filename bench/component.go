@@ -226,7 +226,6 @@ func (c *childComponent) readStderr(r io.Reader, log io.Writer) {
 				mb, _ := strconv.ParseUint(m[3], 10, 64)
 				c.liveHeap.Store(mb << 20)
 			}
-			continue
 		}
 		fmt.Fprintln(log, line)
 	}

@@ -179,7 +179,7 @@ func TestDockerfilesBuildRealBinariesOnDistrolessNonroot(t *testing.T) {
 			if buildCmd == "" {
 				t.Fatal("no RUN go build in the build stage")
 			}
-			for _, want := range []string{"CGO_ENABLED=0", "-o /out/" + bin + " ", "./cmd/" + bin} {
+			for _, want := range []string{"CGO_ENABLED=0", "-tags grpcnotrace ", "-o /out/" + bin + " ", "./cmd/" + bin} {
 				if !strings.Contains(buildCmd+" ", want) {
 					t.Errorf("go build command %q lacks %q", buildCmd, want)
 				}
