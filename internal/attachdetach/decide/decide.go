@@ -15,8 +15,9 @@ import (
 // The rules, in upstream's terms:
 //   - Wanted (a pod on an existing node wants the volume): confirm an
 //     attached VolumeAttachment, wait for a deleting one to go, refuse a
-//     second node for an exclusive volume, report attach errors, or create
-//     the VolumeAttachment.
+//     second node for an exclusive volume, report attach errors, wait while
+//     the node has not migrated the volume's in-tree plugin (only for
+//     plugins in Config.MigrationByNode), or create the VolumeAttachment.
 //   - Not wanted: detach once the node no longer lists the volume in
 //     volumesInUse; detach anyway when the node has the out-of-service
 //     taint, or is not Ready and MaxWaitForUnmount has passed since the
@@ -140,6 +141,18 @@ func decideWanted(in Input) Plan {
 
 	if !in.Node.Managed {
 		p.Kind, p.Why = KindNothing, "node is not controller-managed"
+		return p
+	}
+	if plugin, blocked := needsNodeMigration(in); blocked {
+		// Only a new attachment waits: an existing VolumeAttachment was
+		// handled above and is kept (kube-controller-manager does not
+		// detach a volume because its node stops being migrated either).
+		p.Kind, p.Why = KindNodeNotMigrated, "node has not migrated the volume's in-tree plugin to CSI"
+		p.Events = notMigratedEvents(in, plugin)
+		p.Actual = changed(in, u)
+		if in.Actual == nil {
+			p.Actual = nil
+		}
 		return p
 	}
 	// Record "attaching" before creating, so that a concurrent decision

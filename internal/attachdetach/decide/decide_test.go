@@ -361,7 +361,7 @@ func TestDecide(t *testing.T) {
 			if in.Key == (state.Key{}) {
 				in.Key = keyOn(nodeA)
 			}
-			if in.Config == (decide.Config{}) {
+			if in.Config.MaxWaitForUnmount == 0 {
 				in.Config = cfg
 			}
 			in.Now = t0

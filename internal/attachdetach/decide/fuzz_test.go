@@ -74,6 +74,20 @@ func fuzzInput(data []byte) decide.Input {
 			in.Peers = append(in.Peers, p)
 		}
 	}
+	// Per-node CSI migration (read last, so the seeds above keep their
+	// meaning).
+	if in.Wanted != nil && b.flag() {
+		w := *in.Wanted
+		w.Volume.MigratedFrom = gcePD
+		in.Wanted = &w
+	}
+	if b.flag() {
+		in.Config.MigrationByNode = map[string]bool{gcePD: true}
+	}
+	in.CSINode = decide.CSINodeFacts{Exists: b.flag()}
+	if in.CSINode.Exists && b.flag() {
+		in.CSINode.MigratedPlugins = "kubernetes.io/aws-ebs," + gcePD
+	}
 	return in
 }
 
@@ -119,6 +133,19 @@ func checkInvariants(t *testing.T, in decide.Input, p decide.Plan) {
 			t.Fatalf("create without recording attaching first: %+v", in.Actual)
 		}
 	}
+	if plugin := migratedFrom(in); plugin != "" && in.Config.MigrationByNode[plugin] && !in.CSINode.Migrated(plugin) {
+		if p.Kind == decide.KindCreate {
+			t.Fatalf("create of a %s volume on a node that has not migrated it: %+v", plugin, in.CSINode)
+		}
+	}
+	if p.Kind == decide.KindNodeNotMigrated {
+		if in.VA.Exists || !wanted {
+			t.Fatalf("not-migrated wait with VA=%+v wanted=%v", in.VA, wanted)
+		}
+		if p.Actual != nil && (in.Actual == nil || p.Actual.State != in.Actual.State || p.Actual.ReportedInNodeStatus != in.Actual.ReportedInNodeStatus) {
+			t.Fatalf("not-migrated wait changes the attachment: %+v → %+v", in.Actual, p.Actual)
+		}
+	}
 	if p.Kind == decide.KindDetach || (p.Actual != nil && p.Actual.Remove) {
 		if wanted {
 			t.Fatalf("%v of a volume wanted on an existing node", p.Kind)
@@ -162,12 +189,24 @@ func checkInvariants(t *testing.T, in decide.Input, p decide.Plan) {
 	}
 }
 
+func migratedFrom(in decide.Input) string {
+	if in.Wanted == nil {
+		return ""
+	}
+	return in.Wanted.Volume.MigratedFrom
+}
+
 func FuzzDecide(f *testing.F) {
 	f.Add([]byte{})
 	f.Add([]byte{0, 0, 0, 1, 1, 1, 0, 1, 1, 0, 0, 1, 3, 1, 1, 0, 3, 1, 1, 1})
 	f.Add([]byte{0, 2, 0, 1, 1, 0, 0, 1, 1, 0, 0, 0, 0, 3, 0, 1, 0, 0, 3, 0})
 	f.Add([]byte{0, 1, 1, 1, 1, 0, 1, 1, 1, 0, 0, 2, 3, 1, 1, 1, 5, 0, 2, 1})
 	f.Add([]byte{4, 3, 0, 1, 0, 1, 0, 0, 0, 0, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0})
+	// Migrated volumes with the per-node gate on, with and without a
+	// CSINode listing the plugin.
+	f.Add([]byte{0, 0, 0, 1, 1, 1, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1})
+	f.Add([]byte{0, 0, 0, 1, 1, 1, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 0})
+	f.Add([]byte{0, 0, 0, 1, 1, 1, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 1, 1, 0, 0})
 	f.Fuzz(func(t *testing.T, data []byte) {
 		in := fuzzInput(data)
 		before := deepCopyInput(in)

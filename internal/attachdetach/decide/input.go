@@ -28,6 +28,13 @@ type Config struct {
 	// (--disable-force-detach-on-timeout); the out-of-service taint still
 	// detaches.
 	DisableForceDetachOnTimeout bool
+	// MigrationByNode holds the in-tree plugins (csi-translation-lib
+	// names, e.g. kubernetes.io/gce-pd) whose migration is not complete
+	// (--csi-migration-by-node): their volumes are attached through CSI
+	// only on nodes whose CSINode lists the plugin in its migrated-plugins
+	// annotation. Empty means every migration is complete, which is
+	// kube-controller-manager 1.36's behaviour.
+	MigrationByNode map[string]bool
 }
 
 // DefaultMaxWaitForUnmount is upstream's default.
@@ -119,15 +126,18 @@ type Input struct {
 	Actual *state.Attachment
 	// Peers is the volume on every other node that has an ASW entry or a
 	// pod wanting it, sorted by node.
-	Peers  []Peer
-	Node   NodeFacts
-	VA     VAFacts
-	Config Config
-	Now    time.Time
+	Peers []Peer
+	Node  NodeFacts
+	// CSINode matters only for volumes of a plugin in
+	// Config.MigrationByNode.
+	CSINode CSINodeFacts
+	VA      VAFacts
+	Config  Config
+	Now     time.Time
 }
 
 // Gather reads the desired and actual state of key's volume into an
-// Input; the caller adds Node, VA, Config and Now. The two caches are read
+// Input; the caller adds Node, CSINode, VA, Config and Now. The two caches are read
 // one after the other, not atomically: a concurrent change enqueues the
 // key again, and the next pass sees it.
 func Gather(key state.Key, dsw *state.Desired, asw *state.Actual) Input {

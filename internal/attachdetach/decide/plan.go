@@ -38,9 +38,14 @@ const (
 	// KindForget: the VolumeAttachment is gone; Plan.Actual removes the
 	// entry (and with it the node status line, written asynchronously).
 	KindForget
+	// KindNodeNotMigrated: the volume was translated from an in-tree
+	// plugin in Config.MigrationByNode and the node's CSINode does not
+	// list that plugin as migrated; emit Plan.Events (each once) and wait.
+	// A change of the node's CSINode wakes the key.
+	KindNodeNotMigrated
 )
 
-var kindNames = [...]string{"Nothing", "Wait", "Create", "MarkAttached", "AttachError", "Conflict", "Detach", "Forget"}
+var kindNames = [...]string{"Nothing", "Wait", "Create", "MarkAttached", "AttachError", "Conflict", "Detach", "Forget", "NodeNotMigrated"}
 
 func (k Kind) String() string {
 	if int(k) < len(kindNames) {
