@@ -69,6 +69,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			MaxWaitForUnmount:           opts.maxWaitForUnmount,
 			DisableForceDetachOnTimeout: opts.disableForceDetachOnTimeout,
 			VerifyPeriod:                opts.reconcileSync,
+			MigrationByNode:             opts.csiMigrationByNode,
 		},
 		Leader: app.LeaderElection{
 			Enabled:       opts.leaderElect,

@@ -8,6 +8,8 @@ import (
 	cliflag "k8s.io/component-base/cli/flag"
 	"k8s.io/component-base/featuregate"
 	logsapi "k8s.io/component-base/logs/api/v1"
+
+	"github.com/latchcsi/latch/internal/attachdetach/volume"
 )
 
 // options are the command line, named like kube-controller-manager's
@@ -29,6 +31,9 @@ type options struct {
 	maxWaitForUnmount           time.Duration
 	disableForceDetachOnTimeout bool
 	reconcileSync               time.Duration
+	// csiMigrationByNode holds the validated in-tree plugin names of
+	// --csi-migration-by-node.
+	csiMigrationByNode []string
 
 	httpEndpoint string
 	metricsPath  string
@@ -67,6 +72,8 @@ func parseOptions(args []string) (*options, error) {
 	fs.DurationVar(&o.maxWaitForUnmount, "max-wait-for-unmount", 6*time.Minute, "How long a volume that no Pod wants any more but that a NotReady node still lists in volumesInUse waits before it is detached anyway.")
 	fs.BoolVar(&o.disableForceDetachOnTimeout, "disable-force-detach-on-timeout", false, "Never detach a volume still in use by a NotReady node after --max-wait-for-unmount (the out-of-service taint still detaches).")
 	fs.DurationVar(&o.reconcileSync, "reconcile-sync", time.Minute, "Period of the verify pass that compares the actual state with the VolumeAttachments; 0 disables it.")
+	var migrationByNode string
+	fs.StringVar(&migrationByNode, "csi-migration-by-node", "", "Comma-separated in-tree volume plugin names (e.g. kubernetes.io/gce-pd) whose CSI migration is not complete: their volumes are attached through CSI only on nodes whose CSINode lists the plugin in the storage.alpha.kubernetes.io/migrated-plugins annotation. Empty: every migration is complete (kube-controller-manager 1.36).")
 	fs.StringVar(&o.httpEndpoint, "http-endpoint", DefaultHTTPEndpoint, "host:port of the HTTP server for metrics, /healthz and /healthz/leader-election; empty disables it.")
 	fs.StringVar(&o.metricsPath, "metrics-path", "/metrics", "HTTP path of the metrics.")
 	fs.Var(cliflag.NewMapStringBool(&o.featureGates), "feature-gates", "A set of key=value pairs that describe feature gates for alpha/experimental features (logging gates).")
@@ -87,6 +94,11 @@ func parseOptions(args []string) (*options, error) {
 	case o.leaderElect && o.renewDeadline >= o.leaseDuration:
 		return nil, fmt.Errorf("--leader-elect-renew-deadline (%s) must be less than --leader-elect-lease-duration (%s)", o.renewDeadline, o.leaseDuration)
 	}
+	plugins, err := volume.ParseInTreePlugins(migrationByNode)
+	if err != nil {
+		return nil, fmt.Errorf("--csi-migration-by-node: %w", err)
+	}
+	o.csiMigrationByNode = plugins
 	if err := o.gates.SetFromMap(o.featureGates); err != nil {
 		return nil, fmt.Errorf("--feature-gates: %w", err)
 	}

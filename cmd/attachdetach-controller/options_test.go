@@ -1,6 +1,7 @@
 package main
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -29,6 +30,7 @@ func TestParseOptions_defaultsMatchKubeControllerManager(t *testing.T) {
 		{"reconcile-sync", o.reconcileSync, time.Minute},
 		{"http-endpoint", o.httpEndpoint, "127.0.0.1:8080"},
 		{"metrics-path", o.metricsPath, "/metrics"},
+		{"csi-migration-by-node", len(o.csiMigrationByNode), 0},
 	}
 	for _, c := range checks {
 		if c.got != c.want {
@@ -47,6 +49,7 @@ func TestParseOptions_rejectsInvalidValues(t *testing.T) {
 		{[]string{"--reconcile-sync=-1s"}, "--reconcile-sync"},
 		{[]string{"--leader-elect-renew-deadline=20s"}, "--leader-elect-renew-deadline"},
 		{[]string{"extra"}, "unexpected arguments"},
+		{[]string{"--csi-migration-by-node=pd.csi.storage.gke.io"}, `--csi-migration-by-node: unknown in-tree volume plugin "pd.csi.storage.gke.io"`},
 	} {
 		_, err := parseOptions(tc.args)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
@@ -62,5 +65,15 @@ func TestParseOptions_loggingFlags(t *testing.T) {
 	}
 	if o.logging.Format != "json" || o.logging.Verbosity != 4 || o.leaderElect {
 		t.Errorf("options = format %q, v %d, leaderElect %v", o.logging.Format, o.logging.Verbosity, o.leaderElect)
+	}
+}
+
+func TestParseOptions_csiMigrationByNode(t *testing.T) {
+	o, err := parseOptions([]string{"--csi-migration-by-node=kubernetes.io/gce-pd, kubernetes.io/aws-ebs"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"kubernetes.io/gce-pd", "kubernetes.io/aws-ebs"}; !slices.Equal(o.csiMigrationByNode, want) {
+		t.Errorf("--csi-migration-by-node = %q, want %q", o.csiMigrationByNode, want)
 	}
 }

@@ -58,6 +58,15 @@ type Config struct {
 	// MigratedPlugins is the set of in-tree plugins translated to CSI; nil
 	// means volume.DefaultMigratedPlugins.
 	MigratedPlugins map[string]bool
+	// MigrationByNode lists in-tree plugins (csi-translation-lib names,
+	// e.g. kubernetes.io/gce-pd) whose migration is treated as not
+	// complete (--csi-migration-by-node): their volumes are attached
+	// through CSI only on nodes whose CSINode lists the plugin in the
+	// storage.alpha.kubernetes.io/migrated-plugins annotation. Empty (the
+	// default) is kube-controller-manager 1.36's behaviour, where every
+	// migration is complete and the annotation is never read. Each name
+	// must be a plugin in MigratedPlugins.
+	MigrationByNode []string
 	Clock           clock.WithTicker
 }
 
@@ -82,7 +91,10 @@ type Controller struct {
 	pvLister   corelisters.PersistentVolumeLister
 	drvLister  storagelisters.CSIDriverLister
 	vaLister   storagelisters.VolumeAttachmentLister
-	synced     []cache.InformerSynced
+	// csiNodeLister holds trimmed CSINodes (name and the migrated-plugins
+	// annotation only; see trimCSINode).
+	csiNodeLister storagelisters.CSINodeLister
+	synced        []cache.InformerSynced
 
 	// keys reconciles (volume, node) keys; podQueue records Pods in the
 	// desired state; nodes writes node statuses; vaQueue routes
@@ -97,6 +109,8 @@ type Controller struct {
 	podRec *podBook
 	names  *nameBook
 	timing *opTimes
+	// waits counts the keys waiting for their node's CSI migration.
+	waits *migrationWaits
 	// volumeLocks serializes the passes of one volume's keys.
 	volumeLocks volumeLocks
 }
@@ -120,25 +134,33 @@ func New(cfg Config, client kubernetes.Interface, factory informers.SharedInform
 	if m == nil {
 		m = NewMetrics()
 	}
+	byNode, err := migrationByNode(cfg)
+	if err != nil {
+		return nil, err
+	}
 	c := &Controller{
 		cfg: cfg, client: client, recorder: recorder, metrics: m, clock: cfg.Clock,
 		resolver: volume.NewResolver(cfg.MigratedPlugins),
-		decide:   decide.Config{MaxWaitForUnmount: cfg.MaxWaitForUnmount, DisableForceDetachOnTimeout: cfg.DisableForceDetachOnTimeout},
-		dsw:      state.NewDesired(),
-		asw:      state.NewActual(),
-		status:   newStatusBook(),
-		writes:   newOwnWrites(),
-		podRec:   newPodBook(),
-		names:    newNameBook(),
-		timing:   newOpTimes(),
+		decide: decide.Config{MaxWaitForUnmount: cfg.MaxWaitForUnmount, DisableForceDetachOnTimeout: cfg.DisableForceDetachOnTimeout,
+			MigrationByNode: byNode},
+		dsw:    state.NewDesired(),
+		asw:    state.NewActual(),
+		status: newStatusBook(),
+		writes: newOwnWrites(),
+		podRec: newPodBook(),
+		names:  newNameBook(),
+		timing: newOpTimes(),
+		waits:  newMigrationWaits(m.waitingForMigration),
 	}
 	core, storage := factory.Core().V1(), factory.Storage().V1()
 	c.pods = core.Pods().Informer()
 	c.pvs = core.PersistentVolumes().Informer()
 	nodes, pvcs := core.Nodes().Informer(), core.PersistentVolumeClaims().Informer()
 	drivers, vas := storage.CSIDrivers().Informer(), storage.VolumeAttachments().Informer()
+	csiNodes := storage.CSINodes().Informer()
 	c.podLister, c.nodeLister, c.pvcLister = core.Pods().Lister(), core.Nodes().Lister(), core.PersistentVolumeClaims().Lister()
 	c.pvLister, c.drvLister, c.vaLister = core.PersistentVolumes().Lister(), storage.CSIDrivers().Lister(), storage.VolumeAttachments().Lister()
+	c.csiNodeLister = storage.CSINodes().Lister()
 	informersUsed := []cache.SharedIndexInformer{c.pods, nodes, pvcs, c.pvs, drivers, vas}
 	for _, inf := range informersUsed {
 		if err := inf.SetTransform(kube.StripManagedFields); err != nil {
@@ -146,6 +168,10 @@ func New(cfg Config, client kubernetes.Interface, factory informers.SharedInform
 		}
 		c.synced = append(c.synced, inf.HasSynced)
 	}
+	if err := csiNodes.SetTransform(trimCSINode); err != nil {
+		return nil, fmt.Errorf("set CSINode informer transform: %w", err)
+	}
+	c.synced = append(c.synced, csiNodes.HasSynced)
 	if err := c.addIndexers(); err != nil {
 		return nil, err
 	}
@@ -161,7 +187,7 @@ func New(cfg Config, client kubernetes.Interface, factory informers.SharedInform
 	c.nodes = runner.New[string](runner.ReconcilerFunc[string](c.syncNodeStatus), opts("attachdetach_node_status", cfg.NodeStatusWorkers))
 	c.vaQueue = runner.New[string](runner.ReconcilerFunc[string](c.syncVA), opts("attachdetach_volumeattachments", 2))
 
-	if err := c.addHandlers(nodes, pvcs, drivers, vas); err != nil {
+	if err := c.addHandlers(nodes, pvcs, drivers, vas, csiNodes); err != nil {
 		return nil, err
 	}
 	m.setSource(c)
@@ -184,7 +210,7 @@ func (c *Controller) Run(ctx context.Context) error {
 	c.rebuild(ctx)
 	logger.Info("Attach/detach controller started", "workers", c.cfg.Workers,
 		"maxWaitForUnmount", c.cfg.MaxWaitForUnmount, "forceDetachOnTimeout", !c.cfg.DisableForceDetachOnTimeout,
-		"verifyPeriod", c.cfg.VerifyPeriod)
+		"verifyPeriod", c.cfg.VerifyPeriod, "csiMigrationByNode", c.cfg.MigrationByNode)
 
 	var wg sync.WaitGroup
 	queues := []interface{ Run(context.Context) error }{c.keys, c.podQueue, c.nodes, c.vaQueue}
@@ -204,6 +230,28 @@ func (c *Controller) Run(ctx context.Context) error {
 	}
 	logger.Info("Attach/detach controller stopped")
 	return nil
+}
+
+// migrationByNode validates cfg.MigrationByNode and returns it as a set.
+func migrationByNode(cfg Config) (map[string]bool, error) {
+	if len(cfg.MigrationByNode) == 0 {
+		return nil, nil
+	}
+	if err := volume.CheckInTreePlugins(cfg.MigrationByNode); err != nil {
+		return nil, fmt.Errorf("CSI migration by node: %w", err)
+	}
+	translated := cfg.MigratedPlugins
+	if translated == nil {
+		translated = volume.DefaultMigratedPlugins()
+	}
+	set := make(map[string]bool, len(cfg.MigrationByNode))
+	for _, name := range cfg.MigrationByNode {
+		if !translated[name] {
+			return nil, fmt.Errorf("CSI migration by node: in-tree plugin %q is not translated to CSI at all", name)
+		}
+		set[name] = true
+	}
+	return set, nil
 }
 
 // objects is the lister-backed volume.Objects.

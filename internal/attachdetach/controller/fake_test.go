@@ -165,7 +165,7 @@ func newFakeWorld(t *testing.T, cfg Config, objs ...runtime.Object) *fakeWorld {
 	factory.Start(ctx.Done())
 	// The tracker does not replay what happened between an informer's list
 	// and its watch: start the workers only once every informer watches.
-	for range 6 {
+	for range 7 {
 		select {
 		case <-watches:
 		case <-time.After(10 * time.Second):

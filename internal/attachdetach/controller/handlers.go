@@ -20,7 +20,7 @@ import (
 // keys, Pods or nodes the change affects. Everything that needs a context
 // (resolving volumes, API writes) happens in a worker.
 
-func (c *Controller) addHandlers(nodes, pvcs, drivers, vas cache.SharedIndexInformer) error {
+func (c *Controller) addHandlers(nodes, pvcs, drivers, vas, csiNodes cache.SharedIndexInformer) error {
 	handlers := []struct {
 		inf cache.SharedIndexInformer
 		h   cache.ResourceEventHandler
@@ -54,6 +54,11 @@ func (c *Controller) addHandlers(nodes, pvcs, drivers, vas cache.SharedIndexInfo
 			AddFunc:    func(obj any) { c.vaChanged(nil, obj) },
 			UpdateFunc: c.vaChanged,
 			DeleteFunc: c.vaDeleted,
+		}},
+		{csiNodes, cache.ResourceEventHandlerFuncs{
+			AddFunc:    func(obj any) { c.csiNodeChanged(nil, obj) },
+			UpdateFunc: c.csiNodeChanged,
+			DeleteFunc: c.csiNodeDeleted,
 		}},
 	}
 	for _, h := range handlers {

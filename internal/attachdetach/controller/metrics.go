@@ -16,10 +16,11 @@ import (
 // Metric names. The first two are kube-controller-manager's, so existing
 // dashboards and alerts keep working.
 const (
-	TotalVolumesMetric       = "attachdetach_controller_total_volumes"
-	ForcedDetachesMetric     = "attachdetach_controller_forced_detaches"
-	OperationDurationMetric  = "latch_attachdetach_operation_duration_seconds"
-	PodVolumesAttachedMetric = "latch_attachdetach_pod_volumes_attached_seconds"
+	TotalVolumesMetric        = "attachdetach_controller_total_volumes"
+	ForcedDetachesMetric      = "attachdetach_controller_forced_detaches"
+	OperationDurationMetric   = "latch_attachdetach_operation_duration_seconds"
+	PodVolumesAttachedMetric  = "latch_attachdetach_pod_volumes_attached_seconds"
+	WaitingForMigrationMetric = "latch_attachdetach_volumes_waiting_for_node_migration"
 )
 
 // Metrics are the controller's own metrics. Unregistered metrics record
@@ -28,7 +29,10 @@ type Metrics struct {
 	forcedDetaches     *metrics.CounterVec
 	operationDuration  *metrics.HistogramVec
 	podVolumesAttached *metrics.Histogram
-	totals             *totalsCollector
+	// waitingForMigration counts the (volume, node) keys waiting for their
+	// node to migrate the volume's in-tree plugin (Config.MigrationByNode).
+	waitingForMigration *metrics.GaugeVec
+	totals              *totalsCollector
 }
 
 // NewMetrics returns unregistered metrics.
@@ -51,6 +55,11 @@ func NewMetrics() *Metrics {
 			Buckets:        []float64{0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600},
 			StabilityLevel: metrics.ALPHA,
 		}),
+		waitingForMigration: metrics.NewGaugeVec(&metrics.GaugeOpts{
+			Name:           WaitingForMigrationMetric,
+			Help:           "Number of (volume, node) pairs not attached because the node's CSINode does not list the volume's in-tree plugin in its migrated-plugins annotation (--csi-migration-by-node).",
+			StabilityLevel: metrics.ALPHA,
+		}, []string{"plugin"}),
 		totals: &totalsCollector{desc: metrics.NewDesc(TotalVolumesMetric, "Number of volumes in A/D Controller",
 			[]string{"plugin_name", "state"}, nil, metrics.ALPHA, "")},
 	}
@@ -76,7 +85,7 @@ func (LegacyRegistry) CustomMustRegister(cs ...metrics.StableCollector) {
 
 // Register registers the metrics with r.
 func (m *Metrics) Register(r Registry) {
-	r.MustRegister(m.forcedDetaches, m.operationDuration, m.podVolumesAttached)
+	r.MustRegister(m.forcedDetaches, m.operationDuration, m.podVolumesAttached, m.waitingForMigration)
 	r.CustomMustRegister(m.totals)
 }
 

@@ -42,6 +42,16 @@ func (c *Controller) syncKey(ctx context.Context, key state.Key) (runner.Result,
 		node = nil
 	}
 	in.Node = decide.NodeFactsOf(node)
+	if in.Wanted != nil && c.decide.MigrationByNode[in.Wanted.Volume.MigratedFrom] {
+		csiNode, err := c.csiNodeLister.Get(key.Node)
+		if err != nil && !apierrors.IsNotFound(err) {
+			return runner.Result{}, fmt.Errorf("get CSINode %s: %w", key.Node, err)
+		}
+		if err != nil {
+			csiNode = nil
+		}
+		in.CSINode = decide.CSINodeFactsOf(csiNode)
+	}
 	va, err := c.vaLister.Get(name)
 	if err != nil && !apierrors.IsNotFound(err) {
 		return runner.Result{}, fmt.Errorf("get VolumeAttachment %s: %w", name, err)
@@ -56,6 +66,11 @@ func (c *Controller) syncKey(ctx context.Context, key state.Key) (runner.Result,
 	c.correctAssumedMount(&in, node)
 	plan := decide.Decide(in)
 	klog.FromContext(ctx).V(4).Info("Decided", "volume", key.Volume, "node", key.Node, "plan", plan.Kind, "why", plan.Why)
+	if in.Wanted != nil {
+		c.waits.record(key, in.Wanted.Volume.MigratedFrom, plan.Kind == decide.KindNodeNotMigrated)
+	} else {
+		c.waits.record(key, "", false)
+	}
 	result, err := c.execute(ctx, plan, va)
 	c.forgetNameIfUnused(name, key)
 	return result, err
@@ -104,7 +119,7 @@ func (c *Controller) execute(ctx context.Context, plan decide.Plan, va *storagev
 
 	var result runner.Result
 	switch plan.Kind {
-	case decide.KindNothing, decide.KindWait, decide.KindAttachError, decide.KindConflict, decide.KindForget:
+	case decide.KindNothing, decide.KindWait, decide.KindAttachError, decide.KindConflict, decide.KindForget, decide.KindNodeNotMigrated:
 		result.RequeueAfter = plan.RequeueAfter
 	case decide.KindCreate:
 		if err := c.createVA(ctx, plan); err != nil {
