@@ -217,6 +217,13 @@ func runAttachBurst(ctx context.Context, e *env, res *Result) error {
 		// than n ÷ limit after the burst starts.
 		res.Figures["drain_floor_s"] = round2(float64(n) / (e.report.LimitWritesPerSecond / attach.WritesPerOp))
 	}
+	if c := attachCeiling(e.report, attach.WritesPerOp); c > 0 {
+		// What the API server leaves for the attaches once it has served
+		// the burst's own creates; 80 % of F's limit may lie above it.
+		res.Figures["ceiling_with_creates_per_s"] = round2(c)
+		res.Figures["ceiling_with_creates_percent_of_limit"] = round2(100 * c / (e.report.LimitWritesPerSecond / attach.WritesPerOp))
+		res.Figures["attach_rate_percent_of_ceiling"] = round2(100 * attach.PerSecond / c)
+	}
 	res.check("p99 created→attached", "≤ 2000 ms", fmt.Sprintf("%.0f ms", attach.P99Ms), attach.P99Ms <= 2000, false)
 	if waitErr != nil {
 		return waitErr

@@ -107,8 +107,11 @@ type Report struct {
 	DriverLatencyMS    float64   `json:"driverLatencyMs"`
 	Sizes              Sizes     `json:"sizes"`
 	// LimitWritesPerSecond is scenario F's figure (0 when F did not run).
-	LimitWritesPerSecond float64   `json:"limitWritesPerSecond,omitempty"`
-	Results              []*Result `json:"results"`
+	LimitWritesPerSecond float64 `json:"limitWritesPerSecond,omitempty"`
+	// LimitCreatesPerSecond is F's VolumeAttachment create rate at the
+	// harness's create concurrency (0 when F did not run).
+	LimitCreatesPerSecond float64   `json:"limitCreatesPerSecond,omitempty"`
+	Results               []*Result `json:"results"`
 }
 
 // Result is one scenario's outcome.
