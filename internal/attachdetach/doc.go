@@ -16,7 +16,8 @@
 //     whether the node needs a write at all.
 //
 // The controller is event-driven: a change to a Pod, Node, PVC, PV,
-// CSIDriver or VolumeAttachment enqueues the (volume, node) keys it affects;
+// CSIDriver, CSINode (its migrated-plugins annotation, with per-node CSI
+// migration) or VolumeAttachment enqueues the (volume, node) keys it affects;
 // a worker gathers the facts for one key, calls decide.Decide and executes
 // the plan. Timers (the unmount timeout) come back as Plan.RequeueAfter.
 package attachdetach
