@@ -59,7 +59,10 @@ type Controller struct {
 	clock    clock.WithTicker
 
 	vaInformer cache.SharedIndexInformer
-	vaLister   storagelisters.VolumeAttachmentLister
+	// vaStore is the VolumeAttachment informer's store; it holds
+	// ForeignVA placeholders for other attachers' VAs (see Transform), so
+	// it is read with LookupVA.
+	vaStore    cache.Store
 	// pvStore is the PV informer's store; it holds ForeignPV placeholders
 	// for other drivers' PVs (see Transform), so it is read with LookupPV.
 	pvStore    cache.Store
@@ -108,7 +111,7 @@ func New(cfg Config, client kubernetes.Interface, factory informers.SharedInform
 	pvs := factory.Core().V1().PersistentVolumes()
 	csiNodes := factory.Storage().V1().CSINodes()
 	c.vaInformer = vas.Informer()
-	c.vaLister, c.pvStore, c.nodeLister = vas.Lister(), pvs.Informer().GetStore(), csiNodes.Lister()
+	c.vaStore, c.pvStore, c.nodeLister = c.vaInformer.GetStore(), pvs.Informer().GetStore(), csiNodes.Lister()
 	c.synced = []cache.InformerSynced{c.vaInformer.HasSynced, pvs.Informer().HasSynced, csiNodes.Informer().HasSynced}
 
 	if err := c.vaInformer.AddIndexers(cache.Indexers{

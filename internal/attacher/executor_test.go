@@ -14,7 +14,6 @@ import (
 	"google.golang.org/grpc/codes"
 	v1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -230,8 +229,8 @@ func (f *execFixture) updateVA(va *storagev1.VolumeAttachment) {
 	}
 	rv := f.va(va.Name).ResourceVersion
 	f.waitFor("VA "+va.Name+" in cache", func() bool {
-		cached, err := f.ctrl.vaLister.Get(va.Name)
-		return err == nil && cached.ResourceVersion == rv
+		cached, err := LookupVA(f.ctrl.vaStore, va.Name)
+		return err == nil && cached != nil && cached.ResourceVersion == rv
 	})
 }
 
@@ -501,8 +500,8 @@ func TestExecutorDeletingPVLosesFinalizerOnlyWhenNoVAReferencesIt(t *testing.T) 
 		t.Fatal(err)
 	}
 	f.waitFor("VA gone from the cache", func() bool {
-		_, err := f.ctrl.vaLister.Get("va-p")
-		return apierrors.IsNotFound(err)
+		_, exists, err := f.ctrl.vaStore.GetByKey("va-p")
+		return err == nil && !exists
 	})
 	if _, err := f.ctrl.syncPV(f.ctx, "pv-p"); err != nil {
 		t.Fatalf("syncPV: %v", err)

@@ -5,7 +5,6 @@ import (
 	"slices"
 
 	storagev1 "k8s.io/api/storage/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/klog/v2"
 
 	"github.com/latchcsi/latch/internal/kube"
@@ -61,13 +60,10 @@ func decideRepairs(before []*storagev1.VolumeAttachment, published map[string][]
 
 func (c *Controller) reconcileOnce(ctx context.Context) error {
 	logger := klog.FromContext(ctx)
-	all, err := c.vaLister.List(labels.Everything())
-	if err != nil {
-		return err
-	}
 	var before []*storagev1.VolumeAttachment
-	for _, va := range all {
-		if va.Spec.Attacher == c.cfg.Driver.Name {
+	for _, obj := range c.vaStore.List() {
+		// Other attachers' VAs are ForeignVA placeholders.
+		if va, ok := c.ours(obj); ok {
 			before = append(before, c.vaWrites.resolve(va))
 		}
 	}

@@ -388,13 +388,13 @@ func (c *Controller) observe(va *storagev1.VolumeAttachment) (Observed, error) {
 }
 
 func (c *Controller) getVA(name string) (*storagev1.VolumeAttachment, error) {
-	va, err := c.vaLister.Get(name)
-	if apierrors.IsNotFound(err) {
-		c.vaWrites.forget(name)
-		return nil, nil
-	}
+	va, err := LookupVA(c.vaStore, name)
 	if err != nil {
 		return nil, err
+	}
+	if va == nil {
+		c.vaWrites.forget(name)
+		return nil, nil
 	}
 	va = c.vaWrites.resolve(va)
 	if va.Spec.Attacher != c.cfg.Driver.Name {

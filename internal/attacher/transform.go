@@ -29,6 +29,8 @@ import (
 //     their annotations; VolumeAttachments keep all of theirs, because an
 //     annotation patch is computed against the cached map);
 //   - CSINodes keep only driver's entry in spec.drivers;
+//   - VolumeAttachments of other attachers become a *ForeignVA placeholder
+//     (name and resourceVersion): the attacher never reads them;
 //   - PersistentVolumes of other drivers are not cached as PVs at all but
 //     as a *ForeignPV placeholder of a few dozen bytes (see ForeignPV),
 //     unless they carry our finalizer: those are cut down to what the
@@ -38,9 +40,9 @@ import (
 //
 // The result is idempotent, as client-go requires: a placeholder passes
 // through unchanged and a trimmed PV is still recognised as another
-// driver's. Because the PV informer's store may hold placeholders, its
-// generated lister must not be used (it would panic on the type
-// assertion); read it with LookupPV.
+// driver's. Because the PV and VolumeAttachment informers' stores may hold
+// placeholders, their generated listers must not be used (they would panic
+// on the type assertion); read them with LookupPV and LookupVA.
 func Transform(driver string) cache.TransformFunc {
 	driverOf := DriverOfPV(csitrans.New())
 	finalizer := kube.PVFinalizer(driver)
@@ -59,6 +61,10 @@ func Transform(driver string) cache.TransformFunc {
 				return trimForeignPV(o, d, finalizer, sources), nil
 			}
 			dropLastApplied(o)
+		case *storagev1.VolumeAttachment:
+			if o.Spec.Attacher != driver {
+				return &ForeignVA{Name: o.Name, ResourceVersion: o.ResourceVersion}, nil
+			}
 		case *storagev1.CSINode:
 			dropLastApplied(o)
 			keepDriver(o, driver)
@@ -165,6 +171,40 @@ func LookupPV(store cache.Store, name string) (*v1.PersistentVolume, error) {
 		return o.PV(), nil
 	default:
 		return nil, fmt.Errorf("unexpected %T in the PersistentVolume cache under %q", obj, name)
+	}
+}
+
+// ForeignVA stands in the VolumeAttachment informer's store for a
+// VolumeAttachment of another attacher, which this attacher never acts on.
+// In a cluster with several CSI drivers most VolumeAttachments are other
+// drivers'; keeping only the key and resourceVersion (what client-go's
+// store reads, through GetObjectMeta) saves the whole object for each.
+type ForeignVA struct {
+	Name            string
+	ResourceVersion string
+}
+
+// GetObjectMeta lets client-go's key function and store read the name and
+// resourceVersion.
+func (f *ForeignVA) GetObjectMeta() metav1.Object {
+	return &metav1.ObjectMeta{Name: f.Name, ResourceVersion: f.ResourceVersion}
+}
+
+// LookupVA reads a VolumeAttachment of this attacher from a store filled
+// through Transform. Another attacher's VolumeAttachment (a placeholder)
+// and a missing one are both nil with a nil error: neither is ours.
+func LookupVA(store cache.Store, name string) (*storagev1.VolumeAttachment, error) {
+	obj, exists, err := store.GetByKey(name)
+	if err != nil || !exists {
+		return nil, err
+	}
+	switch o := obj.(type) {
+	case *storagev1.VolumeAttachment:
+		return o, nil
+	case *ForeignVA:
+		return nil, nil
+	default:
+		return nil, fmt.Errorf("unexpected %T in the VolumeAttachment cache under %q", obj, name)
 	}
 }
 

@@ -29,6 +29,9 @@ func transformed[T any](t *testing.T, transform func(any) (any, error), obj any)
 	} else if f, ok := out.(*ForeignPV); ok {
 		c := *f
 		once = &c
+	} else if f, ok := out.(*ForeignVA); ok {
+		c := *f
+		once = &c
 	}
 	again, err := transform(out)
 	if err != nil {
@@ -180,7 +183,7 @@ func TestTransformVolumeAttachmentKeepsAllAnnotations(t *testing.T) {
 		Name:          "va",
 		Annotations:   map[string]string{lastAppliedAnnotation: "{}"},
 		ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "kubectl"}},
-	}}
+	}, Spec: storagev1.VolumeAttachmentSpec{Attacher: memDriver}}
 	got := transformed[*storagev1.VolumeAttachment](t, transform, va)
 	if got.ManagedFields != nil || got.Annotations[lastAppliedAnnotation] != "{}" {
 		t.Fatalf("VolumeAttachment metadata = %+v", got.ObjectMeta)
@@ -206,5 +209,38 @@ func TestTransformCSINodeKeepsOnlyOurDriver(t *testing.T) {
 	}
 	if _, ok := csiNodeID(got, memDriver); ok {
 		t.Fatal("CSINode without our driver reports a node ID")
+	}
+}
+
+func TestTransformOtherAttachersVolumeAttachmentBecomesAPlaceholder(t *testing.T) {
+	transform := Transform(memDriver)
+	pvName := "pv-a"
+	va := &storagev1.VolumeAttachment{
+		ObjectMeta: metav1.ObjectMeta{Name: "va-other", ResourceVersion: "7", Finalizers: []string{"external-attacher/" + memOtherDriver}},
+		Spec: storagev1.VolumeAttachmentSpec{Attacher: memOtherDriver, NodeName: "node-a",
+			Source: storagev1.VolumeAttachmentSource{PersistentVolumeName: &pvName}},
+		Status: storagev1.VolumeAttachmentStatus{Attached: true},
+	}
+	got := transformed[*ForeignVA](t, transform, va)
+	if want := (&ForeignVA{Name: "va-other", ResourceVersion: "7"}); *got != *want {
+		t.Fatalf("placeholder = %+v, want %+v", got, want)
+	}
+
+	store := cache.NewStore(cache.DeletionHandlingMetaNamespaceKeyFunc)
+	ours := &storagev1.VolumeAttachment{ObjectMeta: metav1.ObjectMeta{Name: "va-ours", ResourceVersion: "8"},
+		Spec: storagev1.VolumeAttachmentSpec{Attacher: memDriver, NodeName: "node-a"}}
+	for _, obj := range []any{got, transformed[*storagev1.VolumeAttachment](t, transform, ours)} {
+		if err := store.Add(obj); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if va, err := LookupVA(store, "va-other"); va != nil || err != nil {
+		t.Fatalf("LookupVA(other attacher's) = %v, %v; want nil, nil", va, err)
+	}
+	if va, err := LookupVA(store, "va-missing"); va != nil || err != nil {
+		t.Fatalf("LookupVA(missing) = %v, %v; want nil, nil", va, err)
+	}
+	if va, err := LookupVA(store, "va-ours"); err != nil || va == nil || va.ResourceVersion != "8" {
+		t.Fatalf("LookupVA(ours) = %+v, %v", va, err)
 	}
 }

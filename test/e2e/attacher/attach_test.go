@@ -414,3 +414,66 @@ func ptrString(p *string) string {
 	}
 	return *p
 }
+
+// Other drivers' objects are cached as placeholders (attacher.ForeignPV,
+// attacher.ForeignVA): the attacher must leave other attachers'
+// VolumeAttachments alone, still tell a VolumeAttachment of ours which
+// driver its PV belongs to, and still remove its finalizer from another
+// driver's PV that carries it.
+func TestOtherDriversObjectsAreLeftAloneExceptOurFinalizer(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	const other = "other.csi.test"
+	otherPV, otherVA := e.prefix+"-other-pv", e.prefix+"-other-va"
+	e.createPV(otherPV, func(s *localcluster.VolumeSpec) { s.Driver = other })
+	va := e.newVA(otherVA, otherPV, e.node)
+	va.Spec.Attacher = other
+	e.createVA(va)
+
+	// A VA of ours naming the other driver's PV is told whose it is.
+	mixedVA := e.prefix + "-mixed-va"
+	e.createVA(e.newVA(mixedVA, otherPV, e.node))
+	e.waitAttachError(mixedVA, fmt.Sprintf("PersistentVolume %q belongs to CSI driver %q", otherPV, other))
+
+	// A VA of ours on our PV attaches, the other attacher's is untouched.
+	ourPV, ourVA := e.prefix+"-pv", e.prefix+"-va"
+	e.createPV(ourPV)
+	e.createVA(e.newVA(ourVA, ourPV, e.node))
+	e.waitAttached(ourVA, 30*time.Second)
+	got := e.getVA(otherVA)
+	if len(got.Finalizers) != 0 || got.Status.Attached || got.Status.AttachError != nil || len(got.Annotations) != 0 {
+		t.Errorf("other attacher's VolumeAttachment was written: finalizers %v, status %+v, annotations %v", got.Finalizers, got.Status, got.Annotations)
+	}
+	if calls := e.driver.CallsTo("ControllerPublishVolume"); len(calls) != 1 || calls[0].VolumeID != ourPV {
+		t.Errorf("publish calls = %+v, want one, of %s", calls, ourPV)
+	}
+	p, err := e.client.CoreV1().PersistentVolumes().Get(e.ctx, otherPV, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if slices.Contains(p.Finalizers, kube.PVFinalizer(e.name)) {
+		t.Fatalf("other driver's PV got our finalizer: %v", p.Finalizers)
+	}
+
+	// Our finalizer on another driver's PV (left by an earlier driver
+	// name, say) is removed once the PV is deleted and no VA of ours
+	// names it.
+	e.deleteVA(mixedVA)
+	e.waitGone(mixedVA)
+	p.Finalizers = append(p.Finalizers, kube.PVFinalizer(e.name))
+	if _, err := e.client.CoreV1().PersistentVolumes().Update(e.ctx, p, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.client.CoreV1().PersistentVolumes().Delete(e.ctx, otherPV, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.eventually(30*time.Second, "our finalizer removed from the other driver's PV", func() (bool, error) {
+		p, err := e.client.CoreV1().PersistentVolumes().Get(e.ctx, otherPV, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return true, nil
+		}
+		return err == nil && !slices.Contains(p.Finalizers, kube.PVFinalizer(e.name)), err
+	})
+	if got := e.getVA(otherVA); len(got.Finalizers) != 0 || got.Status.Attached {
+		t.Errorf("other attacher's VolumeAttachment was written: %+v", got)
+	}
+}
