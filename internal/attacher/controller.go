@@ -62,7 +62,7 @@ type Controller struct {
 	// vaStore is the VolumeAttachment informer's store; it holds
 	// ForeignVA placeholders for other attachers' VAs (see Transform), so
 	// it is read with LookupVA.
-	vaStore    cache.Store
+	vaStore cache.Store
 	// pvStore is the PV informer's store; it holds ForeignPV placeholders
 	// for other drivers' PVs (see Transform), so it is read with LookupPV.
 	pvStore    cache.Store
