@@ -21,6 +21,7 @@ import (
 	storagelisters "k8s.io/client-go/listers/storage/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
+	csitrans "k8s.io/csi-translation-lib"
 	"k8s.io/klog/v2"
 )
 
@@ -64,30 +65,33 @@ type NodeConfig struct {
 type Kubelet struct {
 	client kubernetes.Interface
 
-	factory   informers.SharedInformerFactory
-	pods      cache.SharedIndexInformer
-	nodes     corelisters.NodeLister
-	pvcs      corelisters.PersistentVolumeClaimLister
-	pvs       corelisters.PersistentVolumeLister
-	csiDrvs   storagelisters.CSIDriverLister
-	queue     workqueue.TypedRateLimitingInterface[string]
-	mu        sync.Mutex
-	managed   sets.Set[string]    // node names this stand-in runs
-	started   sets.Set[types.UID] // pods whose volumes were all attached
-	startedMu sync.Mutex
+	factory informers.SharedInformerFactory
+	pods    cache.SharedIndexInformer
+	nodes   corelisters.NodeLister
+	pvcs    corelisters.PersistentVolumeClaimLister
+	pvs     corelisters.PersistentVolumeLister
+	csiDrvs storagelisters.CSIDriverLister
+	// translator maps migrated in-tree volumes to their CSI driver.
+	translator csitrans.CSITranslator
+	queue      workqueue.TypedRateLimitingInterface[string]
+	mu         sync.Mutex
+	managed    sets.Set[string]    // node names this stand-in runs
+	started    sets.Set[types.UID] // pods whose volumes were all attached
+	startedMu  sync.Mutex
 }
 
 // NewKubelet returns a stand-in for simulated nodes; call Run to start it.
 func NewKubelet(client kubernetes.Interface) *Kubelet {
 	f := informers.NewSharedInformerFactory(client, 0)
 	k := &Kubelet{
-		client:  client,
-		factory: f,
-		pods:    f.Core().V1().Pods().Informer(),
-		nodes:   f.Core().V1().Nodes().Lister(),
-		pvcs:    f.Core().V1().PersistentVolumeClaims().Lister(),
-		pvs:     f.Core().V1().PersistentVolumes().Lister(),
-		csiDrvs: f.Storage().V1().CSIDrivers().Lister(),
+		client:     client,
+		factory:    f,
+		pods:       f.Core().V1().Pods().Informer(),
+		nodes:      f.Core().V1().Nodes().Lister(),
+		pvcs:       f.Core().V1().PersistentVolumeClaims().Lister(),
+		pvs:        f.Core().V1().PersistentVolumes().Lister(),
+		csiDrvs:    f.Storage().V1().CSIDrivers().Lister(),
+		translator: csitrans.New(),
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.NewTypedItemExponentialFailureRateLimiter[string](50*time.Millisecond, 5*time.Second),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "kubelet-standin"}),

@@ -116,11 +116,23 @@ func (k *Kubelet) startPod(ctx context.Context, pod *v1.Pod) error {
 // podVolumes returns the unique names of the Pod's volumes that need an
 // attachment, and false while one of them cannot be resolved yet (PVC
 // missing or unbound, PV missing): a kubelet would not start such a Pod.
+// In-tree volumes of a plugin csi-translation-lib migrates (a PV's or an
+// inline one) count as their CSI translation, as on a kubelet with CSI
+// migration on.
 func (k *Kubelet) podVolumes(pod *v1.Pod) ([]v1.UniqueVolumeName, bool) {
 	var out []v1.UniqueVolumeName
 	for _, vol := range pod.Spec.Volumes {
 		if vol.PersistentVolumeClaim == nil {
-			continue // inline CSI (ephemeral) and other types are never attached
+			// Inline CSI (ephemeral) volumes are never attached; inline
+			// in-tree volumes are when their plugin is migrated.
+			if k.translator.IsInlineMigratable(&vol) {
+				pv, err := k.translator.TranslateInTreeInlineVolumeToCSI(klog.Background(), &vol, pod.Namespace)
+				if err != nil || pv == nil || pv.Spec.CSI == nil {
+					return nil, false
+				}
+				out = append(out, UniqueVolumeName(pv.Spec.CSI.Driver, pv.Spec.CSI.VolumeHandle))
+			}
+			continue
 		}
 		pvc, err := k.pvcs.PersistentVolumeClaims(pod.Namespace).Get(vol.PersistentVolumeClaim.ClaimName)
 		if err != nil || pvc.Spec.VolumeName == "" {
@@ -129,6 +141,11 @@ func (k *Kubelet) podVolumes(pod *v1.Pod) ([]v1.UniqueVolumeName, bool) {
 		pv, err := k.pvs.Get(pvc.Spec.VolumeName)
 		if err != nil {
 			return nil, false
+		}
+		if pv.Spec.CSI == nil && k.translator.IsPVMigratable(pv) {
+			if pv, err = k.translator.TranslateInTreePVToCSI(klog.Background(), pv.DeepCopy()); err != nil || pv == nil {
+				return nil, false
+			}
 		}
 		if pv.Spec.CSI == nil {
 			continue

@@ -226,3 +226,33 @@ func nodeReady(node *v1.Node) bool {
 	}
 	return false
 }
+
+func TestKubeletWaitsForTheCSITranslationOfAMigratedInlineVolume(t *testing.T) {
+	ctx := testContext(t)
+	k, client := startKubelet(t, ctx)
+	const ns, node = "kubelet-inline-gce", "inline-gce-node"
+	if err := CreateNamespace(ctx, client, ns); err != nil {
+		t.Fatal(err)
+	}
+	if err := k.AddNode(ctx, NodeConfig{Name: node, Drivers: map[string]string{"pd.csi.storage.gke.io": "n1"}}); err != nil {
+		t.Fatal(err)
+	}
+	pod := NewPod(ns, "app", node)
+	pod.Spec.Volumes = append(pod.Spec.Volumes, v1.Volume{Name: "disk", VolumeSource: v1.VolumeSource{
+		GCEPersistentDisk: &v1.GCEPersistentDiskVolumeSource{PDName: "disk-1", FSType: "ext4"},
+	}})
+	if _, err := client.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	k.queue.Add(node)
+	time.Sleep(200 * time.Millisecond) // let a pass run; the Pod must wait
+	if p, err := client.CoreV1().Pods(ns).Get(ctx, "app", metav1.GetOptions{}); err != nil || p.Status.Phase == v1.PodRunning {
+		t.Fatalf("pod = %v, %v; want it waiting for its in-tree GCE PD volume", p.Status.Phase, err)
+	}
+	// csi-translation-lib's handle for an inline GCE PD volume without a zone.
+	setVolumesAttached(t, ctx, client, node, UniqueVolumeName("pd.csi.storage.gke.io", "projects/UNSPECIFIED/zones/UNSPECIFIED/disks/disk-1"))
+	eventually(t, ctx, "pod Running once the translated volume is attached", func(ctx context.Context) (bool, error) {
+		p, err := client.CoreV1().Pods(ns).Get(ctx, "app", metav1.GetOptions{})
+		return err == nil && p.Status.Phase == v1.PodRunning, nil
+	})
+}

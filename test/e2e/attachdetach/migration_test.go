@@ -22,9 +22,9 @@ import (
 // volumes, which csi-translation-lib hands to pd.csi.storage.gke.io. The
 // tests run the trivial csi-attacher under that driver name.
 //
-// The kubelet stand-in waits for status.volumesAttached only for CSI PVs,
-// not for in-tree PVs, so "the Pod runs" is checked here but is not what
-// proves the attach: the VolumeAttachment and the node status are.
+// The kubelet stand-in translates migrated in-tree PVs as a kubelet with
+// CSI migration does, so it starts the Pod only once the node status lists
+// the translated volume as attached.
 
 const (
 	gcePDPlugin = "kubernetes.io/gce-pd"
@@ -147,9 +147,10 @@ func TestMigrationByNode_podWaitsWithWarningUntilCSINodeListsPlugin_thenAttaches
 	}
 	e.waitEvent("app", "FailedAttachVolume", notMigrated)
 	e.eventually(controller.WaitingForMigrationMetric+" = 1", func() (bool, error) { return e.waitingGauge() == 1, nil })
-	e.consistently("no VolumeAttachment while the node has not migrated the plugin", time.Second, func() (bool, error) {
+	e.consistently("no VolumeAttachment and the Pod not running while the node has not migrated the plugin", time.Second, func() (bool, error) {
 		_, exists := e.getVA(vaName)
-		return !exists && e.creates.Load() == 0, nil
+		p, err := e.client.CoreV1().Pods(e.ns).Get(e.ctx, "app", metav1.GetOptions{})
+		return !exists && e.creates.Load() == 0 && err == nil && p.Status.Phase != v1.PodRunning, err
 	})
 	if got := e.controllerWrites(); len(got) != 0 {
 		t.Fatalf("controller API writes while waiting = %q, want none", got)
