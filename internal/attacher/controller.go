@@ -31,7 +31,7 @@ type Config struct {
 	Workers int
 	// APIWorkers is, per attach and detach queue, how many VolumeAttachments
 	// are worked on at once; at most Workers of them call the driver at a
-	// time, the others do their API writes meanwhile. 0 means 10 × Workers.
+	// time, the others do their API writes meanwhile. 0 means 20 × Workers.
 	APIWorkers         int
 	Timeout            time.Duration // one ControllerPublish/Unpublish call
 	RetryIntervalStart time.Duration
@@ -141,7 +141,7 @@ func New(cfg Config, client kubernetes.Interface, factory informers.SharedInform
 	}
 	apiWorkers := cfg.APIWorkers
 	if apiWorkers <= 0 {
-		apiWorkers = 10 * cfg.Workers
+		apiWorkers = 20 * cfg.Workers
 	}
 	apiWorkers = max(apiWorkers, cfg.Workers)
 	// Attach and detach get queues, workers and CSI call slots of their
