@@ -62,10 +62,18 @@ func checkNamed(t *testing.T, r *Result, names ...string) {
 
 func TestLimitThenAttachBurstPublishesEachVolumeOnceWithAtMostThreeWritesAndDetachesAll(t *testing.T) {
 	rep := runSmall(t, "F", "A")
-	if rep.LimitWritesPerSecond <= 0 {
-		t.Errorf("F measured no write limit")
+	if rep.LimitWritesPerSecond <= 0 || rep.LimitCreatesPerSecond <= 0 {
+		t.Errorf("F measured no write limit or no create rate: %v writes/s, %v creates/s", rep.LimitWritesPerSecond, rep.LimitCreatesPerSecond)
 	}
 	a := rep.Result("A")
+	// The ceiling A's own creates leave lies below F's limit, and A's
+	// share of it is reported.
+	if pct := a.Figures["ceiling_with_creates_percent_of_limit"]; pct <= 0 || pct >= 100 {
+		t.Errorf("ceiling_with_creates_percent_of_limit = %v, want in (0, 100)", pct)
+	}
+	if a.Figures["attach_rate_percent_of_ceiling"] <= 0 {
+		t.Errorf("A reports no attach rate as a share of the ceiling: %v", a.Figures)
+	}
 	checkNamed(t, a, "ControllerPublish calls", "VA writes per attach", "PV writes per PV", "ControllerUnpublish calls", "attach rate")
 	attach, detach := a.Phase("attach"), a.Phase("detach")
 	if attach == nil || detach == nil {
@@ -173,5 +181,16 @@ func TestAPIServerRequestTotalsAreParsedByVerbAndSubresource(t *testing.T) {
 		if got := resourceOf(path); got != res {
 			t.Errorf("resourceOf(%s) = %q, want %q", path, got, res)
 		}
+	}
+}
+
+func TestAttachCeilingChargesEachAttachOneCreateAndItsWrites(t *testing.T) {
+	r := &Report{LimitWritesPerSecond: 900, LimitCreatesPerSecond: 600}
+	// 1/600 + 3/900 = 1/200 s per attach.
+	if got := attachCeiling(r, 3); got < 199.99 || got > 200.01 {
+		t.Errorf("attachCeiling = %v, want 200", got)
+	}
+	if got := attachCeiling(&Report{LimitWritesPerSecond: 900}, 3); got != 0 {
+		t.Errorf("attachCeiling without a create rate = %v, want 0", got)
 	}
 }
