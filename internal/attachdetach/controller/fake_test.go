@@ -9,11 +9,13 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -119,9 +121,19 @@ type fakeWorld struct {
 	// informers are not to get.
 	mu     sync.Mutex
 	missed map[string]int
+	// uids numbers the UIDs the fake API server gives created objects.
+	uids atomic.Int64
 }
 
 func newFakeWorld(t *testing.T, cfg Config, objs ...runtime.Object) *fakeWorld {
+	t.Helper()
+	return newFakeWorldWith(t, cfg, nil, objs...)
+}
+
+// newFakeWorldWith is newFakeWorld with beforeStart called once the
+// controller is built and before anything runs: the place to prepend
+// reactors, wrap a lister or mark watch events to be missed.
+func newFakeWorldWith(t *testing.T, cfg Config, beforeStart func(*fakeWorld), objs ...runtime.Object) *fakeWorld {
 	t.Helper()
 	_, ctx := ktesting.NewTestContext(t)
 	ctx, cancel := context.WithCancel(ctx)
@@ -132,6 +144,7 @@ func newFakeWorld(t *testing.T, cfg Config, objs ...runtime.Object) *fakeWorld {
 	w.tracker = &kubetest.VersionedTracker{ObjectTracker: w.client.Tracker()}
 	w.client.ReactionChain = nil
 	w.client.AddReactor("*", "*", clienttesting.ObjectReaction(w.tracker))
+	w.client.PrependReactor("create", "*", w.serverCreate)
 	for _, obj := range objs {
 		if err := w.tracker.Add(obj); err != nil {
 			t.Fatal(err)
@@ -162,6 +175,9 @@ func newFakeWorld(t *testing.T, cfg Config, objs ...runtime.Object) *fakeWorld {
 		t.Fatal(err)
 	}
 	w.c, w.factory = c, factory
+	if beforeStart != nil {
+		beforeStart(w)
+	}
 	factory.Start(ctx.Done())
 	// The tracker does not replay what happened between an informer's list
 	// and its watch: start the workers only once every informer watches.
@@ -189,6 +205,23 @@ func newFakeWorld(t *testing.T, cfg Config, objs ...runtime.Object) *fakeWorld {
 		factory.Shutdown()
 	})
 	return w
+}
+
+// serverCreate stores the object of a create action the way the API
+// server does, with a UID (the tracker leaves it empty, and the
+// controller tells VolumeAttachments of one name apart by UID). Reactors
+// of tests call it to let a create through.
+func (w *fakeWorld) serverCreate(action clienttesting.Action) (bool, runtime.Object, error) {
+	create, ok := action.(clienttesting.CreateActionImpl)
+	if !ok {
+		return false, nil, nil
+	}
+	obj := create.GetObject().DeepCopyObject()
+	if m, err := meta.Accessor(obj); err == nil && m.GetUID() == "" {
+		m.SetUID(types.UID(fmt.Sprintf("uid-%d", w.uids.Add(1))))
+	}
+	create.Object = obj
+	return clienttesting.ObjectReaction(w.tracker)(create)
 }
 
 // vaCache is the controller's VolumeAttachment informer cache. Writing
