@@ -15,6 +15,8 @@ import (
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/klog/v2"
+
+	"github.com/latchcsi/latch/internal/controller"
 )
 
 // LeaderElection configures RunAsLeader.
@@ -40,6 +42,9 @@ var ErrLostLease = errors.New("lost the leader election lease")
 // Shutdown order matters for a standby: when ctx is done, run's context is
 // cancelled and RunAsLeader waits for run to return (run drains the work in
 // flight, bounded by its own drain timeout) before the lease is released.
+// When the lease is lost instead, run's context carries the lease's context
+// as its abort context (controller.WithAbort), so the controller runners
+// cancel the work in flight at once: another replica may already lead.
 // Releasing first would let a standby start while this process still has
 // driver calls in flight; keeping the lease until it expires would leave
 // the volumes unattended for a whole lease duration. When run returns on
@@ -109,6 +114,10 @@ func RunAsLeader(ctx context.Context, client kubernetes.Interface, cfg LeaderEle
 				logger.Info("Became leader, starting", "lease", klog.KRef(cfg.Namespace, cfg.LeaseName), "identity", cfg.Identity)
 				runCtx, cancelRun := context.WithCancel(leaderCtx)
 				defer cancelRun()
+				// A lost lease aborts the work in flight instead of
+				// letting it drain: another replica may lead already.
+				// (leaderCtx is otherwise cancelled only after run returns.)
+				runCtx = controller.WithAbort(runCtx, leaderCtx)
 				stop := context.AfterFunc(ctx, cancelRun)
 				defer stop()
 				err := run(runCtx)

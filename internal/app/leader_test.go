@@ -15,6 +15,8 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	clienttesting "k8s.io/client-go/testing"
 	"k8s.io/klog/v2/ktesting"
+
+	"github.com/latchcsi/latch/internal/controller"
 )
 
 func testElection(identity string) LeaderElection {
@@ -163,13 +165,22 @@ func TestRunAsLeaderLosingTheLeaseStopsRunAndReturnsErrLostLease(t *testing.T) {
 		return false, nil, nil
 	})
 	started, runStopped := make(chan struct{}), make(chan struct{})
+	reconcileErr := make(chan error, 1)
 	result := make(chan error, 1)
 	go func() {
 		result <- RunAsLeader(ctx, client, cfg, nil, func(runCtx context.Context) error {
-			close(started)
-			<-runCtx.Done()
+			// A reconcile in flight when the lease goes: it must be
+			// cancelled at once, not drained (the drain timeout is an hour).
+			r := controller.New[string](controller.ReconcilerFunc[string](func(ctx context.Context, _ string) (controller.Result, error) {
+				close(started)
+				<-ctx.Done()
+				reconcileErr <- ctx.Err()
+				return controller.Result{}, nil
+			}), controller.Options{Name: "lease_test", Workers: 1, DrainTimeout: time.Hour})
+			r.Enqueue("a")
+			err := r.Run(runCtx)
 			close(runStopped)
-			return nil
+			return err
 		})
 	}()
 	<-started
@@ -196,6 +207,9 @@ func TestRunAsLeaderLosingTheLeaseStopsRunAndReturnsErrLostLease(t *testing.T) {
 	case <-runStopped:
 	default:
 		t.Error("RunAsLeader returned before run stopped")
+	}
+	if err := <-reconcileErr; !errors.Is(err, context.Canceled) {
+		t.Errorf("reconcile in flight saw %v when the lease was lost, want context.Canceled", err)
 	}
 	if h := holder(t, ctx, client); h != "intruder" {
 		t.Errorf("lease holder = %q, want the intruder untouched", h)

@@ -181,7 +181,8 @@ func (r *Runner[K]) BacklogCollector() metrics.StableCollector {
 // Run starts the workers and blocks until ctx is done. It then shuts the
 // queue down (keys still waiting are dropped: they are level-based and the
 // next process rebuilds them from informers), waits up to DrainTimeout for
-// reconciles in progress, and returns. It returns ErrDrainTimeout when some
+// reconciles in progress (cancelling them at once if ctx carries an abort
+// context that is done, see WithAbort), and returns. It returns ErrDrainTimeout when some
 // did not finish in time; their context is cancelled then. Run may be
 // called once.
 func (r *Runner[K]) Run(ctx context.Context) error {
@@ -192,9 +193,18 @@ func (r *Runner[K]) Run(ctx context.Context) error {
 	ctx = klog.NewContext(ctx, logger)
 
 	// Reconciles get a context that survives ctx (values, not
-	// cancellation) until the drain deadline.
+	// cancellation) until the drain deadline, or until the abort context
+	// set with WithAbort is done (the leader lease was lost: work in
+	// flight must stop at once, not drain).
 	workCtx, cancelWork := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelWork()
+	if abort := abortContext(ctx); abort != nil {
+		stop := context.AfterFunc(abort, func() {
+			logger.Info("Aborting reconciles in progress")
+			cancelWork()
+		})
+		defer stop()
+	}
 
 	logger.Info("Starting workers", "workers", r.workers)
 	var wg sync.WaitGroup
@@ -223,6 +233,22 @@ func (r *Runner[K]) Run(ctx context.Context) error {
 		logger.Error(ErrDrainTimeout, "Reconciles did not finish in time; cancelled their context", "drainTimeout", r.drainTimeout)
 		return fmt.Errorf("stop controller %q: %w", r.name, ErrDrainTimeout)
 	}
+}
+
+type abortKey struct{}
+
+// WithAbort returns a copy of ctx that tells Run to cancel the reconciles
+// in progress as soon as abort is done, instead of letting them drain
+// after ctx is done. The leader election wrapper uses it with the lease's
+// context: a replica that lost its lease must not go on calling the driver
+// or writing the API while another replica leads.
+func WithAbort(ctx, abort context.Context) context.Context {
+	return context.WithValue(ctx, abortKey{}, abort)
+}
+
+func abortContext(ctx context.Context) context.Context {
+	a, _ := ctx.Value(abortKey{}).(context.Context)
+	return a
 }
 
 // processNext handles one key and reports whether the worker should go on.

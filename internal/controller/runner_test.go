@@ -464,3 +464,44 @@ func TestRunner_runTwiceIsAnError(t *testing.T) {
 		t.Fatal("second Run: want error")
 	}
 }
+
+func TestRunner_abortContextCancelsInFlightReconcileAtOnce(t *testing.T) {
+	// Losing the leader lease cancels run's context and its abort context
+	// together: the reconcile in flight must see its context cancelled at
+	// once, not after the drain timeout (the fake clock never moves here).
+	started := make(chan struct{})
+	ctxErr := make(chan error, 1)
+	rec := ReconcilerFunc[string](func(ctx context.Context, _ string) (Result, error) {
+		close(started)
+		<-ctx.Done()
+		ctxErr <- ctx.Err()
+		return Result{}, ctx.Err()
+	})
+	r := New[string](rec, Options{Name: "abort_test", Workers: 1, Clock: testingclock.NewFakeClock(t0), DrainTimeout: time.Hour})
+	_, ctx := ktesting.NewTestContext(t)
+	abortCtx, abort := context.WithCancel(ctx)
+	runCtx, cancelRun := context.WithCancel(abortCtx)
+	defer cancelRun()
+	runErr := make(chan error, 1)
+	go func() { runErr <- r.Run(WithAbort(runCtx, abortCtx)) }()
+	r.Enqueue("a")
+	<-started
+
+	abort() // cancels runCtx too, as the lease's context does
+	select {
+	case err := <-ctxErr:
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("in-flight reconcile saw %v, want context.Canceled", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("in-flight reconcile was not cancelled after the abort")
+	}
+	select {
+	case err := <-runErr:
+		if err != nil {
+			t.Fatalf("Run returned %v, want nil (the aborted reconcile returned)", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run did not return after the abort")
+	}
+}
