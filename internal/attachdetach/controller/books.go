@@ -64,24 +64,58 @@ func (b *nameBook) get(name string) (state.Key, bool) {
 // (which could put a volume being detached back into the node's
 // volumesAttached) and not as gone (which would let an exclusive volume
 // attach to another node before the driver unpublished it here).
+//
+// A pass reads the informer cache and then this overlay, not both at
+// once, and the informer stores an object before it runs the event
+// handlers. So an overlay entry is not dropped by the informer's add
+// event: a pass that read the cache just before the informer stored the
+// object would then find neither and create the object a second time. A
+// created entry ends when a pass finds its name in the cache (view),
+// when the informer reports that very object deleted (gone), or when we
+// delete it ourselves.
 type ownWrites struct {
 	mu sync.Mutex
-	// created holds VAs created by us that the informer has not shown.
+	// created holds VAs created by us that no pass has found in the
+	// informer cache yet.
 	created map[string]*storagev1.VolumeAttachment
 	// deleted holds the UIDs of VAs deleted by us that the informer still
 	// shows.
 	deleted map[string]types.UID
+	// creating holds, per name whose create call has not returned, the
+	// UIDs of objects of that name the informer reported deleted
+	// meanwhile. The creates of one name never overlap: a name belongs to
+	// one key, and one worker at a time passes a key.
+	creating map[string]map[types.UID]bool
 }
 
 func newOwnWrites() *ownWrites {
-	return &ownWrites{created: map[string]*storagev1.VolumeAttachment{}, deleted: map[string]types.UID{}}
+	return &ownWrites{created: map[string]*storagev1.VolumeAttachment{}, deleted: map[string]types.UID{},
+		creating: map[string]map[types.UID]bool{}}
 }
 
-func (w *ownWrites) recordCreate(va *storagev1.VolumeAttachment) {
+// createStarted is called before the create call of name.
+func (w *ownWrites) createStarted(name string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	w.created[va.Name] = va
-	delete(w.deleted, va.Name)
+	w.creating[name] = map[types.UID]bool{}
+}
+
+// createDone is called when the create call of name returned; va is the
+// object the server stored, nil when the call failed. The informer may
+// have shown the object, and even its deletion by another client, before
+// the call returned: a created object already reported deleted is not
+// overlaid, or the key would wait for it forever instead of creating it
+// again.
+func (w *ownWrites) createDone(name string, va *storagev1.VolumeAttachment) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	goneMeanwhile := w.creating[name]
+	delete(w.creating, name)
+	if va == nil || goneMeanwhile[va.UID] {
+		return
+	}
+	w.created[name] = va
+	delete(w.deleted, name)
 }
 
 func (w *ownWrites) recordDelete(name string, uid types.UID) {
@@ -91,20 +125,20 @@ func (w *ownWrites) recordDelete(name string, uid types.UID) {
 	delete(w.created, name)
 }
 
-// observed is called for every informer add/update: the informer has
-// caught up with a create.
-func (w *ownWrites) observed(va *storagev1.VolumeAttachment) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	delete(w.created, va.Name)
-}
-
 // gone is called for every informer delete.
-func (w *ownWrites) gone(name string) {
+func (w *ownWrites) gone(va *storagev1.VolumeAttachment) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	delete(w.created, name)
-	delete(w.deleted, name)
+	delete(w.deleted, va.Name)
+	if c, ok := w.created[va.Name]; ok && c.UID == va.UID {
+		// Deleted by someone else: the key must create it again. The
+		// delete of an older object of the same name (detached and
+		// attached again) leaves the new one's entry alone.
+		delete(w.created, va.Name)
+	}
+	if meanwhile, ok := w.creating[va.Name]; ok {
+		meanwhile[va.UID] = true
+	}
 }
 
 // view returns what the controller should believe about the VA named
@@ -119,6 +153,8 @@ func (w *ownWrites) view(name string, listed *storagev1.VolumeAttachment) *stora
 		delete(w.deleted, name)
 		return w.created[name]
 	}
+	// The cache has caught up with a create; from now on it is the truth.
+	delete(w.created, name)
 	if uid, ok := w.deleted[name]; ok && uid == listed.UID && listed.DeletionTimestamp == nil {
 		// We deleted it; the informer has not caught up. It is being
 		// deleted, not gone: csi-attacher's finalizer keeps it until the

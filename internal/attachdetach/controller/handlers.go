@@ -247,7 +247,6 @@ func (c *Controller) vaChanged(oldObj, obj any) {
 	if !ok {
 		return
 	}
-	c.writes.observed(va)
 	if old, ok := oldObj.(*storagev1.VolumeAttachment); ok && old.UID == va.UID && sameVAFacts(decide.VAFactsOf(old), decide.VAFactsOf(va)) {
 		// csi-attacher's finalizer and annotation writes change nothing
 		// the decision looks at.
@@ -261,7 +260,7 @@ func (c *Controller) vaDeleted(obj any) {
 	if !ok {
 		return
 	}
-	c.writes.gone(va.Name)
+	c.writes.gone(va)
 	c.enqueueVA(va.Name)
 	c.timing.detached(va.Name, c.clock.Now(), c.metrics)
 }

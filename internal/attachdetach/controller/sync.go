@@ -156,18 +156,25 @@ func (c *Controller) nodeVolumesAttached(name string) []v1.AttachedVolume {
 func (c *Controller) createVA(ctx context.Context, plan decide.Plan) error {
 	logger := klog.FromContext(ctx)
 	c.timing.attachStarted(plan.Key, c.clock.Now())
+	name := plan.Create.Name
+	c.writes.createStarted(name)
 	created, err := c.client.StorageV1().VolumeAttachments().Create(ctx, plan.Create,
 		metav1.CreateOptions{FieldManager: kube.AttachDetachFieldManager})
+	if err != nil {
+		created = nil
+	}
+	c.writes.createDone(name, created)
 	if apierrors.IsAlreadyExists(err) {
-		// The informer lags behind an earlier create (ours or a previous
-		// leader's); its event brings the key back.
+		// Our own creates are overlaid until a pass sees them, so this is
+		// an object the controller could not know of: made by a previous
+		// leader, or by an earlier call of ours whose response was lost.
+		// The informer's event brings the key back.
 		logger.V(4).Info("VolumeAttachment already exists", "volumeAttachment", klog.KObj(plan.Create))
 		return nil
 	}
 	if err != nil {
-		return fmt.Errorf("create VolumeAttachment %s for volume %s on node %s: %w", plan.Create.Name, plan.Key.Volume, plan.Key.Node, err)
+		return fmt.Errorf("create VolumeAttachment %s for volume %s on node %s: %w", name, plan.Key.Volume, plan.Key.Node, err)
 	}
-	c.writes.recordCreate(created)
 	logger.Info("Created VolumeAttachment", "volumeAttachment", klog.KObj(created), "volume", plan.Key.Volume, "node", plan.Key.Node)
 	return nil
 }

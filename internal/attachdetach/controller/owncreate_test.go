@@ -1,0 +1,272 @@
+package controller
+
+import (
+	"errors"
+	"slices"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime"
+	storagelisters "k8s.io/client-go/listers/storage/v1"
+	clienttesting "k8s.io/client-go/testing"
+
+	"github.com/latchcsi/latch/internal/attachdetach/state"
+)
+
+// The controller's own VolumeAttachment creates against an informer that
+// lags behind them. Each test holds the informer back (missNext) and
+// delivers the event itself at the moment that matters, so the
+// interleaving is exact, not a matter of luck.
+
+// informerCatchesUp stores va in the controller's VolumeAttachment
+// informer cache and then runs the add handler, in the informer's order.
+func (w *fakeWorld) informerCatchesUp(va *storagev1.VolumeAttachment) {
+	w.t.Helper()
+	if err := w.vaCache().Add(va); err != nil {
+		w.t.Fatal(err)
+	}
+	w.c.vaChanged(nil, va)
+}
+
+// lateInformerLister is the controller's VolumeAttachment lister with
+// one unlucky read: the first Get of name that finds nothing although
+// the server already holds the object returns "not found" — the cache
+// was read just before the informer stored the object — and before it
+// returns, the informer stores the object and runs its add handler.
+type lateInformerLister struct {
+	storagelisters.VolumeAttachmentLister
+	w     *fakeWorld
+	name  string
+	fired atomic.Bool
+}
+
+func (l *lateInformerLister) Get(name string) (*storagev1.VolumeAttachment, error) {
+	va, err := l.VolumeAttachmentLister.Get(name)
+	if name != l.name || !apierrors.IsNotFound(err) || l.fired.Load() {
+		return va, err
+	}
+	stored, ok := l.w.va(name)
+	if !ok {
+		return va, err
+	}
+	l.fired.Store(true)
+	l.w.informerCatchesUp(stored)
+	return va, err
+}
+
+func TestCreate_informerShowsTheNewVolumeAttachmentBetweenAPassCacheReadAndItsOverlayRead_noSecondCreate(t *testing.T) {
+	pv, pvc := boundClaim("vol-1", v1.ReadWriteOnce)
+	name := upstreamVAName("vol-1", testDriver, "node-a")
+	var late *lateInformerLister
+	w := newFakeWorldWith(t, Config{Workers: 2}, func(w *fakeWorld) {
+		// The informer gets the create's event only through the unlucky
+		// read.
+		w.missNext(name)
+		late = &lateInformerLister{VolumeAttachmentLister: w.c.vaLister, w: w, name: name}
+		w.c.vaLister = late
+	}, managedNode("node-a"), pv, pvc, podUsing("app", "node-a", "vol-1"))
+
+	w.waitWrites(1)
+	// The create changed the actual state, which decides the key again at
+	// once; that pass makes the unlucky read.
+	w.eventually("a pass reading the cache just before the informer caught up", late.fired.Load)
+	w.settle()
+	if got := w.writes(); !slices.Equal(got, []string{"create volumeattachments " + name}) {
+		t.Fatalf("controller writes = %q, want one create of %s", got, name)
+	}
+
+	w.attach(name)
+	got := w.waitWrites(2)
+	w.settle()
+	if want := []string{"create volumeattachments " + name, "patch nodes/status node-a"}; !slices.Equal(w.writes(), want) {
+		t.Fatalf("controller writes:\n got %q\nwant %q", got, want)
+	}
+}
+
+func TestCreate_deleteEventOfThePreviousVolumeAttachmentArrivesAfterTheNewCreate_noSecondCreate(t *testing.T) {
+	// Detach, then attach again on the same node: the new VolumeAttachment
+	// has the old one's name. The informer has already dropped the old
+	// object when the key creates the new one, but runs its delete
+	// handler only afterwards.
+	pv, pvc := boundClaim("vol-1", v1.ReadWriteOnce)
+	w := newFakeWorld(t, Config{Workers: 2}, managedNode("node-a"), pv, pvc, podUsing("first", "node-a", "vol-1"))
+	name := upstreamVAName("vol-1", testDriver, "node-a")
+	vol := uniqueName("vol-1")
+	key := state.Key{Volume: vol, Node: "node-a"}
+	w.waitWrites(1)
+	w.attach(name)
+	w.waitWrites(2)
+	w.setInUseSeen("node-a", vol)
+
+	old, _ := w.va(name)
+	w.missNext(name) // the delete event
+	w.deletePod("first")
+	w.setInUse("node-a")
+	w.waitWrites(4)
+	w.settle()
+	// A new Pod wants the volume there; the old VolumeAttachment still
+	// counts as being deleted.
+	w.addPod(podUsing("second", "node-a", "vol-1"))
+	w.settle()
+	w.noNewWrites(4, 100*time.Millisecond, "the old VolumeAttachment is still in the informer")
+
+	// The informer drops the old object; its delete handler has not run
+	// yet when a pass of the key sees the name free and creates.
+	w.missNext(name) // the new object's add event
+	if err := w.vaCache().Delete(old); err != nil {
+		t.Fatal(err)
+	}
+	w.c.keys.Enqueue(key)
+	got := w.waitWrites(5)
+	if got[4] != "create volumeattachments "+name {
+		t.Fatalf("controller writes = %q, want the VolumeAttachment created again", got)
+	}
+	w.settle()
+	// Now the old object's delete handler runs; it wakes the key, whose
+	// new VolumeAttachment the informer still does not show.
+	w.c.vaDeleted(old)
+	w.settle()
+	w.noNewWrites(5, 100*time.Millisecond, "the old object's delete event")
+
+	created, ok := w.va(name)
+	if !ok || created.UID == old.UID {
+		t.Fatalf("stored VolumeAttachment = %+v, want a new object", created)
+	}
+	w.informerCatchesUp(created)
+	w.attach(name)
+	w.waitWrites(6)
+	w.settle()
+	want := []string{"create volumeattachments " + name, "patch nodes/status node-a", "patch nodes/status node-a",
+		"delete volumeattachments " + name, "create volumeattachments " + name, "patch nodes/status node-a"}
+	if got := w.writes(); !slices.Equal(got, want) {
+		t.Fatalf("controller writes:\n got %q\nwant %q", got, want)
+	}
+}
+
+func TestCreate_anotherClientDeletesTheVolumeAttachmentBeforeTheCreateReturns_createdAgain(t *testing.T) {
+	pv, pvc := boundClaim("vol-1", v1.ReadWriteOnce)
+	name := upstreamVAName("vol-1", testDriver, "node-a")
+	var first atomic.Bool
+	w := newFakeWorldWith(t, Config{Workers: 2}, func(w *fakeWorld) {
+		w.client.PrependReactor("create", "volumeattachments", func(action clienttesting.Action) (bool, runtime.Object, error) {
+			if !first.CompareAndSwap(false, true) {
+				return w.serverCreate(action)
+			}
+			// The informer shows the object added and deleted by
+			// someone else before the create call returns.
+			w.missNext(name)
+			w.missNext(name)
+			handled, obj, err := w.serverCreate(action)
+			if err != nil {
+				return handled, obj, err
+			}
+			va := obj.(*storagev1.VolumeAttachment)
+			if err := w.tracker.Delete(vaResource, "", name); err != nil {
+				return true, nil, err
+			}
+			if err := w.vaCache().Add(va); err != nil {
+				return true, nil, err
+			}
+			w.c.vaChanged(nil, va)
+			if err := w.vaCache().Delete(va); err != nil {
+				return true, nil, err
+			}
+			w.c.vaDeleted(va)
+			return handled, obj, nil
+		})
+	}, managedNode("node-a"), pv, pvc, podUsing("app", "node-a", "vol-1"))
+
+	w.waitWrites(2)
+	w.settle()
+	want := []string{"create volumeattachments " + name, "create volumeattachments " + name}
+	if got := w.writes(); !slices.Equal(got, want) {
+		t.Fatalf("controller writes:\n got %q\nwant %q", got, want)
+	}
+	va, ok := w.va(name)
+	if !ok || va.UID != "uid-2" {
+		t.Fatalf("stored VolumeAttachment = %+v, want the second create's", va)
+	}
+	w.attach(name)
+	w.waitWrites(3)
+	w.settle()
+	if got, want := w.writes(), append(want, "patch nodes/status node-a"); !slices.Equal(got, want) {
+		t.Fatalf("controller writes:\n got %q\nwant %q", got, want)
+	}
+}
+
+func TestCreate_serverError_retriedAndCreated(t *testing.T) {
+	pv, pvc := boundClaim("vol-1", v1.ReadWriteOnce)
+	name := upstreamVAName("vol-1", testDriver, "node-a")
+	var calls atomic.Int32
+	w := newFakeWorldWith(t, Config{Workers: 2, RetryIntervalStart: 10 * time.Millisecond}, func(w *fakeWorld) {
+		w.client.PrependReactor("create", "volumeattachments", func(action clienttesting.Action) (bool, runtime.Object, error) {
+			if calls.Add(1) == 1 {
+				return true, nil, apierrors.NewInternalError(errors.New("etcd unavailable"))
+			}
+			return w.serverCreate(action)
+		})
+	}, managedNode("node-a"), pv, pvc, podUsing("app", "node-a", "vol-1"))
+
+	w.waitWrites(2)
+	w.settle()
+	want := []string{"create volumeattachments " + name, "create volumeattachments " + name}
+	if got := w.writes(); !slices.Equal(got, want) {
+		t.Fatalf("controller writes:\n got %q\nwant %q", got, want)
+	}
+	if _, ok := w.va(name); !ok {
+		t.Fatal("VolumeAttachment not stored")
+	}
+	w.attach(name)
+	w.waitWrites(3)
+	if got, want := w.writes(), append(want, "patch nodes/status node-a"); !slices.Equal(got, want) {
+		t.Fatalf("controller writes:\n got %q\nwant %q", got, want)
+	}
+}
+
+func TestCreate_responseLost_retryAnsweredAlreadyExists_thenAttaches(t *testing.T) {
+	// The one duplicate create the controller cannot avoid: the server
+	// stored the object but the controller got an error, so it cannot
+	// know. The retry is answered AlreadyExists, which changes nothing;
+	// the informer's event carries on from there.
+	pv, pvc := boundClaim("vol-1", v1.ReadWriteOnce)
+	name := upstreamVAName("vol-1", testDriver, "node-a")
+	var calls atomic.Int32
+	w := newFakeWorldWith(t, Config{Workers: 2, RetryIntervalStart: 10 * time.Millisecond}, func(w *fakeWorld) {
+		w.missNext(name) // the informer shows the object when the retry is answered
+		w.client.PrependReactor("create", "volumeattachments", func(action clienttesting.Action) (bool, runtime.Object, error) {
+			handled, obj, err := w.serverCreate(action)
+			switch calls.Add(1) {
+			case 1:
+				if err == nil {
+					return true, nil, apierrors.NewTimeoutError("request did not complete within the allowed duration", 0)
+				}
+			case 2:
+				if stored, ok := w.va(name); ok {
+					w.informerCatchesUp(stored)
+				}
+			}
+			return handled, obj, err
+		})
+	}, managedNode("node-a"), pv, pvc, podUsing("app", "node-a", "vol-1"))
+
+	w.waitWrites(2)
+	w.settle()
+	want := []string{"create volumeattachments " + name, "create volumeattachments " + name}
+	if got := w.writes(); !slices.Equal(got, want) {
+		t.Fatalf("controller writes:\n got %q\nwant %q", got, want)
+	}
+	stored, ok := w.va(name)
+	if !ok || stored.UID != "uid-1" {
+		t.Fatalf("stored VolumeAttachment = %+v, want the first create's", stored)
+	}
+	w.attach(name)
+	w.waitWrites(3)
+	w.settle()
+	if got, want := w.writes(), append(want, "patch nodes/status node-a"); !slices.Equal(got, want) {
+		t.Fatalf("controller writes:\n got %q\nwant %q", got, want)
+	}
+}
