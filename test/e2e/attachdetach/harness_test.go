@@ -61,6 +61,11 @@ type env struct {
 	registry metrics.KubeRegistry
 	// creates counts the controller's VolumeAttachment creates.
 	creates atomic.Int32
+	// createsRefused counts the controller's VolumeAttachment creates
+	// answered AlreadyExists: a create for an object the controller had
+	// made itself (or should have known of) is a wasted write, and the
+	// test fails on any.
+	createsRefused atomic.Int32
 	// writes lists the controller's API writes in order, "METHOD path".
 	writesMu sync.Mutex
 	writes   []string
@@ -184,7 +189,8 @@ func (e *env) startMockDriverAndAttacher() *csimock.Driver {
 }
 
 // startController starts a controller with its own informers and client.
-// The client counts VolumeAttachment creates.
+// The client counts VolumeAttachment creates, and those answered
+// AlreadyExists.
 func (e *env) startController() {
 	e.t.Helper()
 	ctx, cancel := context.WithCancel(e.ctx)
@@ -197,6 +203,9 @@ func (e *env) startController() {
 			// create answered AlreadyExists made nothing).
 			if req.Method == http.MethodPost && strings.HasSuffix(req.URL.Path, "/volumeattachments") && err == nil && resp.StatusCode < 300 {
 				e.creates.Add(1)
+			}
+			if req.Method == http.MethodPost && strings.HasSuffix(req.URL.Path, "/volumeattachments") && err == nil && resp.StatusCode == http.StatusConflict {
+				e.createsRefused.Add(1)
 			}
 			if req.Method != http.MethodGet && !strings.Contains(req.URL.Path, "/events") && err == nil && resp.StatusCode < 300 {
 				e.writesMu.Lock()
@@ -241,6 +250,9 @@ func (e *env) stopController() {
 // later test's controller would otherwise act on.
 func (e *env) cleanup() {
 	e.stopController()
+	if n := e.createsRefused.Load(); n > 0 {
+		e.t.Errorf("%d VolumeAttachment creates of the controller were answered AlreadyExists", n)
+	}
 	e.stopKubelet()
 	ctx := context.WithoutCancel(e.ctx)
 	pods, _ := e.client.CoreV1().Pods(e.ns).List(ctx, metav1.ListOptions{})
