@@ -3,7 +3,6 @@ package attachdetach_test
 import (
 	"context"
 	"fmt"
-	"slices"
 	"testing"
 	"time"
 
@@ -61,15 +60,7 @@ func TestPodLifecycle_attachThenDetach(t *testing.T) {
 	vaPath := "/apis/storage.k8s.io/v1/volumeattachments"
 	nodePath := "/api/v1/nodes/" + node + "/status"
 	wantWrites := []string{"POST " + vaPath, "PATCH " + nodePath, "PATCH " + nodePath, "DELETE " + vaPath + "/" + e.vaName(pv, node)}
-	// A write is recorded when its response arrives, which can be a moment
-	// after the test saw its effect.
-	e.eventually(fmt.Sprintf("controller API writes %q", wantWrites), func() (bool, error) {
-		got := e.controllerWrites()
-		if len(got) > len(wantWrites) || !slices.Equal(got, wantWrites[:len(got)]) {
-			return false, fmt.Errorf("controller API writes:\n got %q\nwant %q", got, wantWrites)
-		}
-		return len(got) == len(wantWrites), nil
-	})
+	e.waitControllerWrites(wantWrites)
 	// The latency histogram saw the one Pod.
 	hist, err := testutil.GetHistogramVecFromGatherer(e.registry, controller.PodVolumesAttachedMetric, nil)
 	if err != nil || hist.GetAggregatedSampleCount() != 1 {

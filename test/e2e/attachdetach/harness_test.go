@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -453,6 +454,21 @@ func (e *env) waitEvent(pod, reason, message string) {
 }
 
 // controllerWrites returns the controller's successful API writes so far.
+// waitControllerWrites waits until the controller's API writes are
+// exactly want, in order, and fails at once on a write that is not. A
+// write is recorded when its response arrives, which can be a moment
+// after the test saw its effect.
+func (e *env) waitControllerWrites(want []string) {
+	e.t.Helper()
+	e.eventually(fmt.Sprintf("controller API writes %q", want), func() (bool, error) {
+		got := e.controllerWrites()
+		if len(got) > len(want) || !slices.Equal(got, want[:len(got)]) {
+			return false, fmt.Errorf("controller API writes:\n got %q\nwant %q", got, want)
+		}
+		return len(got) == len(want), nil
+	})
+}
+
 func (e *env) controllerWrites() []string {
 	e.writesMu.Lock()
 	defer e.writesMu.Unlock()
