@@ -2,6 +2,7 @@ package controller
 
 import (
 	"sync"
+	"time"
 
 	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -76,8 +77,9 @@ func (b *nameBook) get(name string) (state.Key, bool) {
 type ownWrites struct {
 	mu sync.Mutex
 	// created holds VAs created by us that no pass has found in the
-	// informer cache yet.
-	created map[string]*storagev1.VolumeAttachment
+	// informer cache yet, and createdAt when each create returned.
+	created   map[string]*storagev1.VolumeAttachment
+	createdAt map[string]time.Time
 	// deleted holds the UIDs of VAs deleted by us that the informer still
 	// shows.
 	deleted map[string]types.UID
@@ -89,8 +91,8 @@ type ownWrites struct {
 }
 
 func newOwnWrites() *ownWrites {
-	return &ownWrites{created: map[string]*storagev1.VolumeAttachment{}, deleted: map[string]types.UID{},
-		creating: map[string]map[types.UID]bool{}}
+	return &ownWrites{created: map[string]*storagev1.VolumeAttachment{}, createdAt: map[string]time.Time{},
+		deleted: map[string]types.UID{}, creating: map[string]map[types.UID]bool{}}
 }
 
 // createStarted is called before the create call of name.
@@ -106,7 +108,7 @@ func (w *ownWrites) createStarted(name string) {
 // the call returned: a created object already reported deleted is not
 // overlaid, or the key would wait for it forever instead of creating it
 // again.
-func (w *ownWrites) createDone(name string, va *storagev1.VolumeAttachment) {
+func (w *ownWrites) createDone(name string, va *storagev1.VolumeAttachment, now time.Time) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	goneMeanwhile := w.creating[name]
@@ -115,14 +117,52 @@ func (w *ownWrites) createDone(name string, va *storagev1.VolumeAttachment) {
 		return
 	}
 	w.created[name] = va
+	w.createdAt[name] = now
 	delete(w.deleted, name)
+}
+
+// dropCreated ends the entry of name; a helper for the map pair.
+func (w *ownWrites) dropCreated(name string) {
+	delete(w.created, name)
+	delete(w.createdAt, name)
+}
+
+// staleCreates returns our created VAs that no pass has found in the
+// informer cache for longer than age (name → UID). Normally there are
+// none: the informer shows a new object within moments.
+func (w *ownWrites) staleCreates(now time.Time, age time.Duration) map[string]types.UID {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var out map[string]types.UID
+	for name, at := range w.createdAt {
+		if now.Sub(at) > age {
+			if out == nil {
+				out = map[string]types.UID{}
+			}
+			out[name] = w.created[name].UID
+		}
+	}
+	return out
+}
+
+// forgetCreate ends the entry of name if it still is the object uid: the
+// API server no longer has it, and the informer will not say so (it never
+// showed the object, e.g. when it was deleted during a watch gap).
+func (w *ownWrites) forgetCreate(name string, uid types.UID) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if c, ok := w.created[name]; ok && c.UID == uid {
+		w.dropCreated(name)
+		return true
+	}
+	return false
 }
 
 func (w *ownWrites) recordDelete(name string, uid types.UID) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.deleted[name] = uid
-	delete(w.created, name)
+	w.dropCreated(name)
 }
 
 // gone is called for every informer delete.
@@ -134,7 +174,7 @@ func (w *ownWrites) gone(va *storagev1.VolumeAttachment) {
 		// Deleted by someone else: the key must create it again. The
 		// delete of an older object of the same name (detached and
 		// attached again) leaves the new one's entry alone.
-		delete(w.created, va.Name)
+		w.dropCreated(va.Name)
 	}
 	if meanwhile, ok := w.creating[va.Name]; ok {
 		meanwhile[va.UID] = true
@@ -154,7 +194,7 @@ func (w *ownWrites) view(name string, listed *storagev1.VolumeAttachment) *stora
 		return w.created[name]
 	}
 	// The cache has caught up with a create; from now on it is the truth.
-	delete(w.created, name)
+	w.dropCreated(name)
 	if uid, ok := w.deleted[name]; ok && uid == listed.UID && listed.DeletionTimestamp == nil {
 		// We deleted it; the informer has not caught up. It is being
 		// deleted, not gone: csi-attacher's finalizer keeps it until the

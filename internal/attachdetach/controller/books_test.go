@@ -2,6 +2,7 @@ package controller
 
 import (
 	"testing"
+	"time"
 
 	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -20,8 +21,8 @@ func TestOwnWrites_createAgainstEveryInformerOrder(t *testing.T) {
 	ours, older := testVA("uid-new"), testVA("uid-old")
 	type step func(w *ownWrites)
 	started := func(w *ownWrites) { w.createStarted("csi-a") }
-	done := func(w *ownWrites) { w.createDone("csi-a", ours) }
-	failed := func(w *ownWrites) { w.createDone("csi-a", nil) }
+	done := func(w *ownWrites) { w.createDone("csi-a", ours, time.Time{}) }
+	failed := func(w *ownWrites) { w.createDone("csi-a", nil, time.Time{}) }
 	// The informer's add event has no effect on the overlay; a pass that
 	// found the object in the cache ends it.
 	seenByAPass := func(w *ownWrites) { w.view("csi-a", ours) }
@@ -68,7 +69,7 @@ func TestOwnWrites_cacheCaughtUp_overlayDropped(t *testing.T) {
 	w := newOwnWrites()
 	ours := testVA("uid-1")
 	w.createStarted(ours.Name)
-	w.createDone(ours.Name, ours)
+	w.createDone(ours.Name, ours, time.Time{})
 	listed := ours.DeepCopy()
 	listed.Status.Attached = true
 	if got := w.view(ours.Name, listed); got != listed {

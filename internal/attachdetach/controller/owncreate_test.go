@@ -270,3 +270,41 @@ func TestCreate_responseLost_retryAnsweredAlreadyExists_thenAttaches(t *testing.
 		t.Fatalf("controller writes:\n got %q\nwant %q", got, want)
 	}
 }
+
+// ownCreateLostInAWatchGap creates the world, lets the controller create
+// its VolumeAttachment while the informer misses both that create and the
+// delete by another client that follows (a watch gap): the informer never
+// shows the object at all.
+func ownCreateLostInAWatchGap(t *testing.T, verify time.Duration) (*fakeWorld, string) {
+	pv, pvc := boundClaim("vol-1", v1.ReadWriteOnce)
+	name := upstreamVAName("vol-1", testDriver, "node-a")
+	w := newFakeWorldWith(t, Config{Workers: 2, VerifyPeriod: verify}, func(w *fakeWorld) {
+		w.missNext(name) // the add
+		w.missNext(name) // the delete
+	}, managedNode("node-a"), pv, pvc, podUsing("app", "node-a", "vol-1"))
+	w.waitWrites(1)
+	if err := w.tracker.Delete(vaResource, "", name); err != nil {
+		t.Fatal(err)
+	}
+	return w, name
+}
+
+func TestVerify_ownCreateNeverShownByTheInformerAndGone_createdAgain(t *testing.T) {
+	w, name := ownCreateLostInAWatchGap(t, 100*time.Millisecond)
+	// The verify pass asks the API server about the create the informer
+	// has not shown for a whole period, finds it gone, and the key
+	// creates it again.
+	got := w.waitWrites(2)
+	if want := []string{"create volumeattachments " + name, "create volumeattachments " + name}; !slices.Equal(got, want) {
+		t.Fatalf("writes = %q, want %q", got, want)
+	}
+	if _, ok := w.va(name); !ok {
+		t.Fatalf("VolumeAttachment %s not created again", name)
+	}
+}
+
+func TestVerify_disabled_ownCreateLostInAWatchGapWaitsForever(t *testing.T) {
+	// The control: without the verify pass nothing ends the wait.
+	w, _ := ownCreateLostInAWatchGap(t, 0)
+	w.noNewWrites(1, 500*time.Millisecond, "verify pass disabled")
+}

@@ -163,7 +163,7 @@ func (c *Controller) createVA(ctx context.Context, plan decide.Plan) error {
 	if err != nil {
 		created = nil
 	}
-	c.writes.createDone(name, created)
+	c.writes.createDone(name, created, c.clock.Now())
 	if apierrors.IsAlreadyExists(err) {
 		// Our own creates are overlaid until a pass sees them, so this is
 		// an object the controller could not know of: made by a previous

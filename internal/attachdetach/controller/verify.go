@@ -3,6 +3,8 @@ package controller
 import (
 	"context"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
 
 	"github.com/latchcsi/latch/internal/attachdetach/decide"
@@ -13,8 +15,9 @@ import (
 // runVerify compares the actual state with the VolumeAttachments in the
 // informer cache every VerifyPeriod until ctx is done. It is a safety net
 // for drift (a missed event, a VolumeAttachment created or deleted behind
-// the controller's back), not the way work gets done: it reads only
-// memory and enqueues only the keys that disagree.
+// the controller's back), not the way work gets done: it reads memory
+// (plus, rarely, our own creates the informer has not shown for a whole
+// period, see verifyOwnCreates) and enqueues only the keys that disagree.
 func (c *Controller) runVerify(ctx context.Context) {
 	t := c.clock.NewTicker(c.cfg.VerifyPeriod)
 	defer t.Stop()
@@ -59,5 +62,37 @@ func (c *Controller) verify(ctx context.Context) {
 			c.keys.Enqueue(k)
 		}
 	}
+	drift += c.verifyOwnCreates(ctx)
 	klog.FromContext(ctx).V(3).Info("Verified the actual state against VolumeAttachments", "volumeAttachments", len(vas), "drift", drift, "duration", c.clock.Since(start))
+}
+
+// verifyOwnCreates checks the VolumeAttachments we created that the
+// informer has not shown for a whole verify period. Such an entry keeps
+// its key waiting for the object; if the object was deleted while the
+// watch was down (so the informer never saw it at all), nothing else would
+// end the wait and the volume would never be attached. These are asked of
+// the API server (normally there are none); an object it no longer has is
+// forgotten and its key passes again, which creates it anew.
+func (c *Controller) verifyOwnCreates(ctx context.Context) int {
+	drift := 0
+	for name, uid := range c.writes.staleCreates(c.clock.Now(), c.cfg.VerifyPeriod) {
+		va, err := c.client.StorageV1().VolumeAttachments().Get(ctx, name, metav1.GetOptions{})
+		switch {
+		case apierrors.IsNotFound(err), err == nil && va.UID != uid:
+		case err != nil:
+			klog.FromContext(ctx).V(2).Info("Cannot check a VolumeAttachment the informer has not shown", "volumeAttachment", klog.KRef("", name), "err", err)
+			continue
+		default:
+			continue // it exists; the informer is only slow
+		}
+		if !c.writes.forgetCreate(name, uid) {
+			continue
+		}
+		drift++
+		klog.FromContext(ctx).Info("VolumeAttachment created by the controller is gone without the informer showing it; attaching again", "volumeAttachment", klog.KRef("", name))
+		if key, ok := c.names.get(name); ok {
+			c.keys.Enqueue(key)
+		}
+	}
+	return drift
 }
