@@ -180,21 +180,8 @@ func TestCreate_anotherClientDeletesTheVolumeAttachmentBeforeTheCreateReturns_cr
 		})
 	}, managedNode("node-a"), pv, pvc, podUsing("app", "node-a", "vol-1"))
 
-	w.waitWrites(2)
-	w.settle()
-	want := []string{"create volumeattachments " + name, "create volumeattachments " + name}
-	if got := w.writes(); !slices.Equal(got, want) {
-		t.Fatalf("controller writes:\n got %q\nwant %q", got, want)
-	}
-	va, ok := w.va(name)
-	if !ok || va.UID != "uid-2" {
+	if va := w.twoCreatesThenNodeStatus(name); va.UID != "uid-2" {
 		t.Fatalf("stored VolumeAttachment = %+v, want the second create's", va)
-	}
-	w.attach(name)
-	w.waitWrites(3)
-	w.settle()
-	if got, want := w.writes(), append(want, "patch nodes/status node-a"); !slices.Equal(got, want) {
-		t.Fatalf("controller writes:\n got %q\nwant %q", got, want)
 	}
 }
 
@@ -211,20 +198,7 @@ func TestCreate_serverError_retriedAndCreated(t *testing.T) {
 		})
 	}, managedNode("node-a"), pv, pvc, podUsing("app", "node-a", "vol-1"))
 
-	w.waitWrites(2)
-	w.settle()
-	want := []string{"create volumeattachments " + name, "create volumeattachments " + name}
-	if got := w.writes(); !slices.Equal(got, want) {
-		t.Fatalf("controller writes:\n got %q\nwant %q", got, want)
-	}
-	if _, ok := w.va(name); !ok {
-		t.Fatal("VolumeAttachment not stored")
-	}
-	w.attach(name)
-	w.waitWrites(3)
-	if got, want := w.writes(), append(want, "patch nodes/status node-a"); !slices.Equal(got, want) {
-		t.Fatalf("controller writes:\n got %q\nwant %q", got, want)
-	}
+	w.twoCreatesThenNodeStatus(name)
 }
 
 func TestCreate_responseLost_retryAnsweredAlreadyExists_thenAttaches(t *testing.T) {
@@ -253,21 +227,8 @@ func TestCreate_responseLost_retryAnsweredAlreadyExists_thenAttaches(t *testing.
 		})
 	}, managedNode("node-a"), pv, pvc, podUsing("app", "node-a", "vol-1"))
 
-	w.waitWrites(2)
-	w.settle()
-	want := []string{"create volumeattachments " + name, "create volumeattachments " + name}
-	if got := w.writes(); !slices.Equal(got, want) {
-		t.Fatalf("controller writes:\n got %q\nwant %q", got, want)
-	}
-	stored, ok := w.va(name)
-	if !ok || stored.UID != "uid-1" {
+	if stored := w.twoCreatesThenNodeStatus(name); stored.UID != "uid-1" {
 		t.Fatalf("stored VolumeAttachment = %+v, want the first create's", stored)
-	}
-	w.attach(name)
-	w.waitWrites(3)
-	w.settle()
-	if got, want := w.writes(), append(want, "patch nodes/status node-a"); !slices.Equal(got, want) {
-		t.Fatalf("controller writes:\n got %q\nwant %q", got, want)
 	}
 }
 
@@ -307,4 +268,29 @@ func TestVerify_disabled_ownCreateLostInAWatchGapWaitsForever(t *testing.T) {
 	// The control: without the verify pass nothing ends the wait.
 	w, _ := ownCreateLostInAWatchGap(t, 0)
 	w.noNewWrites(1, 500*time.Millisecond, "verify pass disabled")
+}
+
+// twoCreatesThenNodeStatus checks that the controller's writes are exactly
+// two creates of name, then marks it attached and checks that the node
+// status patch follows and nothing else. It returns the VolumeAttachment
+// the server stored.
+func (w *fakeWorld) twoCreatesThenNodeStatus(name string) *storagev1.VolumeAttachment {
+	w.t.Helper()
+	w.waitWrites(2)
+	w.settle()
+	want := []string{"create volumeattachments " + name, "create volumeattachments " + name}
+	if got := w.writes(); !slices.Equal(got, want) {
+		w.t.Fatalf("controller writes:\n got %q\nwant %q", got, want)
+	}
+	stored, ok := w.va(name)
+	if !ok {
+		w.t.Fatalf("VolumeAttachment %s not stored", name)
+	}
+	w.attach(name)
+	w.waitWrites(3)
+	w.settle()
+	if got, want := w.writes(), append(want, "patch nodes/status node-a"); !slices.Equal(got, want) {
+		w.t.Fatalf("controller writes:\n got %q\nwant %q", got, want)
+	}
+	return stored
 }
