@@ -36,9 +36,8 @@ func TestMetricsEndpointServesCSIWorkqueueAndLatchMetricsAfterAttachAndError(t *
 	e.waitAttached(va1, time.Minute)
 	e.waitAttached(va2, time.Minute)
 
-	samples := scrape(t, "http://"+addr+"/metrics")
 	publish := "/csi.v1.Controller/ControllerPublishVolume"
-	for _, c := range []struct {
+	wantSamples := []struct {
 		name   string
 		labels map[string]string
 		want   float64
@@ -49,7 +48,24 @@ func TestMetricsEndpointServesCSIWorkqueueAndLatchMetricsAfterAttachAndError(t *
 		// latch's own.
 		{"latch_attacher_attach_latency_seconds_count", nil, 2},
 		{"latch_attacher_csi_errors_total", map[string]string{"operation": "attach", "code": "Internal"}, 1},
-	} {
+	}
+	// The attach latency is recorded when the status write returns, which
+	// can be a moment after the test's watch saw the VA attached: scrape
+	// until the figures are there (or stop changing), then check them.
+	var samples []sample
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		samples = scrape(t, "http://"+addr+"/metrics")
+		all := true
+		for _, c := range wantSamples {
+			if got, ok := value(samples, c.name, c.labels); !ok || got != c.want {
+				all = false
+			}
+		}
+		if all || time.Now().After(deadline) {
+			break
+		}
+	}
+	for _, c := range wantSamples {
 		if got, ok := value(samples, c.name, c.labels); !ok || got != c.want {
 			t.Errorf("%s%v = %v (present %v), want %v", c.name, c.labels, got, ok, c.want)
 		}
