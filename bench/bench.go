@@ -76,10 +76,13 @@ type Config struct {
 	Cluster  *localcluster.Cluster
 	Launcher Launcher
 	// Attacher names what runs as csi-attacher, for the report.
-	Attacher  string
-	Scale     Scale
-	Sizes     Sizes    // zero: SizesFor(Scale)
-	Scenarios []string // subset of AllScenarios; empty: all
+	Attacher string
+	// ControllerFlags are the attachdetach-controller's extra flags, for
+	// the report.
+	ControllerFlags string
+	Scale           Scale
+	Sizes           Sizes    // zero: SizesFor(Scale)
+	Scenarios       []string // subset of AllScenarios; empty: all
 	// DriverLatency delays every ControllerPublish and
 	// ControllerUnpublish of the mock driver.
 	DriverLatency time.Duration
@@ -103,6 +106,7 @@ type Report struct {
 	OS                 string    `json:"os"`
 	Arch               string    `json:"arch"`
 	Attacher           string    `json:"attacher"`
+	ControllerFlags    string    `json:"controllerFlags,omitempty"`
 	ComponentsMeasured bool      `json:"componentsMeasured"`
 	DriverLatencyMS    float64   `json:"driverLatencyMs"`
 	Sizes              Sizes     `json:"sizes"`
@@ -203,7 +207,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	rep := &Report{
 		Started: time.Now().UTC(), Scale: cfg.Scale,
 		CPUs: runtime.NumCPU(), GOMAXPROCS: runtime.GOMAXPROCS(0), GoVersion: runtime.Version(),
-		OS: runtime.GOOS, Arch: runtime.GOARCH, Attacher: cfg.Attacher,
+		OS: runtime.GOOS, Arch: runtime.GOARCH, Attacher: cfg.Attacher, ControllerFlags: cfg.ControllerFlags,
 		ComponentsMeasured: cfg.Launcher.Measured(),
 		DriverLatencyMS:    float64(cfg.DriverLatency) / float64(time.Millisecond), Sizes: cfg.Sizes,
 	}
@@ -214,8 +218,12 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		return nil, err
 	}
 	e := &env{cfg: &cfg, client: client, writes: writes, admin: cfg.Cluster.Client(), report: rep}
-	fmt.Fprintf(cfg.Out, "latch bench: scale=%s cpus=%d go=%s attacher=%s driver latency=%s\n\n",
-		cfg.Scale, rep.CPUs, rep.GoVersion, cfg.Attacher, cfg.DriverLatency)
+	controller := "latch attachdetach-controller"
+	if cfg.ControllerFlags != "" {
+		controller += " " + cfg.ControllerFlags
+	}
+	fmt.Fprintf(cfg.Out, "latch bench: scale=%s cpus=%d go=%s attacher=%s controller=%s driver latency=%s\n\n",
+		cfg.Scale, rep.CPUs, rep.GoVersion, cfg.Attacher, controller, cfg.DriverLatency)
 	printHeader(cfg.Out)
 	for _, name := range order {
 		sc := scenarios[name]

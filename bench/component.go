@@ -147,6 +147,9 @@ type Processes struct {
 	// AttacherArgs are extra flags for the attacher (e.g. to compare
 	// --worker-threads or --kube-api-qps settings).
 	AttacherArgs []string
+	// ControllerArgs are extra flags for the attachdetach-controller (e.g.
+	// --concurrent-attach-detach-syncs).
+	ControllerArgs []string
 	// LogDir receives each child's stderr (one file per start).
 	LogDir string
 	seq    atomic.Int32
@@ -164,9 +167,11 @@ func (p *Processes) StartAttacher(ctx context.Context, csiAddress string) (Compo
 }
 
 // StartController starts ControllerBinary with leader election and its
-// HTTP endpoint off (nothing else differs from its defaults).
+// HTTP endpoint off (nothing else differs from its defaults), plus
+// ControllerArgs.
 func (p *Processes) StartController(ctx context.Context) (Component, error) {
-	return p.start(ctx, "attachdetach-controller", p.ControllerBinary, "--kubeconfig="+p.Kubeconfig, "--leader-elect=false", "--http-endpoint=")
+	args := append([]string{"--kubeconfig=" + p.Kubeconfig, "--leader-elect=false", "--http-endpoint="}, p.ControllerArgs...)
+	return p.start(ctx, "attachdetach-controller", p.ControllerBinary, args...)
 }
 
 func (p *Processes) start(ctx context.Context, name, binary string, args ...string) (Component, error) {

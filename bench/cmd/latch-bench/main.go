@@ -26,16 +26,17 @@ import (
 )
 
 type options struct {
-	scale          string
-	scenarios      string
-	profileDir     string
-	out            string
-	attacherBinary string
-	attacherFlags  string
-	inProcess      bool
-	driverLatency  time.Duration
-	workDir        string
-	verbosity      string
+	scale           string
+	scenarios       string
+	profileDir      string
+	out             string
+	attacherBinary  string
+	attacherFlags   string
+	controllerFlags string
+	inProcess       bool
+	driverLatency   time.Duration
+	workDir         string
+	verbosity       string
 }
 
 func main() { os.Exit(run(os.Args[1:])) }
@@ -49,6 +50,7 @@ func parse(args []string) (*options, error) {
 	fs.StringVar(&o.out, "out", "", "JSON report path; default bench/results/latch-bench-<scale>-<UTC time>.json.")
 	fs.StringVar(&o.attacherBinary, "attacher-binary", "", "Run this external-attacher-compatible binary as csi-attacher (given --csi-address and --kubeconfig only); default: build ./cmd/csi-attacher.")
 	fs.StringVar(&o.attacherFlags, "attacher-flags", "", "Extra flags for the csi-attacher child process, space-separated (e.g. \"--worker-threads=50\"); default flags otherwise.")
+	fs.StringVar(&o.controllerFlags, "controller-flags", "", "Extra flags for the attachdetach-controller child process, space-separated (e.g. \"--concurrent-attach-detach-syncs=100\").")
 	fs.BoolVar(&o.inProcess, "in-process", false, "Run csi-attacher and attachdetach-controller as goroutines of the benchmark (no CPU or memory figures).")
 	fs.DurationVar(&o.driverLatency, "driver-latency", 20*time.Millisecond, "Latency of the mock driver's ControllerPublish and ControllerUnpublish.")
 	fs.StringVar(&o.workDir, "work-dir", "", "Directory for binaries, kubeconfig and logs; default: a new temporary directory (kept, its path is printed).")
@@ -59,8 +61,8 @@ func parse(args []string) (*options, error) {
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected arguments: %v", fs.Args())
 	}
-	if (o.profileDir != "" || o.inProcess) && (o.attacherBinary != "" || o.attacherFlags != "") {
-		return nil, errors.New("--profile and --in-process run latch's components in process: they cannot be combined with --attacher-binary or --attacher-flags")
+	if (o.profileDir != "" || o.inProcess) && (o.attacherBinary != "" || o.attacherFlags != "" || o.controllerFlags != "") {
+		return nil, errors.New("--profile and --in-process run latch's components in process: they cannot be combined with --attacher-binary, --attacher-flags or --controller-flags")
 	}
 	return o, nil
 }
@@ -136,6 +138,7 @@ func benchmark(ctx context.Context, o *options) (*bench.Report, error) {
 		if o.attacherFlags != "" {
 			cfg.Attacher += " " + o.attacherFlags
 		}
+		cfg.ControllerFlags = o.controllerFlags
 	}
 	if o.profileDir != "" {
 		if err := os.MkdirAll(o.profileDir, 0o755); err != nil {
@@ -185,6 +188,7 @@ func childProcesses(ctx context.Context, o *options, cluster *localcluster.Clust
 		Kubeconfig:       filepath.Join(o.workDir, "kubeconfig"),
 		LogDir:           o.workDir,
 		AttacherArgs:     strings.Fields(o.attacherFlags),
+		ControllerArgs:   strings.Fields(o.controllerFlags),
 	}
 	if p.AttacherBinary == "" {
 		p.AttacherBinary = filepath.Join(binDir, "csi-attacher")

@@ -1,0 +1,25 @@
+package main
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestParseTakesComponentFlagsAndRefusesThemInProcess(t *testing.T) {
+	o, err := parse([]string{"--scenarios=F,D", "--attacher-flags=--worker-threads=20", "--controller-flags=--concurrent-attach-detach-syncs=100 -v=2"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.attacherFlags != "--worker-threads=20" || o.controllerFlags != "--concurrent-attach-detach-syncs=100 -v=2" {
+		t.Fatalf("flags = %q / %q", o.attacherFlags, o.controllerFlags)
+	}
+	for _, args := range [][]string{
+		{"--in-process", "--controller-flags=--concurrent-attach-detach-syncs=100"},
+		{"--profile=/tmp/p", "--attacher-flags=--worker-threads=20"},
+		{"--in-process", "--attacher-binary=/bin/true"},
+	} {
+		if _, err := parse(args); err == nil || !strings.Contains(err.Error(), "in process") {
+			t.Errorf("parse(%q) = %v, want the in-process conflict", args, err)
+		}
+	}
+}
