@@ -83,6 +83,17 @@ type ownWrites struct {
 	// deleted holds the UIDs of VAs deleted by us that the informer still
 	// shows.
 	deleted map[string]types.UID
+	// deletedUnseen holds VAs we created and then deleted before any pass
+	// found them in the informer cache, as being deleted, and when. For
+	// them "not in the cache" does not mean gone: the informer may not
+	// have shown the object yet, and csi-attacher's finalizer may keep it,
+	// with a publish in flight, long after our delete returned. Treating it
+	// as gone would let an exclusive volume attach to a second node. An
+	// entry ends when the informer shows an object of that name (from then
+	// on the cache tells), reports that object deleted, or the verify pass
+	// finds it gone from the API server.
+	deletedUnseen   map[string]*storagev1.VolumeAttachment
+	deletedUnseenAt map[string]time.Time
 	// creating holds, per name whose create call has not returned, the
 	// UIDs of objects of that name the informer reported deleted
 	// meanwhile. The creates of one name never overlap: a name belongs to
@@ -92,7 +103,8 @@ type ownWrites struct {
 
 func newOwnWrites() *ownWrites {
 	return &ownWrites{created: map[string]*storagev1.VolumeAttachment{}, createdAt: map[string]time.Time{},
-		deleted: map[string]types.UID{}, creating: map[string]map[types.UID]bool{}}
+		deleted: map[string]types.UID{}, creating: map[string]map[types.UID]bool{},
+		deletedUnseen: map[string]*storagev1.VolumeAttachment{}, deletedUnseenAt: map[string]time.Time{}}
 }
 
 // createStarted is called before the create call of name.
@@ -158,11 +170,53 @@ func (w *ownWrites) forgetCreate(name string, uid types.UID) bool {
 	return false
 }
 
-func (w *ownWrites) recordDelete(name string, uid types.UID) {
+// recordDelete is called after our delete of the VA name (uid) returned;
+// alreadyGone is true when the server answered NotFound.
+func (w *ownWrites) recordDelete(name string, uid types.UID, alreadyGone bool, now time.Time) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.deleted[name] = uid
+	if c, ok := w.created[name]; ok && c.UID == uid && !alreadyGone {
+		deleting := c.DeepCopy()
+		deleting.DeletionTimestamp = &metav1.Time{Time: now}
+		w.deletedUnseen[name] = deleting
+		w.deletedUnseenAt[name] = now
+	}
 	w.dropCreated(name)
+}
+
+func (w *ownWrites) dropUnseen(name string) {
+	delete(w.deletedUnseen, name)
+	delete(w.deletedUnseenAt, name)
+}
+
+// staleUnseenDeletes returns the VAs we deleted before the informer showed
+// them, and that it still has not reported gone after age (name → UID).
+func (w *ownWrites) staleUnseenDeletes(now time.Time, age time.Duration) map[string]types.UID {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var out map[string]types.UID
+	for name, at := range w.deletedUnseenAt {
+		if now.Sub(at) > age {
+			if out == nil {
+				out = map[string]types.UID{}
+			}
+			out[name] = w.deletedUnseen[name].UID
+		}
+	}
+	return out
+}
+
+// forgetUnseenDelete ends the entry of name if it still is the object
+// uid: the API server no longer has it.
+func (w *ownWrites) forgetUnseenDelete(name string, uid types.UID) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if d, ok := w.deletedUnseen[name]; ok && d.UID == uid {
+		w.dropUnseen(name)
+		return true
+	}
+	return false
 }
 
 // gone is called for every informer delete.
@@ -170,6 +224,9 @@ func (w *ownWrites) gone(va *storagev1.VolumeAttachment) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	delete(w.deleted, va.Name)
+	if d, ok := w.deletedUnseen[va.Name]; ok && d.UID == va.UID {
+		w.dropUnseen(va.Name)
+	}
 	if c, ok := w.created[va.Name]; ok && c.UID == va.UID {
 		// Deleted by someone else: the key must create it again. The
 		// delete of an older object of the same name (detached and
@@ -188,13 +245,21 @@ func (w *ownWrites) view(name string, listed *storagev1.VolumeAttachment) *stora
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if listed == nil {
+		if d, ok := w.deletedUnseen[name]; ok {
+			// Deleted by us before the informer ever showed it: absent
+			// from the cache is not gone (see deletedUnseen).
+			return d
+		}
 		// A delete the informer has already shown (or never will: the
 		// object was gone before our delete) needs no overlay.
 		delete(w.deleted, name)
 		return w.created[name]
 	}
 	// The cache has caught up with a create; from now on it is the truth.
+	// An object of this name in the cache is also either the one we
+	// deleted unseen or proof that it is gone.
 	w.dropCreated(name)
+	w.dropUnseen(name)
 	if uid, ok := w.deleted[name]; ok && uid == listed.UID && listed.DeletionTimestamp == nil {
 		// We deleted it; the informer has not caught up. It is being
 		// deleted, not gone: csi-attacher's finalizer keeps it until the

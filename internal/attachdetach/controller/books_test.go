@@ -28,7 +28,8 @@ func TestOwnWrites_createAgainstEveryInformerOrder(t *testing.T) {
 	seenByAPass := func(w *ownWrites) { w.view("csi-a", ours) }
 	goneOurs := func(w *ownWrites) { w.gone(ours) }
 	goneOlder := func(w *ownWrites) { w.gone(older) }
-	deletedByUs := func(w *ownWrites) { w.recordDelete("csi-a", ours.UID) }
+	deletedByUs := func(w *ownWrites) { w.recordDelete("csi-a", ours.UID, false, time.Time{}) }
+	deletedByUsNotFound := func(w *ownWrites) { w.recordDelete("csi-a", ours.UID, true, time.Time{}) }
 
 	for _, tc := range []struct {
 		name  string
@@ -44,7 +45,13 @@ func TestOwnWrites_createAgainstEveryInformerOrder(t *testing.T) {
 		{"deleted by another client before the create returned", []step{started, goneOurs, done}, false},
 		{"the previous object's delete event after the create returned", []step{started, done, goneOlder}, true},
 		{"the previous object's delete event while the create ran", []step{started, goneOlder, done}, true},
-		{"deleted by us", []step{started, done, deletedByUs}, false},
+		// Deleted by us before any pass saw it: it may still exist (the
+		// attacher's finalizer, a publish in flight), so it is seen as
+		// being deleted until the informer reports it gone.
+		{"deleted by us before the informer showed it", []step{started, done, deletedByUs}, true},
+		{"deleted by us before the informer showed it, then reported gone", []step{started, done, deletedByUs, goneOurs}, false},
+		{"deleted by us, answered NotFound", []step{started, done, deletedByUsNotFound}, false},
+		{"deleted by us after a pass found it in the cache (the cache tells from then on)", []step{started, done, seenByAPass, deletedByUs}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			w := newOwnWrites()
@@ -57,6 +64,9 @@ func TestOwnWrites_createAgainstEveryInformerOrder(t *testing.T) {
 			}
 			if got != nil && got.UID != ours.UID {
 				t.Errorf("overlay uid = %s, want %s", got.UID, ours.UID)
+			}
+			if deleted := got != nil && got.DeletionTimestamp != nil; got != nil && deleted != (len(w.deletedUnseen) == 1) {
+				t.Errorf("overlay %+v: being deleted = %v, want %v", got, deleted, len(w.deletedUnseen) == 1)
 			}
 			if len(w.creating) != 0 {
 				t.Errorf("create calls still tracked after they returned: %v", w.creating)
@@ -83,7 +93,7 @@ func TestOwnWrites_cacheCaughtUp_overlayDropped(t *testing.T) {
 func TestOwnWrites_ownDeleteNotInTheCacheYet_seenAsDeleting(t *testing.T) {
 	w := newOwnWrites()
 	listed := testVA("uid-1")
-	w.recordDelete(listed.Name, listed.UID)
+	w.recordDelete(listed.Name, listed.UID, false, time.Time{})
 	got := w.view(listed.Name, listed)
 	if got == listed || got.DeletionTimestamp == nil {
 		t.Fatalf("view = %+v, want a copy marked as being deleted", got)

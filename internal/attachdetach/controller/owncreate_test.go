@@ -10,6 +10,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	storagelisters "k8s.io/client-go/listers/storage/v1"
 	clienttesting "k8s.io/client-go/testing"
@@ -293,4 +294,86 @@ func (w *fakeWorld) twoCreatesThenNodeStatus(name string) *storagev1.VolumeAttac
 		w.t.Fatalf("controller writes:\n got %q\nwant %q", got, want)
 	}
 	return stored
+}
+
+// The chaos run's double publish: the controller created a
+// VolumeAttachment for an exclusive volume on node-a, its Pod went away at
+// once and the controller deleted the VA before the informer had shown it.
+// csi-attacher had already put its finalizer on it (a publish in flight),
+// so the object still existed, being deleted. The controller took "not in
+// the cache" for gone and attached the volume to node-b.
+//
+// unseenDeleteWorld plays that up to the point where node-b wants the
+// volume and checks that the controller waits.
+func unseenDeleteWorld(t *testing.T, verify time.Duration) (w *fakeWorld, nameA, nameB string) {
+	pv, pvc := boundClaim("vol-1", v1.ReadWriteOnce)
+	nameA = upstreamVAName("vol-1", testDriver, "node-a")
+	nameB = upstreamVAName("vol-1", testDriver, "node-b")
+	w = newFakeWorldWith(t, Config{Workers: 2, VerifyPeriod: verify}, func(w *fakeWorld) {
+		w.missNext(nameA) // the add
+		// The delete finds csi-attacher's finalizer: the object stays,
+		// being deleted, and the informer misses that update too.
+		w.client.PrependReactor("delete", "volumeattachments", func(action clienttesting.Action) (bool, runtime.Object, error) {
+			if action.(clienttesting.DeleteActionImpl).GetName() != nameA {
+				return false, nil, nil
+			}
+			va, ok := w.va(nameA)
+			if !ok {
+				return false, nil, nil
+			}
+			va = va.DeepCopy()
+			now := metav1.Now()
+			va.DeletionTimestamp, va.Finalizers = &now, []string{"external-attacher/" + testDriver}
+			w.missNext(nameA)
+			return true, nil, w.tracker.Update(vaResource, va, "")
+		})
+	}, managedNode("node-a"), managedNode("node-b"), pv, pvc, podUsing("app-a", "node-a", "vol-1"))
+
+	w.waitWrites(1) // create on node-a
+	w.deletePod("app-a")
+	w.waitWrites(2) // delete on node-a: never attached, never in use
+	w.addPod(podUsing("app-b", "node-b", "vol-1"))
+	w.noNewWrites(2, 500*time.Millisecond, "the node-a VolumeAttachment still exists, being deleted")
+	if got, want := w.writes(), []string{"create volumeattachments " + nameA, "delete volumeattachments " + nameA}; !slices.Equal(got, want) {
+		t.Fatalf("writes = %q, want %q", got, want)
+	}
+	return w, nameA, nameB
+}
+
+func TestDelete_ownVolumeAttachmentDeletedBeforeTheInformerShowedIt_blocksTheOtherNodeUntilGone(t *testing.T) {
+	w, nameA, nameB := unseenDeleteWorld(t, 0)
+	// csi-attacher unpublishes and lets it go; the informer reports that.
+	if err := w.tracker.Delete(vaResource, "", nameA); err != nil {
+		t.Fatal(err)
+	}
+	got := w.waitWrites(3)
+	if got[2] != "create volumeattachments "+nameB {
+		t.Fatalf("writes = %q, want node-b's create once node-a's VolumeAttachment is gone", got)
+	}
+}
+
+func TestVerify_ownDeleteNeverShownByTheInformerAndGone_otherNodeAttaches(t *testing.T) {
+	// The informer misses the final delete as well (a watch gap): the
+	// verify pass asks the API server, finds it gone and lets node-b
+	// attach.
+	w, nameA, nameB := unseenDeleteWorld(t, 100*time.Millisecond)
+	w.missNext(nameA)
+	if err := w.tracker.Delete(vaResource, "", nameA); err != nil {
+		t.Fatal(err)
+	}
+	got := w.waitWrites(3)
+	if got[2] != "create volumeattachments "+nameB {
+		t.Fatalf("writes = %q, want node-b's create once the verify pass found node-a's VolumeAttachment gone", got)
+	}
+}
+
+func TestVerify_disabled_ownDeleteLostInAWatchGapKeepsBlocking(t *testing.T) {
+	// The control: without the verify pass nothing tells the controller
+	// that the VolumeAttachment is gone.
+	w, nameA, _ := unseenDeleteWorld(t, 0)
+	w.missNext(nameA)
+	if err := w.tracker.Delete(vaResource, "", nameA); err != nil {
+		t.Fatal(err)
+	}
+	w.noNewWrites(2, 500*time.Millisecond, "verify pass disabled")
 }

@@ -195,7 +195,7 @@ func (c *Controller) deleteVA(ctx context.Context, plan decide.Plan, va *storage
 	switch {
 	case apierrors.IsNotFound(err):
 		c.timing.detachCancelled(name)
-		c.writes.recordDelete(name, uid)
+		c.writes.recordDelete(name, uid, true, c.clock.Now())
 		return nil
 	case err != nil:
 		c.timing.detachCancelled(name)
@@ -208,7 +208,7 @@ func (c *Controller) deleteVA(ctx context.Context, plan decide.Plan, va *storage
 	case err != nil:
 		return fmt.Errorf("delete VolumeAttachment %s for volume %s on node %s: %w", name, plan.Key.Volume, plan.Key.Node, err)
 	}
-	c.writes.recordDelete(name, uid)
+	c.writes.recordDelete(name, uid, false, c.clock.Now())
 	if plan.Detach.Reason.Forced() {
 		c.metrics.forcedDetaches.WithLabelValues(string(plan.Detach.Reason)).Inc()
 	}

@@ -70,7 +70,7 @@ func (c *Controller) syncVA(ctx context.Context, name string) (runner.Result, er
 	if err != nil && !apierrors.IsNotFound(err) {
 		return runner.Result{}, fmt.Errorf("delete VolumeAttachment %s of deleted PV: %w", name, err)
 	}
-	c.writes.recordDelete(name, uid)
+	c.writes.recordDelete(name, uid, apierrors.IsNotFound(err), c.clock.Now())
 	logger.Info("Deleted VolumeAttachment of a deleted PV that nothing wants", "volumeAttachment", klog.KObj(va), "node", va.Spec.NodeName)
 	return runner.Result{}, nil
 }

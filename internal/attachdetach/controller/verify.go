@@ -75,6 +75,27 @@ func (c *Controller) verify(ctx context.Context) {
 // forgotten and its key passes again, which creates it anew.
 func (c *Controller) verifyOwnCreates(ctx context.Context) int {
 	drift := 0
+	// Likewise for our deletes of VAs the informer never showed: until it
+	// reports them gone they count as being deleted and block an exclusive
+	// volume's attach elsewhere; if the informer missed their deletion
+	// too, only the API server can tell.
+	for name, uid := range c.writes.staleUnseenDeletes(c.clock.Now(), c.cfg.VerifyPeriod) {
+		va, err := c.client.StorageV1().VolumeAttachments().Get(ctx, name, metav1.GetOptions{})
+		switch {
+		case apierrors.IsNotFound(err), err == nil && va.UID != uid:
+		case err != nil:
+			klog.FromContext(ctx).V(2).Info("Cannot check a deleted VolumeAttachment the informer has not shown", "volumeAttachment", klog.KRef("", name), "err", err)
+			continue
+		default:
+			continue // still there: csi-attacher has not detached it yet
+		}
+		if c.writes.forgetUnseenDelete(name, uid) {
+			drift++
+			if key, ok := c.names.get(name); ok {
+				c.keys.Enqueue(key)
+			}
+		}
+	}
 	for name, uid := range c.writes.staleCreates(c.clock.Now(), c.cfg.VerifyPeriod) {
 		va, err := c.client.StorageV1().VolumeAttachments().Get(ctx, name, metav1.GetOptions{})
 		switch {
