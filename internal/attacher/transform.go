@@ -31,6 +31,8 @@ import (
 //   - CSINodes keep only driver's entry in spec.drivers;
 //   - VolumeAttachments of other attachers become a *ForeignVA placeholder
 //     (name and resourceVersion): the attacher never reads them;
+//   - our CSI PersistentVolumes keep only what the attach reads (see
+//     trimOwnCSIPV);
 //   - PersistentVolumes of other drivers are not cached as PVs at all but
 //     as a *ForeignPV placeholder of a few dozen bytes (see ForeignPV),
 //     unless they carry our finalizer: those are cut down to what the
@@ -60,7 +62,13 @@ func Transform(driver string) cache.TransformFunc {
 				}
 				return trimForeignPV(o, d, finalizer, sources), nil
 			}
-			dropLastApplied(o)
+			if o.Spec.CSI != nil {
+				trimOwnCSIPV(o)
+			} else {
+				// Migrated in-tree PV: the translation may read any of it
+				// (labels hold the zone of some in-tree disks).
+				dropLastApplied(o)
+			}
 		case *storagev1.VolumeAttachment:
 			if o.Spec.Attacher != driver {
 				return &ForeignVA{Name: o.Name, ResourceVersion: o.ResourceVersion}, nil
@@ -111,6 +119,30 @@ func trimForeignPV(pv *v1.PersistentVolume, d, finalizer string, sources *shared
 	pv.Spec = v1.PersistentVolumeSpec{PersistentVolumeSource: src}
 	pv.Status = v1.PersistentVolumeStatus{}
 	return pv
+}
+
+// trimOwnCSIPV cuts a CSI PersistentVolume of this driver down, in place,
+// to what the attacher reads of it: name, resourceVersion (own-write
+// bookkeeping), deletion time and finalizers (the PV finalizer and its
+// guarded patches), spec.csi (handle, attributes, secrets, fsType,
+// read-only), access modes, volume mode and mount options (the volume
+// capability). Labels, annotations, claim reference, capacity, node
+// affinity, storage class and status are dropped: nothing in the attach or
+// detach path reads them, and on a real cluster they are most of a PV.
+func trimOwnCSIPV(pv *v1.PersistentVolume) {
+	pv.ObjectMeta = metav1.ObjectMeta{
+		Name:              pv.Name,
+		ResourceVersion:   pv.ResourceVersion,
+		DeletionTimestamp: pv.DeletionTimestamp,
+		Finalizers:        pv.Finalizers,
+	}
+	pv.Spec = v1.PersistentVolumeSpec{
+		PersistentVolumeSource: v1.PersistentVolumeSource{CSI: pv.Spec.CSI},
+		AccessModes:            pv.Spec.AccessModes,
+		VolumeMode:             pv.Spec.VolumeMode,
+		MountOptions:           pv.Spec.MountOptions,
+	}
+	pv.Status = v1.PersistentVolumeStatus{}
 }
 
 // ForeignPV stands in the PV informer's store for a PersistentVolume of

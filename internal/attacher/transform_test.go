@@ -162,16 +162,38 @@ func TestTransformMigratedInTreePVStaysWhole(t *testing.T) {
 	}
 }
 
-func TestTransformOurPVLosesOnlyManagedFieldsAndLastApplied(t *testing.T) {
+func TestTransformOurCSIPVKeepsOnlyWhatTheAttachReads(t *testing.T) {
 	transform := Transform(memDriver)
-	pv := memPV("pv-a", memDriver, 0) // even index: has the last-applied annotation
-	want := pv.DeepCopy()
-	want.ManagedFields = nil
-	want.Annotations = map[string]string{"pv.kubernetes.io/provisioned-by": memDriver}
+	now := metav1.Now()
+	block := v1.PersistentVolumeBlock
+	pv := memPV("pv-a", memDriver, 0) // managed fields, annotations, claim reference, capacity
+	pv.DeletionTimestamp = &now
+	pv.Finalizers = []string{"kubernetes.io/pv-protection", kube.PVFinalizer(memDriver)}
+	pv.Labels = map[string]string{"team": "a"}
+	pv.Spec.VolumeMode = &block
+	pv.Spec.MountOptions = []string{"noatime"}
+	pv.Spec.CSI.VolumeAttributes = map[string]string{"tier": "fast"}
+	pv.Spec.CSI.ControllerPublishSecretRef = &v1.SecretReference{Namespace: "ns", Name: "s"}
+	pv.Status.Phase = v1.VolumeBound
+	want := &v1.PersistentVolume{
+		ObjectMeta: metav1.ObjectMeta{Name: "pv-a", ResourceVersion: pv.ResourceVersion, DeletionTimestamp: &now,
+			Finalizers: []string{"kubernetes.io/pv-protection", kube.PVFinalizer(memDriver)}},
+		Spec: v1.PersistentVolumeSpec{
+			PersistentVolumeSource: v1.PersistentVolumeSource{CSI: pv.Spec.CSI.DeepCopy()},
+			AccessModes:            pv.Spec.AccessModes,
+			VolumeMode:             &block,
+			MountOptions:           []string{"noatime"},
+		},
+	}
 
 	got := transformed[*v1.PersistentVolume](t, transform, pv)
 	if !equality.Semantic.DeepEqual(got, want) {
 		t.Fatalf("our PV:\ngot  %+v\nwant %+v", got, want)
+	}
+	// What ControllerPublish gets from it is unchanged.
+	vol, blocked := volumeFromSpec(got, DriverInfo{Name: memDriver}, nil, "VolumeAttachment \"va\"")
+	if blocked != nil || vol.Handle != pv.Spec.CSI.VolumeHandle || vol.Secret == nil || !vol.Block || vol.VolumeContext["tier"] != "fast" || len(vol.MountOptions) != 1 {
+		t.Fatalf("volume from the trimmed PV = %+v, %+v", vol, blocked)
 	}
 }
 
