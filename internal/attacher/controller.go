@@ -82,6 +82,9 @@ type Controller struct {
 	// detach queues never work on the same VA at once.
 	busyMu sync.Mutex
 	busy   map[string]struct{}
+	// orphans holds publications whose VolumeAttachment was deleted while
+	// the driver published them, by VA name (guarded by busyMu).
+	orphans map[string]orphan
 }
 
 const (
@@ -106,6 +109,7 @@ func New(cfg Config, client kubernetes.Interface, factory informers.SharedInform
 		vaWrites: newOwnWrites[*storagev1.VolumeAttachment](),
 		pvWrites: newOwnWrites[*v1.PersistentVolume](),
 		busy:     map[string]struct{}{},
+		orphans:  map[string]orphan{},
 	}
 	vas := factory.Storage().V1().VolumeAttachments()
 	pvs := factory.Core().V1().PersistentVolumes()

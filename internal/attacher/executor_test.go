@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/codes"
 	v1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -535,5 +536,48 @@ func drainEvents(r *record.FakeRecorder) []string {
 		default:
 			return out
 		}
+	}
+}
+
+// A VolumeAttachment deleted while the driver publishes it (before our
+// finalizer could be on the object the delete found, e.g. a stale view
+// after a restart) leaves a publication nothing would ever detach: the
+// status write finds the VA gone, and the attach queue unpublishes it.
+func TestExecutorVADeletedDuringPublishIsUnpublishedAgain(t *testing.T) {
+	f := newExecFixture(t, execPV("pv-a"), execVA("va-a", "pv-a"), execCSINode())
+	f.client.PrependReactor("patch", "volumeattachments", func(action clienttesting.Action) (bool, runtime.Object, error) {
+		if action.GetSubresource() != "status" {
+			return false, nil, nil
+		}
+		if err := f.tracker.Delete(vaGVR, "", "va-a"); err != nil {
+			return true, nil, err
+		}
+		return true, nil, apierrors.NewNotFound(vaGVR.GroupResource(), "va-a")
+	})
+	// The first unpublish fails: the key is retried until it succeeds.
+	if _, err := f.driver.AddFault(csimock.Rule{Method: "ControllerUnpublishVolume", Once: true, Code: codes.Unavailable, Message: "busy"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.ctrl.syncAttach(f.ctx, "va-a"); err == nil || !strings.Contains(err.Error(), `left behind by the deleted VolumeAttachment "va-a"`) {
+		t.Fatalf("syncAttach = %v, want the failed unpublish of the orphaned publication", err)
+	}
+	f.requireCSICalls("ControllerPublishVolume handle-pv-a node-1-id OK", "ControllerUnpublishVolume handle-pv-a node-1-id Unavailable")
+	f.waitFor("VA gone from the cache", func() bool { _, exists, _ := f.ctrl.vaStore.GetByKey("va-a"); return !exists })
+	if _, err := f.ctrl.syncAttach(f.ctx, "va-a"); err != nil {
+		t.Fatalf("retry: %v", err)
+	}
+	f.requireCSICalls("ControllerPublishVolume handle-pv-a node-1-id OK", "ControllerUnpublishVolume handle-pv-a node-1-id Unavailable",
+		"ControllerUnpublishVolume handle-pv-a node-1-id OK")
+	for _, vol := range f.driver.State().Volumes {
+		if len(vol.Published) != 0 {
+			t.Fatalf("volume %s still published to %+v", vol.ID, vol.Published)
+		}
+	}
+	// Nothing left to do.
+	if _, err := f.ctrl.syncAttach(f.ctx, "va-a"); err != nil {
+		t.Fatalf("third pass: %v", err)
+	}
+	if n := len(f.csiCalls()); n != 3 {
+		t.Errorf("CSI calls after the cleanup = %d, want still 3", n)
 	}
 }
