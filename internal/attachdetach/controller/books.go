@@ -145,16 +145,7 @@ func (w *ownWrites) dropCreated(name string) {
 func (w *ownWrites) staleCreates(now time.Time, age time.Duration) map[string]types.UID {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	var out map[string]types.UID
-	for name, at := range w.createdAt {
-		if now.Sub(at) > age {
-			if out == nil {
-				out = map[string]types.UID{}
-			}
-			out[name] = w.created[name].UID
-		}
-	}
-	return out
+	return olderEntries(w.createdAt, now, age, func(name string) types.UID { return w.created[name].UID })
 }
 
 // forgetCreate ends the entry of name if it still is the object uid: the
@@ -195,13 +186,19 @@ func (w *ownWrites) dropUnseen(name string) {
 func (w *ownWrites) staleUnseenDeletes(now time.Time, age time.Duration) map[string]types.UID {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	return olderEntries(w.deletedUnseenAt, now, age, func(name string) types.UID { return w.deletedUnseen[name].UID })
+}
+
+// olderEntries returns name → uid(name) for the entries of at older than
+// age; nil when there are none.
+func olderEntries(at map[string]time.Time, now time.Time, age time.Duration, uid func(string) types.UID) map[string]types.UID {
 	var out map[string]types.UID
-	for name, at := range w.deletedUnseenAt {
-		if now.Sub(at) > age {
+	for name, t := range at {
+		if now.Sub(t) > age {
 			if out == nil {
 				out = map[string]types.UID{}
 			}
-			out[name] = w.deletedUnseen[name].UID
+			out[name] = uid(name)
 		}
 	}
 	return out

@@ -5,6 +5,7 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 
 	"github.com/latchcsi/latch/internal/attachdetach/decide"
@@ -80,14 +81,9 @@ func (c *Controller) verifyOwnCreates(ctx context.Context) int {
 	// volume's attach elsewhere; if the informer missed their deletion
 	// too, only the API server can tell.
 	for name, uid := range c.writes.staleUnseenDeletes(c.clock.Now(), c.cfg.VerifyPeriod) {
-		va, err := c.client.StorageV1().VolumeAttachments().Get(ctx, name, metav1.GetOptions{})
-		switch {
-		case apierrors.IsNotFound(err), err == nil && va.UID != uid:
-		case err != nil:
-			klog.FromContext(ctx).V(2).Info("Cannot check a deleted VolumeAttachment the informer has not shown", "volumeAttachment", klog.KRef("", name), "err", err)
+		// Still there: csi-attacher has not detached it yet.
+		if !c.goneFromAPIServer(ctx, name, uid) {
 			continue
-		default:
-			continue // still there: csi-attacher has not detached it yet
 		}
 		if c.writes.forgetUnseenDelete(name, uid) {
 			drift++
@@ -97,14 +93,9 @@ func (c *Controller) verifyOwnCreates(ctx context.Context) int {
 		}
 	}
 	for name, uid := range c.writes.staleCreates(c.clock.Now(), c.cfg.VerifyPeriod) {
-		va, err := c.client.StorageV1().VolumeAttachments().Get(ctx, name, metav1.GetOptions{})
-		switch {
-		case apierrors.IsNotFound(err), err == nil && va.UID != uid:
-		case err != nil:
-			klog.FromContext(ctx).V(2).Info("Cannot check a VolumeAttachment the informer has not shown", "volumeAttachment", klog.KRef("", name), "err", err)
+		// It exists: the informer is only slow.
+		if !c.goneFromAPIServer(ctx, name, uid) {
 			continue
-		default:
-			continue // it exists; the informer is only slow
 		}
 		if !c.writes.forgetCreate(name, uid) {
 			continue
@@ -116,4 +107,20 @@ func (c *Controller) verifyOwnCreates(ctx context.Context) int {
 		}
 	}
 	return drift
+}
+
+// goneFromAPIServer reports whether the API server no longer has the
+// VolumeAttachment name with that uid (another object of the name counts
+// as gone). A read error counts as "not known to be gone".
+func (c *Controller) goneFromAPIServer(ctx context.Context, name string, uid types.UID) bool {
+	va, err := c.client.StorageV1().VolumeAttachments().Get(ctx, name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return true
+	case err != nil:
+		klog.FromContext(ctx).V(2).Info("Cannot check a VolumeAttachment the informer has not shown", "volumeAttachment", klog.KRef("", name), "err", err)
+		return false
+	default:
+		return va.UID != uid
+	}
 }
