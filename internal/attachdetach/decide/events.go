@@ -65,18 +65,19 @@ func AttachSucceededMessage(specName string) string {
 	return volumeMsg("AttachVolume.Attach succeeded", specName, "")
 }
 
-func conflictEvents(in Input, others []state.PodRef) []Event {
+// podEvents returns one event per Pod that wants the key's volume on the
+// key's node, with message(pod) as its text.
+func podEvents(in Input, eventType, reason, dedupeKey string, message func(state.PodRef) string) []Event {
 	out := make([]Event, 0, len(in.Wanted.Pods))
 	for _, p := range in.Wanted.Pods {
-		out = append(out, Event{
-			Pod:       p,
-			Type:      v1.EventTypeWarning,
-			Reason:    ReasonFailedAttachVolume,
-			Message:   MultiAttachMessage(in.Wanted.Volume.SpecName, p, others),
-			DedupeKey: "multi-attach/" + in.Key.String(),
-		})
+		out = append(out, Event{Pod: p, Type: eventType, Reason: reason, Message: message(p), DedupeKey: dedupeKey})
 	}
 	return out
+}
+
+func conflictEvents(in Input, others []state.PodRef) []Event {
+	return podEvents(in, v1.EventTypeWarning, ReasonFailedAttachVolume, "multi-attach/"+in.Key.String(),
+		func(p state.PodRef) string { return MultiAttachMessage(in.Wanted.Volume.SpecName, p, others) })
 }
 
 func attachErrorEvents(in Input) []Event {
@@ -84,29 +85,11 @@ func attachErrorEvents(in Input) []Event {
 	// A new error (time or text) is a new event; a repeated pass over the
 	// same error is not.
 	key := fmt.Sprintf("attach-error/%s/%s/%s", in.Key, e.Time.UTC().Format("2006-01-02T15:04:05Z"), e.Message)
-	out := make([]Event, 0, len(in.Wanted.Pods))
-	for _, p := range in.Wanted.Pods {
-		out = append(out, Event{
-			Pod:       p,
-			Type:      v1.EventTypeWarning,
-			Reason:    ReasonFailedAttachVolume,
-			Message:   AttachFailedMessage(in.Wanted.Volume.SpecName, e.Message),
-			DedupeKey: key,
-		})
-	}
-	return out
+	msg := AttachFailedMessage(in.Wanted.Volume.SpecName, e.Message)
+	return podEvents(in, v1.EventTypeWarning, ReasonFailedAttachVolume, key, func(state.PodRef) string { return msg })
 }
 
 func attachedEvents(in Input) []Event {
-	out := make([]Event, 0, len(in.Wanted.Pods))
-	for _, p := range in.Wanted.Pods {
-		out = append(out, Event{
-			Pod:       p,
-			Type:      v1.EventTypeNormal,
-			Reason:    ReasonSuccessfulAttachVolume,
-			Message:   AttachSucceededMessage(in.Wanted.Volume.SpecName),
-			DedupeKey: "attached/" + in.Key.String(),
-		})
-	}
-	return out
+	msg := AttachSucceededMessage(in.Wanted.Volume.SpecName)
+	return podEvents(in, v1.EventTypeNormal, ReasonSuccessfulAttachVolume, "attached/"+in.Key.String(), func(state.PodRef) string { return msg })
 }

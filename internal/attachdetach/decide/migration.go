@@ -6,6 +6,8 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
+
+	"github.com/latchcsi/latch/internal/attachdetach/state"
 )
 
 // CSINodeFacts is what the decision needs to know about the CSINode of the
@@ -76,15 +78,5 @@ func notMigratedEvents(in Input, plugin string) []Event {
 	}
 	key := "not-migrated/" + in.Key.String() + "/" + cond
 	msg := NotMigratedMessage(in.Wanted.Volume.SpecName, plugin, in.Key.Node, in.CSINode.Exists)
-	out := make([]Event, 0, len(in.Wanted.Pods))
-	for _, p := range in.Wanted.Pods {
-		out = append(out, Event{
-			Pod:       p,
-			Type:      v1.EventTypeWarning,
-			Reason:    ReasonFailedAttachVolume,
-			Message:   msg,
-			DedupeKey: key,
-		})
-	}
-	return out
+	return podEvents(in, v1.EventTypeWarning, ReasonFailedAttachVolume, key, func(state.PodRef) string { return msg })
 }
