@@ -72,21 +72,10 @@ func (w *fakeWorld) csiNodeSeen(name string, exists bool, want string) {
 
 func (w *fakeWorld) waitingForMigration() map[string]float64 {
 	w.t.Helper()
-	families, err := w.registry.Gather()
-	if err != nil {
-		w.t.Fatal(err)
-	}
 	out := map[string]float64{}
-	for _, f := range families {
-		if f.GetName() != WaitingForMigrationMetric {
-			continue
-		}
-		for _, m := range f.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "plugin" && m.GetGauge().GetValue() != 0 {
-					out[l.GetValue()] = m.GetGauge().GetValue()
-				}
-			}
+	for _, s := range w.gaugeSamples(WaitingForMigrationMetric) {
+		if p, ok := s.labels["plugin"]; ok && s.value != 0 {
+			out[p] = s.value
 		}
 	}
 	return out

@@ -27,17 +27,17 @@ func (w *fakeWorld) noNewWrites(n int, d time.Duration, why string) {
 	}
 }
 
-// totalVolumes reads attachdetach_controller_total_volumes from the
-// registry as "state" → count for the test driver's plugin.
-func (w *fakeWorld) totalVolumes() map[string]float64 {
+// gaugeSamples returns the samples of the gauge family name from the
+// registry, each as its labels and value.
+func (w *fakeWorld) gaugeSamples(name string) []gaugeSample {
 	w.t.Helper()
 	families, err := w.registry.Gather()
 	if err != nil {
 		w.t.Fatal(err)
 	}
-	out := map[string]float64{}
+	var out []gaugeSample
 	for _, f := range families {
-		if f.GetName() != TotalVolumesMetric {
+		if f.GetName() != name {
 			continue
 		}
 		for _, m := range f.GetMetric() {
@@ -45,9 +45,25 @@ func (w *fakeWorld) totalVolumes() map[string]float64 {
 			for _, l := range m.GetLabel() {
 				labels[l.GetName()] = l.GetValue()
 			}
-			if labels["plugin_name"] == "kubernetes.io/csi:"+testDriver {
-				out[labels["state"]] = m.GetGauge().GetValue()
-			}
+			out = append(out, gaugeSample{labels: labels, value: m.GetGauge().GetValue()})
+		}
+	}
+	return out
+}
+
+type gaugeSample struct {
+	labels map[string]string
+	value  float64
+}
+
+// totalVolumes reads attachdetach_controller_total_volumes from the
+// registry as "state" → count for the test driver's plugin.
+func (w *fakeWorld) totalVolumes() map[string]float64 {
+	w.t.Helper()
+	out := map[string]float64{}
+	for _, s := range w.gaugeSamples(TotalVolumesMetric) {
+		if s.labels["plugin_name"] == "kubernetes.io/csi:"+testDriver {
+			out[s.labels["state"]] = s.value
 		}
 	}
 	return out
