@@ -79,7 +79,7 @@ func (l *InProcess) StartAttacher(ctx context.Context, csiAddress string) (Compo
 			RESTConfig: cfg, CSIAddress: csiAddress,
 			ConnectTimeout: time.Minute, Resync: 10 * time.Minute,
 			Controller: attacher.Config{
-				Workers: 10, Timeout: 15 * time.Second,
+				Workers: attacher.DefaultWorkers, Timeout: 15 * time.Second,
 				RetryIntervalStart: time.Second, RetryIntervalMax: 5 * time.Minute,
 				ReconcileSync: time.Minute, ReconcileTimeout: 2 * time.Minute,
 			},

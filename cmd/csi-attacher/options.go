@@ -8,6 +8,8 @@ import (
 	cliflag "k8s.io/component-base/cli/flag"
 	"k8s.io/component-base/featuregate"
 	logsapi "k8s.io/component-base/logs/api/v1"
+
+	"github.com/latchcsi/latch/internal/attacher"
 )
 
 // options are the command line, with upstream external-attacher's flag
@@ -65,8 +67,8 @@ func parseOptions(args []string) (*options, error) {
 	fs.BoolVar(&o.showVersion, "version", false, "Show version and exit.")
 	fs.DurationVar(&o.resync, "resync", 10*time.Minute, "Resync interval of the informers: every VolumeAttachment is re-checked this often.")
 	fs.DurationVar(&o.timeout, "timeout", 15*time.Second, "Timeout of one ControllerPublish/ControllerUnpublish call.")
-	fs.IntVar(&o.workerThreads, "worker-threads", 10, "CSI calls in flight per queue: at most this many ControllerPublish and this many ControllerUnpublish calls at once; also the PV queue's workers.")
-	fs.IntVar(&o.apiWorkers, "api-worker-threads", 0, "VolumeAttachments worked on at once per attach and detach queue; those not calling the driver do their API writes meanwhile. 0 means 20 × --worker-threads. latch only.")
+	fs.IntVar(&o.workerThreads, "worker-threads", attacher.DefaultWorkers, "CSI calls in flight per queue: at most this many ControllerPublish and this many ControllerUnpublish calls at once; also the PV queue's workers (upstream default: 10).")
+	fs.IntVar(&o.apiWorkers, "api-worker-threads", 0, "VolumeAttachments worked on at once per attach and detach queue; those not calling the driver do their API writes meanwhile. 0 means 200, or 4 × --worker-threads when that is more. latch only.")
 	fs.IntVar(&o.maxEntries, "max-entries", 0, "max_entries of each ListVolumes page; 0 lets the driver choose.")
 	fs.DurationVar(&o.retryIntervalStart, "retry-interval-start", time.Second, "Initial retry interval of a failed attach or detach; it doubles with every failure up to --retry-interval-max.")
 	fs.DurationVar(&o.retryIntervalMax, "retry-interval-max", 5*time.Minute, "Maximum retry interval of a failed attach or detach.")

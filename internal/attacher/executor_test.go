@@ -581,3 +581,11 @@ func TestExecutorVADeletedDuringPublishIsUnpublishedAgain(t *testing.T) {
 		t.Errorf("CSI calls after the cleanup = %d, want still 3", n)
 	}
 }
+
+func TestDefaultAPIWorkers_twoHundredOrFourPerCSISlot(t *testing.T) {
+	for _, c := range []struct{ workers, want int }{{1, 200}, {10, 200}, {50, 200}, {51, 204}, {500, 2000}} {
+		if got := DefaultAPIWorkers(c.workers); got != c.want {
+			t.Errorf("DefaultAPIWorkers(%d) = %d, want %d", c.workers, got, c.want)
+		}
+	}
+}

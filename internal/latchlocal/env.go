@@ -135,7 +135,7 @@ func Start(ctx context.Context, opts Options) (_ *Env, err error) {
 			RESTConfig: e.Cluster.RESTConfig(), CSIAddress: e.Socket,
 			ConnectTimeout: 30 * time.Second, Resync: 10 * time.Minute, DefaultFSType: "ext4",
 			Controller: attacher.Config{
-				Workers: 10, Timeout: 15 * time.Second,
+				Workers: attacher.DefaultWorkers, Timeout: 15 * time.Second,
 				RetryIntervalStart: 500 * time.Millisecond, RetryIntervalMax: 30 * time.Second,
 				ReconcileSync: time.Minute,
 			},

@@ -57,7 +57,7 @@ func TestBurstOfSlowDetachesDoesNotStarveNewAttaches(t *testing.T) {
 			done++
 		}
 	}
-	// 200 detach passes may run at once (20 × the 10 workers), but the driver
+	// 200 detach passes may run at once (DefaultAPIWorkers of the 10 workers), but the driver
 	// never sees more than --worker-threads unpublishes at a time.
 	if got := e.driver.Stats().Methods[unpublishMethod].MaxInFlight; got != 10 {
 		t.Errorf("most unpublishes in flight at once = %d, want exactly the 10 worker threads", got)

@@ -1,0 +1,47 @@
+package main
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestParseOptions_defaultsDifferFromUpstreamOnlyWhereDocumented(t *testing.T) {
+	o, err := parseOptions(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// docs/csi-attacher.md lists these three as latch's defaults.
+	if o.workerThreads != 50 || o.kubeAPIQPS != 1000 || o.kubeAPIBurst != 2000 {
+		t.Errorf("worker-threads, kube-api-qps, kube-api-burst = %d, %v, %d; want 50, 1000, 2000", o.workerThreads, o.kubeAPIQPS, o.kubeAPIBurst)
+	}
+	// Upstream's.
+	if o.timeout != 15*time.Second || o.resync != 10*time.Minute || o.retryIntervalStart != time.Second || o.retryIntervalMax != 5*time.Minute {
+		t.Errorf("timeout, resync, retry intervals = %s, %s, %s, %s; want upstream's 15s, 10m, 1s, 5m", o.timeout, o.resync, o.retryIntervalStart, o.retryIntervalMax)
+	}
+	if o.apiWorkers != 0 {
+		t.Errorf("api-worker-threads = %d, want 0 (derived from --worker-threads)", o.apiWorkers)
+	}
+}
+
+func TestParseOptions_upstreamWorkerThreadsIsAccepted(t *testing.T) {
+	o, err := parseOptions([]string{"--worker-threads=10"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.workerThreads != 10 {
+		t.Errorf("worker-threads = %d, want 10", o.workerThreads)
+	}
+}
+
+func TestParseOptions_rejectsNonPositiveWorkerThreads(t *testing.T) {
+	for _, arg := range []string{"--worker-threads=0", "--worker-threads=-3"} {
+		_, err := parseOptions([]string{arg})
+		if err == nil || !strings.Contains(err.Error(), "--worker-threads must be positive") {
+			t.Errorf("%s: error %v, want one naming --worker-threads", arg, err)
+		}
+	}
+	if _, err := parseOptions([]string{"--api-worker-threads=-1"}); err == nil || !strings.Contains(err.Error(), "--api-worker-threads") {
+		t.Errorf("--api-worker-threads=-1: error %v, want one naming the flag", err)
+	}
+}
