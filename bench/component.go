@@ -73,7 +73,7 @@ func (*InProcess) Measured() bool { return false }
 // StartAttacher runs attacher.RunSidecar with cmd/csi-attacher's defaults.
 func (l *InProcess) StartAttacher(ctx context.Context, csiAddress string) (Component, error) {
 	cfg := rest.CopyConfig(l.RESTConfig)
-	cfg.QPS, cfg.Burst = 1000, 2000
+	cfg.QPS, cfg.Burst = attacher.DefaultKubeAPIQPS, attacher.DefaultKubeAPIBurst
 	return startGoroutine(ctx, "csi-attacher", func(ctx context.Context) error {
 		return attacher.RunSidecar(ctx, attacher.SidecarConfig{
 			RESTConfig: cfg, CSIAddress: csiAddress,

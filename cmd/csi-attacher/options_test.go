@@ -12,8 +12,8 @@ func TestParseOptions_defaultsDifferFromUpstreamOnlyWhereDocumented(t *testing.T
 		t.Fatal(err)
 	}
 	// docs/csi-attacher.md lists these three as latch's defaults.
-	if o.workerThreads != 50 || o.kubeAPIQPS != 1000 || o.kubeAPIBurst != 2000 {
-		t.Errorf("worker-threads, kube-api-qps, kube-api-burst = %d, %v, %d; want 50, 1000, 2000", o.workerThreads, o.kubeAPIQPS, o.kubeAPIBurst)
+	if o.workerThreads != 50 || o.kubeAPIQPS != 5000 || o.kubeAPIBurst != 10000 {
+		t.Errorf("worker-threads, kube-api-qps, kube-api-burst = %d, %v, %d; want 50, 5000, 10000", o.workerThreads, o.kubeAPIQPS, o.kubeAPIBurst)
 	}
 	// Upstream's.
 	if o.timeout != 15*time.Second || o.resync != 10*time.Minute || o.retryIntervalStart != time.Second || o.retryIntervalMax != 5*time.Minute {

@@ -26,6 +26,17 @@ import (
 // leaves calls on different volumes to the plugin to serialize or not.
 const DefaultWorkers = 50
 
+// DefaultKubeAPIQPS and DefaultKubeAPIBurst are the client-side limits
+// towards the API server (upstream: 5 and 10). An attach makes three
+// writes, so 1000/2000 let a burst of 2,000 attaches finish no sooner than
+// (6,000 − 2,000) ÷ 1,000 = 4 s, which is where a fast 2-core control plane
+// finished it; the limits only have to catch a runaway loop, API Priority
+// and Fairness protects the server.
+const (
+	DefaultKubeAPIQPS   = 5000
+	DefaultKubeAPIBurst = 10000
+)
+
 // DefaultAPIWorkers is how many VolumeAttachments a queue works on at once
 // when --api-worker-threads is 0: enough passes that the API writes of
 // some overlap the driver calls of the others (200 measured best in the
