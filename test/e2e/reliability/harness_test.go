@@ -271,7 +271,7 @@ func (e *env) startAttacher(identity string) *replica {
 				Resync:         10 * time.Minute,
 				DefaultFSType:  "ext4",
 				Controller: attacher.Config{
-					Workers: 10, Timeout: 3 * time.Second,
+					Workers: attacher.DefaultWorkers, Timeout: 3 * time.Second,
 					RetryIntervalStart: 100 * time.Millisecond, RetryIntervalMax: 2 * time.Second,
 					SecretRetryInterval: 500 * time.Millisecond,
 					ReconcileSync:       2 * time.Second, ReconcileTimeout: 3 * time.Second,
