@@ -668,3 +668,46 @@ func TestExecutorAttachPVFinalizerFailureNeverPublishesAndRetryFinishes(t *testi
 		t.Errorf("after the retry: VA attached %v, PV finalizers %v", f.va("va-a").Status.Attached, f.pv("pv-a").Finalizers)
 	}
 }
+
+// The API server deletes a VolumeAttachment whose last finalizer a patch
+// removes, and answers with the object at the resourceVersion it had
+// before, which the informer may still deliver late, finalizer and all.
+// Neither that late event nor a pass right after it (the ListVolumes
+// reconcile nudges every pending detach) may unpublish the volume again.
+func TestExecutorDetachOfLastFinalizerIsNotRepeatedWhenTheDeletedVersionArrivesLate(t *testing.T) {
+	f := newExecFixture(t, execPV("pv-d"), deleting(attachedVA("va-d", "pv-d")), execCSINode())
+	capability, err := csi.VolumeCapability(csi.CapabilityInput{AccessModes: []v1.PersistentVolumeAccessMode{v1.ReadWriteOnce}, FSType: "ext4"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.driver.SeedPublication("handle-pv-d", "node-1-id", false, capability); err != nil {
+		t.Fatal(err)
+	}
+	// The API server's answer to the finalizer removal: the object is
+	// deleted, the response is the patched object at the old
+	// resourceVersion. The informer is not told yet (a lagging watch).
+	f.client.PrependReactor("patch", "volumeattachments", func(a clienttesting.Action) (bool, runtime.Object, error) {
+		if a.GetSubresource() != "" {
+			return false, nil, nil
+		}
+		obj, err := f.tracker.Get(vaGVR, "", a.(clienttesting.PatchAction).GetName())
+		if err != nil {
+			return true, nil, err
+		}
+		gone := obj.(*storagev1.VolumeAttachment).DeepCopy()
+		gone.Finalizers = nil
+		return true, gone, nil
+	})
+	lateEvent := f.va("va-d")
+
+	if _, err := f.ctrl.syncDetach(f.ctx, "va-d"); err != nil {
+		t.Fatalf("syncDetach: %v", err)
+	}
+	f.requireCSICalls("ControllerUnpublishVolume handle-pv-d node-1-id OK")
+	f.ctrl.vaChanged(nil, lateEvent)
+	if _, err := f.ctrl.syncDetach(f.ctx, "va-d"); err != nil {
+		t.Fatalf("second syncDetach: %v", err)
+	}
+	f.requireCSICalls("ControllerUnpublishVolume handle-pv-d node-1-id OK")
+	f.requireWrites("patch volumeattachments va-d")
+}

@@ -38,6 +38,20 @@ type ownWrites[T metav1.Object] struct {
 type ownWrite[T metav1.Object] struct {
 	written T
 	stale   sets.Set[string] // resourceVersions older than written
+	// deleted: our write removed the last finalizer of an object being
+	// deleted, so the API server deleted the object instead of storing a
+	// new version. Its response (written) carries the resourceVersion of
+	// the version it replaced, which still had the finalizer; the watch
+	// delivers that version (if it is late) and then the deletion, never
+	// written itself. The entry stays until forget.
+	deleted bool
+}
+
+// deletedBy reports whether written is the answer to a write that deleted
+// the object: the version it replaced (before), without finalizers, being
+// deleted.
+func deletedBy[T metav1.Object](before string, written T) bool {
+	return written.GetResourceVersion() == before && written.GetDeletionTimestamp() != nil && len(written.GetFinalizers()) == 0
 }
 
 func newOwnWrites[T metav1.Object]() *ownWrites[T] {
@@ -51,13 +65,14 @@ func (w *ownWrites[T]) record(before string, written T) {
 	defer w.mu.Unlock()
 	name := written.GetName()
 	e, ok := w.m[name]
+	deleted := deletedBy(before, written)
 	if ok && e.written.GetResourceVersion() == before {
 		// A chain of our own writes: every version before is stale.
 		e.stale.Insert(before)
-		e.written = written
+		e.written, e.deleted = written, deleted
 		return
 	}
-	w.m[name] = &ownWrite[T]{written: written, stale: sets.New(before)}
+	w.m[name] = &ownWrite[T]{written: written, stale: sets.New(before), deleted: deleted}
 }
 
 // resolve returns the freshest known version of cached: our own write when
@@ -87,6 +102,12 @@ func (w *ownWrites[T]) isOwn(obj T) bool {
 	e, ok := w.m[obj.GetName()]
 	if !ok || e.written.GetResourceVersion() != obj.GetResourceVersion() {
 		return false
+	}
+	if e.deleted {
+		// The version our write deleted, delivered late: it needs no pass,
+		// but the cache now holds it, finalizer and all, so the entry must
+		// stay until the deletion arrives.
+		return true
 	}
 	delete(w.m, obj.GetName())
 	return true

@@ -67,3 +67,37 @@ func TestOwnWrites_ourVersionDeliveredByTheWatchDropsTheEntry(t *testing.T) {
 		t.Errorf("a second delivery of the same version counted as ours after the entry was dropped")
 	}
 }
+
+// Removing the last finalizer of a VolumeAttachment being deleted makes
+// the API server delete it instead of storing a new version: the patch
+// response is the object without finalizers but at the resourceVersion of
+// the version it replaced (10), which still has our finalizer. When that
+// version's event reaches the informer late, it is not our write: the
+// entry must survive it, or a pass in the meantime sees our finalizer on
+// the cached version and unpublishes the volume a second time.
+func TestOwnWrites_lastFinalizerRemovalSurvivesTheLateEventOfTheVersionItDeleted(t *testing.T) {
+	w := newOwnWrites[*storagev1.VolumeAttachment]()
+	now := metav1.Now()
+	before := vaAt("10", true)
+	before.DeletionTimestamp, before.Finalizers = &now, []string{"external-attacher/x"}
+	written := before.DeepCopy()
+	written.Finalizers = nil
+	w.record("10", written)
+
+	if !w.isOwn(before) {
+		t.Errorf("isOwn(the version our write deleted) = false, want true: it needs no pass of its own")
+	}
+	if got := w.resolve(before); len(got.Finalizers) != 0 {
+		t.Errorf("after the late event, the cached version resolved to finalizers %v, want our write without them", got.Finalizers)
+	}
+	// Gone: the informer's delete drops the entry.
+	w.forget("va")
+	if got := w.resolve(before); len(got.Finalizers) != 1 {
+		t.Errorf("after forget, resolve returned finalizers %v, want the cache", got.Finalizers)
+	}
+	// A new object of the same name (a later resourceVersion) is the truth.
+	w.record("10", written)
+	if got := w.resolve(vaAt("15", false)); got.ResourceVersion != "15" {
+		t.Errorf("a newer object of the same name resolved to %s, want the cache", got.ResourceVersion)
+	}
+}
