@@ -184,27 +184,6 @@ func (f *execFixture) requireWrites(want ...string) []apiWrite {
 	return got
 }
 
-// requireWritesAfterFinalizers checks that the first two writes are the
-// PV's finalizer patch and the VA's metadata patch of an attach, in either
-// order (they are sent side by side), followed by rest in order. It returns
-// the writes with those two put in that order.
-func (f *execFixture) requireWritesAfterFinalizers(pv, va string, rest ...string) []apiWrite {
-	f.t.Helper()
-	got := f.writes()
-	if len(got) >= 2 && got[0].String() == "patch volumeattachments "+va {
-		got[0], got[1] = got[1], got[0]
-	}
-	var names []string
-	for _, w := range got {
-		names = append(names, w.String())
-	}
-	want := append([]string{"patch persistentvolumes " + pv, "patch volumeattachments " + va}, rest...)
-	if !slices.Equal(names, want) {
-		f.t.Fatalf("API writes (first two in either order):\n  got  %q\n  want %q", names, want)
-	}
-	return got
-}
-
 // csiCalls lists the driver's calls as "Method volume node code".
 func (f *execFixture) csiCalls() []string {
 	var out []string
@@ -328,14 +307,18 @@ func requirePatch(t *testing.T, w apiWrite, typ types.PatchType, want string) {
 	}
 }
 
-func TestExecutorAttachOfPVBackedVAWritesBothFinalizersThenStatus(t *testing.T) {
+func TestExecutorAttachOfPVBackedVAWritesPVFinalizerThenVAMetadataThenStatus(t *testing.T) {
 	f := newExecFixture(t, execPV("pv-a"), execVA("va-a", "pv-a"), execCSINode())
 	pvRV, vaRV := f.pv("pv-a").ResourceVersion, f.va("va-a").ResourceVersion
 
 	if _, err := f.ctrl.syncAttach(f.ctx, "va-a"); err != nil {
 		t.Fatalf("syncAttach: %v", err)
 	}
-	w := f.requireWritesAfterFinalizers("pv-a", "va-a", "patch volumeattachments/status va-a")
+	w := f.requireWrites(
+		"patch persistentvolumes pv-a",
+		"patch volumeattachments va-a",
+		"patch volumeattachments/status va-a",
+	)
 	fin := kube.AttacherFinalizer(execDriver)
 	requirePatch(t, w[0], types.JSONPatchType, `[
 		{"op":"test","path":"/metadata/resourceVersion","value":"`+pvRV+`"},
@@ -379,7 +362,11 @@ func TestExecutorAttachFailureRecordsAttachErrorWithCodeAndOneEvent(t *testing.T
 	if err == nil || !strings.Contains(err.Error(), "no free slots") {
 		t.Fatalf("syncAttach error = %v, want the driver's error for the retry", err)
 	}
-	w := f.requireWritesAfterFinalizers("pv-a", "va-a", "patch volumeattachments/status va-a")
+	w := f.requireWrites(
+		"patch persistentvolumes pv-a",
+		"patch volumeattachments va-a",
+		"patch volumeattachments/status va-a",
+	)
 	f.requireCSICalls("ControllerPublishVolume handle-pv-a node-1-id ResourceExhausted")
 	var status struct {
 		Metadata map[string]any `json:"metadata"`
@@ -600,72 +587,6 @@ func TestDefaultAPIWorkers_twoHundredOrFourPerCSISlot(t *testing.T) {
 		if got := DefaultAPIWorkers(c.workers); got != c.want {
 			t.Errorf("DefaultAPIWorkers(%d) = %d, want %d", c.workers, got, c.want)
 		}
-	}
-}
-
-func TestExecutorAttachPublishesOnlyAfterBothFinalizerWritesReturned(t *testing.T) {
-	f := newExecFixture(t, execPV("pv-a"), execVA("va-a", "pv-a"), execCSINode())
-	var pvPatched, vaPatched time.Time
-	f.client.PrependReactor("patch", "persistentvolumes", func(clienttesting.Action) (bool, runtime.Object, error) {
-		time.Sleep(100 * time.Millisecond) // a slow PV write
-		pvPatched = time.Now()
-		return false, nil, nil
-	})
-	f.client.PrependReactor("patch", "volumeattachments", func(a clienttesting.Action) (bool, runtime.Object, error) {
-		if a.GetSubresource() == "" {
-			vaPatched = time.Now()
-		}
-		return false, nil, nil
-	})
-	if _, err := f.ctrl.syncAttach(f.ctx, "va-a"); err != nil {
-		t.Fatalf("syncAttach: %v", err)
-	}
-	f.requireWritesAfterFinalizers("pv-a", "va-a", "patch volumeattachments/status va-a")
-	pubs := f.driver.CallsTo("ControllerPublishVolume")
-	if len(pubs) != 1 {
-		t.Fatalf("publish calls = %d, want 1", len(pubs))
-	}
-	if !pubs[0].Start.After(pvPatched) || !pubs[0].Start.After(vaPatched) {
-		t.Errorf("publish started at %s, before the PV finalizer (%s) or the VA finalizer (%s) was written",
-			pubs[0].Start.Format(time.StampMicro), pvPatched.Format(time.StampMicro), vaPatched.Format(time.StampMicro))
-	}
-	// Sent side by side: the VA write did not wait for the slow PV write.
-	if !vaPatched.Before(pvPatched) {
-		t.Errorf("VA metadata patch at %s came after the slow PV patch returned (%s): the writes were not overlapped",
-			vaPatched.Format(time.StampMicro), pvPatched.Format(time.StampMicro))
-	}
-}
-
-func TestExecutorAttachPVFinalizerFailureNeverPublishesAndRetryFinishes(t *testing.T) {
-	f := newExecFixture(t, execPV("pv-a"), execVA("va-a", "pv-a"), execCSINode())
-	fail := true
-	f.client.PrependReactor("patch", "persistentvolumes", func(clienttesting.Action) (bool, runtime.Object, error) {
-		if fail {
-			return true, nil, apierrors.NewServiceUnavailable("etcd is busy")
-		}
-		return false, nil, nil
-	})
-	_, err := f.ctrl.syncAttach(f.ctx, "va-a")
-	if err == nil || !strings.Contains(err.Error(), `PersistentVolume "pv-a"`) || !strings.Contains(err.Error(), "etcd is busy") {
-		t.Fatalf("syncAttach error = %v, want the failed PV finalizer write naming the PV", err)
-	}
-	f.requireCSICalls()
-	// The VA's finalizer went on side by side; it stays and does no harm
-	// (a delete now only waits for an unpublish of nothing).
-	f.requireWritesAfterFinalizers("pv-a", "va-a")
-	if fin := f.va("va-a").Finalizers; !slices.Contains(fin, kube.AttacherFinalizer(execDriver)) {
-		t.Errorf("VA finalizers = %v", fin)
-	}
-
-	fail = false
-	f.client.ClearActions()
-	if _, err := f.ctrl.syncAttach(f.ctx, "va-a"); err != nil {
-		t.Fatalf("retry: %v", err)
-	}
-	f.requireWrites("patch persistentvolumes pv-a", "patch volumeattachments/status va-a")
-	f.requireCSICalls("ControllerPublishVolume handle-pv-a node-1-id OK")
-	if !f.va("va-a").Status.Attached || !slices.Contains(f.pv("pv-a").Finalizers, kube.PVFinalizer(execDriver)) {
-		t.Errorf("after the retry: VA attached %v, PV finalizers %v", f.va("va-a").Status.Attached, f.pv("pv-a").Finalizers)
 	}
 }
 

@@ -3,7 +3,6 @@ package attacher
 import (
 	"context"
 	"fmt"
-	"sync"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -66,27 +65,17 @@ func (c *Controller) syncAttach(ctx context.Context, name string) (controller.Re
 		return c.attachFailed(ctx, va, plan.Blocked, nil)
 	}
 
-	// Both finalizers (and the node ID) go on before the driver is called:
-	// once a publish may have happened, neither the VA nor its PV may go
-	// away without us. The two writes are independent, so they are sent
-	// side by side: one API round trip on the way to the publish, not two.
-	// If one fails the pass is retried; the other stays done.
-	var pvErr error
-	var wg sync.WaitGroup
 	if plan.AddPVFinalizer != "" {
-		wg.Go(func() { pvErr = c.addPVFinalizer(ctx, obs.PV) })
+		if err := c.addPVFinalizer(ctx, obs.PV); err != nil {
+			return controller.Result{}, err
+		}
 	}
 	if plan.Metadata != nil {
-		patched, vaErr := c.patchVAMetadata(ctx, va, plan.Metadata)
-		wg.Wait()
-		if vaErr != nil {
-			return controller.Result{}, vaErr
+		// Finalizer and node ID go on the VA before the driver is called:
+		// once a publish may have happened, a delete must wait for us.
+		if va, err = c.patchVAMetadata(ctx, va, plan.Metadata); err != nil {
+			return controller.Result{}, err
 		}
-		va = patched
-	}
-	wg.Wait()
-	if pvErr != nil {
-		return controller.Result{}, pvErr
 	}
 	if va.Status.Attached {
 		return controller.Result{}, nil
