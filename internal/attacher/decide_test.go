@@ -352,10 +352,18 @@ func TestDecideRepairs(t *testing.T) {
 		va.Name = "stuck"
 		va.DeletionTimestamp = &now
 		va.Annotations[AnnVolumeHandle] = "vol-3"
+		va.Status.DetachError = &storagev1.VolumeError{Message: "driver said no"}
+	})
+	// Being deleted and still published, but its detach has not failed:
+	// it is queued or in flight, nothing to repair.
+	detaching := testVA(recorded, func(va *storagev1.VolumeAttachment) {
+		va.Name = "detaching"
+		va.DeletionTimestamp = &now
+		va.Annotations[AnnVolumeHandle] = "vol-4"
 	})
 	pending := testVA(func(va *storagev1.VolumeAttachment) { va.Name = "pending" })
-	published := map[string][]string{"vol-1": {"node-1-id"}, "vol-3": {"node-1-id"}}
-	got := decideRepairs([]*storagev1.VolumeAttachment{attached, lost, stuck, pending}, published, testDriver)
+	published := map[string][]string{"vol-1": {"node-1-id"}, "vol-3": {"node-1-id"}, "vol-4": {"node-1-id"}}
+	got := decideRepairs([]*storagev1.VolumeAttachment{attached, lost, stuck, detaching, pending}, published, testDriver)
 	want := []Repair{{VA: "lost", Action: "republish"}, {VA: "stuck", Action: "unpublish"}}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("repairs = %+v, want %+v", got, want)

@@ -51,7 +51,11 @@ func decideRepairs(before []*storagev1.VolumeAttachment, published map[string][]
 		switch {
 		case va.DeletionTimestamp == nil && va.Status.Attached && !isPublished:
 			out = append(out, Repair{VA: va.Name, Action: "republish"})
-		case va.DeletionTimestamp != nil && hasString(va.Finalizers, kube.AttacherFinalizer(driver)) && isPublished:
+		case va.DeletionTimestamp != nil && hasString(va.Finalizers, kube.AttacherFinalizer(driver)) && isPublished && va.Status.DetachError != nil:
+			// A detach that failed waits out its backoff (up to
+			// --retry-interval-max): retry it now. One that has not
+			// failed is queued or in flight already; every deleting
+			// VA is still published until its detach ends.
 			out = append(out, Repair{VA: va.Name, Action: "unpublish"})
 		}
 	}

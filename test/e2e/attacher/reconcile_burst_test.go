@@ -6,9 +6,9 @@ import (
 	"time"
 )
 
-// The ListVolumes reconcile sees every VolumeAttachment whose detach has not
-// finished yet as "being deleted, still published" and nudges its detach.
-// Running it all through a detach burst must not unpublish any volume twice.
+// During a detach burst every deleting VolumeAttachment is still published
+// until its detach ends. The ListVolumes reconcile, running all through it,
+// must not cause any volume to be unpublished twice.
 func TestReconcileDuringDetachBurstUnpublishesEachVolumeOnce(t *testing.T) {
 	const n = 300
 	e := newEnv(t, envOptions{reconcileSync: 20 * time.Millisecond})
