@@ -194,6 +194,7 @@ func New(cfg Config, client kubernetes.Interface, factory informers.SharedInform
 	if _, err := pvs.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { c.pvChanged(nil, obj) },
 		UpdateFunc: c.pvChanged,
+		DeleteFunc: c.pvDeleted,
 	}); err != nil {
 		return nil, err
 	}
@@ -275,6 +276,17 @@ func (c *Controller) vaDeleted(obj any) {
 		// The PV may have been waiting for this VA to go before its
 		// finalizer can be removed.
 		c.pvs.Enqueue(*va.Spec.Source.PersistentVolumeName)
+	}
+}
+
+// pvDeleted drops what we remember of our own writes to the PV: the
+// removal of our finalizer from a PV being deleted is usually the last.
+func (c *Controller) pvDeleted(obj any) {
+	if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = tomb.Obj
+	}
+	if pv, ok := obj.(*v1.PersistentVolume); ok {
+		c.pvWrites.forget(pv.Name)
 	}
 }
 

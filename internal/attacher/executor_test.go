@@ -632,3 +632,37 @@ func TestExecutorDetachOfLastFinalizerIsNotRepeatedWhenTheDeletedVersionArrivesL
 	f.requireCSICalls("ControllerUnpublishVolume handle-pv-d node-1-id OK")
 	f.requireWrites("patch volumeattachments va-d")
 }
+
+// What we remember of our own write to a PV goes with the PV: a cluster
+// that keeps deleting PVs does not keep one entry per PV it ever released.
+// As on a real API server, removing the last finalizer deletes the PV and
+// the answer carries the resourceVersion it had, so no later version of
+// it ever reaches the informer: only its deletion can drop the entry.
+func TestExecutorDeletedPVLeavesNoOwnWriteEntryBehind(t *testing.T) {
+	pv := deleting(execPV("pv-p"))
+	pv.Finalizers = []string{kube.PVFinalizer(execDriver)}
+	f := newExecFixture(t, pv, execCSINode())
+	f.client.PrependReactor("patch", "persistentvolumes", func(clienttesting.Action) (bool, runtime.Object, error) {
+		obj, err := f.tracker.Get(pvGVR, "", "pv-p")
+		if err != nil {
+			return true, nil, err
+		}
+		gone := obj.(*v1.PersistentVolume).DeepCopy()
+		gone.Finalizers = nil
+		return true, gone, f.tracker.Delete(pvGVR, "", "pv-p")
+	})
+	entries := func() int {
+		f.ctrl.pvWrites.mu.Lock()
+		defer f.ctrl.pvWrites.mu.Unlock()
+		return len(f.ctrl.pvWrites.m)
+	}
+	if _, err := f.ctrl.syncPV(f.ctx, "pv-p"); err != nil {
+		t.Fatalf("syncPV: %v", err)
+	}
+	f.requireWrites("patch persistentvolumes pv-p")
+	f.waitFor("the PV gone from the cache", func() bool {
+		_, exists, err := f.ctrl.pvStore.GetByKey("pv-p")
+		return err == nil && !exists
+	})
+	f.waitFor("the PV's own-write entry dropped with the PV", func() bool { return entries() == 0 })
+}
