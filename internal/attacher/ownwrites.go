@@ -48,10 +48,12 @@ type ownWrite[T metav1.Object] struct {
 }
 
 // deletedBy reports whether written is the answer to a write that deleted
-// the object: the version it replaced (before), without finalizers, being
-// deleted.
-func deletedBy[T metav1.Object](before string, written T) bool {
-	return written.GetResourceVersion() == before && written.GetDeletionTimestamp() != nil && len(written.GetFinalizers()) == 0
+// the object: being deleted and without finalizers, it is gone from the
+// API server. Its resourceVersion is that of the version the write was
+// applied to, which may be newer than the one the writer read (another
+// client's write in between), so it is not compared with before.
+func deletedBy[T metav1.Object](written T) bool {
+	return written.GetDeletionTimestamp() != nil && len(written.GetFinalizers()) == 0
 }
 
 func newOwnWrites[T metav1.Object]() *ownWrites[T] {
@@ -65,7 +67,7 @@ func (w *ownWrites[T]) record(before string, written T) {
 	defer w.mu.Unlock()
 	name := written.GetName()
 	e, ok := w.m[name]
-	deleted := deletedBy(before, written)
+	deleted := deletedBy(written)
 	if ok && e.written.GetResourceVersion() == before {
 		// A chain of our own writes: every version before is stale.
 		e.stale.Insert(before)
@@ -84,7 +86,11 @@ func (w *ownWrites[T]) resolve(cached T) T {
 	if !ok {
 		return cached
 	}
-	if e.stale.Has(cached.GetResourceVersion()) || olderThan(cached.GetResourceVersion(), e.written.GetResourceVersion()) {
+	rv := cached.GetResourceVersion()
+	if e.stale.Has(rv) || olderThan(rv, e.written.GetResourceVersion()) ||
+		e.deleted && rv == e.written.GetResourceVersion() {
+		// (A write that deleted the object answers at the resourceVersion
+		// of the version it deleted: that version is not our write.)
 		return e.written
 	}
 	// The cache caught up with our write or moved past it.

@@ -101,3 +101,29 @@ func TestOwnWrites_lastFinalizerRemovalSurvivesTheLateEventOfTheVersionItDeleted
 		t.Errorf("a newer object of the same name resolved to %s, want the cache", got.ResourceVersion)
 	}
 }
+
+// Another client's write (11: the ListVolumes reconcile's status write, say)
+// lands between our read (10) and our removal of the last finalizer. The
+// API server applies the removal to 11 and deletes the object, answering at
+// 11: a version that still has our finalizer. Neither its late event nor a
+// read of it from the cache may show the finalizer again.
+func TestOwnWrites_lastFinalizerRemovalAppliedToAnotherClientsVersion(t *testing.T) {
+	w := newOwnWrites[*storagev1.VolumeAttachment]()
+	now := metav1.Now()
+	other := vaAt("11", false)
+	other.DeletionTimestamp, other.Finalizers = &now, []string{"external-attacher/x"}
+	gone := other.DeepCopy()
+	gone.Finalizers = nil
+	w.record("10", gone)
+
+	if !w.isOwn(other) {
+		t.Errorf("isOwn(the version our write deleted) = false, want true")
+	}
+	for _, rv := range []string{"10", "11"} {
+		cached := other.DeepCopy()
+		cached.ResourceVersion = rv
+		if got := w.resolve(cached); len(got.Finalizers) != 0 {
+			t.Errorf("cache at %s resolved to finalizers %v, want our write without them", rv, got.Finalizers)
+		}
+	}
+}

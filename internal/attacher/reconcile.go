@@ -82,6 +82,12 @@ func (c *Controller) reconcileOnce(ctx context.Context) error {
 		if err != nil || va == nil {
 			continue
 		}
+		// The VA may have moved on during the listing (a delete, a
+		// detach): repair only what still holds now.
+		if r.Action == "republish" && (va.DeletionTimestamp != nil || !va.Status.Attached) ||
+			r.Action == "unpublish" && (va.DeletionTimestamp == nil || !hasString(va.Finalizers, kube.AttacherFinalizer(c.cfg.Driver.Name))) {
+			continue
+		}
 		logger.Info("VolumeAttachment out of sync with the driver", "volumeAttachment", klog.KObj(va), "action", r.Action)
 		c.metrics.repaired(r.Action)
 		switch r.Action {
