@@ -68,6 +68,18 @@ func TestOwnWrites_ourVersionDeliveredByTheWatchDropsTheEntry(t *testing.T) {
 	}
 }
 
+// deletedByOurWrite returns a VolumeAttachment at rv being deleted with our
+// finalizer, and the API server's answer to removing that finalizer: the
+// same object at the same resourceVersion without finalizers.
+func deletedByOurWrite(rv string) (withFinalizer, answer *storagev1.VolumeAttachment) {
+	now := metav1.Now()
+	withFinalizer = vaAt(rv, true)
+	withFinalizer.DeletionTimestamp, withFinalizer.Finalizers = &now, []string{"external-attacher/x"}
+	answer = withFinalizer.DeepCopy()
+	answer.Finalizers = nil
+	return withFinalizer, answer
+}
+
 // Removing the last finalizer of a VolumeAttachment being deleted makes
 // the API server delete it instead of storing a new version: the patch
 // response is the object without finalizers but at the resourceVersion of
@@ -77,11 +89,7 @@ func TestOwnWrites_ourVersionDeliveredByTheWatchDropsTheEntry(t *testing.T) {
 // the cached version and unpublishes the volume a second time.
 func TestOwnWrites_lastFinalizerRemovalSurvivesTheLateEventOfTheVersionItDeleted(t *testing.T) {
 	w := newOwnWrites[*storagev1.VolumeAttachment]()
-	now := metav1.Now()
-	before := vaAt("10", true)
-	before.DeletionTimestamp, before.Finalizers = &now, []string{"external-attacher/x"}
-	written := before.DeepCopy()
-	written.Finalizers = nil
+	before, written := deletedByOurWrite("10")
 	w.record("10", written)
 
 	if !w.isOwn(before) {
@@ -109,11 +117,7 @@ func TestOwnWrites_lastFinalizerRemovalSurvivesTheLateEventOfTheVersionItDeleted
 // read of it from the cache may show the finalizer again.
 func TestOwnWrites_lastFinalizerRemovalAppliedToAnotherClientsVersion(t *testing.T) {
 	w := newOwnWrites[*storagev1.VolumeAttachment]()
-	now := metav1.Now()
-	other := vaAt("11", false)
-	other.DeletionTimestamp, other.Finalizers = &now, []string{"external-attacher/x"}
-	gone := other.DeepCopy()
-	gone.Finalizers = nil
+	other, gone := deletedByOurWrite("11")
 	w.record("10", gone)
 
 	if !w.isOwn(other) {
