@@ -47,19 +47,28 @@ func decideRepairs(before []*storagev1.VolumeAttachment, published map[string][]
 		if handle == "" || nodeID == "" {
 			continue // never published by us
 		}
-		isPublished := slices.Contains(published[handle], nodeID)
-		switch {
-		case va.DeletionTimestamp == nil && va.Status.Attached && !isPublished:
-			out = append(out, Repair{VA: va.Name, Action: "republish"})
-		case va.DeletionTimestamp != nil && hasString(va.Finalizers, kube.AttacherFinalizer(driver)) && isPublished && va.Status.DetachError != nil:
-			// A detach that failed waits out its backoff (up to
-			// --retry-interval-max): retry it now. One that has not
-			// failed is queued or in flight already; every deleting
-			// VA is still published until its detach ends.
-			out = append(out, Repair{VA: va.Name, Action: "unpublish"})
+		if action := repairFor(va, slices.Contains(published[handle], nodeID), driver); action != "" {
+			out = append(out, Repair{VA: va.Name, Action: action})
 		}
 	}
 	return out
+}
+
+// repairFor is the repair a VA needs when the driver does (published) or
+// does not report its volume published on its node: "republish",
+// "unpublish" or none.
+func repairFor(va *storagev1.VolumeAttachment, published bool, driver string) string {
+	switch {
+	case va.DeletionTimestamp == nil && va.Status.Attached && !published:
+		return "republish"
+	case va.DeletionTimestamp != nil && hasString(va.Finalizers, kube.AttacherFinalizer(driver)) && published && va.Status.DetachError != nil:
+		// A detach that failed waits out its backoff (up to
+		// --retry-interval-max): retry it now. One that has not failed
+		// is queued or in flight already; every deleting VA is still
+		// published until its detach ends.
+		return "unpublish"
+	}
+	return ""
 }
 
 func (c *Controller) reconcileOnce(ctx context.Context) error {
@@ -83,9 +92,8 @@ func (c *Controller) reconcileOnce(ctx context.Context) error {
 			continue
 		}
 		// The VA may have moved on during the listing (a delete, a
-		// detach): repair only what still holds now.
-		if r.Action == "republish" && (va.DeletionTimestamp != nil || !va.Status.Attached) ||
-			r.Action == "unpublish" && (va.DeletionTimestamp == nil || !hasString(va.Finalizers, kube.AttacherFinalizer(c.cfg.Driver.Name))) {
+		// detach): repair only what its current state still calls for.
+		if repairFor(va, r.Action == "unpublish", c.cfg.Driver.Name) != r.Action {
 			continue
 		}
 		logger.Info("VolumeAttachment out of sync with the driver", "volumeAttachment", klog.KObj(va), "action", r.Action)
