@@ -92,12 +92,7 @@ func TestOwnWrites_lastFinalizerRemovalSurvivesTheLateEventOfTheVersionItDeleted
 	before, written := deletedByOurWrite("10")
 	w.record("10", written)
 
-	if !w.isOwn(before) {
-		t.Errorf("isOwn(the version our write deleted) = false, want true: it needs no pass of its own")
-	}
-	if got := w.resolve(before); len(got.Finalizers) != 0 {
-		t.Errorf("after the late event, the cached version resolved to finalizers %v, want our write without them", got.Finalizers)
-	}
+	requireDeletedVersionStaysHidden(t, w, before, "10")
 	// Gone: the informer's delete drops the entry.
 	w.forget("va")
 	if got := w.resolve(before); len(got.Finalizers) != 1 {
@@ -120,14 +115,22 @@ func TestOwnWrites_lastFinalizerRemovalAppliedToAnotherClientsVersion(t *testing
 	other, gone := deletedByOurWrite("11")
 	w.record("10", gone)
 
-	if !w.isOwn(other) {
-		t.Errorf("isOwn(the version our write deleted) = false, want true")
+	requireDeletedVersionStaysHidden(t, w, other, "10", "11")
+}
+
+// requireDeletedVersionStaysHidden checks that the late event of the
+// version our write deleted needs no pass, and that after it the cache at
+// each of cachedRVs still resolves to our write, without finalizers.
+func requireDeletedVersionStaysHidden(t *testing.T, w *ownWrites[*storagev1.VolumeAttachment], deleted *storagev1.VolumeAttachment, cachedRVs ...string) {
+	t.Helper()
+	if !w.isOwn(deleted) {
+		t.Errorf("isOwn(the version our write deleted) = false, want true: it needs no pass of its own")
 	}
-	for _, rv := range []string{"10", "11"} {
-		cached := other.DeepCopy()
+	for _, rv := range cachedRVs {
+		cached := deleted.DeepCopy()
 		cached.ResourceVersion = rv
 		if got := w.resolve(cached); len(got.Finalizers) != 0 {
-			t.Errorf("cache at %s resolved to finalizers %v, want our write without them", rv, got.Finalizers)
+			t.Errorf("after the late event, the cache at %s resolved to finalizers %v, want our write without them", rv, got.Finalizers)
 		}
 	}
 }
