@@ -6,6 +6,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/resourceversion"
 	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/client-go/tools/cache"
 )
 
 // ownWrites lets the controller read its own writes before the informer
@@ -75,6 +76,21 @@ func (w *ownWrites[T]) record(before string, written T) {
 		return
 	}
 	w.m[name] = &ownWrite[T]{written: written, stale: sets.New(before), deleted: deleted}
+}
+
+// recordIn is record for a write that may have deleted the object (the
+// removal of its last finalizer). The informer's delete handler forgets
+// the entry, but it may have run before this record; the informer empties
+// its store before it calls the handler, so if store has no object of
+// that name any more, the entry is forgotten here at once.
+func (w *ownWrites[T]) recordIn(store cache.Store, before string, written T) {
+	w.record(before, written)
+	if !deletedBy(written) {
+		return
+	}
+	if _, exists, err := store.GetByKey(written.GetName()); err == nil && !exists {
+		w.forget(written.GetName())
+	}
 }
 
 // resolve returns the freshest known version of cached: our own write when

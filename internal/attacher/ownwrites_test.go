@@ -5,6 +5,7 @@ import (
 
 	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/cache"
 )
 
 func vaAt(rv string, attached bool) *storagev1.VolumeAttachment {
@@ -132,5 +133,28 @@ func requireDeletedVersionStaysHidden(t *testing.T, w *ownWrites[*storagev1.Volu
 		if got := w.resolve(cached); len(got.Finalizers) != 0 {
 			t.Errorf("after the late event, the cache at %s resolved to finalizers %v, want our write without them", rv, got.Finalizers)
 		}
+	}
+}
+
+// The informer may remove the object and run its delete handler (which
+// forgets the entry) before the write that deleted it is recorded: then
+// the record must not linger for an object that is gone.
+func TestOwnWrites_recordInForgetsADeletionTheInformerAlreadyShowed(t *testing.T) {
+	store := cache.NewStore(cache.MetaNamespaceKeyFunc)
+	withFinalizer, answer := deletedByOurWrite("10")
+
+	w := newOwnWrites[*storagev1.VolumeAttachment]()
+	w.recordIn(store, "10", answer)
+	if len(w.m) != 0 {
+		t.Errorf("entries after recording a deletion the store already shows = %d, want 0", len(w.m))
+	}
+
+	// Still in the store: the entry stays until the delete handler runs.
+	if err := store.Add(withFinalizer); err != nil {
+		t.Fatal(err)
+	}
+	w.recordIn(store, "10", answer)
+	if got := w.resolve(withFinalizer); len(got.Finalizers) != 0 {
+		t.Errorf("cached version resolved to finalizers %v, want our write without them", got.Finalizers)
 	}
 }

@@ -212,7 +212,7 @@ func (c *Controller) releaseVA(ctx context.Context, va *storagev1.VolumeAttachme
 	if err != nil {
 		return fmt.Errorf("remove finalizer from VolumeAttachment %q: %w", va.Name, err)
 	}
-	c.vaWrites.record(va.ResourceVersion, updated)
+	c.vaWrites.recordIn(c.vaStore, va.ResourceVersion, updated)
 	if len(updated.Finalizers) == 0 {
 		return nil
 	}
@@ -364,7 +364,7 @@ func (c *Controller) syncPV(ctx context.Context, name string) (controller.Result
 	if err != nil {
 		return controller.Result{}, fmt.Errorf("remove finalizer from PersistentVolume %q: %w", name, err)
 	}
-	c.pvWrites.record(pv.ResourceVersion, updated)
+	c.pvWrites.recordIn(c.pvStore, pv.ResourceVersion, updated)
 	klog.FromContext(ctx).V(2).Info("Removed PersistentVolume finalizer", "persistentVolume", name)
 	return controller.Result{}, nil
 }
