@@ -13,6 +13,7 @@ import (
 
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/latchcsi/latch/internal/app"
 	"github.com/latchcsi/latch/internal/localcluster"
 )
 
@@ -217,7 +218,14 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	e := &env{cfg: &cfg, client: client, writes: writes, admin: cfg.Cluster.Client(), report: rep}
+	// The harness's own watches and metric reads speak protobuf too, so
+	// that observing a scenario costs the shared API server as little as
+	// it can.
+	admin, err := kubernetes.NewForConfig(app.ComponentConfig(cfg.Cluster.RESTConfig(), "latch-bench-observer"))
+	if err != nil {
+		return nil, err
+	}
+	e := &env{cfg: &cfg, client: client, writes: writes, admin: admin, report: rep}
 	controller := "latch attachdetach-controller"
 	if cfg.ControllerFlags != "" {
 		controller += " " + cfg.ControllerFlags

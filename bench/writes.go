@@ -13,6 +13,8 @@ import (
 
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+
+	"github.com/latchcsi/latch/internal/app"
 )
 
 // Writes counts API writes by "VERB resource[/subresource]", e.g.
@@ -184,9 +186,11 @@ func resourceOf(path string) string {
 }
 
 // countingConfig returns a copy of cfg without client-side rate limits whose
-// writes are counted by c.
+// writes are counted by c. It speaks protobuf, as the clients the harness
+// stands in for (kube-controller-manager creating VolumeAttachments, the
+// kubelet) and latch's components do.
 func countingConfig(cfg *rest.Config, c *writeCounter, userAgent string) *rest.Config {
-	out := rest.CopyConfig(cfg)
+	out := app.ComponentConfig(cfg, userAgent)
 	out.QPS = -1
 	out.Burst = 0
 	out.UserAgent = userAgent

@@ -56,7 +56,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	ctx = klog.NewContext(ctx, logger)
 	logger.Info("Starting attachdetach-controller", "version", version.Version)
 
-	restConfig, err := app.RESTConfig(opts.kubeconfig, opts.kubeAPIQPS, opts.kubeAPIBurst)
+	restConfig, err := app.RESTConfig(opts.kubeconfig, opts.kubeAPIQPS, opts.kubeAPIBurst, opts.kubeAPIContentType)
 	if err != nil {
 		logger.Error(err, "Cannot build an API client configuration")
 		return 1

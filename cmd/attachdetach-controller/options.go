@@ -9,16 +9,18 @@ import (
 	"k8s.io/component-base/featuregate"
 	logsapi "k8s.io/component-base/logs/api/v1"
 
+	"github.com/latchcsi/latch/internal/app"
 	"github.com/latchcsi/latch/internal/attachdetach/volume"
 )
 
 // options are the command line, named like kube-controller-manager's
 // flags for the same knobs. See docs/attachdetach-controller.md.
 type options struct {
-	kubeconfig   string
-	showVersion  bool
-	kubeAPIQPS   float64
-	kubeAPIBurst int
+	kubeconfig         string
+	showVersion        bool
+	kubeAPIQPS         float64
+	kubeAPIBurst       int
+	kubeAPIContentType string
 
 	leaderElect          bool
 	leaseDuration        time.Duration
@@ -62,6 +64,7 @@ func parseOptions(args []string) (*options, error) {
 	fs.BoolVar(&o.showVersion, "version", false, "Print the version and exit.")
 	fs.Float64Var(&o.kubeAPIQPS, "kube-api-qps", 500, "QPS to use while talking with the API server.")
 	fs.IntVar(&o.kubeAPIBurst, "kube-api-burst", 1000, "Burst to use while talking with the API server.")
+	fs.StringVar(&o.kubeAPIContentType, "kube-api-content-type", app.DefaultContentType, "Content type of requests sent to the API server.")
 	fs.BoolVar(&o.leaderElect, "leader-elect", true, "Elect a leader on a Lease before running the controller (run more than one replica for high availability).")
 	fs.DurationVar(&o.leaseDuration, "leader-elect-lease-duration", 15*time.Second, "Duration non-leader candidates wait after observing a leadership renewal before trying to take over.")
 	fs.DurationVar(&o.renewDeadline, "leader-elect-renew-deadline", 10*time.Second, "Duration the leader retries refreshing leadership before giving it up. Must be less than the lease duration.")
@@ -99,6 +102,9 @@ func parseOptions(args []string) (*options, error) {
 		return nil, fmt.Errorf("--csi-migration-by-node: %w", err)
 	}
 	o.csiMigrationByNode = plugins
+	if err := app.ValidateContentType(o.kubeAPIContentType); err != nil {
+		return nil, err
+	}
 	if err := o.gates.SetFromMap(o.featureGates); err != nil {
 		return nil, fmt.Errorf("--feature-gates: %w", err)
 	}

@@ -18,6 +18,7 @@ func TestParseOptions_defaultsMatchKubeControllerManager(t *testing.T) {
 	}{
 		{"kube-api-qps", o.kubeAPIQPS, 500.0},
 		{"kube-api-burst", o.kubeAPIBurst, 1000},
+		{"kube-api-content-type", o.kubeAPIContentType, "application/vnd.kubernetes.protobuf"},
 		{"leader-elect", o.leaderElect, true},
 		{"leader-elect-lease-duration", o.leaseDuration, 15 * time.Second},
 		{"leader-elect-renew-deadline", o.renewDeadline, 10 * time.Second},
@@ -75,5 +76,16 @@ func TestParseOptions_csiMigrationByNode(t *testing.T) {
 	}
 	if want := []string{"kubernetes.io/gce-pd", "kubernetes.io/aws-ebs"}; !slices.Equal(o.csiMigrationByNode, want) {
 		t.Errorf("--csi-migration-by-node = %q, want %q", o.csiMigrationByNode, want)
+	}
+}
+
+func TestParseOptions_kubeAPIContentTypeAcceptsJSONAndRejectsOthers(t *testing.T) {
+	o, err := parseOptions([]string{"--kube-api-content-type=application/json"})
+	if err != nil || o.kubeAPIContentType != "application/json" {
+		t.Fatalf("--kube-api-content-type=application/json: options %+v, error %v", o, err)
+	}
+	_, err = parseOptions([]string{"--kube-api-content-type=application/yaml"})
+	if err == nil || !strings.Contains(err.Error(), "--kube-api-content-type") || !strings.Contains(err.Error(), "application/yaml") {
+		t.Errorf("--kube-api-content-type=application/yaml: error %v, want one naming the flag and the value", err)
 	}
 }

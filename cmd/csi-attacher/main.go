@@ -61,7 +61,7 @@ func run(args []string) int {
 	ctx = klog.NewContext(ctx, logger)
 	logger.Info("Starting csi-attacher", "version", version.Version)
 
-	restConfig, err := app.RESTConfig(opts.kubeconfig, opts.kubeAPIQPS, opts.kubeAPIBurst)
+	restConfig, err := app.RESTConfig(opts.kubeconfig, opts.kubeAPIQPS, opts.kubeAPIBurst, opts.kubeAPIContentType)
 	if err != nil {
 		logger.Error(err, "Cannot build an API client configuration")
 		return 1

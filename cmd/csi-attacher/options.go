@@ -9,6 +9,7 @@ import (
 	"k8s.io/component-base/featuregate"
 	logsapi "k8s.io/component-base/logs/api/v1"
 
+	"github.com/latchcsi/latch/internal/app"
 	"github.com/latchcsi/latch/internal/attacher"
 )
 
@@ -31,6 +32,7 @@ type options struct {
 	maxGRPCLogLength   int
 	kubeAPIQPS         float64
 	kubeAPIBurst       int
+	kubeAPIContentType string
 	connectTimeout     time.Duration
 
 	leaderElection          bool
@@ -78,6 +80,7 @@ func parseOptions(args []string) (*options, error) {
 	fs.IntVar(&o.maxGRPCLogLength, "max-grpc-log-length", -1, "Maximum length of logged gRPC requests and responses; negative means no limit.")
 	fs.Float64Var(&o.kubeAPIQPS, "kube-api-qps", attacher.DefaultKubeAPIQPS, "Client-side QPS limit towards the API server (upstream default: 5). The API server's Priority and Fairness protects it.")
 	fs.IntVar(&o.kubeAPIBurst, "kube-api-burst", attacher.DefaultKubeAPIBurst, "Client-side burst towards the API server (upstream default: 10).")
+	fs.StringVar(&o.kubeAPIContentType, "kube-api-content-type", app.DefaultContentType, "Wire format of requests to the API server: application/vnd.kubernetes.protobuf or application/json (upstream speaks JSON). latch only.")
 	fs.DurationVar(&o.connectTimeout, "csi-connect-timeout", time.Minute, "How long to keep trying to connect to the driver at start-up. latch only.")
 	fs.BoolVar(&o.leaderElection, "leader-election", false, "Enable leader election on a Lease.")
 	fs.StringVar(&o.leaderElectionNamespace, "leader-election-namespace", "", "Namespace of the leader election Lease; default: the Pod's namespace.")
@@ -102,6 +105,9 @@ func parseOptions(args []string) (*options, error) {
 	}
 	if o.apiWorkers < 0 {
 		return nil, fmt.Errorf("--api-worker-threads must not be negative, got %d", o.apiWorkers)
+	}
+	if err := app.ValidateContentType(o.kubeAPIContentType); err != nil {
+		return nil, err
 	}
 	if o.workerThreads <= 0 {
 		return nil, fmt.Errorf("--worker-threads must be positive, got %d", o.workerThreads)

@@ -45,3 +45,21 @@ func TestParseOptions_rejectsNonPositiveWorkerThreads(t *testing.T) {
 		t.Errorf("--api-worker-threads=-1: error %v, want one naming the flag", err)
 	}
 }
+
+func TestParseOptions_kubeAPIContentTypeDefaultsToProtobuf(t *testing.T) {
+	o, err := parseOptions(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.kubeAPIContentType != "application/vnd.kubernetes.protobuf" {
+		t.Errorf("kube-api-content-type = %q, want protobuf", o.kubeAPIContentType)
+	}
+	o, err = parseOptions([]string{"--kube-api-content-type=application/json"})
+	if err != nil || o.kubeAPIContentType != "application/json" {
+		t.Fatalf("--kube-api-content-type=application/json: options %+v, error %v", o, err)
+	}
+	_, err = parseOptions([]string{"--kube-api-content-type=text/plain"})
+	if err == nil || !strings.Contains(err.Error(), "--kube-api-content-type") || !strings.Contains(err.Error(), "text/plain") {
+		t.Errorf("--kube-api-content-type=text/plain: error %v, want one naming the flag and the value", err)
+	}
+}

@@ -80,7 +80,7 @@ func RunSidecar(ctx context.Context, cfg SidecarConfig) error {
 	metricsManager.SetDriverName(facts.Info.Name)
 	facts.Info.DefaultFSType = cfg.DefaultFSType
 
-	client, err := kubernetes.NewForConfig(rest.AddUserAgent(rest.CopyConfig(cfg.RESTConfig), "csi-attacher"))
+	client, err := kubernetes.NewForConfig(app.ComponentConfig(cfg.RESTConfig, "csi-attacher"))
 	if err != nil {
 		return fmt.Errorf("create API client: %w", err)
 	}

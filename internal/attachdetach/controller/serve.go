@@ -50,7 +50,7 @@ func NewEventRecorder(ctx context.Context, client kubernetes.Interface) (record.
 // shutdown) or the lease is lost (app.ErrLostLease).
 func Serve(ctx context.Context, cfg ServeConfig) error {
 	logger := klog.FromContext(ctx)
-	client, err := kubernetes.NewForConfig(rest.AddUserAgent(rest.CopyConfig(cfg.RESTConfig), EventComponent))
+	client, err := kubernetes.NewForConfig(app.ComponentConfig(cfg.RESTConfig, EventComponent))
 	if err != nil {
 		return fmt.Errorf("build API client: %w", err)
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/latchcsi/latch/internal/app"
 	"github.com/latchcsi/latch/internal/attachdetach/controller"
+	"github.com/latchcsi/latch/internal/kube/kubetest"
 )
 
 // TestServe_leaderElectionAttachAndCleanShutdown runs what the binary runs
@@ -21,9 +22,12 @@ func TestServe_leaderElectionAttachAndCleanShutdown(t *testing.T) {
 	lease := e.prefix + "-leader"
 	ctx, cancel := context.WithCancel(e.ctx)
 	done := make(chan error, 1)
+	wire := kubetest.NewWireFormats()
+	cfg := cluster.RESTConfig()
+	cfg.WrapTransport = wire.Wrap
 	go func() {
 		done <- controller.Serve(ctx, controller.ServeConfig{
-			RESTConfig: cluster.RESTConfig(),
+			RESTConfig: cfg,
 			Registry:   metrics.NewKubeRegistry(),
 			Controller: controller.Config{Workers: 4},
 			Leader: app.LeaderElection{
@@ -55,6 +59,12 @@ func TestServe_leaderElectionAttachAndCleanShutdown(t *testing.T) {
 	}
 	if l := e.lease(lease); l.Spec.HolderIdentity != nil && *l.Spec.HolderIdentity != "" {
 		t.Errorf("Lease still held by %q after shutdown", *l.Spec.HolderIdentity)
+	}
+	// It speaks protobuf, as kube-controller-manager does by default.
+	for _, res := range []string{"pods", "nodes", "volumeattachments", "persistentvolumes", "leases"} {
+		if got := wire.Of(res); len(got) != 1 || got["application/vnd.kubernetes.protobuf"] == 0 {
+			t.Errorf("%s answered as %v, want only protobuf", res, got)
+		}
 	}
 }
 
