@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"runtime"
 	"syscall"
 
 	"github.com/kubernetes-csi/csi-lib-utils/connection"
@@ -46,12 +47,18 @@ func run(args []string) int {
 		fmt.Fprintln(os.Stderr, "csi-attacher:", err)
 		return 2
 	}
-	if opts.automaxprocs {
+	switch procs, source := procsFor(os.Getenv("GOMAXPROCS"), opts.automaxprocs, opts.maxProcs); {
+	case source == procsFromQuota:
 		undo, err := maxprocs.Set(maxprocs.Logger(klog.Infof))
 		if err != nil {
 			klog.ErrorS(err, "Failed to set GOMAXPROCS from the CPU quota")
 		}
 		defer undo()
+	case procs > 0:
+		runtime.GOMAXPROCS(procs)
+		klog.V(2).InfoS("Set GOMAXPROCS", "gomaxprocs", procs, "from", source)
+	default:
+		klog.V(2).InfoS("Kept GOMAXPROCS", "gomaxprocs", runtime.GOMAXPROCS(0), "from", source)
 	}
 	connection.SetMaxGRPCLogLength(opts.maxGRPCLogLength)
 

@@ -46,6 +46,7 @@ type options struct {
 	metricsAddress string
 	metricsPath    string
 	automaxprocs   bool
+	maxProcs       int
 	featureGates   map[string]bool
 
 	logging *logsapi.LoggingConfiguration
@@ -92,6 +93,7 @@ func parseOptions(args []string) (*options, error) {
 	fs.StringVar(&o.metricsAddress, "metrics-address", "", "(deprecated) host:port for metrics only; use --http-endpoint.")
 	fs.StringVar(&o.metricsPath, "metrics-path", "/metrics", "HTTP path of the metrics.")
 	fs.BoolVar(&o.automaxprocs, "automaxprocs", false, "Set GOMAXPROCS from the container's CPU quota.")
+	fs.IntVar(&o.maxProcs, "max-procs", DefaultMaxProcs, "GOMAXPROCS of the sidecar: how many cores run its Go code at once. 0 keeps Go's own default (the container's CPU limit, else every core). The GOMAXPROCS environment variable and --automaxprocs take precedence. latch only.")
 	fs.Var(cliflag.NewMapStringBool(&o.featureGates), "feature-gates", "A set of key=value pairs that describe feature gates for alpha/experimental features.")
 	logsapi.AddGoFlags(o.logging, fs)
 	if err := fs.Parse(args); err != nil {
@@ -108,6 +110,9 @@ func parseOptions(args []string) (*options, error) {
 	}
 	if err := app.ValidateContentType(o.kubeAPIContentType); err != nil {
 		return nil, err
+	}
+	if o.maxProcs < 0 {
+		return nil, fmt.Errorf("--max-procs must not be negative, got %d", o.maxProcs)
 	}
 	if o.workerThreads <= 0 {
 		return nil, fmt.Errorf("--worker-threads must be positive, got %d", o.workerThreads)

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -116,6 +117,9 @@ func (e *env) startBinary(name string, args ...string) *child {
 	}, args...)
 	c := &child{t: e.t, name: name, cmd: exec.Command(attacherBinary(e.t), all...), out: &lockedBuffer{}, done: make(chan struct{})}
 	c.cmd.Stdout, c.cmd.Stderr = c.out, c.out
+	// The binary's own GOMAXPROCS decision is under test (--max-procs):
+	// keep the test runner's out of it.
+	c.cmd.Env = slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "GOMAXPROCS=") })
 	if err := c.cmd.Start(); err != nil {
 		e.t.Fatalf("start csi-attacher %s: %v", name, err)
 	}
