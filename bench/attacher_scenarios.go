@@ -209,20 +209,25 @@ func runAttachBurst(ctx context.Context, e *env, res *Result) error {
 	vaWrites := attach.VAWritesPerOp + attach.VAStatusPerOp
 	res.check("VA writes per attach", "≤ 2", fmt.Sprintf("%.2f", vaWrites), vaWrites <= 2, true)
 	res.check("PV writes per PV", "≤ 1", fmt.Sprintf("%.2f", attach.PVWritesPerOp), attach.PVWritesPerOp <= 1, true)
-	if attach.PercentOfLimit > 0 {
-		res.check("attach rate", "≥ 80% of F's limit", fmt.Sprintf("%.0f%% (%.0f/s of %.0f/s)", attach.PercentOfLimit, attach.PerSecond, 100*attach.PerSecond/attach.PercentOfLimit), attach.PercentOfLimit >= 80, false)
-	}
-	if attach.PercentOfLimit > 0 {
-		// Even at the limit, the last of n volumes cannot attach sooner
-		// than n ÷ limit after the burst starts.
-		res.Figures["drain_floor_s"] = round2(float64(n) / (e.report.LimitWritesPerSecond / attach.WritesPerOp))
-	}
+	// A's creates stand in for the attachdetach-controller's, and D counts
+	// the controller's creates among an attach's writes; so A's rate is
+	// judged against what the API server can serve of A's whole mix: one
+	// create at F's create rate plus the attacher's writes at F's write
+	// rate. The share of the three-patch limit alone is reported beside it.
+	patchOnly := attach.PercentOfLimit
 	if c := attachCeiling(e.report, attach.WritesPerOp); c > 0 {
-		// What the API server leaves for the attaches once it has served
-		// the burst's own creates; 80 % of F's limit may lie above it.
+		attach.PercentOfLimit = 100 * attach.PerSecond / c
 		res.Figures["ceiling_with_creates_per_s"] = round2(c)
 		res.Figures["ceiling_with_creates_percent_of_limit"] = round2(100 * c / (e.report.LimitWritesPerSecond / attach.WritesPerOp))
-		res.Figures["attach_rate_percent_of_ceiling"] = round2(100 * attach.PerSecond / c)
+		res.Figures["attach_rate_percent_of_ceiling"] = round2(attach.PercentOfLimit)
+		res.Figures["attach_rate_percent_of_patch_only_limit"] = round2(patchOnly)
+		// Even at the limit, the last of n volumes cannot attach sooner
+		// than n ÷ limit after the burst starts.
+		res.Figures["drain_floor_s"] = round2(float64(n) / c)
+		res.check("attach rate", "≥ 80% of F's limit for an attach's writes, its create included",
+			fmt.Sprintf("%.0f%% (%.0f/s of %.0f/s; %.0f%% of the %.0f/s limit of the three patches alone)",
+				attach.PercentOfLimit, attach.PerSecond, c, patchOnly, e.report.LimitWritesPerSecond/attach.WritesPerOp),
+			attach.PercentOfLimit >= 80, false)
 	}
 	res.check("p99 created→attached", "≤ 2000 ms", fmt.Sprintf("%.0f ms", attach.P99Ms), attach.P99Ms <= 2000, false)
 	if waitErr != nil {

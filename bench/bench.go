@@ -136,7 +136,8 @@ type Phase struct {
 	WallSeconds float64 `json:"wallSeconds"`
 	PerSecond   float64 `json:"perSecond"`
 	// PercentOfLimit compares PerSecond with F's writes/s divided by this
-	// phase's writes per operation.
+	// phase's writes per operation. A's attach phase also counts the
+	// burst's VolumeAttachment creates, at F's create rate (attachCeiling).
 	PercentOfLimit float64 `json:"percentOfLimit,omitempty"`
 	P50Ms          float64 `json:"p50Ms,omitempty"`
 	P99Ms          float64 `json:"p99Ms,omitempty"`

@@ -74,6 +74,17 @@ func TestLimitThenAttachBurstPublishesEachVolumeOnceWithAtMostThreeWritesAndDeta
 	if a.Figures["attach_rate_percent_of_ceiling"] <= 0 {
 		t.Errorf("A reports no attach rate as a share of the ceiling: %v", a.Figures)
 	}
+	// A's judged share counts the burst's creates (the table's %limit),
+	// so it is above its share of the three-patch limit alone, which is
+	// reported beside it.
+	if at := a.Phase("attach"); at != nil {
+		if got, want := round2(at.PercentOfLimit), a.Figures["attach_rate_percent_of_ceiling"]; got != want {
+			t.Errorf("A attach %%limit = %v, want the share of the limit with creates %v", got, want)
+		}
+		if patchOnly := a.Figures["attach_rate_percent_of_patch_only_limit"]; patchOnly <= 0 || patchOnly >= at.PercentOfLimit {
+			t.Errorf("attach_rate_percent_of_patch_only_limit = %v, want in (0, %v)", patchOnly, at.PercentOfLimit)
+		}
+	}
 	checkNamed(t, a, "ControllerPublish calls", "VA writes per attach", "PV writes per PV", "ControllerUnpublish calls", "attach rate")
 	attach, detach := a.Phase("attach"), a.Phase("detach")
 	if attach == nil || detach == nil {
