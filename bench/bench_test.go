@@ -131,7 +131,12 @@ func TestPodsEndToEndAttachRunAndDetachEveryVolumeOnce(t *testing.T) {
 func TestControllerIdleMakesNoWritesAtRestAndDetachesEverything(t *testing.T) {
 	rep := runSmall(t, "E")
 	e := rep.Result("E")
-	checkNamed(t, e, "volumes attached, Pods Running", "VolumeAttachments gone after the Pods", "ControllerPublish / Unpublish calls")
+	checkNamed(t, e, "volumes attached, Pods Running", "API writes at rest", "VolumeAttachments gone after the Pods", "ControllerPublish / Unpublish calls")
+	// The rest window opens once the burst's trailing writes ended, well
+	// before the minute after which it would open regardless.
+	if settle, ok := e.Figures["settle_s"]; !ok || settle >= 60 {
+		t.Errorf("settle_s = %v (reported %v), want under 60 s", settle, ok)
+	}
 	rest := e.Phase("rest")
 	if rest == nil {
 		t.Fatalf("no rest phase: %+v", e.Phases)

@@ -39,6 +39,33 @@ func (e *env) snap(ctx context.Context, comps map[string]Component, d *csimock.D
 	return s, nil
 }
 
+// settle waits until the components have made no API write for quiet (at
+// most limit) and returns the snapshot that ends the quiet spell and how
+// long the wait took. Past limit it returns the latest snapshot: whatever
+// still writes then is not settling.
+func (e *env) settle(ctx context.Context, comps map[string]Component, d *csimock.Driver, quiet, limit time.Duration) (snapshot, time.Duration, error) {
+	start := time.Now()
+	prev, err := e.snap(ctx, comps, d)
+	if err != nil {
+		return prev, 0, err
+	}
+	for {
+		select {
+		case <-time.After(quiet):
+		case <-ctx.Done():
+			return prev, time.Since(start), ctx.Err()
+		}
+		cur, err := e.snap(ctx, comps, d)
+		if err != nil {
+			return cur, time.Since(start), err
+		}
+		if componentWrites(prev, cur).Total() == 0 || time.Since(start) >= limit {
+			return cur, time.Since(start), nil
+		}
+		prev = cur
+	}
+}
+
 // componentWrites are the writes between a and b that the harness did not
 // make, without the API server's own bookkeeping (it rewrites its lease
 // and the default/kubernetes endpoints every few seconds; the components

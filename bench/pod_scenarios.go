@@ -320,12 +320,16 @@ func runIdle(ctx context.Context, e *env, res *Result) error {
 		return waitErr
 	}
 
-	// At rest: nothing changes for ERest.
-	time.Sleep(2 * time.Second)
-	s2, err := e.snap(ctx, r.comps, r.d)
+	// At rest: nothing changes for ERest. The window opens once the
+	// components' trailing writes of the burst (events still queued in a
+	// broadcaster, the last Node status) have ended, so it measures rest
+	// and not the end of the attach; a component that writes every few
+	// seconds never settles and is caught by the window all the same.
+	s2, settled, err := e.settle(ctx, r.comps, r.d, 2*time.Second, time.Minute)
 	if err != nil {
 		return err
 	}
+	res.Figures["settle_s"] = round2(settled.Seconds())
 	select {
 	case <-time.After(sz.ERest):
 	case <-ctx.Done():
@@ -340,6 +344,7 @@ func runIdle(ctx context.Context, e *env, res *Result) error {
 	e.fillUsage(rest, s2, s3)
 	res.Phases = append(res.Phases, rest)
 	res.Figures["rest_writes"] = float64(rest.Writes.Total())
+	res.check("API writes at rest", "0", fmt.Sprint(rest.Writes.Total()), rest.Writes.Total() == 0, true)
 	if e.cfg.Launcher.Measured() {
 		for name, cpu := range rest.CPUSeconds {
 			res.Figures[name+"_rest_cpu_percent_of_core"] = round2(100 * cpu / rest.WallSeconds)
