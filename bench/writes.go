@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/latchcsi/latch/internal/app"
+	"github.com/latchcsi/latch/internal/kube/kubetest"
 )
 
 // Writes counts API writes by "VERB resource[/subresource]", e.g.
@@ -162,27 +163,11 @@ func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { retu
 // /api/v1/namespaces/ns/pods/p/status → "pods/status",
 // /apis/storage.k8s.io/v1/volumeattachments → "volumeattachments".
 func resourceOf(path string) string {
-	parts := strings.Split(strings.Trim(path, "/"), "/")
-	// Skip the group/version prefix: api/v1 or apis/group/version.
-	switch {
-	case len(parts) >= 2 && parts[0] == "api":
-		parts = parts[2:]
-	case len(parts) >= 3 && parts[0] == "apis":
-		parts = parts[3:]
-	default:
-		return path
+	res, sub := kubetest.ResourceOfPath(path)
+	if sub != "" {
+		return res + "/" + sub
 	}
-	if len(parts) >= 2 && parts[0] == "namespaces" && len(parts) > 2 {
-		parts = parts[2:]
-	}
-	switch len(parts) {
-	case 0:
-		return path
-	case 1, 2:
-		return parts[0]
-	default:
-		return parts[0] + "/" + parts[2]
-	}
+	return res
 }
 
 // countingConfig returns a copy of cfg without client-side rate limits whose

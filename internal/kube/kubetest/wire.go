@@ -25,7 +25,7 @@ func (w *WireFormats) Wrap(rt http.RoundTripper) http.RoundTripper {
 			return resp, err
 		}
 		media, _, _ := strings.Cut(resp.Header.Get("Content-Type"), ";")
-		res := resourceOfPath(req.URL.Path)
+		res, _ := ResourceOfPath(req.URL.Path)
 		w.mu.Lock()
 		if w.seen[res] == nil {
 			w.seen[res] = map[string]int{}
@@ -51,10 +51,11 @@ type roundTripper func(*http.Request) (*http.Response, error)
 
 func (f roundTripper) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
 
-// resourceOfPath returns the resource of an API path:
+// ResourceOfPath returns the resource and subresource of an API path:
 // /apis/storage.k8s.io/v1/volumeattachments/x/status → volumeattachments,
-// /api/v1/namespaces/ns/pods → pods.
-func resourceOfPath(path string) string {
+// status; /api/v1/namespaces/ns/pods → pods, "". A path it cannot read
+// is returned whole as the resource.
+func ResourceOfPath(path string) (resource, subresource string) {
 	parts := strings.Split(strings.Trim(path, "/"), "/")
 	i := 2 // api/v1/<resource>
 	if len(parts) > 0 && parts[0] == "apis" {
@@ -63,8 +64,11 @@ func resourceOfPath(path string) string {
 	if i < len(parts) && parts[i] == "namespaces" && i+2 < len(parts) {
 		i += 2
 	}
-	if i < len(parts) {
-		return parts[i]
+	if i >= len(parts) {
+		return path, ""
 	}
-	return path
+	if i+2 < len(parts) {
+		subresource = parts[i+2]
+	}
+	return parts[i], subresource
 }
