@@ -120,11 +120,17 @@ func TestMixedAttachesAndDetachesAllCompleteWithOnePublishOrUnpublishEach(t *tes
 }
 
 func TestPodsEndToEndAttachRunAndDetachEveryVolumeOnce(t *testing.T) {
-	rep := runSmall(t, "D")
+	rep := runSmall(t, "F", "D")
 	d := rep.Result("D")
-	checkNamed(t, d, "Pods Running with their volume attached", "ControllerPublish calls", "VolumeAttachments gone after the Pods", "ControllerUnpublish calls")
-	if p := d.Phase("attach"); p == nil || p.Writes.Resource("volumeattachments") == 0 {
-		t.Errorf("attach phase has no VolumeAttachment writes: %+v", p)
+	checkNamed(t, d, "Pods Running with their volume attached", "ControllerPublish calls", "VolumeAttachments gone after the Pods", "ControllerUnpublish calls", "attach rate")
+	p := d.Phase("attach")
+	if p == nil || p.Writes.Resource("volumeattachments") == 0 {
+		t.Fatalf("attach phase has no VolumeAttachment writes: %+v", p)
+	}
+	// The drain floor is the burst over F's limit at D's writes per attach.
+	want := round2(float64(p.Ops) / (rep.LimitWritesPerSecond / p.WritesPerOp))
+	if got := d.Figures["drain_floor_s"]; got != want || got <= 0 {
+		t.Errorf("drain_floor_s = %v, want %v", got, want)
 	}
 }
 
