@@ -115,7 +115,7 @@ func RunSidecar(ctx context.Context, cfg SidecarConfig) error {
 	run := func(ctx context.Context) error {
 		factory := NewInformerFactory(client, cfg.Resync, facts.Info.Name)
 		broadcaster := record.NewBroadcaster(record.WithContext(ctx))
-		broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
+		broadcaster.StartRecordingToSink(kube.NewConcurrentEventSink(ctx, &typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")}, kube.DefaultEventCreatesInFlight))
 		defer broadcaster.Shutdown()
 		recorder := broadcaster.NewRecorder(scheme.Scheme, v1.EventSource{Component: "csi-attacher " + facts.Info.Name})
 		ctrl, err := New(ctrlCfg, client, factory, client0, csitrans.New(), recorder, metrics)

@@ -16,6 +16,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/latchcsi/latch/internal/app"
+	"github.com/latchcsi/latch/internal/kube"
 )
 
 // EventComponent is the source component of the controller's events,
@@ -41,7 +42,7 @@ type ServeConfig struct {
 func NewEventRecorder(ctx context.Context, client kubernetes.Interface) (record.EventRecorder, func()) {
 	b := record.NewBroadcaster(record.WithContext(ctx))
 	b.StartStructuredLogging(3)
-	b.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
+	b.StartRecordingToSink(kube.NewConcurrentEventSink(ctx, &typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")}, kube.DefaultEventCreatesInFlight))
 	return b.NewRecorder(scheme.Scheme, v1.EventSource{Component: EventComponent}), b.Shutdown
 }
 
