@@ -12,7 +12,6 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
-	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/record"
@@ -115,7 +114,7 @@ func RunSidecar(ctx context.Context, cfg SidecarConfig) error {
 	run := func(ctx context.Context) error {
 		factory := NewInformerFactory(client, cfg.Resync, facts.Info.Name)
 		broadcaster := record.NewBroadcaster(record.WithContext(ctx))
-		broadcaster.StartRecordingToSink(kube.NewConcurrentEventSink(ctx, &typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")}, kube.DefaultEventCreatesInFlight))
+		broadcaster.StartRecordingToSink(kube.NewEventSink(ctx, client))
 		defer broadcaster.Shutdown()
 		recorder := broadcaster.NewRecorder(scheme.Scheme, v1.EventSource{Component: "csi-attacher " + facts.Info.Name})
 		ctrl, err := New(ctrlCfg, client, factory, client0, csitrans.New(), recorder, metrics)

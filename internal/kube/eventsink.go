@@ -8,6 +8,8 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/client-go/kubernetes"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 )
@@ -52,6 +54,12 @@ type ConcurrentEventSink struct {
 
 var _ record.EventSink = (*ConcurrentEventSink)(nil)
 
+// NewEventSink is where both binaries' events go: client's Events API
+// behind a ConcurrentEventSink with DefaultEventCreatesInFlight.
+func NewEventSink(ctx context.Context, client kubernetes.Interface) *ConcurrentEventSink {
+	return NewConcurrentEventSink(ctx, &typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")}, DefaultEventCreatesInFlight)
+}
+
 // NewConcurrentEventSink wraps sink. Creates started after ctx is done
 // are not retried.
 func NewConcurrentEventSink(ctx context.Context, sink record.EventSink, inFlight int) *ConcurrentEventSink {
@@ -81,7 +89,8 @@ func (s *ConcurrentEventSink) Create(e *v1.Event) (*v1.Event, error) {
 
 func (s *ConcurrentEventSink) create(e *v1.Event) {
 	var err error
-	for try := 1; ; try++ {
+	try := 1
+	for ; ; try++ {
 		if _, err = s.sink.Create(e); err == nil {
 			return
 		}
@@ -98,7 +107,7 @@ func (s *ConcurrentEventSink) create(e *v1.Event) {
 			break
 		}
 	}
-	s.logger.Error(err, "Unable to write event", "event", klog.KObj(e), "reason", e.Reason, "tries", eventCreateTries)
+	s.logger.Error(err, "Unable to write event", "event", klog.KObj(e), "reason", e.Reason, "tries", try)
 }
 
 // Update is the wrapped sink's.

@@ -9,7 +9,6 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
-	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/record"
@@ -42,7 +41,7 @@ type ServeConfig struct {
 func NewEventRecorder(ctx context.Context, client kubernetes.Interface) (record.EventRecorder, func()) {
 	b := record.NewBroadcaster(record.WithContext(ctx))
 	b.StartStructuredLogging(3)
-	b.StartRecordingToSink(kube.NewConcurrentEventSink(ctx, &typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")}, kube.DefaultEventCreatesInFlight))
+	b.StartRecordingToSink(kube.NewEventSink(ctx, client))
 	return b.NewRecorder(scheme.Scheme, v1.EventSource{Component: EventComponent}), b.Shutdown
 }
 
