@@ -132,6 +132,18 @@ func TestPodsEndToEndAttachRunAndDetachEveryVolumeOnce(t *testing.T) {
 	if got := d.Figures["drain_floor_s"]; got != want || got <= 0 {
 		t.Errorf("drain_floor_s = %v, want %v", got, want)
 	}
+	// The two stages split each Pod's wait, so neither stage's p99 can
+	// exceed the whole wait's, and each takes some time (a watch event at
+	// least).
+	for _, stage := range []string{"pod_to_va", "va_to_attached"} {
+		p50, p99 := d.Figures[stage+"_p50_ms"], d.Figures[stage+"_p99_ms"]
+		if p50 <= 0 || p99 < p50 || p99 > p.P99Ms {
+			t.Errorf("%s p50/p99 = %v/%v ms, want 0 < p50 ≤ p99 ≤ the attach p99 %v ms", stage, p50, p99, p.P99Ms)
+		}
+	}
+	if got, ok := d.Figures["pod_creates_s"]; !ok || got < 0 || got > p.WallSeconds {
+		t.Errorf("pod_creates_s = %v, want within the attach phase's %v s", got, p.WallSeconds)
+	}
 }
 
 func TestControllerIdleMakesNoWritesAtRestAndDetachesEverything(t *testing.T) {

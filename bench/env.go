@@ -153,13 +153,14 @@ type vaTracker struct {
 	driver   string
 	informer cache.SharedIndexInformer
 	mu       sync.Mutex
+	seen     map[string]time.Time // VA name → first seen at all
 	attached map[string]time.Time // VA name → first seen attached
 	gone     map[string]time.Time
 	current  map[string]bool // VA name → attached, for VAs that exist
 }
 
 func (e *env) trackVAs(ctx context.Context, driver string) (*vaTracker, error) {
-	t := &vaTracker{driver: driver, attached: map[string]time.Time{}, gone: map[string]time.Time{}, current: map[string]bool{}}
+	t := &vaTracker{driver: driver, seen: map[string]time.Time{}, attached: map[string]time.Time{}, gone: map[string]time.Time{}, current: map[string]bool{}}
 	lw := cache.NewListWatchFromClient(e.admin.StorageV1().RESTClient(), "volumeattachments", "", fields.Everything())
 	t.informer = cache.NewSharedIndexInformer(lw, &storagev1.VolumeAttachment{}, 0, cache.Indexers{})
 	_ = t.informer.SetTransform(kube.StripManagedFields)
@@ -172,6 +173,9 @@ func (e *env) trackVAs(ctx context.Context, driver string) (*vaTracker, error) {
 		t.mu.Lock()
 		defer t.mu.Unlock()
 		t.current[va.Name] = va.Status.Attached
+		if _, seen := t.seen[va.Name]; !seen {
+			t.seen[va.Name] = now
+		}
 		if _, seen := t.attached[va.Name]; va.Status.Attached && !seen {
 			t.attached[va.Name] = now
 		}
@@ -221,6 +225,14 @@ func (t *vaTracker) attachedAt(name string) (time.Time, bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	at, ok := t.attached[name]
+	return at, ok
+}
+
+// seenAt returns when the VA named name was first observed.
+func (t *vaTracker) seenAt(name string) (time.Time, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	at, ok := t.seen[name]
 	return at, ok
 }
 

@@ -37,6 +37,7 @@ type options struct {
 	driverLatency   time.Duration
 	workDir         string
 	verbosity       string
+	podCreators     int
 }
 
 func main() { os.Exit(run(os.Args[1:])) }
@@ -54,12 +55,16 @@ func parse(args []string) (*options, error) {
 	fs.BoolVar(&o.inProcess, "in-process", false, "Run csi-attacher and attachdetach-controller as goroutines of the benchmark (no CPU or memory figures).")
 	fs.DurationVar(&o.driverLatency, "driver-latency", 20*time.Millisecond, "Latency of the mock driver's ControllerPublish and ControllerUnpublish.")
 	fs.StringVar(&o.workDir, "work-dir", "", "Directory for binaries, kubeconfig and logs; default: a new temporary directory (kept, its path is printed).")
+	fs.IntVar(&o.podCreators, "pod-creators", 0, "Pod creates and deletes D's harness keeps in flight; 0 means the scale's own (24 full, 8 small).")
 	fs.StringVar(&o.verbosity, "v", "0", "Log verbosity of the API server and in-process components (their logs go to a file in the work directory).")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected arguments: %v", fs.Args())
+	}
+	if o.podCreators < 0 {
+		return nil, fmt.Errorf("--pod-creators must not be negative, got %d", o.podCreators)
 	}
 	if (o.profileDir != "" || o.inProcess) && (o.attacherBinary != "" || o.attacherFlags != "" || o.controllerFlags != "") {
 		return nil, errors.New("--profile and --in-process run latch's components in process: they cannot be combined with --attacher-binary, --attacher-flags or --controller-flags")
@@ -122,6 +127,14 @@ func benchmark(ctx context.Context, o *options) (*bench.Report, error) {
 	}
 	if o.scenarios != "" {
 		cfg.Scenarios = strings.Split(o.scenarios, ",")
+	}
+	if o.podCreators > 0 {
+		sz, err := bench.SizesFor(cfg.Scale)
+		if err != nil {
+			return nil, err
+		}
+		sz.DCreators = o.podCreators
+		cfg.Sizes = sz
 	}
 	switch {
 	case o.inProcess || o.profileDir != "":

@@ -23,3 +23,13 @@ func TestParseTakesComponentFlagsAndRefusesThemInProcess(t *testing.T) {
 		}
 	}
 }
+
+func TestParseTakesPodCreatorsAndRefusesANegativeCount(t *testing.T) {
+	o, err := parse([]string{"--pod-creators=16"})
+	if err != nil || o.podCreators != 16 {
+		t.Fatalf("parse(--pod-creators=16) = %+v, %v", o, err)
+	}
+	if _, err := parse([]string{"--pod-creators=-1"}); err == nil || !strings.Contains(err.Error(), "--pod-creators") {
+		t.Errorf("parse(--pod-creators=-1) = %v, want an error naming the flag", err)
+	}
+}
