@@ -7,6 +7,7 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/latchcsi/latch/internal/csimock"
 )
@@ -350,6 +351,13 @@ func runMemory(ctx context.Context, e *env, res *Result) error {
 	other := prefix + "-other.bench.latch.dev"
 	r := &attachRig{e: e, prefix: prefix, driver: driver, nodes: sz.CNodes}
 	defer r.close()
+	// C's figures are for the objects it creates, not for what the
+	// scenarios before it left in the cluster.
+	cleared, err := e.clearStorage(ctx)
+	if err != nil {
+		return fmt.Errorf("remove the earlier scenarios' objects: %w", err)
+	}
+	res.Figures["cleared_objects"] = float64(cleared)
 	setup := time.Now()
 	if err := e.createCSINodes(ctx, sz.CNodes, driver, r.node, true); err != nil {
 		return fmt.Errorf("create nodes: %w", err)
@@ -413,6 +421,85 @@ func runMemory(ctx context.Context, e *env, res *Result) error {
 		res.check("attacher peak RSS", "≤ 120 MB", fmt.Sprintf("%.0f MB", peak), peak <= 120, false)
 	}
 	return nil
+}
+
+// clearStorage deletes every VolumeAttachment, PersistentVolume, CSINode
+// and Node in the cluster, taking off the finalizers the (by now stopped)
+// attachers of earlier scenarios left on them, and returns how many objects
+// it deleted.
+func (e *env) clearStorage(ctx context.Context) (int, error) {
+	opts := metav1.ListOptions{ResourceVersion: "0"}
+	noFinalizers := []byte(`{"metadata":{"finalizers":null}}`)
+	type object struct {
+		name       string
+		unfinalize func(context.Context) error // nil: no finalizers
+		del        func(context.Context) error
+	}
+	var objs []object
+	vaClient, pvClient := e.client.StorageV1().VolumeAttachments(), e.client.CoreV1().PersistentVolumes()
+	vas, err := e.admin.StorageV1().VolumeAttachments().List(ctx, opts)
+	if err != nil {
+		return 0, err
+	}
+	for _, va := range vas.Items {
+		o := object{name: "VolumeAttachment " + va.Name, del: func(ctx context.Context) error {
+			return vaClient.Delete(ctx, va.Name, metav1.DeleteOptions{})
+		}}
+		if len(va.Finalizers) > 0 {
+			o.unfinalize = func(ctx context.Context) error {
+				_, err := vaClient.Patch(ctx, va.Name, types.MergePatchType, noFinalizers, metav1.PatchOptions{})
+				return err
+			}
+		}
+		objs = append(objs, o)
+	}
+	pvs, err := e.admin.CoreV1().PersistentVolumes().List(ctx, opts)
+	if err != nil {
+		return 0, err
+	}
+	for _, pv := range pvs.Items {
+		o := object{name: "PersistentVolume " + pv.Name, del: func(ctx context.Context) error {
+			return pvClient.Delete(ctx, pv.Name, metav1.DeleteOptions{})
+		}}
+		if len(pv.Finalizers) > 0 {
+			o.unfinalize = func(ctx context.Context) error {
+				_, err := pvClient.Patch(ctx, pv.Name, types.MergePatchType, noFinalizers, metav1.PatchOptions{})
+				return err
+			}
+		}
+		objs = append(objs, o)
+	}
+	csiNodes, err := e.admin.StorageV1().CSINodes().List(ctx, opts)
+	if err != nil {
+		return 0, err
+	}
+	for _, n := range csiNodes.Items {
+		objs = append(objs, object{name: "CSINode " + n.Name, del: func(ctx context.Context) error {
+			return e.client.StorageV1().CSINodes().Delete(ctx, n.Name, metav1.DeleteOptions{})
+		}})
+	}
+	nodes, err := e.admin.CoreV1().Nodes().List(ctx, opts)
+	if err != nil {
+		return 0, err
+	}
+	for _, n := range nodes.Items {
+		objs = append(objs, object{name: "Node " + n.Name, del: func(ctx context.Context) error {
+			return e.client.CoreV1().Nodes().Delete(ctx, n.Name, metav1.DeleteOptions{})
+		}})
+	}
+	err = parallel(ctx, len(objs), createConcurrency, func(ctx context.Context, i int) error {
+		o := objs[i]
+		if o.unfinalize != nil {
+			if err := ignoreNotFound(o.unfinalize(ctx)); err != nil {
+				return fmt.Errorf("remove the finalizers of %s: %w", o.name, err)
+			}
+		}
+		if err := ignoreNotFound(o.del(ctx)); err != nil {
+			return fmt.Errorf("delete %s: %w", o.name, err)
+		}
+		return nil
+	})
+	return len(objs), err
 }
 
 // countCached counts the objects a csi-attacher caches: every
