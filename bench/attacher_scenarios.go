@@ -8,6 +8,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
 
 	"github.com/latchcsi/latch/internal/csimock"
 )
@@ -428,74 +429,53 @@ func runMemory(ctx context.Context, e *env, res *Result) error {
 // attachers of earlier scenarios left on them, and returns how many objects
 // it deleted.
 func (e *env) clearStorage(ctx context.Context) (int, error) {
-	opts := metav1.ListOptions{ResourceVersion: "0"}
-	noFinalizers := []byte(`{"metadata":{"finalizers":null}}`)
 	type object struct {
-		name       string
-		unfinalize func(context.Context) error // nil: no finalizers
-		del        func(context.Context) error
+		rc       rest.Interface
+		resource string
+		meta     metav1.ObjectMeta
 	}
 	var objs []object
-	vaClient, pvClient := e.client.StorageV1().VolumeAttachments(), e.client.CoreV1().PersistentVolumes()
+	opts := metav1.ListOptions{ResourceVersion: "0"}
+	storage, core := e.client.StorageV1().RESTClient(), e.client.CoreV1().RESTClient()
 	vas, err := e.admin.StorageV1().VolumeAttachments().List(ctx, opts)
 	if err != nil {
 		return 0, err
 	}
-	for _, va := range vas.Items {
-		o := object{name: "VolumeAttachment " + va.Name, del: func(ctx context.Context) error {
-			return vaClient.Delete(ctx, va.Name, metav1.DeleteOptions{})
-		}}
-		if len(va.Finalizers) > 0 {
-			o.unfinalize = func(ctx context.Context) error {
-				_, err := vaClient.Patch(ctx, va.Name, types.MergePatchType, noFinalizers, metav1.PatchOptions{})
-				return err
-			}
-		}
-		objs = append(objs, o)
+	for _, o := range vas.Items {
+		objs = append(objs, object{storage, "volumeattachments", o.ObjectMeta})
 	}
 	pvs, err := e.admin.CoreV1().PersistentVolumes().List(ctx, opts)
 	if err != nil {
 		return 0, err
 	}
-	for _, pv := range pvs.Items {
-		o := object{name: "PersistentVolume " + pv.Name, del: func(ctx context.Context) error {
-			return pvClient.Delete(ctx, pv.Name, metav1.DeleteOptions{})
-		}}
-		if len(pv.Finalizers) > 0 {
-			o.unfinalize = func(ctx context.Context) error {
-				_, err := pvClient.Patch(ctx, pv.Name, types.MergePatchType, noFinalizers, metav1.PatchOptions{})
-				return err
-			}
-		}
-		objs = append(objs, o)
+	for _, o := range pvs.Items {
+		objs = append(objs, object{core, "persistentvolumes", o.ObjectMeta})
 	}
 	csiNodes, err := e.admin.StorageV1().CSINodes().List(ctx, opts)
 	if err != nil {
 		return 0, err
 	}
-	for _, n := range csiNodes.Items {
-		objs = append(objs, object{name: "CSINode " + n.Name, del: func(ctx context.Context) error {
-			return e.client.StorageV1().CSINodes().Delete(ctx, n.Name, metav1.DeleteOptions{})
-		}})
+	for _, o := range csiNodes.Items {
+		objs = append(objs, object{storage, "csinodes", o.ObjectMeta})
 	}
 	nodes, err := e.admin.CoreV1().Nodes().List(ctx, opts)
 	if err != nil {
 		return 0, err
 	}
-	for _, n := range nodes.Items {
-		objs = append(objs, object{name: "Node " + n.Name, del: func(ctx context.Context) error {
-			return e.client.CoreV1().Nodes().Delete(ctx, n.Name, metav1.DeleteOptions{})
-		}})
+	for _, o := range nodes.Items {
+		objs = append(objs, object{core, "nodes", o.ObjectMeta})
 	}
+	noFinalizers := []byte(`{"metadata":{"finalizers":null}}`)
 	err = parallel(ctx, len(objs), createConcurrency, func(ctx context.Context, i int) error {
 		o := objs[i]
-		if o.unfinalize != nil {
-			if err := ignoreNotFound(o.unfinalize(ctx)); err != nil {
-				return fmt.Errorf("remove the finalizers of %s: %w", o.name, err)
+		if len(o.meta.Finalizers) > 0 {
+			err := o.rc.Patch(types.MergePatchType).Resource(o.resource).Name(o.meta.Name).Body(noFinalizers).Do(ctx).Error()
+			if err := ignoreNotFound(err); err != nil {
+				return fmt.Errorf("remove the finalizers of %s %s: %w", o.resource, o.meta.Name, err)
 			}
 		}
-		if err := ignoreNotFound(o.del(ctx)); err != nil {
-			return fmt.Errorf("delete %s: %w", o.name, err)
+		if err := ignoreNotFound(o.rc.Delete().Resource(o.resource).Name(o.meta.Name).Do(ctx).Error()); err != nil {
+			return fmt.Errorf("delete %s %s: %w", o.resource, o.meta.Name, err)
 		}
 		return nil
 	})
