@@ -6,7 +6,9 @@ import (
 	"strings"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 
@@ -424,58 +426,85 @@ func runMemory(ctx context.Context, e *env, res *Result) error {
 	return nil
 }
 
+// clusterKind is a cluster-scoped kind the scenarios create: how to list
+// it (uncounted) and where to send writes to it (counted as the harness's).
+type clusterKind struct {
+	resource string
+	writes   rest.Interface
+	list     func(context.Context, metav1.ListOptions) (runtime.Object, error)
+}
+
+// cachedKinds are what a csi-attacher caches; clusterKinds adds Nodes.
+func (e *env) cachedKinds() []clusterKind {
+	storage, core := e.client.StorageV1().RESTClient(), e.client.CoreV1().RESTClient()
+	return []clusterKind{
+		{"volumeattachments", storage, func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			return e.admin.StorageV1().VolumeAttachments().List(ctx, o)
+		}},
+		{"persistentvolumes", core, func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			return e.admin.CoreV1().PersistentVolumes().List(ctx, o)
+		}},
+		{"csinodes", storage, func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			return e.admin.StorageV1().CSINodes().List(ctx, o)
+		}},
+	}
+}
+
+func (e *env) clusterKinds() []clusterKind {
+	return append(e.cachedKinds(), clusterKind{"nodes", e.client.CoreV1().RESTClient(), func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+		return e.admin.CoreV1().Nodes().List(ctx, o)
+	}})
+}
+
+// clusterObject is one listed object of a clusterKind.
+type clusterObject struct {
+	kind clusterKind
+	meta metav1.Object
+}
+
+// listAll lists every object of kinds from the API server's cache.
+func listAll(ctx context.Context, kinds []clusterKind) ([]clusterObject, error) {
+	var objs []clusterObject
+	for _, k := range kinds {
+		list, err := k.list(ctx, metav1.ListOptions{ResourceVersion: "0"})
+		if err != nil {
+			return nil, fmt.Errorf("list %s: %w", k.resource, err)
+		}
+		items, err := meta.ExtractList(list)
+		if err != nil {
+			return nil, err
+		}
+		for _, item := range items {
+			m, err := meta.Accessor(item)
+			if err != nil {
+				return nil, err
+			}
+			objs = append(objs, clusterObject{k, m})
+		}
+	}
+	return objs, nil
+}
+
 // clearStorage deletes every VolumeAttachment, PersistentVolume, CSINode
 // and Node in the cluster, taking off the finalizers the (by now stopped)
 // attachers of earlier scenarios left on them, and returns how many objects
 // it deleted.
 func (e *env) clearStorage(ctx context.Context) (int, error) {
-	type object struct {
-		rc       rest.Interface
-		resource string
-		meta     metav1.ObjectMeta
-	}
-	var objs []object
-	opts := metav1.ListOptions{ResourceVersion: "0"}
-	storage, core := e.client.StorageV1().RESTClient(), e.client.CoreV1().RESTClient()
-	vas, err := e.admin.StorageV1().VolumeAttachments().List(ctx, opts)
+	objs, err := listAll(ctx, e.clusterKinds())
 	if err != nil {
 		return 0, err
-	}
-	for _, o := range vas.Items {
-		objs = append(objs, object{storage, "volumeattachments", o.ObjectMeta})
-	}
-	pvs, err := e.admin.CoreV1().PersistentVolumes().List(ctx, opts)
-	if err != nil {
-		return 0, err
-	}
-	for _, o := range pvs.Items {
-		objs = append(objs, object{core, "persistentvolumes", o.ObjectMeta})
-	}
-	csiNodes, err := e.admin.StorageV1().CSINodes().List(ctx, opts)
-	if err != nil {
-		return 0, err
-	}
-	for _, o := range csiNodes.Items {
-		objs = append(objs, object{storage, "csinodes", o.ObjectMeta})
-	}
-	nodes, err := e.admin.CoreV1().Nodes().List(ctx, opts)
-	if err != nil {
-		return 0, err
-	}
-	for _, o := range nodes.Items {
-		objs = append(objs, object{core, "nodes", o.ObjectMeta})
 	}
 	noFinalizers := []byte(`{"metadata":{"finalizers":null}}`)
 	err = parallel(ctx, len(objs), createConcurrency, func(ctx context.Context, i int) error {
-		o := objs[i]
-		if len(o.meta.Finalizers) > 0 {
-			err := o.rc.Patch(types.MergePatchType).Resource(o.resource).Name(o.meta.Name).Body(noFinalizers).Do(ctx).Error()
+		k, name := objs[i].kind, objs[i].meta.GetName()
+		if len(objs[i].meta.GetFinalizers()) > 0 {
+			err := k.writes.Patch(types.MergePatchType).Resource(k.resource).Name(name).Body(noFinalizers).Do(ctx).Error()
 			if err := ignoreNotFound(err); err != nil {
-				return fmt.Errorf("remove the finalizers of %s %s: %w", o.resource, o.meta.Name, err)
+				return fmt.Errorf("remove the finalizers of %s %s: %w", k.resource, name, err)
 			}
 		}
-		if err := ignoreNotFound(o.rc.Delete().Resource(o.resource).Name(o.meta.Name).Do(ctx).Error()); err != nil {
-			return fmt.Errorf("delete %s %s: %w", o.resource, o.meta.Name, err)
+		if err := ignoreNotFound(k.writes.Delete().Resource(k.resource).Name(name).Do(ctx).Error()); err != nil {
+			return fmt.Errorf("delete %s %s: %w", k.resource, name, err)
 		}
 		return nil
 	})
@@ -485,20 +514,8 @@ func (e *env) clearStorage(ctx context.Context) (int, error) {
 // countCached counts the objects a csi-attacher caches: every
 // VolumeAttachment, PersistentVolume and CSINode.
 func (e *env) countCached(ctx context.Context) (int, error) {
-	opts := metav1.ListOptions{ResourceVersion: "0"}
-	vas, err := e.admin.StorageV1().VolumeAttachments().List(ctx, opts)
-	if err != nil {
-		return 0, err
-	}
-	pvs, err := e.admin.CoreV1().PersistentVolumes().List(ctx, opts)
-	if err != nil {
-		return 0, err
-	}
-	nodes, err := e.admin.StorageV1().CSINodes().List(ctx, opts)
-	if err != nil {
-		return 0, err
-	}
-	return len(vas.Items) + len(pvs.Items) + len(nodes.Items), nil
+	objs, err := listAll(ctx, e.cachedKinds())
+	return len(objs), err
 }
 
 // latencyPhase records a burst phase of n operations between the
