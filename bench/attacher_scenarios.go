@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -169,6 +170,14 @@ func (r *attachRig) allGone(idx []int) func() bool {
 	}
 }
 
+// spanOf is the time from the earliest to the latest of ts.
+func spanOf(ts []time.Time) time.Duration {
+	if len(ts) == 0 {
+		return 0
+	}
+	return slices.MaxFunc(ts, time.Time.Compare).Sub(slices.MinFunc(ts, time.Time.Compare))
+}
+
 func span(n int, from int) []int {
 	out := make([]int, n)
 	for i := range out {
@@ -192,15 +201,21 @@ func runAttachBurst(ctx context.Context, e *env, res *Result) error {
 	}
 	comps := map[string]Component{"csi-attacher": r.att}
 	idx := span(n, 0)
+	creators := createConcurrency
+	if sz.ACreators > 0 {
+		creators = sz.ACreators
+	}
+	res.Figures["va_creators"] = float64(creators)
 
 	s0, err := e.snap(ctx, comps, r.d)
 	if err != nil {
 		return err
 	}
-	created, err := r.createVAs(ctx, idx, createConcurrency)
+	created, err := r.createVAs(ctx, idx, creators)
 	if err != nil {
 		return fmt.Errorf("create VolumeAttachments: %w", err)
 	}
+	res.Figures["va_creates_s"] = round2(spanOf(created).Seconds())
 	waitErr := waitFor(ctx, sz.AttachTimeout, "every VolumeAttachment attached", r.allAttached(idx))
 	s1, err := e.snap(ctx, comps, r.d)
 	if err != nil {
@@ -238,7 +253,7 @@ func runAttachBurst(ctx context.Context, e *env, res *Result) error {
 		return waitErr
 	}
 
-	deleted, err := r.deleteVAs(ctx, idx, createConcurrency)
+	deleted, err := r.deleteVAs(ctx, idx, creators)
 	if err != nil {
 		return fmt.Errorf("delete VolumeAttachments: %w", err)
 	}

@@ -90,6 +90,13 @@ func TestLimitThenAttachBurstPublishesEachVolumeOnceWithAtMostThreeWritesAndDeta
 	if attach == nil || detach == nil {
 		t.Fatalf("phases = %+v", a.Phases)
 	}
+	// The burst's pressure on the API server is printed with it.
+	if got, want := a.Figures["va_creators"], float64(rep.Sizes.ACreators); got != want || got <= 0 {
+		t.Errorf("va_creators = %v, want the scale's %v", got, want)
+	}
+	if got, ok := a.Figures["va_creates_s"]; !ok || got < 0 || got > attach.WallSeconds {
+		t.Errorf("va_creates_s = %v, want within the attach phase's %v s", got, attach.WallSeconds)
+	}
 	n := rep.Sizes.ABurst
 	if attach.CSICalls != n || detach.CSICalls != n {
 		t.Errorf("publishes/unpublishes = %d/%d, want %d each", attach.CSICalls, detach.CSICalls, n)

@@ -3,7 +3,6 @@ package bench
 import (
 	"context"
 	"fmt"
-	"slices"
 	"sync"
 	"time"
 
@@ -250,8 +249,7 @@ func (r *podRig) stageFigures(res *Result, n int, created []time.Time) {
 	if len(toVA) == 0 {
 		return
 	}
-	first, last := slices.MinFunc(created, time.Time.Compare), slices.MaxFunc(created, time.Time.Compare)
-	res.Figures["pod_creates_s"] = round2(last.Sub(first).Seconds())
+	res.Figures["pod_creates_s"] = round2(spanOf(created).Seconds())
 	res.Figures["pod_to_va_p50_ms"], res.Figures["pod_to_va_p99_ms"] = percentiles(toVA)
 	res.Figures["va_to_attached_p50_ms"], res.Figures["va_to_attached_p99_ms"] = percentiles(toAttached)
 }

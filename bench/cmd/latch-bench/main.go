@@ -38,6 +38,7 @@ type options struct {
 	workDir         string
 	verbosity       string
 	podCreators     int
+	vaCreators      int
 }
 
 func main() { os.Exit(run(os.Args[1:])) }
@@ -56,6 +57,7 @@ func parse(args []string) (*options, error) {
 	fs.DurationVar(&o.driverLatency, "driver-latency", 20*time.Millisecond, "Latency of the mock driver's ControllerPublish and ControllerUnpublish.")
 	fs.StringVar(&o.workDir, "work-dir", "", "Directory for binaries, kubeconfig and logs; default: a new temporary directory (kept, its path is printed).")
 	fs.IntVar(&o.podCreators, "pod-creators", 0, "Pod creates and deletes D's harness keeps in flight; 0 means the scale's own (24 full, 8 small).")
+	fs.IntVar(&o.vaCreators, "va-creators", 0, "VolumeAttachment creates and deletes A's harness keeps in flight; 0 means the scale's own (24 full, 8 small).")
 	fs.StringVar(&o.verbosity, "v", "0", "Log verbosity of the API server and in-process components (their logs go to a file in the work directory).")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -63,8 +65,13 @@ func parse(args []string) (*options, error) {
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected arguments: %v", fs.Args())
 	}
-	if o.podCreators < 0 {
-		return nil, fmt.Errorf("--pod-creators must not be negative, got %d", o.podCreators)
+	for _, c := range []struct {
+		flag string
+		n    int
+	}{{"--pod-creators", o.podCreators}, {"--va-creators", o.vaCreators}} {
+		if c.n < 0 {
+			return nil, fmt.Errorf("%s must not be negative, got %d", c.flag, c.n)
+		}
 	}
 	if (o.profileDir != "" || o.inProcess) && (o.attacherBinary != "" || o.attacherFlags != "" || o.controllerFlags != "") {
 		return nil, errors.New("--profile and --in-process run latch's components in process: they cannot be combined with --attacher-binary, --attacher-flags or --controller-flags")
@@ -128,12 +135,17 @@ func benchmark(ctx context.Context, o *options) (*bench.Report, error) {
 	if o.scenarios != "" {
 		cfg.Scenarios = strings.Split(o.scenarios, ",")
 	}
-	if o.podCreators > 0 {
+	if o.podCreators > 0 || o.vaCreators > 0 {
 		sz, err := bench.SizesFor(cfg.Scale)
 		if err != nil {
 			return nil, err
 		}
-		sz.DCreators = o.podCreators
+		if o.podCreators > 0 {
+			sz.DCreators = o.podCreators
+		}
+		if o.vaCreators > 0 {
+			sz.ACreators = o.vaCreators
+		}
 		cfg.Sizes = sz
 	}
 	switch {

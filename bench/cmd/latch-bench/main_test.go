@@ -24,12 +24,14 @@ func TestParseTakesComponentFlagsAndRefusesThemInProcess(t *testing.T) {
 	}
 }
 
-func TestParseTakesPodCreatorsAndRefusesANegativeCount(t *testing.T) {
-	o, err := parse([]string{"--pod-creators=16"})
-	if err != nil || o.podCreators != 16 {
-		t.Fatalf("parse(--pod-creators=16) = %+v, %v", o, err)
+func TestParseTakesCreatorCountsAndRefusesANegativeOne(t *testing.T) {
+	o, err := parse([]string{"--pod-creators=16", "--va-creators=32"})
+	if err != nil || o.podCreators != 16 || o.vaCreators != 32 {
+		t.Fatalf("parse(--pod-creators=16 --va-creators=32) = %+v, %v", o, err)
 	}
-	if _, err := parse([]string{"--pod-creators=-1"}); err == nil || !strings.Contains(err.Error(), "--pod-creators") {
-		t.Errorf("parse(--pod-creators=-1) = %v, want an error naming the flag", err)
+	for _, flag := range []string{"--pod-creators", "--va-creators"} {
+		if _, err := parse([]string{flag + "=-1"}); err == nil || !strings.Contains(err.Error(), flag) {
+			t.Errorf("parse(%s=-1) = %v, want an error naming the flag", flag, err)
+		}
 	}
 }
