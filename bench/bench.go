@@ -35,7 +35,7 @@ type Sizes struct {
 	BAttach, BDetach            int // B: attaches and detaches at the same time
 	COurs, CForeignPVs, CNodes  int // C: our VAs+PVs, PVs of another driver, Nodes+CSINodes
 	DPods, DNodes               int // D: Pods with one volume each
-	DCreators                   int // D: Pod creates (and deletes) in flight; docs/performance.md, "How hard D's burst pushes"
+	DCreators                   int // D: Pod creates (and deletes) in flight; docs/performance.md, "How hard the harness pushes"
 	EVolumes, EPerPod, ENodes   int // E: attached volumes, volumes per Pod
 	ERest                       time.Duration
 	FItems, FConcurrency        int // F: objects patched (3 writes each), writers in flight
