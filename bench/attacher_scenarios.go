@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -34,6 +35,9 @@ func (e *env) names(scenario string) (prefix, driver string) {
 	prefix = strings.ToLower(scenario) + "-" + e.cfg.RunID
 	return prefix, prefix + ".bench.latch.dev"
 }
+
+// comps is the rig's component, by the name its figures carry.
+func (r *attachRig) comps() map[string]Component { return map[string]Component{"csi-attacher": r.att} }
 
 func (r *attachRig) pv(i int) string   { return fmt.Sprintf("%s-pv-%05d", r.prefix, i) }
 func (r *attachRig) node(i int) string { return fmt.Sprintf("%s-node-%04d", r.prefix, i%r.nodes) }
@@ -186,12 +190,16 @@ func span(n int, from int) []int {
 	return out
 }
 
-// runAttachBurst is scenario A: a burst of VolumeAttachments created at
-// once, then all deleted at once.
+// runAttachBurst is scenario A: ABursts bursts, one after another, each
+// of ABurst VolumeAttachments created at once and then all deleted at
+// once, each on PVs of its own (a PV that already carries the finalizer
+// would make a cheaper attach). Correctness is checked on every burst;
+// the rate and p99 targets are judged on the median burst, since one
+// burst on a machine whose speed drifts can land far from the others.
 func runAttachBurst(ctx context.Context, e *env, res *Result) error {
 	sz := e.cfg.Sizes
-	n := sz.ABurst
-	r, err := e.newAttachRig(ctx, "A", sz.ANodes, n, false)
+	n, bursts := sz.ABurst, max(1, sz.ABursts)
+	r, err := e.newAttachRig(ctx, "A", sz.ANodes, n*bursts, false)
 	if err != nil {
 		return err
 	}
@@ -199,77 +207,181 @@ func runAttachBurst(ctx context.Context, e *env, res *Result) error {
 	if err := r.canary(ctx); err != nil {
 		return err
 	}
-	comps := map[string]Component{"csi-attacher": r.att}
-	idx := span(n, 0)
+	comps := r.comps()
 	creators := createConcurrency
 	if sz.ACreators > 0 {
 		creators = sz.ACreators
 	}
 	res.Figures["va_creators"] = float64(creators)
+	res.Figures["bursts"] = float64(bursts)
 
-	s0, err := e.snap(ctx, comps, r.d)
+	var runs []*burstRun
+	var runErr error
+	for b := range bursts {
+		name := func(phase string) string { return phase }
+		if bursts > 1 {
+			name = func(phase string) string { return fmt.Sprintf("%s %d", phase, b+1) }
+		}
+		run, err := r.burst(ctx, e, res, span(n, b*n), creators, name)
+		if run != nil {
+			runs = append(runs, run)
+		}
+		if err != nil {
+			runErr = err
+			break
+		}
+	}
+	judgeBursts(e, res, n, runs)
+	if runErr != nil {
+		return runErr
+	}
+	return finalUsage(e, res, comps)
+}
+
+// burstRun is what one of A's bursts measured.
+type burstRun struct {
+	attach, detach         *Phase
+	attached, gone         int
+	duplicates             int64
+	createsSeconds         float64
+	percentOfPatchOnly     float64
+	percentOfCeiling       float64
+	ceiling, patchOnlyRate float64
+}
+
+// burst creates the VolumeAttachments of PVs idx with creators calls in
+// flight, waits for all to be attached, deletes them the same way and
+// waits for all to be gone, adding an attach and a detach phase to res.
+// It returns what it measured so far also when it fails.
+func (r *attachRig) burst(ctx context.Context, e *env, res *Result, idx []int, creators int, name func(string) string) (*burstRun, error) {
+	sz := e.cfg.Sizes
+	n := len(idx)
+	s0, err := e.snap(ctx, r.comps(), r.d)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	created, err := r.createVAs(ctx, idx, creators)
 	if err != nil {
-		return fmt.Errorf("create VolumeAttachments: %w", err)
+		return nil, fmt.Errorf("create VolumeAttachments: %w", err)
 	}
-	res.Figures["va_creates_s"] = round2(spanOf(created).Seconds())
 	waitErr := waitFor(ctx, sz.AttachTimeout, "every VolumeAttachment attached", r.allAttached(idx))
-	s1, err := e.snap(ctx, comps, r.d)
+	s1, err := e.snap(ctx, r.comps(), r.d)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	lat, last := r.attachedLatencies(idx, created)
-	attach := e.latencyPhase(res, "attach", n, int(s1.publishes-s0.publishes), lat, last, s0, s1)
-	res.check("VolumeAttachments attached", fmt.Sprint(n), fmt.Sprint(len(lat)), len(lat) == n, true)
-	res.check("ControllerPublish calls", fmt.Sprintf("= %d", n), fmt.Sprintf("%d (duplicates %d)", attach.CSICalls, s1.duplicates-s0.duplicates), attach.CSICalls == n && s1.duplicates == s0.duplicates, true)
-	vaWrites := attach.VAWritesPerOp + attach.VAStatusPerOp
-	res.check("VA writes per attach", "≤ 2", fmt.Sprintf("%.2f", vaWrites), vaWrites <= 2, true)
-	res.check("PV writes per PV", "≤ 1", fmt.Sprintf("%.2f", attach.PVWritesPerOp), attach.PVWritesPerOp <= 1, true)
+	run := &burstRun{createsSeconds: spanOf(created).Seconds(), attached: len(lat), duplicates: s1.duplicates - s0.duplicates}
+	run.attach = e.latencyPhase(res, name("attach"), n, int(s1.publishes-s0.publishes), lat, last, s0, s1)
 	// A's creates stand in for the attachdetach-controller's, and D counts
 	// the controller's creates among an attach's writes; so A's rate is
 	// judged against what the API server can serve of A's whole mix: one
 	// create at F's create rate plus the attacher's writes at F's write
 	// rate. The share of the three-patch limit alone is reported beside it.
-	patchOnly := attach.PercentOfLimit
-	if c := attachCeiling(e.report, attach.WritesPerOp); c > 0 {
-		attach.PercentOfLimit = 100 * attach.PerSecond / c
-		res.Figures["ceiling_with_creates_per_s"] = round2(c)
-		res.Figures["ceiling_with_creates_percent_of_limit"] = round2(100 * c / (e.report.LimitWritesPerSecond / attach.WritesPerOp))
-		res.Figures["attach_rate_percent_of_ceiling"] = round2(attach.PercentOfLimit)
-		res.Figures["attach_rate_percent_of_patch_only_limit"] = round2(patchOnly)
-		// Even at the limit, the last of n volumes cannot attach sooner
-		// than n ÷ limit after the burst starts.
-		res.Figures["drain_floor_s"] = round2(float64(n) / c)
-		res.check("attach rate", "≥ 80% of F's limit for an attach's writes, its create included",
-			fmt.Sprintf("%.0f%% (%.0f/s of %.0f/s; %.0f%% of the %.0f/s limit of the three patches alone)",
-				attach.PercentOfLimit, attach.PerSecond, c, patchOnly, e.report.LimitWritesPerSecond/attach.WritesPerOp),
-			attach.PercentOfLimit >= 80, false)
+	run.percentOfPatchOnly = run.attach.PercentOfLimit
+	if c := attachCeiling(e.report, run.attach.WritesPerOp); c > 0 {
+		run.ceiling, run.patchOnlyRate = c, e.report.LimitWritesPerSecond/run.attach.WritesPerOp
+		run.attach.PercentOfLimit = 100 * run.attach.PerSecond / c
+		run.percentOfCeiling = run.attach.PercentOfLimit
 	}
-	res.check("p99 created→attached", "≤ 2000 ms", fmt.Sprintf("%.0f ms", attach.P99Ms), attach.P99Ms <= 2000, false)
 	if waitErr != nil {
-		return waitErr
+		return run, waitErr
 	}
 
 	deleted, err := r.deleteVAs(ctx, idx, creators)
 	if err != nil {
-		return fmt.Errorf("delete VolumeAttachments: %w", err)
+		return run, fmt.Errorf("delete VolumeAttachments: %w", err)
 	}
 	waitErr = waitFor(ctx, sz.AttachTimeout, "every VolumeAttachment gone", r.allGone(idx))
-	s2, err := e.snap(ctx, comps, r.d)
+	s2, err := e.snap(ctx, r.comps(), r.d)
 	if err != nil {
-		return err
+		return run, err
 	}
 	lat, last = r.goneLatencies(idx, deleted)
-	detach := e.latencyPhase(res, "detach", n, int(s2.unpublishes-s1.unpublishes), lat, last, s1, s2)
-	res.check("VolumeAttachments detached and gone", fmt.Sprint(n), fmt.Sprint(len(lat)), len(lat) == n, true)
-	res.check("ControllerUnpublish calls", fmt.Sprintf("= %d", n), fmt.Sprint(detach.CSICalls), detach.CSICalls == n, true)
-	if waitErr != nil {
-		return waitErr
+	run.gone = len(lat)
+	run.detach = e.latencyPhase(res, name("detach"), n, int(s2.unpublishes-s1.unpublishes), lat, last, s1, s2)
+	return run, waitErr
+}
+
+// judgeBursts adds A's checks and figures: correctness on every burst,
+// the rate and p99 targets on the median burst.
+func judgeBursts(e *env, res *Result, n int, runs []*burstRun) {
+	if len(runs) == 0 {
+		return
 	}
-	return finalUsage(e, res, comps)
+	each := func(f func(*burstRun) string) string {
+		vs := make([]string, len(runs))
+		for i, run := range runs {
+			vs[i] = f(run)
+		}
+		if len(vs) == 1 {
+			return vs[0]
+		}
+		return strings.Join(vs, ", ") + " in the " + fmt.Sprint(len(vs)) + " bursts"
+	}
+	all := func(ok func(*burstRun) bool) bool {
+		return !slices.ContainsFunc(runs, func(run *burstRun) bool { return !ok(run) })
+	}
+	res.check("VolumeAttachments attached", fmt.Sprint(n), each(func(run *burstRun) string { return fmt.Sprint(run.attached) }),
+		all(func(run *burstRun) bool { return run.attached == n }), true)
+	res.check("ControllerPublish calls", fmt.Sprintf("= %d", n),
+		each(func(run *burstRun) string {
+			return fmt.Sprintf("%d (duplicates %d)", run.attach.CSICalls, run.duplicates)
+		}),
+		all(func(run *burstRun) bool { return run.attach.CSICalls == n && run.duplicates == 0 }), true)
+	vaWrites := func(run *burstRun) float64 { return run.attach.VAWritesPerOp + run.attach.VAStatusPerOp }
+	res.check("VA writes per attach", "≤ 2", each(func(run *burstRun) string { return fmt.Sprintf("%.2f", vaWrites(run)) }),
+		all(func(run *burstRun) bool { return vaWrites(run) <= 2 }), true)
+	res.check("PV writes per PV", "≤ 1", each(func(run *burstRun) string { return fmt.Sprintf("%.2f", run.attach.PVWritesPerOp) }),
+		all(func(run *burstRun) bool { return run.attach.PVWritesPerOp <= 1 }), true)
+
+	mid := medianRun(runs, func(run *burstRun) float64 { return run.percentOfCeiling })
+	if mid.ceiling > 0 {
+		res.Figures["ceiling_with_creates_per_s"] = round2(mid.ceiling)
+		res.Figures["ceiling_with_creates_percent_of_limit"] = round2(100 * mid.ceiling / mid.patchOnlyRate)
+		res.Figures["attach_rate_percent_of_ceiling"] = round2(mid.percentOfCeiling)
+		res.Figures["attach_rate_percent_of_patch_only_limit"] = round2(mid.percentOfPatchOnly)
+		// Even at the limit, the last of n volumes cannot attach sooner
+		// than n ÷ limit after the burst starts.
+		res.Figures["drain_floor_s"] = round2(float64(n) / mid.ceiling)
+		value := fmt.Sprintf("%.0f%% (%.0f/s of %.0f/s; %.0f%% of the %.0f/s limit of the three patches alone)",
+			mid.percentOfCeiling, mid.attach.PerSecond, mid.ceiling, mid.percentOfPatchOnly, mid.patchOnlyRate)
+		if len(runs) > 1 {
+			value = fmt.Sprintf("%.0f%%, the median of %s (%.0f%% of the three-patch limit alone)",
+				mid.percentOfCeiling, each(func(run *burstRun) string { return fmt.Sprintf("%.0f%%", run.percentOfCeiling) }), mid.percentOfPatchOnly)
+		}
+		res.check("attach rate", "≥ 80% of F's limit for an attach's writes, its create included", value, mid.percentOfCeiling >= 80, false)
+	}
+	p99 := medianRun(runs, func(run *burstRun) float64 { return run.attach.P99Ms }).attach.P99Ms
+	res.Figures["attach_p99_ms"] = round2(p99)
+	res.Figures["va_creates_s"] = round2(medianRun(runs, func(run *burstRun) float64 { return run.createsSeconds }).createsSeconds)
+	value := fmt.Sprintf("%.0f ms", p99)
+	if len(runs) > 1 {
+		value = fmt.Sprintf("%.0f ms, the median of %s", p99, each(func(run *burstRun) string { return fmt.Sprintf("%.0f ms", run.attach.P99Ms) }))
+	}
+	res.check("p99 created→attached", "≤ 2000 ms", value, p99 <= 2000, false)
+
+	var detached []*burstRun
+	for _, run := range runs {
+		if run.detach != nil {
+			detached = append(detached, run)
+		}
+	}
+	if len(detached) < len(runs) {
+		res.check("VolumeAttachments detached and gone", fmt.Sprint(n), "not all bursts got to their detach", false, true)
+		return
+	}
+	res.check("VolumeAttachments detached and gone", fmt.Sprint(n), each(func(run *burstRun) string { return fmt.Sprint(run.gone) }),
+		all(func(run *burstRun) bool { return run.gone == n }), true)
+	res.check("ControllerUnpublish calls", fmt.Sprintf("= %d", n), each(func(run *burstRun) string { return fmt.Sprint(run.detach.CSICalls) }),
+		all(func(run *burstRun) bool { return run.detach.CSICalls == n }), true)
+}
+
+// medianRun is the run whose key is the median (the lower middle one of an
+// even count).
+func medianRun(runs []*burstRun, key func(*burstRun) float64) *burstRun {
+	s := slices.Clone(runs)
+	slices.SortStableFunc(s, func(a, b *burstRun) int { return cmp.Compare(key(a), key(b)) })
+	return s[(len(s)-1)/2]
 }
 
 // finalUsage stops the components and records their totals.
@@ -298,7 +410,7 @@ func runMixed(ctx context.Context, e *env, res *Result) error {
 	if err := r.canary(ctx); err != nil {
 		return err
 	}
-	comps := map[string]Component{"csi-attacher": r.att}
+	comps := r.comps()
 	attachIdx, detachIdx := span(sz.BAttach, 0), span(sz.BDetach, sz.BAttach)
 	// Setup (not timed): the volumes to detach are attached.
 	if _, err := r.createVAs(ctx, detachIdx, createConcurrency); err != nil {
@@ -351,8 +463,9 @@ func runMixed(ctx context.Context, e *env, res *Result) error {
 	res.check("attached and detached", fmt.Sprintf("%d + %d", sz.BAttach, sz.BDetach), fmt.Sprintf("%d + %d", len(alat), len(dlat)), len(alat) == sz.BAttach && len(dlat) == sz.BDetach, true)
 	res.check("ControllerPublish / Unpublish calls", fmt.Sprintf("= %d / %d", sz.BAttach, sz.BDetach), fmt.Sprintf("%d / %d (duplicates %d)", pubs, unpubs, s1.duplicates-s0.duplicates), pubs == sz.BAttach && unpubs == sz.BDetach && s1.duplicates == s0.duplicates, true)
 	if a := e.report.Result("A"); a != nil {
-		if ap := a.Phase("attach"); ap != nil && ap.P99Ms > 0 {
-			res.check("p99 attach latency", fmt.Sprintf("≤ 2 × A's (%.0f ms)", 2*ap.P99Ms), fmt.Sprintf("%.0f ms", p.P99Ms), p.P99Ms <= 2*ap.P99Ms, false)
+		// A's p99 is its median burst's.
+		if ap := a.Figures["attach_p99_ms"]; ap > 0 {
+			res.check("p99 attach latency", fmt.Sprintf("≤ 2 × A's (%.0f ms)", 2*ap), fmt.Sprintf("%.0f ms", p.P99Ms), p.P99Ms <= 2*ap, false)
 		}
 	}
 	if waitErr != nil {
@@ -395,7 +508,7 @@ func runMemory(ctx context.Context, e *env, res *Result) error {
 	if err := r.start(ctx); err != nil {
 		return err
 	}
-	comps := map[string]Component{"csi-attacher": r.att}
+	comps := r.comps()
 	s0, err := e.snap(ctx, comps, r.d)
 	if err != nil {
 		return err

@@ -31,6 +31,7 @@ const (
 // Sizes are the object counts of the scenarios.
 type Sizes struct {
 	ABurst, ANodes              int // A: VolumeAttachments created at once, on this many nodes
+	ABursts                     int // A: bursts run one after another; the rate and p99 targets are judged on the median
 	ACreators                   int // A: VolumeAttachment creates (and deletes) in flight; docs/performance.md, "How hard the harness pushes"
 	BAttach, BDetach            int // B: attaches and detaches at the same time
 	COurs, CForeignPVs, CNodes  int // C: our VAs+PVs, PVs of another driver, Nodes+CSINodes
@@ -47,7 +48,7 @@ func SizesFor(s Scale) (Sizes, error) {
 	switch s {
 	case Full:
 		return Sizes{
-			ABurst: 2000, ANodes: 10, ACreators: 24,
+			ABurst: 2000, ANodes: 10, ABursts: 3, ACreators: 24,
 			BAttach: 1000, BDetach: 1000,
 			COurs: 5000, CForeignPVs: 50000, CNodes: 2000,
 			DPods: 1000, DNodes: 50, DCreators: 24,
@@ -57,7 +58,7 @@ func SizesFor(s Scale) (Sizes, error) {
 		}, nil
 	case Small:
 		return Sizes{
-			ABurst: 100, ANodes: 2, ACreators: 8,
+			ABurst: 100, ANodes: 2, ABursts: 3, ACreators: 8,
 			BAttach: 50, BDetach: 50,
 			COurs: 100, CForeignPVs: 1000, CNodes: 50,
 			DPods: 40, DNodes: 4, DCreators: 8,
