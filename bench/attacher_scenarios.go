@@ -1,7 +1,6 @@
 package bench
 
 import (
-	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -218,11 +217,7 @@ func runAttachBurst(ctx context.Context, e *env, res *Result) error {
 	var runs []*burstRun
 	var runErr error
 	for b := range bursts {
-		name := func(phase string) string { return phase }
-		if bursts > 1 {
-			name = func(phase string) string { return fmt.Sprintf("%s %d", phase, b+1) }
-		}
-		run, err := r.burst(ctx, e, res, span(n, b*n), creators, name)
+		run, err := r.burst(ctx, e, res, span(n, b*n), creators, phaseNamer(bursts, b))
 		if run != nil {
 			runs = append(runs, run)
 		}
@@ -308,33 +303,20 @@ func judgeBursts(e *env, res *Result, n int, runs []*burstRun) {
 	if len(runs) == 0 {
 		return
 	}
-	each := func(f func(*burstRun) string) string {
-		vs := make([]string, len(runs))
-		for i, run := range runs {
-			vs[i] = f(run)
-		}
-		if len(vs) == 1 {
-			return vs[0]
-		}
-		return strings.Join(vs, ", ") + " in the " + fmt.Sprint(len(vs)) + " bursts"
-	}
-	all := func(ok func(*burstRun) bool) bool {
-		return !slices.ContainsFunc(runs, func(run *burstRun) bool { return !ok(run) })
-	}
-	res.check("VolumeAttachments attached", fmt.Sprint(n), each(func(run *burstRun) string { return fmt.Sprint(run.attached) }),
-		all(func(run *burstRun) bool { return run.attached == n }), true)
+	res.check("VolumeAttachments attached", fmt.Sprint(n), eachOf(runs, func(run *burstRun) string { return fmt.Sprint(run.attached) }),
+		allOf(runs, func(run *burstRun) bool { return run.attached == n }), true)
 	res.check("ControllerPublish calls", fmt.Sprintf("= %d", n),
-		each(func(run *burstRun) string {
+		eachOf(runs, func(run *burstRun) string {
 			return fmt.Sprintf("%d (duplicates %d)", run.attach.CSICalls, run.duplicates)
 		}),
-		all(func(run *burstRun) bool { return run.attach.CSICalls == n && run.duplicates == 0 }), true)
+		allOf(runs, func(run *burstRun) bool { return run.attach.CSICalls == n && run.duplicates == 0 }), true)
 	vaWrites := func(run *burstRun) float64 { return run.attach.VAWritesPerOp + run.attach.VAStatusPerOp }
-	res.check("VA writes per attach", "≤ 2", each(func(run *burstRun) string { return fmt.Sprintf("%.2f", vaWrites(run)) }),
-		all(func(run *burstRun) bool { return vaWrites(run) <= 2 }), true)
-	res.check("PV writes per PV", "≤ 1", each(func(run *burstRun) string { return fmt.Sprintf("%.2f", run.attach.PVWritesPerOp) }),
-		all(func(run *burstRun) bool { return run.attach.PVWritesPerOp <= 1 }), true)
+	res.check("VA writes per attach", "≤ 2", eachOf(runs, func(run *burstRun) string { return fmt.Sprintf("%.2f", vaWrites(run)) }),
+		allOf(runs, func(run *burstRun) bool { return vaWrites(run) <= 2 }), true)
+	res.check("PV writes per PV", "≤ 1", eachOf(runs, func(run *burstRun) string { return fmt.Sprintf("%.2f", run.attach.PVWritesPerOp) }),
+		allOf(runs, func(run *burstRun) bool { return run.attach.PVWritesPerOp <= 1 }), true)
 
-	mid := medianRun(runs, func(run *burstRun) float64 { return run.percentOfCeiling })
+	mid := medianOf(runs, func(run *burstRun) float64 { return run.percentOfCeiling })
 	if mid.ceiling > 0 {
 		res.Figures["ceiling_with_creates_per_s"] = round2(mid.ceiling)
 		res.Figures["ceiling_with_creates_percent_of_limit"] = round2(100 * mid.ceiling / mid.patchOnlyRate)
@@ -346,42 +328,27 @@ func judgeBursts(e *env, res *Result, n int, runs []*burstRun) {
 		value := fmt.Sprintf("%.0f%% (%.0f/s of %.0f/s; %.0f%% of the %.0f/s limit of the three patches alone)",
 			mid.percentOfCeiling, mid.attach.PerSecond, mid.ceiling, mid.percentOfPatchOnly, mid.patchOnlyRate)
 		if len(runs) > 1 {
-			value = fmt.Sprintf("%.0f%%, the median of %s (%.0f%% of the three-patch limit alone)",
-				mid.percentOfCeiling, each(func(run *burstRun) string { return fmt.Sprintf("%.0f%%", run.percentOfCeiling) }), mid.percentOfPatchOnly)
+			value = fmt.Sprintf("%s (%.0f%% of the three-patch limit alone)",
+				medianValue(runs, fmt.Sprintf("%.0f%%", mid.percentOfCeiling), func(run *burstRun) string { return fmt.Sprintf("%.0f%%", run.percentOfCeiling) }),
+				mid.percentOfPatchOnly)
 		}
 		res.check("attach rate", "≥ 80% of F's limit for an attach's writes, its create included", value, mid.percentOfCeiling >= 80, false)
 	}
-	p99 := medianRun(runs, func(run *burstRun) float64 { return run.attach.P99Ms }).attach.P99Ms
+	p99 := medianOf(runs, func(run *burstRun) float64 { return run.attach.P99Ms }).attach.P99Ms
 	res.Figures["attach_p99_ms"] = round2(p99)
-	res.Figures["va_creates_s"] = round2(medianRun(runs, func(run *burstRun) float64 { return run.createsSeconds }).createsSeconds)
-	value := fmt.Sprintf("%.0f ms", p99)
-	if len(runs) > 1 {
-		value = fmt.Sprintf("%.0f ms, the median of %s", p99, each(func(run *burstRun) string { return fmt.Sprintf("%.0f ms", run.attach.P99Ms) }))
-	}
-	res.check("p99 created→attached", "≤ 2000 ms", value, p99 <= 2000, false)
+	res.Figures["va_creates_s"] = round2(medianOf(runs, func(run *burstRun) float64 { return run.createsSeconds }).createsSeconds)
+	res.check("p99 created→attached", "≤ 2000 ms",
+		medianValue(runs, fmt.Sprintf("%.0f ms", p99), func(run *burstRun) string { return fmt.Sprintf("%.0f ms", run.attach.P99Ms) }),
+		p99 <= 2000, false)
 
-	var detached []*burstRun
-	for _, run := range runs {
-		if run.detach != nil {
-			detached = append(detached, run)
-		}
-	}
-	if len(detached) < len(runs) {
-		res.check("VolumeAttachments detached and gone", fmt.Sprint(n), "not all bursts got to their detach", false, true)
+	if slices.ContainsFunc(runs, func(run *burstRun) bool { return run.detach == nil }) {
+		res.check("VolumeAttachments detached and gone", fmt.Sprint(n), "not every burst got to its detach", false, true)
 		return
 	}
-	res.check("VolumeAttachments detached and gone", fmt.Sprint(n), each(func(run *burstRun) string { return fmt.Sprint(run.gone) }),
-		all(func(run *burstRun) bool { return run.gone == n }), true)
-	res.check("ControllerUnpublish calls", fmt.Sprintf("= %d", n), each(func(run *burstRun) string { return fmt.Sprint(run.detach.CSICalls) }),
-		all(func(run *burstRun) bool { return run.detach.CSICalls == n }), true)
-}
-
-// medianRun is the run whose key is the median (the lower middle one of an
-// even count).
-func medianRun(runs []*burstRun, key func(*burstRun) float64) *burstRun {
-	s := slices.Clone(runs)
-	slices.SortStableFunc(s, func(a, b *burstRun) int { return cmp.Compare(key(a), key(b)) })
-	return s[(len(s)-1)/2]
+	res.check("VolumeAttachments detached and gone", fmt.Sprint(n), eachOf(runs, func(run *burstRun) string { return fmt.Sprint(run.gone) }),
+		allOf(runs, func(run *burstRun) bool { return run.gone == n }), true)
+	res.check("ControllerUnpublish calls", fmt.Sprintf("= %d", n), eachOf(runs, func(run *burstRun) string { return fmt.Sprint(run.detach.CSICalls) }),
+		allOf(runs, func(run *burstRun) bool { return run.detach.CSICalls == n }), true)
 }
 
 // finalUsage stops the components and records their totals.
