@@ -36,6 +36,7 @@ type Sizes struct {
 	BAttach, BDetach            int // B: attaches and detaches at the same time
 	COurs, CForeignPVs, CNodes  int // C: our VAs+PVs, PVs of another driver, Nodes+CSINodes
 	DPods, DNodes               int // D: Pods with one volume each
+	DBursts                     int // D: bursts run one after another; the p99 and rate targets are judged on the median
 	DCreators                   int // D: Pod creates (and deletes) in flight; docs/performance.md, "How hard the harness pushes"
 	EVolumes, EPerPod, ENodes   int // E: attached volumes, volumes per Pod
 	ERest                       time.Duration
@@ -51,7 +52,7 @@ func SizesFor(s Scale) (Sizes, error) {
 			ABurst: 2000, ANodes: 10, ABursts: 3, ACreators: 24,
 			BAttach: 1000, BDetach: 1000,
 			COurs: 5000, CForeignPVs: 50000, CNodes: 2000,
-			DPods: 1000, DNodes: 50, DCreators: 24,
+			DPods: 1000, DNodes: 50, DBursts: 3, DCreators: 24,
 			EVolumes: 10000, EPerPod: 10, ENodes: 100, ERest: 60 * time.Second,
 			FItems: 3000, FConcurrency: 64,
 			AttachTimeout: 10 * time.Minute, StepsTimeout: 15 * time.Minute,
@@ -61,7 +62,7 @@ func SizesFor(s Scale) (Sizes, error) {
 			ABurst: 100, ANodes: 2, ABursts: 3, ACreators: 8,
 			BAttach: 50, BDetach: 50,
 			COurs: 100, CForeignPVs: 1000, CNodes: 50,
-			DPods: 40, DNodes: 4, DCreators: 8,
+			DPods: 40, DNodes: 4, DBursts: 3, DCreators: 8,
 			EVolumes: 100, EPerPod: 5, ENodes: 4, ERest: 3 * time.Second,
 			FItems: 200, FConcurrency: 32,
 			AttachTimeout: 2 * time.Minute, StepsTimeout: 3 * time.Minute,

@@ -3,6 +3,8 @@ package bench
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"sync"
 	"time"
 
@@ -161,29 +163,32 @@ func (r *podRig) close() {
 	}
 }
 
-func (r *podRig) createPods(ctx context.Context, n int) ([]time.Time, error) {
-	created := make([]time.Time, n)
-	err := parallel(ctx, n, r.creators, func(ctx context.Context, i int) error {
+// createPods creates Pods idx, each with its perPod volumes, with
+// r.creators calls in flight, and returns when each create returned.
+func (r *podRig) createPods(ctx context.Context, idx []int) ([]time.Time, error) {
+	created := make([]time.Time, len(idx))
+	err := parallel(ctx, len(idx), r.creators, func(ctx context.Context, j int) error {
+		i := idx[j]
 		claims := make([]string, r.perPod)
 		for k := range claims {
 			claims[k] = r.vol(i*r.perPod + k)
 		}
 		_, err := r.e.client.CoreV1().Pods(r.prefix).Create(ctx, localcluster.NewPod(r.prefix, r.pod(i), r.nodeName(i), claims...), metav1.CreateOptions{})
-		created[i] = time.Now()
+		created[j] = time.Now()
 		return err
 	})
 	return created, err
 }
 
-func (r *podRig) deletePods(ctx context.Context, n int) error {
-	return parallel(ctx, n, r.creators, func(ctx context.Context, i int) error {
-		return ignoreNotFound(r.e.client.CoreV1().Pods(r.prefix).Delete(ctx, r.pod(i), metav1.DeleteOptions{}))
+func (r *podRig) deletePods(ctx context.Context, idx []int) error {
+	return parallel(ctx, len(idx), r.creators, func(ctx context.Context, j int) error {
+		return ignoreNotFound(r.e.client.CoreV1().Pods(r.prefix).Delete(ctx, r.pod(idx[j]), metav1.DeleteOptions{}))
 	})
 }
 
-func (r *podRig) allRunning(n int) func() bool {
+func (r *podRig) allRunning(idx []int) func() bool {
 	return func() bool {
-		for i := range n {
+		for _, i := range idx {
 			if !r.isRunning(r.pod(i)) {
 				return false
 			}
@@ -198,10 +203,11 @@ func (r *podRig) allVAsGone() bool {
 	return exist <= 1
 }
 
-// attachFigures returns Pod created → all its volumes attached, Pod
-// created → Running, and the last time any volume was attached.
-func (r *podRig) attachFigures(n int, created []time.Time) (attached, running []time.Duration, last time.Time) {
-	for i := range n {
+// attachFigures returns, for Pods idx created at created, Pod created →
+// all its volumes attached, Pod created → Running, and the last time any
+// volume was attached.
+func (r *podRig) attachFigures(idx []int, created []time.Time) (attached, running []time.Duration, last time.Time) {
+	for j, i := range idx {
 		var all time.Time
 		ok := true
 		for k := range r.perPod {
@@ -215,13 +221,13 @@ func (r *podRig) attachFigures(n int, created []time.Time) (attached, running []
 			}
 		}
 		if ok {
-			attached = append(attached, all.Sub(created[i]))
+			attached = append(attached, all.Sub(created[j]))
 			if all.After(last) {
 				last = all
 			}
 		}
 		if at, seen := r.runningAt(r.pod(i)); seen {
-			running = append(running, at.Sub(created[i]))
+			running = append(running, at.Sub(created[j]))
 		}
 	}
 	return attached, running, last
@@ -231,10 +237,11 @@ func (r *podRig) attachFigures(n int, created []time.Time) (attached, running []
 // first saw each VolumeAttachment: before it the attachdetach-controller
 // works (Pod watch, VA create), after it the csi-attacher (finalizers,
 // ControllerPublish, status). Both ends are seen through the same watch, so
-// its delay falls on both sides alike.
-func (r *podRig) stageFigures(res *Result, n int, created []time.Time) {
+// its delay falls on both sides alike. Empty when no volume was seen
+// attached.
+func (r *podRig) stageFigures(idx []int, created []time.Time) map[string]float64 {
 	var toVA, toAttached []time.Duration
-	for i := range n {
+	for j, i := range idx {
 		for k := range r.perPod {
 			name := r.vaName(i, k)
 			seen, ok1 := r.tracker.seenAt(name)
@@ -242,24 +249,26 @@ func (r *podRig) stageFigures(res *Result, n int, created []time.Time) {
 			if !ok1 || !ok2 {
 				continue
 			}
-			toVA = append(toVA, seen.Sub(created[i]))
+			toVA = append(toVA, seen.Sub(created[j]))
 			toAttached = append(toAttached, at.Sub(seen))
 		}
 	}
 	if len(toVA) == 0 {
-		return
+		return nil
 	}
-	res.Figures["pod_creates_s"] = round2(spanOf(created).Seconds())
-	res.Figures["pod_to_va_p50_ms"], res.Figures["pod_to_va_p99_ms"] = percentiles(toVA)
-	res.Figures["va_to_attached_p50_ms"], res.Figures["va_to_attached_p99_ms"] = percentiles(toAttached)
+	f := map[string]float64{"pod_creates_s": round2(spanOf(created).Seconds())}
+	f["pod_to_va_p50_ms"], f["pod_to_va_p99_ms"] = percentiles(toVA)
+	f["va_to_attached_p50_ms"], f["va_to_attached_p99_ms"] = percentiles(toAttached)
+	return f
 }
 
 // runPods is scenario D: Pods with one volume each, through both
-// controllers and the kubelet stand-in, then deleted.
+// controllers and the kubelet stand-in, then deleted; DBursts times, each
+// on volumes of its own, judged like A on the median burst.
 func runPods(ctx context.Context, e *env, res *Result) error {
 	sz := e.cfg.Sizes
-	n := sz.DPods
-	r, err := e.newPodRig(ctx, "D", n, 1, sz.DNodes)
+	n, bursts := sz.DPods, max(1, sz.DBursts)
+	r, err := e.newPodRig(ctx, "D", n*bursts, 1, sz.DNodes)
 	if err != nil {
 		return err
 	}
@@ -268,23 +277,62 @@ func runPods(ctx context.Context, e *env, res *Result) error {
 		r.creators = sz.DCreators
 	}
 	res.Figures["pod_creators"] = float64(r.creators)
+	res.Figures["bursts"] = float64(bursts)
+	var runs []*podBurst
+	var runErr error
+	for b := range bursts {
+		run, err := r.podBurst(ctx, e, res, span(n, b*n), phaseNamer(bursts, b))
+		if run != nil {
+			runs = append(runs, run)
+		}
+		if err != nil {
+			runErr = err
+			break
+		}
+	}
+	judgePodBursts(e, res, n, runs)
+	if runErr != nil {
+		return runErr
+	}
+	comps := r.comps
+	r.comps = nil
+	return finalUsage(e, res, comps)
+}
+
+// podBurst is what one of D's bursts measured.
+type podBurst struct {
+	attach, detach    *Phase
+	attached, running int
+	duplicates        int64
+	kubeletWrites     float64
+	stages            map[string]float64
+	vasLeft           int
+}
+
+// podBurst creates Pods idx at once, waits for all to be Running, deletes
+// them the same way and waits for their VolumeAttachments to be gone,
+// adding an attach and a detach phase to res. It returns what it measured
+// so far also when it fails.
+func (r *podRig) podBurst(ctx context.Context, e *env, res *Result, idx []int, name func(string) string) (*podBurst, error) {
+	sz := e.cfg.Sizes
+	n := len(idx)
 	s0, err := e.snap(ctx, r.comps, r.d)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	k0 := r.kubeWrites.snapshot()
-	created, err := r.createPods(ctx, n)
+	created, err := r.createPods(ctx, idx)
 	if err != nil {
-		return fmt.Errorf("create Pods: %w", err)
+		return nil, fmt.Errorf("create Pods: %w", err)
 	}
-	waitErr := waitFor(ctx, sz.AttachTimeout, "every Pod Running", r.allRunning(n))
+	waitErr := waitFor(ctx, sz.AttachTimeout, "every Pod Running", r.allRunning(idx))
 	s1, err := e.snap(ctx, r.comps, r.d)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	k1 := r.kubeWrites.snapshot()
-	attached, running, last := r.attachFigures(n, created)
-	p := &Phase{Name: "attach", Ops: n, CSICalls: int(s1.publishes - s0.publishes)}
+	attached, running, last := r.attachFigures(idx, created)
+	p := &Phase{Name: name("attach"), Ops: n, CSICalls: int(s1.publishes - s0.publishes)}
 	p.WallSeconds = last.Sub(s0.at).Seconds()
 	p.PerSecond = float64(len(attached)) / p.WallSeconds
 	p.P50Ms, p.P99Ms = percentiles(attached)
@@ -293,33 +341,65 @@ func runPods(ctx context.Context, e *env, res *Result) error {
 	p.setLimit(e.report.LimitWritesPerSecond)
 	e.fillUsage(p, s0, s1)
 	res.Phases = append(res.Phases, p)
-	res.Figures["kubelet_writes_per_attach"] = round2(float64(k1.Sub(k0).Total()) / float64(n))
-	r.stageFigures(res, n, created)
-	res.check("Pods Running with their volume attached", fmt.Sprint(n), fmt.Sprintf("%d attached, %d Running", len(attached), len(running)), len(attached) == n && len(running) == n, true)
-	res.check("ControllerPublish calls", fmt.Sprintf("= %d", n), fmt.Sprintf("%d (duplicates %d)", p.CSICalls, s1.duplicates-s0.duplicates), p.CSICalls == n && s1.duplicates == s0.duplicates, true)
-	res.check("p99 Pod created→attached", "≤ 2000 ms", fmt.Sprintf("%.0f ms", p.P99Ms), p.P99Ms <= 2000, false)
-	if p.PercentOfLimit > 0 {
+	run := &podBurst{
+		attach: p, attached: len(attached), running: len(running), duplicates: s1.duplicates - s0.duplicates,
+		kubeletWrites: float64(k1.Sub(k0).Total()) / float64(n), stages: r.stageFigures(idx, created),
+	}
+	if waitErr != nil {
+		return run, waitErr
+	}
+	run.detach, run.vasLeft, waitErr, err = r.detachAll(ctx, e, res, name("detach"), idx, n, s1, sz.AttachTimeout)
+	if err != nil {
+		return run, err
+	}
+	return run, waitErr
+}
+
+// judgePodBursts adds D's checks and figures: correctness on every burst,
+// the p99 and rate targets on the median burst.
+func judgePodBursts(e *env, res *Result, n int, runs []*podBurst) {
+	if len(runs) == 0 {
+		return
+	}
+	res.check("Pods Running with their volume attached", fmt.Sprint(n),
+		eachOf(runs, func(run *podBurst) string { return fmt.Sprintf("%d attached, %d Running", run.attached, run.running) }),
+		allOf(runs, func(run *podBurst) bool { return run.attached == n && run.running == n }), true)
+	res.check("ControllerPublish calls", fmt.Sprintf("= %d", n),
+		eachOf(runs, func(run *podBurst) string {
+			return fmt.Sprintf("%d (duplicates %d)", run.attach.CSICalls, run.duplicates)
+		}),
+		allOf(runs, func(run *podBurst) bool { return run.attach.CSICalls == n && run.duplicates == 0 }), true)
+
+	// The stage split and the harness's create time are the median-p99
+	// burst's, so they explain the p99 that is judged.
+	slow := medianOf(runs, func(run *podBurst) float64 { return run.attach.P99Ms })
+	maps.Copy(res.Figures, slow.stages)
+	res.Figures["attach_p99_ms"] = round2(slow.attach.P99Ms)
+	res.check("p99 Pod created→attached", "≤ 2000 ms",
+		medianValue(runs, fmt.Sprintf("%.0f ms", slow.attach.P99Ms), func(run *podBurst) string { return fmt.Sprintf("%.0f ms", run.attach.P99Ms) }),
+		slow.attach.P99Ms <= 2000, false)
+	mid := medianOf(runs, func(run *podBurst) float64 { return run.attach.PercentOfLimit })
+	res.Figures["kubelet_writes_per_attach"] = round2(mid.kubeletWrites)
+	if mid.attach.PercentOfLimit > 0 {
 		// Even at the limit the last Pod's volume cannot attach sooner
 		// than this after the burst starts: how long a p99 the day's
 		// machine allows at all.
-		res.Figures["drain_floor_s"] = round2(float64(n) / (e.report.LimitWritesPerSecond / p.WritesPerOp))
-		res.check("attach rate", "≥ 60% of F's limit for the combined writes", fmt.Sprintf("%.0f%% (%.0f/s at %.2f writes per attach)", p.PercentOfLimit, p.PerSecond, p.WritesPerOp), p.PercentOfLimit >= 60, false)
-	}
-	if waitErr != nil {
-		return waitErr
+		res.Figures["drain_floor_s"] = round2(float64(n) / (e.report.LimitWritesPerSecond / mid.attach.WritesPerOp))
+		res.Figures["attach_rate_percent_of_limit"] = round2(mid.attach.PercentOfLimit)
+		res.check("attach rate", "≥ 60% of F's limit for the combined writes",
+			medianValue(runs, fmt.Sprintf("%.0f%% (%.0f/s at %.2f writes per attach)", mid.attach.PercentOfLimit, mid.attach.PerSecond, mid.attach.WritesPerOp),
+				func(run *podBurst) string { return fmt.Sprintf("%.0f%%", run.attach.PercentOfLimit) }),
+			mid.attach.PercentOfLimit >= 60, false)
 	}
 
-	det, waitErr, err := r.detachAll(ctx, e, res, n, n, s1, sz.AttachTimeout)
-	if err != nil {
-		return err
+	if slices.ContainsFunc(runs, func(run *podBurst) bool { return run.detach == nil }) {
+		res.check("VolumeAttachments gone after the Pods", "0 left", "not every burst got to its detach", false, true)
+		return
 	}
-	res.check("ControllerUnpublish calls", fmt.Sprintf("= %d", n), fmt.Sprint(det.CSICalls), det.CSICalls == n, true)
-	if waitErr != nil {
-		return waitErr
-	}
-	comps := r.comps
-	r.comps = nil
-	return finalUsage(e, res, comps)
+	res.check("VolumeAttachments gone after the Pods", "0 left", eachOf(runs, func(run *podBurst) string { return fmt.Sprintf("%d left", run.vasLeft) }),
+		allOf(runs, func(run *podBurst) bool { return run.vasLeft == 0 }), true)
+	res.check("ControllerUnpublish calls", fmt.Sprintf("= %d", n), eachOf(runs, func(run *podBurst) string { return fmt.Sprint(run.detach.CSICalls) }),
+		allOf(runs, func(run *podBurst) bool { return run.detach.CSICalls == n }), true)
 }
 
 // runIdle is scenario E: many attached volumes at rest; the controller's
@@ -337,16 +417,17 @@ func runIdle(ctx context.Context, e *env, res *Result) error {
 	if err != nil {
 		return err
 	}
-	created, err := r.createPods(ctx, pods)
+	idx := span(pods, 0)
+	created, err := r.createPods(ctx, idx)
 	if err != nil {
 		return fmt.Errorf("create Pods: %w", err)
 	}
-	waitErr := waitFor(ctx, sz.StepsTimeout, "every Pod Running", r.allRunning(pods))
+	waitErr := waitFor(ctx, sz.StepsTimeout, "every Pod Running", r.allRunning(idx))
 	s1, err := e.snap(ctx, r.comps, r.d)
 	if err != nil {
 		return err
 	}
-	attached, _, last := r.attachFigures(pods, created)
+	attached, _, last := r.attachFigures(idx, created)
 	p := &Phase{Name: "attach", Ops: n, CSICalls: int(s1.publishes - s0.publishes)}
 	p.WallSeconds = last.Sub(s0.at).Seconds()
 	p.PerSecond = float64(len(attached)*sz.EPerPod) / p.WallSeconds
@@ -392,10 +473,11 @@ func runIdle(ctx context.Context, e *env, res *Result) error {
 		res.check("controller CPU at rest", "≤ 1% of one core", fmt.Sprintf("%.2f%%", pct), pct <= 1, false)
 	}
 
-	det, waitErr, err := r.detachAll(ctx, e, res, pods, n, s3, sz.StepsTimeout)
+	det, left, waitErr, err := r.detachAll(ctx, e, res, "detach", idx, n, s3, sz.StepsTimeout)
 	if err != nil {
 		return err
 	}
+	res.check("VolumeAttachments gone after the Pods", "0 left", fmt.Sprintf("%d left", left), left == 0, true)
 	res.check("ControllerPublish / Unpublish calls", fmt.Sprintf("= %d / %d", n, n), fmt.Sprintf("%d / %d", p.CSICalls, det.CSICalls), p.CSICalls == n && det.CSICalls == n, true)
 	if waitErr != nil {
 		return waitErr
@@ -405,25 +487,25 @@ func runIdle(ctx context.Context, e *env, res *Result) error {
 	return finalUsage(e, res, comps)
 }
 
-// detachAll deletes the first pods Pods, waits up to timeout for every
-// VolumeAttachment (n volumes) to be gone, and records the detach phase
-// since before. waitErr is the wait's outcome; err a failure to measure.
-func (r *podRig) detachAll(ctx context.Context, e *env, res *Result, pods, n int, before snapshot, timeout time.Duration) (det *Phase, waitErr, err error) {
-	if err := r.deletePods(ctx, pods); err != nil {
-		return nil, nil, fmt.Errorf("delete Pods: %w", err)
+// detachAll deletes Pods idx, waits up to timeout for every
+// VolumeAttachment but the canary's to be gone and adds a phase of n
+// detaches named name; it returns how many VolumeAttachments other than
+// the canary's are left.
+func (r *podRig) detachAll(ctx context.Context, e *env, res *Result, name string, idx []int, n int, before snapshot, timeout time.Duration) (det *Phase, left int, waitErr, err error) {
+	if err := r.deletePods(ctx, idx); err != nil {
+		return nil, 0, nil, fmt.Errorf("delete Pods: %w", err)
 	}
 	waitErr = waitFor(ctx, timeout, "every VolumeAttachment gone", r.allVAsGone)
 	after, err := e.snap(ctx, r.comps, r.d)
 	if err != nil {
-		return nil, nil, err
+		return nil, 0, nil, err
 	}
-	det = &Phase{Name: "detach", Ops: n, CSICalls: int(after.unpublishes - before.unpublishes)}
+	det = &Phase{Name: name, Ops: n, CSICalls: int(after.unpublishes - before.unpublishes)}
 	det.WallSeconds = after.at.Sub(before.at).Seconds()
 	det.PerSecond = float64(n) / det.WallSeconds
 	det.setWrites(componentWrites(before, after), n)
 	e.fillUsage(det, before, after)
 	res.Phases = append(res.Phases, det)
 	exist, _ := r.tracker.counts()
-	res.check("VolumeAttachments gone after the Pods", "0 left", fmt.Sprintf("%d left", exist-1), exist <= 1, true)
-	return det, waitErr, nil
+	return det, max(0, exist-1), waitErr, nil
 }
