@@ -214,18 +214,9 @@ func runAttachBurst(ctx context.Context, e *env, res *Result) error {
 	res.Figures["va_creators"] = float64(creators)
 	res.Figures["bursts"] = float64(bursts)
 
-	var runs []*burstRun
-	var runErr error
-	for b := range bursts {
-		run, err := r.burst(ctx, e, res, span(n, b*n), creators, phaseNamer(bursts, b))
-		if run != nil {
-			runs = append(runs, run)
-		}
-		if err != nil {
-			runErr = err
-			break
-		}
-	}
+	runs, runErr := runBursts(bursts, n, func(idx []int, name func(string) string) (*burstRun, error) {
+		return r.burst(ctx, e, res, idx, creators, name)
+	})
 	judgeBursts(e, res, n, runs)
 	if runErr != nil {
 		return runErr

@@ -56,3 +56,20 @@ func medianValue[T any](runs []T, median string, f func(T) string) string {
 	}
 	return median + ", the median of " + eachOf(runs, f)
 }
+
+// runBursts runs one burst after another on Pods or volumes of their own
+// (span(n, b*n) for burst b) and returns what each measured, stopping at
+// the first that fails; a failed burst's partial measurement is kept.
+func runBursts[R any](bursts, n int, one func(idx []int, name func(string) string) (*R, error)) ([]*R, error) {
+	var runs []*R
+	for b := range bursts {
+		run, err := one(span(n, b*n), phaseNamer(bursts, b))
+		if run != nil {
+			runs = append(runs, run)
+		}
+		if err != nil {
+			return runs, err
+		}
+	}
+	return runs, nil
+}

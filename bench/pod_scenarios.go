@@ -278,18 +278,9 @@ func runPods(ctx context.Context, e *env, res *Result) error {
 	}
 	res.Figures["pod_creators"] = float64(r.creators)
 	res.Figures["bursts"] = float64(bursts)
-	var runs []*podBurst
-	var runErr error
-	for b := range bursts {
-		run, err := r.podBurst(ctx, e, res, span(n, b*n), phaseNamer(bursts, b))
-		if run != nil {
-			runs = append(runs, run)
-		}
-		if err != nil {
-			runErr = err
-			break
-		}
-	}
+	runs, runErr := runBursts(bursts, n, func(idx []int, name func(string) string) (*podBurst, error) {
+		return r.podBurst(ctx, e, res, idx, name)
+	})
 	judgePodBursts(e, res, n, runs)
 	if runErr != nil {
 		return runErr
