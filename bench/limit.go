@@ -39,10 +39,10 @@ func runLimit(ctx context.Context, e *env, res *Result) error {
 	if err != nil {
 		return fmt.Errorf("create PersistentVolumes: %w", err)
 	}
-	// The VolumeAttachment creates are timed too, at the concurrency A and
-	// B create theirs with: a scenario whose burst the harness creates
-	// shares the API server with those creates, so its ceiling is below
-	// the patch limit (see attachCeiling).
+	// The VolumeAttachment creates are timed too, with enough in flight to
+	// saturate the API server (more than A's and B's creators): a scenario
+	// whose burst the harness creates shares the API server with those
+	// creates, so its ceiling is below the patch limit (see attachCeiling).
 	start := time.Now()
 	err = parallel(ctx, sz.FItems, createConcurrency, func(ctx context.Context, i int) error {
 		va, err := e.client.StorageV1().VolumeAttachments().Create(ctx, newVA(name(i), driver, name(i), prefix+"-node"), metav1.CreateOptions{})
