@@ -143,7 +143,12 @@ func TestLimitThenAttachBurstsPublishEachVolumeOnceWithAtMostThreeWritesAndDetac
 
 func TestMixedAttachesAndDetachesAllCompleteWithOnePublishOrUnpublishEach(t *testing.T) {
 	rep := runSmall(t, "B")
-	checkNamed(t, rep.Result("B"), "attached and detached", "ControllerPublish / Unpublish calls")
+	b := rep.Result("B")
+	checkNamed(t, b, "attached and detached", "ControllerPublish / Unpublish calls")
+	// B pushes as hard as A, whose p99 it is compared with.
+	if got, want := b.Figures["va_creators"], float64(rep.Sizes.ACreators); got != want || got <= 0 {
+		t.Errorf("B's va_creators = %v, want A's %v", got, want)
+	}
 }
 
 func TestPodsEndToEndBurstsAttachRunAndDetachEveryVolumeOnce(t *testing.T) {
