@@ -273,13 +273,11 @@ func runPods(ctx context.Context, e *env, res *Result) error {
 		return err
 	}
 	defer r.close()
-	if sz.DCreators > 0 {
-		r.creators = sz.DCreators
-	}
+	r.creators = creatorsOr(sz.DCreators)
 	res.Figures["pod_creators"] = float64(r.creators)
 	res.Figures["bursts"] = float64(bursts)
 	runs, runErr := runBursts(bursts, n, func(idx []int, name func(string) string) (*podBurst, error) {
-		return r.podBurst(ctx, e, res, idx, name)
+		return r.burst(ctx, e, res, idx, name)
 	})
 	judgePodBursts(e, res, n, runs)
 	if runErr != nil {
@@ -300,11 +298,11 @@ type podBurst struct {
 	vasLeft           int
 }
 
-// podBurst creates Pods idx at once, waits for all to be Running, deletes
+// burst creates Pods idx at once, waits for all to be Running, deletes
 // them the same way and waits for their VolumeAttachments to be gone,
 // adding an attach and a detach phase to res. It returns what it measured
 // so far also when it fails.
-func (r *podRig) podBurst(ctx context.Context, e *env, res *Result, idx []int, name func(string) string) (*podBurst, error) {
+func (r *podRig) burst(ctx context.Context, e *env, res *Result, idx []int, name func(string) string) (*podBurst, error) {
 	sz := e.cfg.Sizes
 	n := len(idx)
 	s0, err := e.snap(ctx, r.comps, r.d)
