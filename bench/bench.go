@@ -245,6 +245,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		if cfg.AroundScenario != nil {
 			done = cfg.AroundScenario(name)
 		}
+		e.previous, e.probed = e.probed, nil
 		if err := sc.run(ctx, e, r); err != nil {
 			r.Error = err.Error()
 		}

@@ -4,11 +4,15 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"math"
 	"os"
 	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/latchcsi/latch/internal/localcluster"
 )
@@ -138,7 +142,34 @@ func TestLimitThenAttachBurstsPublishEachVolumeOnceWithAtMostThreeWritesAndDetac
 		if c.Name == "p99 created→attached" && !strings.Contains(c.Value, "the median of") {
 			t.Errorf("p99 check %q does not say it is a median", c.Value)
 		}
+		if c.Name == "attach rate" && !strings.Contains(c.Value, "the mean of") {
+			t.Errorf("rate check %q does not name the limit it was judged against", c.Value)
+		}
 	}
+	// A follows F directly, so F's probe is its limit before; one more
+	// probe runs after it, and the bursts are judged against the mean.
+	if a.Phase("limit before") != nil || a.Phase("limit after") == nil {
+		t.Errorf("A's probes: phases %+v, want only a \"limit after\" (F's probe is the one before)", a.Phases)
+	}
+	before, after := a.Figures["limit_before_writes_per_s"], a.Figures["limit_after_writes_per_s"]
+	if before != round2(rep.LimitWritesPerSecond) || after <= 0 {
+		t.Errorf("A's limit before/after = %v/%v writes/s, want F's %v before", before, after, round2(rep.LimitWritesPerSecond))
+	}
+	if got, want := a.Figures["limit_writes_per_s"], round2((rep.LimitWritesPerSecond+after)/2); math.Abs(got-want) > 0.01 {
+		t.Errorf("A's limit = %v writes/s, want the mean %v", got, want)
+	}
+	if got, want := a.Figures["limit_drift_percent"], round2(100*(after-before)/before); math.Abs(got-want) > 0.02 {
+		t.Errorf("limit_drift_percent = %v, want %v", got, want)
+	}
+	// Every burst's share is of that mean's ceiling.
+	limit := limitProbe{writes: a.Figures["limit_writes_per_s"], creates: a.Figures["limit_creates_per_s"]}
+	for b := 1; b <= bursts; b++ {
+		attach := a.Phase(fmt.Sprintf("attach %d", b))
+		if want := 100 * attach.PerSecond / limit.ceiling(attach.WritesPerOp); math.Abs(attach.PercentOfLimit-want) > 0.01 {
+			t.Errorf("burst %d: %%limit = %v, want %v (of the mean limit's ceiling)", b, attach.PercentOfLimit, want)
+		}
+	}
+	noProbeObjectsLeft(t)
 }
 
 func TestMixedAttachesAndDetachesAllCompleteWithOnePublishOrUnpublishEach(t *testing.T) {
@@ -152,8 +183,18 @@ func TestMixedAttachesAndDetachesAllCompleteWithOnePublishOrUnpublishEach(t *tes
 }
 
 func TestPodsEndToEndBurstsAttachRunAndDetachEveryVolumeOnce(t *testing.T) {
-	rep := runSmall(t, "F", "D")
+	// B runs between F and D, so D probes the limit itself before and
+	// after its bursts.
+	rep := runSmall(t, "F", "B", "D")
 	d := rep.Result("D")
+	if d.Phase("limit before") == nil || d.Phase("limit after") == nil {
+		t.Fatalf("D's phases %+v have no \"limit before\" and \"limit after\"", d.Phases)
+	}
+	limit := d.Figures["limit_writes_per_s"]
+	if before, after := d.Phase("limit before").PerSecond, d.Phase("limit after").PerSecond; math.Abs(limit-round2((before+after)/2)) > 0.01 {
+		t.Errorf("D's limit = %v writes/s, want the mean of its probes' %v and %v", limit, before, after)
+	}
+	noProbeObjectsLeft(t)
 	checkNamed(t, d, "Pods Running with their volume attached", "ControllerPublish calls", "VolumeAttachments gone after the Pods", "ControllerUnpublish calls", "attach rate", "p99 Pod created→attached")
 	bursts := rep.Sizes.DBursts
 	if bursts < 3 || d.Figures["bursts"] != float64(bursts) {
@@ -176,8 +217,11 @@ func TestPodsEndToEndBurstsAttachRunAndDetachEveryVolumeOnce(t *testing.T) {
 	if got, want := d.Figures["attach_rate_percent_of_limit"], round2(mid.PercentOfLimit); got != want {
 		t.Errorf("attach_rate_percent_of_limit = %v, want the median burst's %v", got, want)
 	}
-	want := round2(float64(mid.Ops) / (rep.LimitWritesPerSecond / mid.WritesPerOp))
-	if got := d.Figures["drain_floor_s"]; got != want || got <= 0 {
+	if want := 100 * mid.PerSecond / (limit / mid.WritesPerOp); math.Abs(mid.PercentOfLimit-want) > 0.01 {
+		t.Errorf("median burst's %%limit = %v, want %v (of D's mean limit)", mid.PercentOfLimit, want)
+	}
+	want := round2(float64(mid.Ops) / (limit / mid.WritesPerOp))
+	if got := d.Figures["drain_floor_s"]; math.Abs(got-want) > 0.011 || got <= 0 {
 		t.Errorf("drain_floor_s = %v, want %v", got, want)
 	}
 	// The p99 is the median burst's, and the stage figures are that
@@ -277,12 +321,56 @@ func TestAPIServerRequestTotalsAreParsedByVerbAndSubresource(t *testing.T) {
 }
 
 func TestAttachCeilingChargesEachAttachOneCreateAndItsWrites(t *testing.T) {
-	r := &Report{LimitWritesPerSecond: 900, LimitCreatesPerSecond: 600}
+	l := limitProbe{writes: 900, creates: 600}
 	// 1/600 + 3/900 = 1/200 s per attach.
-	if got := attachCeiling(r, 3); got < 199.99 || got > 200.01 {
-		t.Errorf("attachCeiling = %v, want 200", got)
+	if got := l.ceiling(3); got < 199.99 || got > 200.01 {
+		t.Errorf("ceiling = %v, want 200", got)
 	}
-	if got := attachCeiling(&Report{LimitWritesPerSecond: 900}, 3); got != 0 {
-		t.Errorf("attachCeiling without a create rate = %v, want 0", got)
+	if got := (limitProbe{writes: 900}).ceiling(3); got != 0 {
+		t.Errorf("ceiling without a create rate = %v, want 0", got)
+	}
+}
+
+func TestScenarioLimitIsTheMeanOfTheProbesAroundIt(t *testing.T) {
+	got := meanOf(limitProbe{writes: 1200, creates: 2000}, limitProbe{writes: 900, creates: 1600})
+	if got != (limitProbe{writes: 1050, creates: 1800}) {
+		t.Errorf("meanOf = %+v, want {1050 1800}", got)
+	}
+}
+
+// noProbeObjectsLeft fails when a limit probe left a PersistentVolume or
+// VolumeAttachment behind (their names start with "f-").
+func noProbeObjectsLeft(t *testing.T) {
+	t.Helper()
+	ctx := context.Background()
+	client, err := kubernetes.NewForConfig(cluster.RESTConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	pvs, err := client.CoreV1().PersistentVolumes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, pv := range pvs.Items {
+		if strings.HasPrefix(pv.Name, "f-") {
+			t.Errorf("limit probe left PersistentVolume %s (finalizers %v)", pv.Name, pv.Finalizers)
+		}
+	}
+	vas, err := client.StorageV1().VolumeAttachments().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, va := range vas.Items {
+		if strings.HasPrefix(va.Name, "f-") {
+			t.Errorf("limit probe left VolumeAttachment %s (finalizers %v)", va.Name, va.Finalizers)
+		}
+	}
+}
+
+func TestFiguresPrintWholeAboveAHundredAndThreeDigitsBelow(t *testing.T) {
+	for v, want := range map[float64]string{1540.33: "1540", 24: "24", 6.318: "6.32", -5.5: "-5.5", -120.4: "-120", 0.224: "0.224"} {
+		if got := trimFloat(v); got != want {
+			t.Errorf("trimFloat(%v) = %q, want %q", v, got, want)
+		}
 	}
 }

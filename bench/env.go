@@ -30,6 +30,15 @@ type env struct {
 	writes *writeCounter        // the harness's writes
 	admin  kubernetes.Interface // uncounted reads (metrics)
 	report *Report
+	// limit is what the scenario running compares its rates with: F's,
+	// or for A and D the mean of the probes around them (limitAround).
+	limit limitProbe
+	// probed is the probe the last scenario ended with (F's, or one taken
+	// after A or D), if any; previous is the one the scenario before the
+	// running one ended with, which a judged scenario can use as its
+	// probe before when nothing ran in between.
+	probed, previous *limitProbe
+	probes           int // limit probes so far, for unique object names
 }
 
 // createConcurrency is how many creates the harness keeps in flight: enough

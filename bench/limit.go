@@ -3,7 +3,9 @@ package bench
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -20,29 +22,87 @@ const benchFieldManager = "latch-bench"
 // one VA status patch, one PV patch.
 const limitWritesPerAttach = 3
 
+// limitProbe is one measurement of what the API server absorbs: the
+// patch writes per second of an attach's three patch shapes (the better of
+// two rounds) and the VolumeAttachment creates per second.
+type limitProbe struct {
+	writes, creates float64
+}
+
+func (l limitProbe) measured() bool { return l.writes > 0 && l.creates > 0 }
+
+// ceiling is the most attaches per second the API server can serve when,
+// as in scenarios A and B, each attach also costs it the VolumeAttachment's
+// create (made by the harness, outside the component): one create at the
+// create rate plus writesPerAttach writes at the write rate. Zero when the
+// limit was not measured. It leaves out what else shares the machine
+// during a scenario (the component's own CPU, watch fan-out), so it is an
+// upper bound.
+func (l limitProbe) ceiling(writesPerAttach float64) float64 {
+	if !l.measured() || writesPerAttach <= 0 {
+		return 0
+	}
+	return 1 / (1/l.creates + writesPerAttach/l.writes)
+}
+
+// meanOf is the limit a scenario is judged against: the mean of the
+// probes just before and just after it, so a machine that speeds up or
+// slows down while it runs moves the limit the same way.
+func meanOf(before, after limitProbe) limitProbe {
+	return limitProbe{writes: (before.writes + after.writes) / 2, creates: (before.creates + after.creates) / 2}
+}
+
 // runLimit is scenario F: how many writes per second the API server takes
-// for the patch shapes an attach makes (VA finalizer+annotations JSON patch
-// guarded by resourceVersion, VA status merge patch, PV finalizer JSON
-// patch), sent by the harness at high concurrency with no controller in
-// between. An attach rate limit is this divided by writes per attach.
+// for the patch shapes an attach makes, sent by the harness at high
+// concurrency with no controller in between (see probeLimit). An attach
+// rate limit is this divided by writes per attach.
 func runLimit(ctx context.Context, e *env, res *Result) error {
+	l, phases, err := e.probeLimit(ctx)
+	res.Phases = append(res.Phases, phases...)
+	if err != nil {
+		return err
+	}
+	e.report.LimitWritesPerSecond, e.report.LimitCreatesPerSecond = l.writes, l.creates
+	e.limit, e.probed = l, &l
+	res.Figures["writes_per_s"] = round2(l.writes)
+	res.Figures["attach_limit_per_s_at_3_writes"] = round2(l.writes / limitWritesPerAttach)
+	res.Figures["va_creates_per_s"] = round2(l.creates)
+	res.Figures["attach_ceiling_per_s_with_creates"] = round2(l.ceiling(limitWritesPerAttach))
+	writes := fmt.Sprint(limitWritesPerAttach * 2 * (e.cfg.Sizes.FItems / 2))
+	res.check("patches accepted", writes, writes, true, true)
+	return nil
+}
+
+// probeLimit measures the limit once on objects of its own, which it
+// removes again (so later scenarios' caches do not hold them): FItems PVs
+// and VolumeAttachments are created (the VolumeAttachment creates timed),
+// then, in two rounds on fresh halves of them, each gets the writes of an
+// attach: the VA finalizer+annotations JSON patch guarded by
+// resourceVersion, the VA status merge patch and the PV finalizer JSON
+// patch. It returns the phases it timed.
+func (e *env) probeLimit(ctx context.Context) (l limitProbe, phases []*Phase, err error) {
 	sz := e.cfg.Sizes
+	e.probes++
 	prefix, driver := e.names("F")
+	if e.probes > 1 {
+		prefix = fmt.Sprintf("%s-%d", prefix, e.probes)
+	}
 	name := func(i int) string { return fmt.Sprintf("%s-%05d", prefix, i) }
 	pvs := make([]*v1.PersistentVolume, sz.FItems)
 	vas := make([]*storagev1.VolumeAttachment, sz.FItems)
-	err := parallel(ctx, sz.FItems, createConcurrency, func(ctx context.Context, i int) error {
+	err = parallel(ctx, sz.FItems, createConcurrency, func(ctx context.Context, i int) error {
 		pv, err := e.client.CoreV1().PersistentVolumes().Create(ctx, newPV(name(i), driver), metav1.CreateOptions{})
 		pvs[i] = pv
 		return err
 	})
 	if err != nil {
-		return fmt.Errorf("create PersistentVolumes: %w", err)
+		return l, phases, errors.Join(fmt.Errorf("create PersistentVolumes: %w", err), e.removeProbeObjects(ctx, pvs, vas))
 	}
+	defer func() { err = errors.Join(err, e.removeProbeObjects(ctx, pvs, vas)) }()
 	// The VolumeAttachment creates are timed too, with enough in flight to
 	// saturate the API server (more than A's and B's creators): a scenario
 	// whose burst the harness creates shares the API server with those
-	// creates, so its ceiling is below the patch limit (see attachCeiling).
+	// creates, so its ceiling is below the patch limit (see ceiling).
 	start := time.Now()
 	err = parallel(ctx, sz.FItems, createConcurrency, func(ctx context.Context, i int) error {
 		va, err := e.client.StorageV1().VolumeAttachments().Create(ctx, newVA(name(i), driver, name(i), prefix+"-node"), metav1.CreateOptions{})
@@ -50,12 +110,11 @@ func runLimit(ctx context.Context, e *env, res *Result) error {
 		return err
 	})
 	if err != nil {
-		return fmt.Errorf("create VolumeAttachments: %w", err)
+		return l, phases, fmt.Errorf("create VolumeAttachments: %w", err)
 	}
 	elapsed := time.Since(start)
 	creates := &Phase{Name: fmt.Sprintf("VA creates@%d", createConcurrency), Ops: sz.FItems, WallSeconds: elapsed.Seconds(), PerSecond: float64(sz.FItems) / elapsed.Seconds()}
-	res.Phases = append(res.Phases, creates)
-	e.report.LimitCreatesPerSecond = creates.PerSecond
+	phases = append(phases, creates)
 
 	finalizer, pvFinalizer := kube.AttacherFinalizer(driver), kube.PVFinalizer(driver)
 	opts := metav1.PatchOptions{FieldManager: benchFieldManager}
@@ -83,7 +142,7 @@ func runLimit(ctx context.Context, e *env, res *Result) error {
 		if err != nil {
 			return err
 		}
-		if _, err := e.client.CoreV1().PersistentVolumes().Patch(ctx, pvs[i].Name, types.JSONPatchType, pvPatch, opts); err != nil {
+		if pvs[i], err = e.client.CoreV1().PersistentVolumes().Patch(ctx, pvs[i].Name, types.JSONPatchType, pvPatch, opts); err != nil {
 			return fmt.Errorf("patch PV: %w", err)
 		}
 		return nil
@@ -98,34 +157,47 @@ func runLimit(ctx context.Context, e *env, res *Result) error {
 		err := parallel(ctx, half, conc, func(ctx context.Context, i int) error { return attach(ctx, from+i) })
 		elapsed := time.Since(start)
 		if err != nil {
-			return err
+			return l, phases, err
 		}
 		writes := limitWritesPerAttach * half
 		p := &Phase{Name: fmt.Sprintf("patches@%d", conc), Ops: writes, WallSeconds: elapsed.Seconds(), PerSecond: float64(writes) / elapsed.Seconds()}
-		res.Phases = append(res.Phases, p)
-		e.report.LimitWritesPerSecond = max(e.report.LimitWritesPerSecond, p.PerSecond)
+		phases = append(phases, p)
+		l.writes = max(l.writes, p.PerSecond)
 	}
-	res.Figures["writes_per_s"] = round2(e.report.LimitWritesPerSecond)
-	res.Figures["attach_limit_per_s_at_3_writes"] = round2(e.report.LimitWritesPerSecond / limitWritesPerAttach)
-	res.Figures["va_creates_per_s"] = round2(e.report.LimitCreatesPerSecond)
-	if c := attachCeiling(e.report, limitWritesPerAttach); c > 0 {
-		res.Figures["attach_ceiling_per_s_with_creates"] = round2(c)
-	}
-	res.check("patches accepted", fmt.Sprint(limitWritesPerAttach*2*half), fmt.Sprint(limitWritesPerAttach*2*half), true, true)
+	l.creates = creates.PerSecond
+	return l, phases, nil
+}
 
-	// Leave no VolumeAttachment behind for later scenarios' caches.
-	return parallel(ctx, 2*half, createConcurrency, func(ctx context.Context, i int) error {
-		patch, err := kube.RemoveFinalizerPatch(vas[i], finalizer)
-		if err != nil {
-			return err
+// removeProbeObjects deletes what probeLimit created, finalizers first,
+// so that later scenarios' caches do not hold it.
+func (e *env) removeProbeObjects(ctx context.Context, pvs []*v1.PersistentVolume, vas []*storagev1.VolumeAttachment) error {
+	unfinalize := []byte(`{"metadata":{"finalizers":null}}`)
+	opts := metav1.PatchOptions{FieldManager: benchFieldManager}
+	err := parallel(ctx, len(vas), createConcurrency, func(ctx context.Context, i int) error {
+		if vas[i] == nil {
+			return nil
 		}
-		if patch != nil {
-			if _, err := e.client.StorageV1().VolumeAttachments().Patch(ctx, vas[i].Name, types.JSONPatchType, patch, opts); err != nil {
-				return fmt.Errorf("clean up: %w", err)
-			}
+		if _, err := e.client.StorageV1().VolumeAttachments().Patch(ctx, vas[i].Name, types.MergePatchType, unfinalize, opts); ignoreNotFound(err) != nil {
+			return fmt.Errorf("remove the finalizers of VolumeAttachment %s: %w", vas[i].Name, err)
 		}
 		return ignoreNotFound(e.client.StorageV1().VolumeAttachments().Delete(ctx, vas[i].Name, metav1.DeleteOptions{}))
 	})
+	if err != nil {
+		return fmt.Errorf("clean up: %w", err)
+	}
+	err = parallel(ctx, len(pvs), createConcurrency, func(ctx context.Context, i int) error {
+		if pvs[i] == nil {
+			return nil
+		}
+		if _, err := e.client.CoreV1().PersistentVolumes().Patch(ctx, pvs[i].Name, types.MergePatchType, unfinalize, opts); ignoreNotFound(err) != nil {
+			return fmt.Errorf("remove the finalizers of PersistentVolume %s: %w", pvs[i].Name, err)
+		}
+		return ignoreNotFound(e.client.CoreV1().PersistentVolumes().Delete(ctx, pvs[i].Name, metav1.DeleteOptions{}))
+	})
+	if err != nil {
+		return fmt.Errorf("clean up: %w", err)
+	}
+	return nil
 }
 
 // vaMetadataPatch is the attacher's metadata write: one JSON patch that
@@ -149,16 +221,74 @@ func vaMetadataPatch(va *storagev1.VolumeAttachment, finalizer string, annotatio
 	return json.Marshal(append(a, b[1:]...)) // one resourceVersion test
 }
 
-// attachCeiling is the most attaches per second the API server can serve
-// when, as in scenarios A and B, each attach also costs it the
-// VolumeAttachment's create (made by the harness, outside the component):
-// one create at F's create rate plus writesPerAttach writes at F's write
-// rate. Zero when F did not run. It leaves out what else shares the
-// machine during a scenario (the component's own CPU, watch fan-out), so
-// it is an upper bound.
-func attachCeiling(r *Report, writesPerAttach float64) float64 {
-	if r.LimitWritesPerSecond <= 0 || r.LimitCreatesPerSecond <= 0 || writesPerAttach <= 0 {
-		return 0
+// limitBefore is the limit just before a judged scenario (A, D) starts
+// anything: the probe the scenario before it ended with, when there is
+// one, or a new probe. It measures nothing when F did not run; the
+// scenario then reports no share of a limit.
+func (e *env) limitBefore(ctx context.Context, res *Result) (limitProbe, error) {
+	if e.report.LimitWritesPerSecond <= 0 {
+		return limitProbe{}, nil
 	}
-	return 1 / (1/r.LimitCreatesPerSecond + writesPerAttach/r.LimitWritesPerSecond)
+	if e.previous != nil {
+		e.limit = *e.previous
+		return *e.previous, nil
+	}
+	l, err := e.probeRow(ctx, res, "limit before")
+	if err != nil {
+		return l, fmt.Errorf("measure the limit before %s: %w", res.Scenario, err)
+	}
+	e.limit = l
+	return l, nil
+}
+
+// limitAround probes the limit again once a judged scenario has stopped
+// its components, and makes the mean of that and before the limit the
+// scenario is judged against, recording both and how far the machine
+// drifted between them.
+func (e *env) limitAround(ctx context.Context, res *Result, before limitProbe) error {
+	if !before.measured() {
+		return nil
+	}
+	res.Figures["limit_before_writes_per_s"] = round2(before.writes)
+	after, err := e.probeRow(ctx, res, "limit after")
+	if err != nil {
+		e.limit = before
+		return fmt.Errorf("measure the limit after %s (judged against the limit before it): %w", res.Scenario, err)
+	}
+	e.probed = &after
+	e.limit = meanOf(before, after)
+	res.Figures["limit_after_writes_per_s"] = round2(after.writes)
+	res.Figures["limit_writes_per_s"] = round2(e.limit.writes)
+	res.Figures["limit_creates_per_s"] = round2(e.limit.creates)
+	res.Figures["limit_drift_percent"] = round2(100 * (after.writes - before.writes) / before.writes)
+	return nil
+}
+
+// probeRow probes the limit and adds one row for it to res: the patch
+// writes of its better round.
+func (e *env) probeRow(ctx context.Context, res *Result, name string) (limitProbe, error) {
+	l, phases, err := e.probeLimit(ctx)
+	var best *Phase
+	for _, p := range phases {
+		if strings.HasPrefix(p.Name, "patches@") && (best == nil || p.PerSecond > best.PerSecond) {
+			best = p
+		}
+	}
+	if best != nil {
+		row := *best
+		row.Name = name
+		res.Phases = append(res.Phases, &row)
+	}
+	return l, err
+}
+
+// limitNote says, for a rate check, which limit the rate was compared
+// with: F's alone, or the mean of the probes around the scenario.
+func limitNote(res *Result) string {
+	after, ok := res.Figures["limit_after_writes_per_s"]
+	if !ok {
+		return ""
+	}
+	return fmt.Sprintf("; limit %.0f writes/s, the mean of %.0f before and %.0f after",
+		res.Figures["limit_writes_per_s"], res.Figures["limit_before_writes_per_s"], after)
 }

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -266,26 +267,38 @@ func (r *podRig) stageFigures(idx []int, created []time.Time) map[string]float64
 // controllers and the kubelet stand-in, then deleted; DBursts times, each
 // on volumes of its own, judged like A on the median burst.
 func runPods(ctx context.Context, e *env, res *Result) error {
+	before, err := e.limitBefore(ctx, res)
+	if err != nil {
+		return err
+	}
+	runs, err := podBursts(ctx, e, res)
+	err = errors.Join(err, e.limitAround(ctx, res, before))
+	judgePodBursts(e, res, e.cfg.Sizes.DPods, runs)
+	return err
+}
+
+// podBursts runs D's bursts with components of their own and stops them,
+// returning what each burst measured.
+func podBursts(ctx context.Context, e *env, res *Result) ([]*podBurst, error) {
 	sz := e.cfg.Sizes
 	n, bursts := sz.DPods, max(1, sz.DBursts)
 	r, err := e.newPodRig(ctx, "D", n*bursts, 1, sz.DNodes)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer r.close()
 	r.creators = creatorsOr(sz.DCreators)
 	res.Figures["pod_creators"] = float64(r.creators)
 	res.Figures["bursts"] = float64(bursts)
-	runs, runErr := runBursts(bursts, n, func(idx []int, name func(string) string) (*podBurst, error) {
+	runs, err := runBursts(bursts, n, func(idx []int, name func(string) string) (*podBurst, error) {
 		return r.burst(ctx, e, res, idx, name)
 	})
-	judgePodBursts(e, res, n, runs)
-	if runErr != nil {
-		return runErr
+	if err != nil {
+		return runs, err
 	}
 	comps := r.comps
 	r.comps = nil
-	return finalUsage(e, res, comps)
+	return runs, finalUsage(e, res, comps)
 }
 
 // podBurst is what one of D's bursts measured.
@@ -327,7 +340,7 @@ func (r *podRig) burst(ctx context.Context, e *env, res *Result, idx []int, name
 	p.P50Ms, p.P99Ms = percentiles(attached)
 	p.RunningP50Ms, p.RunningP99Ms = percentiles(running)
 	p.setWrites(componentWrites(s0, s1), n)
-	p.setLimit(e.report.LimitWritesPerSecond)
+	p.setLimit(e.limit.writes)
 	e.fillUsage(p, s0, s1)
 	res.Phases = append(res.Phases, p)
 	run := &podBurst{
@@ -353,6 +366,13 @@ func judgePodBursts(e *env, res *Result, n int, runs []*podBurst) {
 	res.check("Pods Running with their volume attached", fmt.Sprint(n),
 		eachOf(runs, func(run *podBurst) string { return fmt.Sprintf("%d attached, %d Running", run.attached, run.running) }),
 		allOf(runs, func(run *podBurst) bool { return run.attached == n && run.running == n }), true)
+	for _, run := range runs {
+		// The limit is known only now that it was probed after the bursts.
+		run.attach.setLimit(e.limit.writes)
+		if run.detach != nil {
+			run.detach.setLimit(e.limit.writes)
+		}
+	}
 	res.check("ControllerPublish calls", fmt.Sprintf("= %d", n),
 		eachOf(runs, func(run *podBurst) string {
 			return fmt.Sprintf("%d (duplicates %d)", run.attach.CSICalls, run.duplicates)
@@ -373,11 +393,11 @@ func judgePodBursts(e *env, res *Result, n int, runs []*podBurst) {
 		// Even at the limit the last Pod's volume cannot attach sooner
 		// than this after the burst starts: how long a p99 the day's
 		// machine allows at all.
-		res.Figures["drain_floor_s"] = round2(float64(n) / (e.report.LimitWritesPerSecond / mid.attach.WritesPerOp))
+		res.Figures["drain_floor_s"] = round2(float64(n) / (e.limit.writes / mid.attach.WritesPerOp))
 		res.Figures["attach_rate_percent_of_limit"] = round2(mid.attach.PercentOfLimit)
 		res.check("attach rate", "≥ 60% of F's limit for the combined writes",
 			medianValue(runs, fmt.Sprintf("%.0f%% (%.0f/s at %.2f writes per attach)", mid.attach.PercentOfLimit, mid.attach.PerSecond, mid.attach.WritesPerOp),
-				func(run *podBurst) string { return fmt.Sprintf("%.0f%%", run.attach.PercentOfLimit) }),
+				func(run *podBurst) string { return fmt.Sprintf("%.0f%%", run.attach.PercentOfLimit) })+limitNote(res),
 			mid.attach.PercentOfLimit >= 60, false)
 	}
 

@@ -3,6 +3,7 @@ package bench
 import (
 	"fmt"
 	"io"
+	"math"
 	"slices"
 	"sort"
 	"strings"
@@ -76,6 +77,9 @@ func msOrDash(ms float64) string {
 func trimFloat(v float64) string {
 	if v == float64(int64(v)) {
 		return fmt.Sprint(int64(v))
+	}
+	if math.Abs(v) >= 100 {
+		return fmt.Sprintf("%.0f", v)
 	}
 	return fmt.Sprintf("%.3g", v)
 }
