@@ -2,7 +2,6 @@ package bench
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -211,14 +210,8 @@ func span(n int, from int) []int {
 // the rate and p99 targets are judged on the median burst, since one
 // burst on a machine whose speed drifts can land far from the others.
 func runAttachBurst(ctx context.Context, e *env, res *Result) error {
-	before, err := e.limitBefore(ctx, res)
-	if err != nil {
-		return err
-	}
-	runs, err := attachBursts(ctx, e, res)
-	err = errors.Join(err, e.limitAround(ctx, res, before))
-	judgeBursts(e, res, e.cfg.Sizes.ABurst, runs)
-	return err
+	return judgedAround(ctx, e, res, func() ([]*burstRun, error) { return attachBursts(ctx, e, res) },
+		func(runs []*burstRun) { judgeBursts(e, res, e.cfg.Sizes.ABurst, runs) })
 }
 
 // attachBursts runs A's bursts with a csi-attacher of their own and stops

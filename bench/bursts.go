@@ -2,6 +2,8 @@ package bench
 
 import (
 	"cmp"
+	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -72,4 +74,18 @@ func runBursts[R any](bursts, n int, one func(idx []int, name func(string) strin
 		}
 	}
 	return runs, nil
+}
+
+// judgedAround runs a judged scenario's bursts between two probes of the
+// limit (limitBefore, limitAround) and then judges what they measured
+// against the probes' mean.
+func judgedAround[R any](ctx context.Context, e *env, res *Result, bursts func() ([]*R, error), judge func([]*R)) error {
+	before, err := e.limitBefore(ctx, res)
+	if err != nil {
+		return err
+	}
+	runs, err := bursts()
+	err = errors.Join(err, e.limitAround(ctx, res, before))
+	judge(runs)
+	return err
 }

@@ -2,7 +2,6 @@ package bench
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -267,14 +266,8 @@ func (r *podRig) stageFigures(idx []int, created []time.Time) map[string]float64
 // controllers and the kubelet stand-in, then deleted; DBursts times, each
 // on volumes of its own, judged like A on the median burst.
 func runPods(ctx context.Context, e *env, res *Result) error {
-	before, err := e.limitBefore(ctx, res)
-	if err != nil {
-		return err
-	}
-	runs, err := podBursts(ctx, e, res)
-	err = errors.Join(err, e.limitAround(ctx, res, before))
-	judgePodBursts(e, res, e.cfg.Sizes.DPods, runs)
-	return err
+	return judgedAround(ctx, e, res, func() ([]*podBurst, error) { return podBursts(ctx, e, res) },
+		func(runs []*podBurst) { judgePodBursts(e, res, e.cfg.Sizes.DPods, runs) })
 }
 
 // podBursts runs D's bursts with components of their own and stops them,
