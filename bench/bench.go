@@ -130,7 +130,10 @@ type Result struct {
 	Phases   []*Phase           `json:"phases"`
 	Figures  map[string]float64 `json:"figures,omitempty"`
 	Checks   []Check            `json:"checks"`
-	Error    string             `json:"error,omitempty"`
+	// Notes warn about how far to trust the figures (a machine that
+	// drifted during the scenario).
+	Notes []string `json:"notes,omitempty"`
+	Error string   `json:"error,omitempty"`
 }
 
 // Phase is one measured step of a scenario (attach, detach, rest).

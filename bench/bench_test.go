@@ -374,3 +374,15 @@ func TestFiguresPrintWholeAboveAHundredAndThreeDigitsBelow(t *testing.T) {
 		}
 	}
 }
+
+func TestScenarioWhoseLimitMovedAFifthOrMoreCarriesANote(t *testing.T) {
+	if note := driftNote("D", 1000, 850); note != "" {
+		t.Errorf("a 15%% drift got a note: %q", note)
+	}
+	for _, after := range []float64{744, 1250} {
+		note := driftNote("D", 1000, after)
+		if !strings.Contains(note, "across D") || !strings.Contains(note, fmt.Sprintf("1000 to %.0f writes/s", after)) || !strings.Contains(note, "run it again") {
+			t.Errorf("drift 1000 → %v: note %q, want the scenario, both limits and advice", after, note)
+		}
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"time"
 
@@ -261,8 +262,28 @@ func (e *env) limitAround(ctx context.Context, res *Result, before limitProbe) e
 	res.Figures["limit_writes_per_s"] = round2(e.limit.writes)
 	res.Figures["limit_creates_per_s"] = round2(e.limit.creates)
 	res.Figures["limit_drift_percent"] = round2(100 * (after.writes - before.writes) / before.writes)
+	if note := driftNote(res.Scenario, before.writes, after.writes); note != "" {
+		res.Notes = append(res.Notes, note)
+	}
 	return nil
 }
+
+// driftNote warns when the probes around a scenario disagree by
+// driftWarnPercent or more, and is empty otherwise.
+func driftNote(scenario string, before, after float64) string {
+	drift := 100 * (after - before) / before
+	if math.Abs(drift) < driftWarnPercent {
+		return ""
+	}
+	return fmt.Sprintf("the limit moved %+.0f%% across %s (%.0f to %.0f writes/s): the machine's speed changed while it ran, "+
+		"so its rates and latencies say more about the machine than usual; run it again before drawing conclusions",
+		drift, scenario, before, after)
+}
+
+// driftWarnPercent is how far the probes around a scenario may disagree
+// before its result carries a note. Probes taken one after another with
+// nothing running between them have mostly differed by less.
+const driftWarnPercent = 20
 
 // probeRow probes the limit and adds one row for it to res: the patch
 // writes of its better round.

@@ -58,6 +58,9 @@ func printResult(w io.Writer, r *Result) {
 	if r.Error != "" {
 		fmt.Fprintf(w, "    ERROR %s: %s\n", r.Scenario, r.Error)
 	}
+	for _, n := range r.Notes {
+		fmt.Fprintf(w, "    NOTE %s: %s\n", r.Scenario, n)
+	}
 	for _, c := range r.Checks {
 		verdict := "PASS"
 		if !c.Pass {
