@@ -381,7 +381,7 @@ func TestScenarioWhoseLimitMovedAFifthOrMoreCarriesANote(t *testing.T) {
 	}
 	for _, after := range []float64{744, 1250} {
 		note := driftNote("D", 1000, after)
-		if !strings.Contains(note, "across D") || !strings.Contains(note, fmt.Sprintf("1000 to %.0f writes/s", after)) || !strings.Contains(note, "run it again") {
+		if !strings.Contains(note, "around D") || !strings.Contains(note, fmt.Sprintf("1000 before, %.0f after", after)) || !strings.Contains(note, "run it again") {
 			t.Errorf("drift 1000 → %v: note %q, want the scenario, both limits and advice", after, note)
 		}
 	}

@@ -275,9 +275,9 @@ func driftNote(scenario string, before, after float64) string {
 	if math.Abs(drift) < driftWarnPercent {
 		return ""
 	}
-	return fmt.Sprintf("the limit moved %+.0f%% across %s (%.0f to %.0f writes/s): the machine's speed changed while it ran, "+
-		"so its rates and latencies say more about the machine than usual; run it again before drawing conclusions",
-		drift, scenario, before, after)
+	return fmt.Sprintf("the limit probes around %s disagree by %+.0f%% (%.0f before, %.0f after, writes/s): the machine's speed moved "+
+		"while it ran, so its shares of the limit and its latencies are less certain than usual; run it again before drawing conclusions",
+		scenario, drift, before, after)
 }
 
 // driftWarnPercent is how far the probes around a scenario may disagree
