@@ -78,7 +78,7 @@ func runBursts[R any](bursts, n int, one func(idx []int, name func(string) strin
 
 // judgedAround runs a judged scenario's bursts between two probes of the
 // limit (limitBefore, limitAround) and then judges what they measured
-// against the probes' mean.
+// against the better of the probes.
 func judgedAround[R any](ctx context.Context, e *env, res *Result, bursts func() ([]*R, error), judge func([]*R)) error {
 	before, err := e.limitBefore(ctx, res)
 	if err != nil {

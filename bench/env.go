@@ -31,7 +31,7 @@ type env struct {
 	admin  kubernetes.Interface // uncounted reads (metrics)
 	report *Report
 	// limit is what the scenario running compares its rates with: F's,
-	// or for A and D the mean of the probes around them (limitAround).
+	// or for A and D the better of the probes around them (limitAround).
 	limit limitProbe
 	// probed is the probe the last scenario ended with (F's, or one taken
 	// after A or D), if any; previous is the one the scenario before the
