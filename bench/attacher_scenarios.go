@@ -637,15 +637,15 @@ func (e *env) countCached(ctx context.Context) (int, error) {
 
 // latencyPhase records a burst phase of n operations between the
 // snapshots before and after: wall time to the last one done, rate,
-// latency percentiles, writes per operation, share of the API server's
-// limit and the components' usage.
+// latency percentiles, writes per operation and the components' usage
+// (its share of the limit is set when the scenario is judged, once the
+// limit around it is known).
 func (e *env) latencyPhase(res *Result, name string, n, csiCalls int, lat []time.Duration, last time.Time, before, after snapshot) *Phase {
 	p := &Phase{Name: name, Ops: n, CSICalls: csiCalls}
 	p.WallSeconds = last.Sub(before.at).Seconds()
 	p.PerSecond = float64(len(lat)) / p.WallSeconds
 	p.P50Ms, p.P99Ms = percentiles(lat)
 	p.setWrites(componentWrites(before, after), n)
-	p.setLimit(e.limit.writes)
 	e.fillUsage(p, before, after)
 	res.Phases = append(res.Phases, p)
 	return p

@@ -6,7 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"strings"
+	"slices"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -175,28 +175,32 @@ func (e *env) probeLimit(ctx context.Context) (l limitProbe, phases []*Phase, er
 // removeProbeObjects deletes what probeLimit created, finalizers first,
 // so that later scenarios' caches do not hold it.
 func (e *env) removeProbeObjects(ctx context.Context, pvs []*v1.PersistentVolume, vas []*storagev1.VolumeAttachment) error {
+	vaAPI, pvAPI := e.client.StorageV1().VolumeAttachments(), e.client.CoreV1().PersistentVolumes()
+	if err := removeAll(ctx, "VolumeAttachment", vas, vaAPI.Patch, vaAPI.Delete); err != nil {
+		return err
+	}
+	return removeAll(ctx, "PersistentVolume", pvs, pvAPI.Patch, pvAPI.Delete)
+}
+
+// removeAll clears the finalizers of the created objects among objs (nil
+// where a create failed) and deletes them; objects already gone are fine.
+func removeAll[O any, P interface {
+	*O
+	metav1.Object
+}, R any](ctx context.Context, kind string, objs []P,
+	patch func(context.Context, string, types.PatchType, []byte, metav1.PatchOptions, ...string) (R, error),
+	del func(context.Context, string, metav1.DeleteOptions) error) error {
 	unfinalize := []byte(`{"metadata":{"finalizers":null}}`)
 	opts := metav1.PatchOptions{FieldManager: benchFieldManager}
-	err := parallel(ctx, len(vas), createConcurrency, func(ctx context.Context, i int) error {
-		if vas[i] == nil {
+	err := parallel(ctx, len(objs), createConcurrency, func(ctx context.Context, i int) error {
+		if objs[i] == nil {
 			return nil
 		}
-		if _, err := e.client.StorageV1().VolumeAttachments().Patch(ctx, vas[i].Name, types.MergePatchType, unfinalize, opts); ignoreNotFound(err) != nil {
-			return fmt.Errorf("remove the finalizers of VolumeAttachment %s: %w", vas[i].Name, err)
+		name := objs[i].GetName()
+		if _, err := patch(ctx, name, types.MergePatchType, unfinalize, opts); ignoreNotFound(err) != nil {
+			return fmt.Errorf("remove the finalizers of %s %s: %w", kind, name, err)
 		}
-		return ignoreNotFound(e.client.StorageV1().VolumeAttachments().Delete(ctx, vas[i].Name, metav1.DeleteOptions{}))
-	})
-	if err != nil {
-		return fmt.Errorf("clean up: %w", err)
-	}
-	err = parallel(ctx, len(pvs), createConcurrency, func(ctx context.Context, i int) error {
-		if pvs[i] == nil {
-			return nil
-		}
-		if _, err := e.client.CoreV1().PersistentVolumes().Patch(ctx, pvs[i].Name, types.MergePatchType, unfinalize, opts); ignoreNotFound(err) != nil {
-			return fmt.Errorf("remove the finalizers of PersistentVolume %s: %w", pvs[i].Name, err)
-		}
-		return ignoreNotFound(e.client.CoreV1().PersistentVolumes().Delete(ctx, pvs[i].Name, metav1.DeleteOptions{}))
+		return ignoreNotFound(del(ctx, name, metav1.DeleteOptions{}))
 	})
 	if err != nil {
 		return fmt.Errorf("clean up: %w", err)
@@ -288,18 +292,12 @@ func driftNote(scenario string, before, after float64) string {
 // nothing running between them have mostly differed by less.
 const driftWarnPercent = 20
 
-// probeRow probes the limit and adds one row for it to res: the patch
-// writes of its better round.
+// probeRow probes the limit and adds one row for it to res: the round
+// whose patch writes set the limit.
 func (e *env) probeRow(ctx context.Context, res *Result, name string) (limitProbe, error) {
 	l, phases, err := e.probeLimit(ctx)
-	var best *Phase
-	for _, p := range phases {
-		if strings.HasPrefix(p.Name, "patches@") && (best == nil || p.PerSecond > best.PerSecond) {
-			best = p
-		}
-	}
-	if best != nil {
-		row := *best
+	if i := slices.IndexFunc(phases, func(p *Phase) bool { return l.writes > 0 && p.PerSecond == l.writes }); i >= 0 {
+		row := *phases[i]
 		row.Name = name
 		res.Phases = append(res.Phases, &row)
 	}

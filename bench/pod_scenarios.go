@@ -333,7 +333,6 @@ func (r *podRig) burst(ctx context.Context, e *env, res *Result, idx []int, name
 	p.P50Ms, p.P99Ms = percentiles(attached)
 	p.RunningP50Ms, p.RunningP99Ms = percentiles(running)
 	p.setWrites(componentWrites(s0, s1), n)
-	p.setLimit(e.limit.writes)
 	e.fillUsage(p, s0, s1)
 	res.Phases = append(res.Phases, p)
 	run := &podBurst{
@@ -350,6 +349,15 @@ func (r *podRig) burst(ctx context.Context, e *env, res *Result, idx []int, name
 	return run, waitErr
 }
 
+// compare sets the burst's shares of the limit l, known only once it was
+// probed after the bursts.
+func (run *podBurst) compare(l limitProbe) {
+	run.attach.setLimit(l.writes)
+	if run.detach != nil {
+		run.detach.setLimit(l.writes)
+	}
+}
+
 // judgePodBursts adds D's checks and figures: correctness on every burst,
 // the p99 and rate targets on the median burst.
 func judgePodBursts(e *env, res *Result, n int, runs []*podBurst) {
@@ -360,11 +368,7 @@ func judgePodBursts(e *env, res *Result, n int, runs []*podBurst) {
 		eachOf(runs, func(run *podBurst) string { return fmt.Sprintf("%d attached, %d Running", run.attached, run.running) }),
 		allOf(runs, func(run *podBurst) bool { return run.attached == n && run.running == n }), true)
 	for _, run := range runs {
-		// The limit is known only now that it was probed after the bursts.
-		run.attach.setLimit(e.limit.writes)
-		if run.detach != nil {
-			run.detach.setLimit(e.limit.writes)
-		}
+		run.compare(e.limit)
 	}
 	res.check("ControllerPublish calls", fmt.Sprintf("= %d", n),
 		eachOf(runs, func(run *podBurst) string {
