@@ -1,6 +1,7 @@
 package attachdetach_test
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -38,18 +39,26 @@ func TestDrift_volumeAttachmentDeletedByAnotherClient_recreated(t *testing.T) {
 	if after.Spec.NodeName != node || after.Spec.Source.PersistentVolumeName == nil || *after.Spec.Source.PersistentVolumeName != pv {
 		t.Errorf("re-created VolumeAttachment spec = %+v", after.Spec)
 	}
+	// In between, the volume left the node status: the node was never told
+	// "attached" for a VolumeAttachment that did not exist. The re-create
+	// and the removal from the node status go through different queues, so
+	// either may come first; and the test may see the re-created
+	// VolumeAttachment attached (and the node status still listing the
+	// volume) before the removal is written, so wait for all five writes
+	// rather than for the node status.
+	vaPath := "/apis/storage.k8s.io/v1/volumeattachments"
+	nodePath := "/api/v1/nodes/" + node + "/status"
+	want := []string{"POST " + vaPath, "PATCH " + nodePath, "PATCH " + nodePath, "POST " + vaPath, "PATCH " + nodePath}
+	e.eventually(fmt.Sprintf("controller API writes %q (the middle two in either order)", want), func() (bool, error) {
+		got := e.controllerWrites()
+		if len(got) > len(want) {
+			return false, fmt.Errorf("controller API writes:\n got %q\nwant %q (the middle two in either order)", got, want)
+		}
+		return len(got) == len(want) && sameMultiset(got[:2], want[:2]) && sameMultiset(got[2:4], want[2:4]) && got[4] == want[4], nil
+	})
 	e.waitNodeAttached(node, e.unique(pv))
 	if got := e.creates.Load(); got != 2 {
 		t.Errorf("VolumeAttachment creates = %d, want 2", got)
-	}
-	// In between, the volume left the node status: the node was never told
-	// "attached" for a VolumeAttachment that did not exist.
-	vaPath := "/apis/storage.k8s.io/v1/volumeattachments"
-	nodePath := "/api/v1/nodes/" + node + "/status"
-	got := e.controllerWrites()
-	want := []string{"POST " + vaPath, "PATCH " + nodePath, "PATCH " + nodePath, "POST " + vaPath, "PATCH " + nodePath}
-	if !sameMultiset(got[:2], want[:2]) || !sameMultiset(got[2:], want[2:]) {
-		t.Errorf("controller API writes:\n got %q\nwant %q (the middle two in either order)", got, want)
 	}
 }
 
