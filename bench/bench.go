@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io"
+	"os"
 	"runtime"
 	"slices"
 	"strings"
@@ -98,6 +99,10 @@ type Config struct {
 	AroundScenario func(scenario string) func()
 	// RunID makes object and driver names unique; empty: random.
 	RunID string
+	// ControlPlaneGOGC is the garbage collector setting of the process
+	// that runs the API server and etcd (see latch-bench
+	// --control-plane-gogc), for the report; the caller sets it.
+	ControlPlaneGOGC int
 }
 
 // Report is one run's figures, written as JSON.
@@ -119,7 +124,12 @@ type Report struct {
 	LimitWritesPerSecond float64 `json:"limitWritesPerSecond,omitempty"`
 	// LimitCreatesPerSecond is F's VolumeAttachment create rate at the
 	// harness's create concurrency (0 when F did not run).
-	LimitCreatesPerSecond float64   `json:"limitCreatesPerSecond,omitempty"`
+	LimitCreatesPerSecond float64 `json:"limitCreatesPerSecond,omitempty"`
+	// ControlPlaneGOGC is the GOGC of the process that ran the API server
+	// and etcd; ControlPlanePeakRSSMB is that process's peak RSS over the
+	// run (0 when unknown).
+	ControlPlaneGOGC      int       `json:"controlPlaneGOGC"`
+	ControlPlanePeakRSSMB float64   `json:"controlPlanePeakRssMb,omitempty"`
 	Results               []*Result `json:"results"`
 }
 
@@ -219,6 +229,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		OS: runtime.GOOS, Arch: runtime.GOARCH, Attacher: cfg.Attacher, ControllerFlags: cfg.ControllerFlags,
 		ComponentsMeasured: cfg.Launcher.Measured(),
 		DriverLatencyMS:    float64(cfg.DriverLatency) / float64(time.Millisecond), Sizes: cfg.Sizes,
+		ControlPlaneGOGC: cfg.ControlPlaneGOGC,
 	}
 	cc := *cfg.Cluster.RESTConfig()
 	writes := newWriteCounter()
@@ -238,8 +249,8 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if cfg.ControllerFlags != "" {
 		controller += " " + cfg.ControllerFlags
 	}
-	fmt.Fprintf(cfg.Out, "latch bench: scale=%s cpus=%d go=%s attacher=%s controller=%s driver latency=%s\n\n",
-		cfg.Scale, rep.CPUs, rep.GoVersion, cfg.Attacher, controller, cfg.DriverLatency)
+	fmt.Fprintf(cfg.Out, "latch bench: scale=%s cpus=%d go=%s attacher=%s controller=%s driver latency=%s control plane GOGC=%d\n\n",
+		cfg.Scale, rep.CPUs, rep.GoVersion, cfg.Attacher, controller, cfg.DriverLatency, cfg.ControlPlaneGOGC)
 	printHeader(cfg.Out)
 	for _, name := range order {
 		sc := scenarios[name]
@@ -262,6 +273,10 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		}
 	}
 	rep.Finished = time.Now().UTC()
+	if u, err := procUsage(os.Getpid()); err == nil {
+		rep.ControlPlanePeakRSSMB = round2(float64(u.PeakRSSBytes) / (1 << 20))
+		fmt.Fprintf(cfg.Out, "\nAPI server and etcd (this process, GOGC=%d): peak RSS %.0f MB\n", cfg.ControlPlaneGOGC, rep.ControlPlanePeakRSSMB)
+	}
 	return rep, nil
 }
 

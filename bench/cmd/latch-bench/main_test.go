@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 )
@@ -29,9 +30,22 @@ func TestParseTakesCreatorCountsAndRefusesANegativeOne(t *testing.T) {
 	if err != nil || o.podCreators != 16 || o.vaCreators != 32 {
 		t.Fatalf("parse(--pod-creators=16 --va-creators=32) = %+v, %v", o, err)
 	}
-	for _, flag := range []string{"--pod-creators", "--va-creators"} {
+	for _, flag := range []string{"--pod-creators", "--va-creators", "--control-plane-gogc"} {
 		if _, err := parse([]string{flag + "=-1"}); err == nil || !strings.Contains(err.Error(), flag) {
 			t.Errorf("parse(%s=-1) = %v, want an error naming the flag", flag, err)
+		}
+	}
+}
+
+func TestParseControlPlaneGOGCDefaultsTo400AndZeroKeepsGosOwn(t *testing.T) {
+	o, err := parse(nil)
+	if err != nil || o.controlPlaneGC != 400 {
+		t.Fatalf("parse() control plane GOGC = %d, %v; want 400", o.controlPlaneGC, err)
+	}
+	for _, n := range []string{"0", "100"} {
+		o, err := parse([]string{"--control-plane-gogc=" + n})
+		if err != nil || fmt.Sprint(o.controlPlaneGC) != n {
+			t.Errorf("parse(--control-plane-gogc=%s) = %+v, %v", n, o, err)
 		}
 	}
 }
