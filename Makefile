@@ -25,10 +25,10 @@ build:
 test:
 	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
 
-## bench: benchmarks A–F on a local control plane (SCALE=small|full, SCENARIOS=A,B,..., PROFILE=1, ATTACHER=path, ATTACHER_FLAGS=..., CONTROLLER_FLAGS=..., POD_CREATORS=N, VA_CREATORS=N, CONTROL_PLANE_GOGC=N); see docs/performance.md
+## bench: benchmarks A–F on a local control plane (SCALE=small|full, SCENARIOS=A,B,..., PROFILE=1, ATTACHER=path, ATTACHER_FLAGS=..., CONTROLLER_FLAGS=..., POD_CREATORS=N, VA_CREATORS=N, CONTROL_PLANE_GOGC=N, CONTROL_PLANE_MEMORY_LIMIT_MIB=N); see docs/performance.md
 SCALE ?= full
 bench:
-	$(GO) run ./bench/cmd/latch-bench --scale=$(SCALE) $(if $(SCENARIOS),--scenarios=$(SCENARIOS)) $(if $(PROFILE),--profile=bench/results/profiles) $(if $(ATTACHER),--attacher-binary=$(ATTACHER)) $(if $(ATTACHER_FLAGS),--attacher-flags="$(ATTACHER_FLAGS)") $(if $(CONTROLLER_FLAGS),--controller-flags="$(CONTROLLER_FLAGS)") $(if $(POD_CREATORS),--pod-creators=$(POD_CREATORS)) $(if $(VA_CREATORS),--va-creators=$(VA_CREATORS)) $(if $(CONTROL_PLANE_GOGC),--control-plane-gogc=$(CONTROL_PLANE_GOGC))
+	$(GO) run ./bench/cmd/latch-bench --scale=$(SCALE) $(if $(SCENARIOS),--scenarios=$(SCENARIOS)) $(if $(PROFILE),--profile=bench/results/profiles) $(if $(ATTACHER),--attacher-binary=$(ATTACHER)) $(if $(ATTACHER_FLAGS),--attacher-flags="$(ATTACHER_FLAGS)") $(if $(CONTROLLER_FLAGS),--controller-flags="$(CONTROLLER_FLAGS)") $(if $(POD_CREATORS),--pod-creators=$(POD_CREATORS)) $(if $(VA_CREATORS),--va-creators=$(VA_CREATORS)) $(if $(CONTROL_PLANE_GOGC),--control-plane-gogc=$(CONTROL_PLANE_GOGC)) $(if $(CONTROL_PLANE_MEMORY_LIMIT_MIB),--control-plane-memory-limit-mib=$(CONTROL_PLANE_MEMORY_LIMIT_MIB))
 
 ## soak: the long seeded chaos run (LATCH_SOAK=1; replay a run with LATCH_CHAOS_SEED=<seed>)
 soak:

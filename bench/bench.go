@@ -103,6 +103,9 @@ type Config struct {
 	// that runs the API server and etcd (see latch-bench
 	// --control-plane-gogc), for the report; the caller sets it.
 	ControlPlaneGOGC int
+	// ControlPlaneMemoryLimitMiB is that process's soft memory limit
+	// (0: none), for the report.
+	ControlPlaneMemoryLimitMiB int
 }
 
 // Report is one run's figures, written as JSON.
@@ -125,12 +128,14 @@ type Report struct {
 	// LimitCreatesPerSecond is F's VolumeAttachment create rate at the
 	// harness's create concurrency (0 when F did not run).
 	LimitCreatesPerSecond float64 `json:"limitCreatesPerSecond,omitempty"`
-	// ControlPlaneGOGC is the GOGC of the process that ran the API server
-	// and etcd; ControlPlanePeakRSSMB is that process's peak RSS over the
-	// run (0 when unknown).
-	ControlPlaneGOGC      int       `json:"controlPlaneGOGC"`
-	ControlPlanePeakRSSMB float64   `json:"controlPlanePeakRssMb,omitempty"`
-	Results               []*Result `json:"results"`
+	// ControlPlaneGOGC and ControlPlaneMemoryLimitMiB are the collector
+	// settings of the process that ran the API server and etcd;
+	// ControlPlanePeakRSSMB is that process's peak RSS over the run (0
+	// when unknown).
+	ControlPlaneGOGC           int       `json:"controlPlaneGOGC"`
+	ControlPlaneMemoryLimitMiB int       `json:"controlPlaneMemoryLimitMiB,omitempty"`
+	ControlPlanePeakRSSMB      float64   `json:"controlPlanePeakRssMb,omitempty"`
+	Results                    []*Result `json:"results"`
 }
 
 // Result is one scenario's outcome.
@@ -229,7 +234,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		OS: runtime.GOOS, Arch: runtime.GOARCH, Attacher: cfg.Attacher, ControllerFlags: cfg.ControllerFlags,
 		ComponentsMeasured: cfg.Launcher.Measured(),
 		DriverLatencyMS:    float64(cfg.DriverLatency) / float64(time.Millisecond), Sizes: cfg.Sizes,
-		ControlPlaneGOGC: cfg.ControlPlaneGOGC,
+		ControlPlaneGOGC: cfg.ControlPlaneGOGC, ControlPlaneMemoryLimitMiB: cfg.ControlPlaneMemoryLimitMiB,
 	}
 	cc := *cfg.Cluster.RESTConfig()
 	writes := newWriteCounter()
@@ -249,8 +254,8 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if cfg.ControllerFlags != "" {
 		controller += " " + cfg.ControllerFlags
 	}
-	fmt.Fprintf(cfg.Out, "latch bench: scale=%s cpus=%d go=%s attacher=%s controller=%s driver latency=%s control plane GOGC=%d\n\n",
-		cfg.Scale, rep.CPUs, rep.GoVersion, cfg.Attacher, controller, cfg.DriverLatency, cfg.ControlPlaneGOGC)
+	fmt.Fprintf(cfg.Out, "latch bench: scale=%s cpus=%d go=%s attacher=%s controller=%s driver latency=%s control plane GOGC=%s memory limit=%s\n\n",
+		cfg.Scale, rep.CPUs, rep.GoVersion, cfg.Attacher, controller, cfg.DriverLatency, orUnset(cfg.ControlPlaneGOGC, ""), orUnset(cfg.ControlPlaneMemoryLimitMiB, " MiB"))
 	printHeader(cfg.Out)
 	for _, name := range order {
 		sc := scenarios[name]
@@ -275,9 +280,18 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	rep.Finished = time.Now().UTC()
 	if u, err := procUsage(os.Getpid()); err == nil {
 		rep.ControlPlanePeakRSSMB = round2(float64(u.PeakRSSBytes) / (1 << 20))
-		fmt.Fprintf(cfg.Out, "\nAPI server and etcd (this process, GOGC=%d): peak RSS %.0f MB\n", cfg.ControlPlaneGOGC, rep.ControlPlanePeakRSSMB)
+		fmt.Fprintf(cfg.Out, "\nAPI server and etcd (this process, GOGC=%s): peak RSS %.0f MB\n", orUnset(cfg.ControlPlaneGOGC, ""), rep.ControlPlanePeakRSSMB)
 	}
 	return rep, nil
+}
+
+// orUnset prints a collector setting of the report's header, "unset" for
+// zero (Go's own, or the caller did not say).
+func orUnset(n int, unit string) string {
+	if n == 0 {
+		return "unset"
+	}
+	return fmt.Sprint(n, unit)
 }
 
 func selectScenarios(names []string) ([]string, error) {

@@ -41,6 +41,7 @@ type options struct {
 	podCreators     int
 	vaCreators      int
 	controlPlaneGC  int
+	controlPlaneMiB int
 }
 
 func main() { os.Exit(run(os.Args[1:])) }
@@ -54,6 +55,11 @@ func main() { os.Exit(run(os.Args[1:])) }
 // cluster they are two processes with heaps of their own and cores to
 // spare; here the memory is plentiful and the cores are not.
 const defaultControlPlaneGOGC = 400
+
+// defaultControlPlaneMemoryLimitMiB bounds what GOGC 400 costs in memory:
+// the late scenarios (E's 10,000 volumes, C's 57,000 objects) would
+// otherwise take this process past 11 GB.
+const defaultControlPlaneMemoryLimitMiB = 8192
 
 func parse(args []string) (*options, error) {
 	o := &options{}
@@ -71,6 +77,7 @@ func parse(args []string) (*options, error) {
 	fs.IntVar(&o.podCreators, "pod-creators", 0, "Pod creates and deletes D's harness keeps in flight; 0 means the scale's own (24 full, 8 small).")
 	fs.IntVar(&o.vaCreators, "va-creators", 0, "VolumeAttachment creates and deletes A's harness keeps in flight; 0 means the scale's own (24 full, 8 small).")
 	fs.IntVar(&o.controlPlaneGC, "control-plane-gogc", defaultControlPlaneGOGC, "GOGC of this process, which runs the API server and etcd (and, with --profile or --in-process, the components); 0 keeps Go's own setting (the GOGC environment variable, else 100). Child processes keep theirs.")
+	fs.IntVar(&o.controlPlaneMiB, "control-plane-memory-limit-mib", defaultControlPlaneMemoryLimitMiB, "Soft memory limit of this process in MiB (Go's GOMEMLIMIT): past it the collector runs more often whatever --control-plane-gogc says; 0 sets none. Lower it on a machine with less memory.")
 	fs.StringVar(&o.verbosity, "v", "0", "Log verbosity of the API server and in-process components (their logs go to a file in the work directory).")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -81,7 +88,7 @@ func parse(args []string) (*options, error) {
 	for _, c := range []struct {
 		flag string
 		n    int
-	}{{"--pod-creators", o.podCreators}, {"--va-creators", o.vaCreators}, {"--control-plane-gogc", o.controlPlaneGC}} {
+	}{{"--pod-creators", o.podCreators}, {"--va-creators", o.vaCreators}, {"--control-plane-gogc", o.controlPlaneGC}, {"--control-plane-memory-limit-mib", o.controlPlaneMiB}} {
 		if c.n < 0 {
 			return nil, fmt.Errorf("%s must not be negative, got %d", c.flag, c.n)
 		}
@@ -141,6 +148,9 @@ func benchmark(ctx context.Context, o *options) (*bench.Report, error) {
 		gogc = debug.SetGCPercent(100)
 		debug.SetGCPercent(gogc)
 	}
+	if o.controlPlaneMiB > 0 {
+		debug.SetMemoryLimit(int64(o.controlPlaneMiB) << 20)
+	}
 
 	startCtx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	cluster, err := localcluster.Start(startCtx, localcluster.Options{EtcdLogOutput: filepath.Join(o.workDir, "etcd.log")})
@@ -153,7 +163,7 @@ func benchmark(ctx context.Context, o *options) (*bench.Report, error) {
 
 	cfg := bench.Config{
 		Cluster: cluster, Scale: bench.Scale(o.scale), DriverLatency: o.driverLatency, Out: os.Stdout,
-		ControlPlaneGOGC: gogc,
+		ControlPlaneGOGC: gogc, ControlPlaneMemoryLimitMiB: o.controlPlaneMiB,
 	}
 	if o.scenarios != "" {
 		cfg.Scenarios = strings.Split(o.scenarios, ",")

@@ -30,7 +30,7 @@ func TestParseTakesCreatorCountsAndRefusesANegativeOne(t *testing.T) {
 	if err != nil || o.podCreators != 16 || o.vaCreators != 32 {
 		t.Fatalf("parse(--pod-creators=16 --va-creators=32) = %+v, %v", o, err)
 	}
-	for _, flag := range []string{"--pod-creators", "--va-creators", "--control-plane-gogc"} {
+	for _, flag := range []string{"--pod-creators", "--va-creators", "--control-plane-gogc", "--control-plane-memory-limit-mib"} {
 		if _, err := parse([]string{flag + "=-1"}); err == nil || !strings.Contains(err.Error(), flag) {
 			t.Errorf("parse(%s=-1) = %v, want an error naming the flag", flag, err)
 		}
@@ -39,8 +39,8 @@ func TestParseTakesCreatorCountsAndRefusesANegativeOne(t *testing.T) {
 
 func TestParseControlPlaneGOGCDefaultsTo400AndZeroKeepsGosOwn(t *testing.T) {
 	o, err := parse(nil)
-	if err != nil || o.controlPlaneGC != 400 {
-		t.Fatalf("parse() control plane GOGC = %d, %v; want 400", o.controlPlaneGC, err)
+	if err != nil || o.controlPlaneGC != 400 || o.controlPlaneMiB != 8192 {
+		t.Fatalf("parse() control plane GOGC = %d, memory limit = %d MiB, %v; want 400 and 8192", o.controlPlaneGC, o.controlPlaneMiB, err)
 	}
 	for _, n := range []string{"0", "100"} {
 		o, err := parse([]string{"--control-plane-gogc=" + n})
