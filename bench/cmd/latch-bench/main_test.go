@@ -1,7 +1,6 @@
 package main
 
 import (
-	"fmt"
 	"strings"
 	"testing"
 )
@@ -37,15 +36,13 @@ func TestParseTakesCreatorCountsAndRefusesANegativeOne(t *testing.T) {
 	}
 }
 
-func TestParseControlPlaneGOGCDefaultsTo400AndZeroKeepsGosOwn(t *testing.T) {
+func TestParseControlPlaneCollectorDefaultsToGosOwnAndTakesASetting(t *testing.T) {
 	o, err := parse(nil)
-	if err != nil || o.controlPlaneGC != 400 || o.controlPlaneMiB != 8192 {
-		t.Fatalf("parse() control plane GOGC = %d, memory limit = %d MiB, %v; want 400 and 8192", o.controlPlaneGC, o.controlPlaneMiB, err)
+	if err != nil || o.controlPlaneGC != 0 || o.controlPlaneMiB != 0 {
+		t.Fatalf("parse() control plane GOGC = %d, memory limit = %d MiB, %v; want 0 and 0 (Go's own)", o.controlPlaneGC, o.controlPlaneMiB, err)
 	}
-	for _, n := range []string{"0", "100"} {
-		o, err := parse([]string{"--control-plane-gogc=" + n})
-		if err != nil || fmt.Sprint(o.controlPlaneGC) != n {
-			t.Errorf("parse(--control-plane-gogc=%s) = %+v, %v", n, o, err)
-		}
+	o, err = parse([]string{"--control-plane-gogc=400", "--control-plane-memory-limit-mib=8192"})
+	if err != nil || o.controlPlaneGC != 400 || o.controlPlaneMiB != 8192 {
+		t.Errorf("parse(--control-plane-gogc=400 --control-plane-memory-limit-mib=8192) = %+v, %v", o, err)
 	}
 }
