@@ -53,8 +53,8 @@ func main() { os.Exit(run(os.Args[1:])) }
 // what the scenarios leave (watch caches, etcd's history, A's PVs), and
 // with it the collector's share of the two cores, so limit probes late in
 // a run read lower than F's; --control-plane-gogc=400 with a memory limit
-// of 8192 MiB removes that (docs/performance.md, "The control plane's
-// garbage collector").
+// of 8192 MiB removes that, and lowers A's share of the limit
+// (docs/performance.md, "What was changed for performance").
 const (
 	defaultControlPlaneGOGC           = 0
 	defaultControlPlaneMemoryLimitMiB = 0
