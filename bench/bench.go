@@ -6,8 +6,10 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"runtime"
+	"runtime/metrics"
 	"slices"
 	"strings"
 	"time"
@@ -99,13 +101,6 @@ type Config struct {
 	AroundScenario func(scenario string) func()
 	// RunID makes object and driver names unique; empty: random.
 	RunID string
-	// ControlPlaneGOGC is the garbage collector setting of the process
-	// that runs the API server and etcd (see latch-bench
-	// --control-plane-gogc), for the report; the caller sets it.
-	ControlPlaneGOGC int
-	// ControlPlaneMemoryLimitMiB is that process's soft memory limit
-	// (0: none), for the report.
-	ControlPlaneMemoryLimitMiB int
 }
 
 // Report is one run's figures, written as JSON.
@@ -129,9 +124,9 @@ type Report struct {
 	// harness's create concurrency (0 when F did not run).
 	LimitCreatesPerSecond float64 `json:"limitCreatesPerSecond,omitempty"`
 	// ControlPlaneGOGC and ControlPlaneMemoryLimitMiB are the collector
-	// settings of the process that ran the API server and etcd;
-	// ControlPlanePeakRSSMB is that process's peak RSS over the run (0
-	// when unknown).
+	// settings of this process, which runs the API server and etcd (read
+	// from the Go runtime; the limit is 0 when none is set);
+	// ControlPlanePeakRSSMB is its peak RSS over the run (0 when unknown).
 	ControlPlaneGOGC           int       `json:"controlPlaneGOGC"`
 	ControlPlaneMemoryLimitMiB int       `json:"controlPlaneMemoryLimitMiB,omitempty"`
 	ControlPlanePeakRSSMB      float64   `json:"controlPlanePeakRssMb,omitempty"`
@@ -234,8 +229,8 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		OS: runtime.GOOS, Arch: runtime.GOARCH, Attacher: cfg.Attacher, ControllerFlags: cfg.ControllerFlags,
 		ComponentsMeasured: cfg.Launcher.Measured(),
 		DriverLatencyMS:    float64(cfg.DriverLatency) / float64(time.Millisecond), Sizes: cfg.Sizes,
-		ControlPlaneGOGC: cfg.ControlPlaneGOGC, ControlPlaneMemoryLimitMiB: cfg.ControlPlaneMemoryLimitMiB,
 	}
+	rep.ControlPlaneGOGC, rep.ControlPlaneMemoryLimitMiB = collectorSettings()
 	cc := *cfg.Cluster.RESTConfig()
 	writes := newWriteCounter()
 	client, err := kubernetes.NewForConfig(countingConfig(&cc, writes, "latch-bench"))
@@ -254,8 +249,8 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if cfg.ControllerFlags != "" {
 		controller += " " + cfg.ControllerFlags
 	}
-	fmt.Fprintf(cfg.Out, "latch bench: scale=%s cpus=%d go=%s attacher=%s controller=%s driver latency=%s control plane GOGC=%s memory limit=%s\n\n",
-		cfg.Scale, rep.CPUs, rep.GoVersion, cfg.Attacher, controller, cfg.DriverLatency, orUnset(cfg.ControlPlaneGOGC, ""), orUnset(cfg.ControlPlaneMemoryLimitMiB, " MiB"))
+	fmt.Fprintf(cfg.Out, "latch bench: scale=%s cpus=%d go=%s attacher=%s controller=%s driver latency=%s control plane GOGC=%d memory limit=%s\n\n",
+		cfg.Scale, rep.CPUs, rep.GoVersion, cfg.Attacher, controller, cfg.DriverLatency, rep.ControlPlaneGOGC, memoryLimit(rep.ControlPlaneMemoryLimitMiB))
 	printHeader(cfg.Out)
 	for _, name := range order {
 		sc := scenarios[name]
@@ -280,18 +275,29 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	rep.Finished = time.Now().UTC()
 	if u, err := procUsage(os.Getpid()); err == nil {
 		rep.ControlPlanePeakRSSMB = round2(float64(u.PeakRSSBytes) / (1 << 20))
-		fmt.Fprintf(cfg.Out, "\nAPI server and etcd (this process, GOGC=%s): peak RSS %.0f MB\n", orUnset(cfg.ControlPlaneGOGC, ""), rep.ControlPlanePeakRSSMB)
+		fmt.Fprintf(cfg.Out, "\nAPI server and etcd (this process, GOGC=%d): peak RSS %.0f MB\n", rep.ControlPlaneGOGC, rep.ControlPlanePeakRSSMB)
 	}
 	return rep, nil
 }
 
-// orUnset prints a collector setting of the report's header, "unset" for
-// zero (Go's own, or the caller did not say).
-func orUnset(n int, unit string) string {
-	if n == 0 {
-		return "unset"
+// collectorSettings reads this process's GOGC and soft memory limit (in
+// MiB, 0 when none is set) from the Go runtime, whoever set them.
+func collectorSettings() (gogc, limitMiB int) {
+	samples := []metrics.Sample{{Name: "/gc/gogc:percent"}, {Name: "/gc/gomemlimit:bytes"}}
+	metrics.Read(samples)
+	gogc = int(samples[0].Value.Uint64())
+	if limit := samples[1].Value.Uint64(); limit < math.MaxInt64 {
+		limitMiB = int(limit >> 20)
 	}
-	return fmt.Sprint(n, unit)
+	return gogc, limitMiB
+}
+
+// memoryLimit prints a soft memory limit of the report's header.
+func memoryLimit(mib int) string {
+	if mib == 0 {
+		return "none"
+	}
+	return fmt.Sprint(mib, " MiB")
 }
 
 func selectScenarios(names []string) ([]string, error) {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"runtime/debug"
 	"slices"
 	"strings"
 	"testing"
@@ -384,5 +385,24 @@ func TestScenarioWhoseLimitMovedAFifthOrMoreCarriesANote(t *testing.T) {
 		if !strings.Contains(note, "around D") || !strings.Contains(note, fmt.Sprintf("1000 before, %.0f after", after)) || !strings.Contains(note, "run it again") {
 			t.Errorf("drift 1000 → %v: note %q, want the scenario, both limits and advice", after, note)
 		}
+	}
+}
+
+func TestReportReadsTheCollectorSettingsFromTheRuntime(t *testing.T) {
+	prevGC := debug.SetGCPercent(250)
+	prevLimit := debug.SetMemoryLimit(3 << 30)
+	defer func() {
+		debug.SetGCPercent(prevGC)
+		debug.SetMemoryLimit(prevLimit)
+	}()
+	if gogc, mib := collectorSettings(); gogc != 250 || mib != 3072 {
+		t.Errorf("collectorSettings() = %d, %d MiB; want 250, 3072 MiB", gogc, mib)
+	}
+	debug.SetMemoryLimit(math.MaxInt64)
+	if _, mib := collectorSettings(); mib != 0 {
+		t.Errorf("collectorSettings() memory limit with none set = %d MiB, want 0", mib)
+	}
+	if got := memoryLimit(0); got != "none" {
+		t.Errorf("memoryLimit(0) = %q, want none", got)
 	}
 }

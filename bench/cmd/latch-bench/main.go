@@ -139,13 +139,8 @@ func benchmark(ctx context.Context, o *options) (*bench.Report, error) {
 	}
 	defer closeLog()
 
-	gogc := o.controlPlaneGC
-	if gogc > 0 {
-		debug.SetGCPercent(gogc)
-	} else {
-		// SetGCPercent reports the setting it replaces; put it back.
-		gogc = debug.SetGCPercent(100)
-		debug.SetGCPercent(gogc)
+	if o.controlPlaneGC > 0 {
+		debug.SetGCPercent(o.controlPlaneGC)
 	}
 	if o.controlPlaneMiB > 0 {
 		debug.SetMemoryLimit(int64(o.controlPlaneMiB) << 20)
@@ -162,7 +157,6 @@ func benchmark(ctx context.Context, o *options) (*bench.Report, error) {
 
 	cfg := bench.Config{
 		Cluster: cluster, Scale: bench.Scale(o.scale), DriverLatency: o.driverLatency, Out: os.Stdout,
-		ControlPlaneGOGC: gogc, ControlPlaneMemoryLimitMiB: o.controlPlaneMiB,
 	}
 	if o.scenarios != "" {
 		cfg.Scenarios = strings.Split(o.scenarios, ",")
