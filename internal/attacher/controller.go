@@ -70,6 +70,10 @@ type Config struct {
 	ReconcileTimeout time.Duration
 	MaxEntries       int
 	Clock            clock.WithTicker
+	// OrphanNamespace is where the ConfigMap recording publications to
+	// undo (orphans.go) lives: the attacher's own namespace. Empty keeps
+	// them in memory only.
+	OrphanNamespace string
 }
 
 // Controller is the csi-attacher controller for one driver.
@@ -109,6 +113,9 @@ type Controller struct {
 	// orphans holds publications whose VolumeAttachment was deleted while
 	// the driver published them, by VA name (guarded by busyMu).
 	orphans map[string]orphan
+	// records keeps the orphans where a restart finds them; nil when
+	// Config.OrphanNamespace is empty.
+	records orphanStore
 }
 
 const (
@@ -134,6 +141,9 @@ func New(cfg Config, client kubernetes.Interface, factory informers.SharedInform
 		pvWrites: newOwnWrites[*v1.PersistentVolume](),
 		busy:     map[string]struct{}{},
 		orphans:  map[string]orphan{},
+	}
+	if cfg.OrphanNamespace != "" && !cfg.Trivial {
+		c.records = newConfigMapOrphanStore(client, cfg.OrphanNamespace, cfg.Driver.Name)
 	}
 	vas := factory.Storage().V1().VolumeAttachments()
 	pvs := factory.Core().V1().PersistentVolumes()
@@ -221,6 +231,9 @@ func (c *Controller) Run(ctx context.Context) error {
 		wg.Add(1)
 		go func() { defer wg.Done(); errs <- r.Run(ctx) }()
 	}
+	// Publications an earlier attacher could not undo are queued again.
+	wg.Add(1)
+	go func() { defer wg.Done(); c.loadOrphans(ctx) }()
 	if c.cfg.ReconcileSync > 0 && !c.cfg.Trivial {
 		wg.Add(1)
 		go func() { defer wg.Done(); c.runReconciler(ctx) }()

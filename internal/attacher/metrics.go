@@ -14,6 +14,10 @@ type Metrics struct {
 	attachLatency *metrics.Histogram
 	csiErrors     *metrics.CounterVec
 	repairs       *metrics.CounterVec
+	// orphans and orphanRecordErrors: publications left by deleted or
+	// replaced VolumeAttachments (orphans.go).
+	orphans            *metrics.Gauge
+	orphanRecordErrors *metrics.CounterVec
 }
 
 // NewMetrics creates the metrics; register them with Register.
@@ -35,13 +39,23 @@ func NewMetrics() *Metrics {
 			Help:           "VolumeAttachments the ListVolumes reconciler found out of sync with the driver, by action (republish or unpublish).",
 			StabilityLevel: metrics.ALPHA,
 		}, []string{"action"}),
+		orphans: metrics.NewGauge(&metrics.GaugeOpts{
+			Name:           "latch_attacher_orphaned_publications",
+			Help:           "Publications left behind by VolumeAttachments deleted or replaced while the driver published them, not yet unpublished.",
+			StabilityLevel: metrics.ALPHA,
+		}),
+		orphanRecordErrors: metrics.NewCounterVec(&metrics.CounterOpts{
+			Name:           "latch_attacher_orphan_record_errors_total",
+			Help:           "Failed reads and writes of the ConfigMap recording orphaned publications, by operation (load, put, delete).",
+			StabilityLevel: metrics.ALPHA,
+		}, []string{"operation"}),
 	}
 }
 
 // Register registers the metrics with register (for example
 // legacyregistry.MustRegister or a test registry's MustRegister).
 func (m *Metrics) Register(register func(...metrics.Registerable)) {
-	register(m.attachLatency, m.csiErrors, m.repairs)
+	register(m.attachLatency, m.csiErrors, m.repairs, m.orphans, m.orphanRecordErrors)
 }
 
 func (m *Metrics) attached(created, now time.Time) {
@@ -68,6 +82,24 @@ func (m *Metrics) repaired(action string) {
 		return
 	}
 	m.repairs.WithLabelValues(action).Inc()
+}
+
+func (m *Metrics) orphanAdded() {
+	if m != nil {
+		m.orphans.Inc()
+	}
+}
+
+func (m *Metrics) orphanDropped() {
+	if m != nil {
+		m.orphans.Dec()
+	}
+}
+
+func (m *Metrics) orphanRecordError(op string) {
+	if m != nil {
+		m.orphanRecordErrors.WithLabelValues(op).Inc()
+	}
 }
 
 // processMetrics are created and registered once per process: the legacy

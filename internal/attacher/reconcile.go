@@ -80,12 +80,14 @@ func (c *Controller) reconcileOnce(ctx context.Context) error {
 			before = append(before, c.vaWrites.resolve(va))
 		}
 	}
+	orphans := c.orphanSnapshot()
 	listCtx, cancel := context.WithTimeout(ctx, c.cfg.ReconcileTimeout)
 	published, err := c.csi.ListVolumes(listCtx, int32(c.cfg.MaxEntries))
 	cancel()
 	if err != nil {
 		return err
 	}
+	c.dropUnlisted(ctx, orphans, published)
 	for _, r := range decideRepairs(before, published, c.cfg.Driver.Name) {
 		va, err := c.getVA(r.VA)
 		if err != nil || va == nil {

@@ -107,6 +107,9 @@ func RunSidecar(ctx context.Context, cfg SidecarConfig) error {
 	if !facts.ListVolumesPublished {
 		ctrlCfg.ReconcileSync = 0
 	}
+	if ctrlCfg.OrphanNamespace == "" {
+		ctrlCfg.OrphanNamespace = OrphanNamespace(cfg.Leader.Namespace)
+	}
 	if cfg.Leader.LeaseName == "" {
 		cfg.Leader.LeaseName = kube.LeaseName(facts.Info.Name)
 	}

@@ -34,11 +34,14 @@ func (c *Controller) syncAttach(ctx context.Context, name string) (controller.Re
 	}
 	if va == nil {
 		// Gone: only a publication it left behind may need undoing.
-		return c.unpublishOrphan(ctx, name)
+		_, res, err := c.settleOrphan(ctx, name, nil)
+		return res, err
 	}
-	// A VolumeAttachment of that name exists (again): it owns the
-	// publication now, and its detach will undo it.
-	c.dropOrphan(name)
+	// A publication left by an earlier VolumeAttachment of this name is
+	// undone (or handed over to this one) before this one is worked on.
+	if cont, res, err := c.settleOrphan(ctx, name, va); !cont {
+		return res, err
+	}
 	if va.DeletionTimestamp != nil {
 		c.detach.Enqueue(name)
 		return controller.Result{}, nil
@@ -119,13 +122,19 @@ func (c *Controller) syncAttach(ctx context.Context, name string) (controller.Re
 		return c.attachFailed(ctx, va, nil, err)
 	}
 	if err := c.writeStatus(ctx, va, storagev1.VolumeAttachmentStatus{Attached: true, AttachmentMetadata: publishContext}); err != nil {
-		if apierrors.IsNotFound(err) {
-			// The VolumeAttachment went away while the driver published
-			// it: nothing will ever detach that publication, so undo it
-			// now (and retry until it is undone).
-			c.orphanPublished(name, orphan{handle: plan.Volume.Handle, nodeID: plan.NodeID, secrets: secrets})
-			klog.FromContext(ctx).Info("VolumeAttachment deleted while its volume was being published; unpublishing", "volumeHandle", plan.Volume.Handle)
-			return c.unpublishOrphan(ctx, name)
+		if c.vaGoneOrReplaced(ctx, va, err) {
+			// The VolumeAttachment went away (or was replaced by a new
+			// object of the same name) while the driver published it:
+			// nothing will ever detach that publication, so undo it now
+			// (and retry until it is undone).
+			c.orphanPublished(ctx, va, orphan{uid: va.UID, handle: plan.Volume.Handle, nodeID: plan.NodeID,
+				nodeName: va.Spec.NodeName, secretRef: plan.Volume.Secret, secrets: secrets}, err)
+			cur, gerr := c.getVA(name)
+			if gerr != nil {
+				return controller.Result{}, gerr
+			}
+			_, res, err := c.settleOrphan(ctx, name, cur)
+			return res, err
 		}
 		return controller.Result{}, err
 	}
@@ -439,50 +448,4 @@ func (c *Controller) getCSINode(name string) (*storagev1.CSINode, error) {
 		return nil, nil
 	}
 	return n, err
-}
-
-// orphan is a publication whose VolumeAttachment was deleted while the
-// driver was publishing it (so no finalizer could keep it, and no detach
-// will come): the attach queue unpublishes it.
-type orphan struct {
-	handle, nodeID string
-	secrets        map[string]string
-}
-
-func (c *Controller) orphanPublished(name string, o orphan) {
-	c.busyMu.Lock()
-	defer c.busyMu.Unlock()
-	c.orphans[name] = o
-}
-
-func (c *Controller) dropOrphan(name string) {
-	c.busyMu.Lock()
-	defer c.busyMu.Unlock()
-	delete(c.orphans, name)
-}
-
-// unpublishOrphan undoes the publication left by the VolumeAttachment
-// name, if any; on failure the key is retried with backoff.
-func (c *Controller) unpublishOrphan(ctx context.Context, name string) (controller.Result, error) {
-	c.busyMu.Lock()
-	o, ok := c.orphans[name]
-	c.busyMu.Unlock()
-	if !ok {
-		return controller.Result{}, nil
-	}
-	release, err := c.detachSlots.acquire(ctx)
-	if err != nil {
-		return controller.Result{}, err
-	}
-	callCtx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
-	err = c.csi.ControllerUnpublish(callCtx, o.handle, o.nodeID, o.secrets)
-	cancel()
-	release()
-	if err != nil {
-		c.metrics.csiError("detach", err)
-		return controller.Result{}, fmt.Errorf("unpublish volume %q from node %q left behind by the deleted VolumeAttachment %q: %w", o.handle, o.nodeID, name, err)
-	}
-	c.dropOrphan(name)
-	klog.FromContext(ctx).Info("Unpublished the volume of a VolumeAttachment deleted while it was being published", "volumeAttachment", klog.KRef("", name), "volumeHandle", o.handle, "nodeID", o.nodeID)
-	return controller.Result{}, nil
 }

@@ -1,0 +1,351 @@
+package attacher
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
+
+	"github.com/latchcsi/latch/internal/controller"
+	"github.com/latchcsi/latch/internal/kube"
+)
+
+// Event reasons of orphaned publications. The events name a
+// VolumeAttachment that is gone or was replaced by a new object of the same
+// name; they are recorded in the "default" namespace like every event of a
+// cluster-scoped object.
+const (
+	EventOrphanedPublication = "OrphanedPublication"
+	EventOrphanRecordFailed  = "OrphanRecordFailed"
+)
+
+// orphan is a publication whose VolumeAttachment was deleted, or deleted
+// and re-created under the same name, while the driver published it: no
+// finalizer kept the object, and no detach will come for it. The attach
+// queue undoes it under the VolumeAttachment's name.
+type orphan struct {
+	// uid is the UID of the VolumeAttachment the volume was published for.
+	uid            types.UID
+	handle, nodeID string
+	// nodeName is the VolumeAttachment's spec.nodeName, to find another
+	// VolumeAttachment that owns the same publication.
+	nodeName  string
+	secretRef *v1.SecretReference
+	// secrets are the values the publish used; nil after a restart, when
+	// they are read again through secretRef.
+	secrets map[string]string
+	// recorded: the durable record holds this orphan.
+	recorded bool
+	// unpublished: the driver unpublished it; only its record is left to
+	// remove.
+	unpublished bool
+}
+
+func (o orphan) same(p orphan) bool {
+	return o.uid == p.uid && o.handle == p.handle && o.nodeID == p.nodeID
+}
+
+// vaGoneOrReplaced reports whether the failed status write of va (err)
+// means the object we published for no longer exists: NotFound, or the
+// answer to the UID precondition the status patch carries. The API server
+// rejects a patch whose metadata.uid differs from the stored object's with
+// 422 (metadata.uid: field is immutable); a 409 is accepted as well. Both
+// codes also have other causes, so a live read of the object decides.
+func (c *Controller) vaGoneOrReplaced(ctx context.Context, va *storagev1.VolumeAttachment, err error) bool {
+	if apierrors.IsNotFound(err) {
+		return true
+	}
+	if !apierrors.IsInvalid(err) && !apierrors.IsConflict(err) {
+		return false
+	}
+	live, gerr := c.client.StorageV1().VolumeAttachments().Get(ctx, va.Name, metav1.GetOptions{})
+	if apierrors.IsNotFound(gerr) {
+		return true
+	}
+	return gerr == nil && live.UID != va.UID
+}
+
+// orphanPublished remembers the publication made for va, whose object is
+// gone or replaced, and writes it to the durable record before anything
+// tries to undo it.
+func (c *Controller) orphanPublished(ctx context.Context, va *storagev1.VolumeAttachment, o orphan, cause error) {
+	c.busyMu.Lock()
+	_, known := c.orphans[va.Name]
+	c.orphans[va.Name] = o
+	c.busyMu.Unlock()
+	if !known {
+		c.metrics.orphanAdded()
+	}
+	msg := fmt.Sprintf("volume %q was published to node %q (node ID %q) for this VolumeAttachment (uid %s), which was deleted or replaced while the driver published it; unpublishing it", o.handle, o.nodeName, o.nodeID, o.uid)
+	klog.FromContext(ctx).Info("Orphaned publication: VolumeAttachment gone or replaced during ControllerPublish; unpublishing",
+		"volumeHandle", o.handle, "nodeID", o.nodeID, "uid", o.uid, "cause", cause)
+	c.recorder.Event(orphanRef(va.Name, o.uid), v1.EventTypeWarning, EventOrphanedPublication, msg)
+	c.persistOrphan(ctx, va.Name)
+}
+
+// persistOrphan writes the orphan of name to the durable record when it is
+// not there yet. A failure is reported (error log, event, metric) and the
+// orphan stays in memory; the next attempt writes it again.
+func (c *Controller) persistOrphan(ctx context.Context, name string) {
+	c.busyMu.Lock()
+	o, ok := c.orphans[name]
+	c.busyMu.Unlock()
+	if !ok || o.recorded || o.unpublished || c.records == nil {
+		return
+	}
+	if err := c.records.Put(ctx, recordOf(name, o)); err != nil {
+		c.metrics.orphanRecordError("put")
+		klog.FromContext(ctx).Error(err, "Could not record the orphaned publication; it is kept in memory only and is lost if the attacher restarts before it is unpublished",
+			"volumeAttachment", klog.KRef("", name), "volumeHandle", o.handle, "nodeID", o.nodeID)
+		c.recorder.Event(orphanRef(name, o.uid), v1.EventTypeWarning, EventOrphanRecordFailed,
+			fmt.Sprintf("could not record that volume %q must be unpublished from node ID %q: %v", o.handle, o.nodeID, err))
+		return
+	}
+	c.updateOrphan(name, o, func(p *orphan) { p.recorded = true })
+}
+
+// updateOrphan applies f to the orphan of name if it is still o.
+func (c *Controller) updateOrphan(name string, o orphan, f func(*orphan)) {
+	c.busyMu.Lock()
+	defer c.busyMu.Unlock()
+	if p, ok := c.orphans[name]; ok && p.same(o) {
+		f(&p)
+		c.orphans[name] = p
+	}
+}
+
+// dropOrphan forgets the orphan o of name, removing its durable record
+// first; on error it stays (marked unpublished when it was) and the caller
+// retries.
+func (c *Controller) dropOrphan(ctx context.Context, name string, o orphan) error {
+	if o.recorded && c.records != nil {
+		if err := c.records.Delete(ctx, name); err != nil {
+			c.metrics.orphanRecordError("delete")
+			return fmt.Errorf("remove the orphaned publication of volume %q on node ID %q from the record: %w", o.handle, o.nodeID, err)
+		}
+	}
+	c.busyMu.Lock()
+	p, ok := c.orphans[name]
+	if ok && p.same(o) {
+		delete(c.orphans, name)
+	}
+	c.busyMu.Unlock()
+	if ok && p.same(o) {
+		c.metrics.orphanDropped()
+	}
+	return nil
+}
+
+// settleOrphan undoes the publication left under name, if any, before the
+// VolumeAttachment of that name now in the cache (va, nil when none) is
+// worked on. A new VolumeAttachment that asks for the same volume on the
+// same node ID takes the publication over (its detach will undo it), as
+// does another VolumeAttachment of ours for that volume and node. cont
+// tells the caller whether to go on with va: not when the orphan is still
+// pending, nor when va is the very object that is gone (a stale cache;
+// its delete event comes later).
+func (c *Controller) settleOrphan(ctx context.Context, name string, va *storagev1.VolumeAttachment) (cont bool, res controller.Result, err error) {
+	c.busyMu.Lock()
+	o, ok := c.orphans[name]
+	c.busyMu.Unlock()
+	if !ok {
+		return true, controller.Result{}, nil
+	}
+	logger := klog.FromContext(ctx).WithValues("volumeAttachment", klog.KRef("", name), "volumeHandle", o.handle, "nodeID", o.nodeID)
+	stale := va != nil && va.UID == o.uid
+	if o.unpublished {
+		if err := c.dropOrphan(ctx, name, o); err != nil {
+			return false, controller.Result{}, err
+		}
+		return !stale, controller.Result{}, nil
+	}
+	owner := ""
+	switch {
+	case va != nil && !stale && c.ownsPublication(va, o):
+		owner = va.Name
+	default:
+		owner = c.otherOwner(name, o)
+	}
+	if owner != "" {
+		if err := c.dropOrphan(ctx, name, o); err != nil {
+			return false, controller.Result{}, err
+		}
+		logger.Info("Orphaned publication taken over by a VolumeAttachment for the same volume and node", "owner", owner)
+		return !stale, controller.Result{}, nil
+	}
+
+	c.persistOrphan(ctx, name)
+	secrets := o.secrets
+	if secrets == nil && o.secretRef != nil {
+		var blocked *Blocked
+		secrets, blocked, err = c.secrets(ctx, o.secretRef)
+		if err == nil && blocked != nil {
+			err = fmt.Errorf("%s", blocked.Message)
+		}
+		if err != nil {
+			return false, controller.Result{}, fmt.Errorf("unpublish volume %q from node ID %q left behind by VolumeAttachment %q: %w", o.handle, o.nodeID, name, err)
+		}
+	}
+	release, err := c.detachSlots.acquire(ctx)
+	if err != nil {
+		return false, controller.Result{}, err
+	}
+	callCtx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
+	err = c.csi.ControllerUnpublish(callCtx, o.handle, o.nodeID, secrets)
+	cancel()
+	release()
+	if err != nil {
+		c.metrics.csiError("detach", err)
+		return false, controller.Result{}, fmt.Errorf("unpublish volume %q from node ID %q left behind by the deleted VolumeAttachment %q: %w", o.handle, o.nodeID, name, err)
+	}
+	c.updateOrphan(name, o, func(p *orphan) { p.unpublished = true })
+	o.unpublished = true
+	logger.Info("Unpublished the volume of a VolumeAttachment deleted or replaced while it was being published")
+	if err := c.dropOrphan(ctx, name, o); err != nil {
+		return false, controller.Result{}, err
+	}
+	return !stale, controller.Result{}, nil
+}
+
+// ownsPublication reports whether va stands for the publication o: it
+// publishes (or has published) the same volume to the same node ID, and
+// its own detach will undo it.
+func (c *Controller) ownsPublication(va *storagev1.VolumeAttachment, o orphan) bool {
+	if va.Spec.Attacher != c.cfg.Driver.Name {
+		return false
+	}
+	handle, nodeID := va.Annotations[AnnVolumeHandle], va.Annotations[kube.VANodeIDAnnotation]
+	if va.DeletionTimestamp != nil {
+		// Only a detach still to come (our finalizer) undoes it.
+		return hasString(va.Finalizers, kube.AttacherFinalizer(c.cfg.Driver.Name)) && handle == o.handle && nodeID == o.nodeID
+	}
+	if handle == "" || nodeID == "" {
+		obs, err := c.observe(va)
+		if err != nil {
+			return false
+		}
+		plan := DecideAttach(obs, c.cfg.Driver, c.tr)
+		if plan.Blocked != nil || plan.Done {
+			return false
+		}
+		handle, nodeID = plan.Volume.Handle, plan.NodeID
+	}
+	return handle == o.handle && nodeID == o.nodeID
+}
+
+// otherOwner returns the name of another VolumeAttachment of ours for the
+// same volume and node ID, "" when none: unpublishing would take the
+// volume away from it.
+func (c *Controller) otherOwner(name string, o orphan) string {
+	if o.nodeName == "" {
+		return ""
+	}
+	objs, err := c.vaInformer.GetIndexer().ByIndex(vaByNodeIndex, o.nodeName)
+	if err != nil {
+		return ""
+	}
+	for _, obj := range objs {
+		va, ok := c.ours(obj)
+		if !ok || va.Name == name {
+			continue
+		}
+		if c.ownsPublication(c.vaWrites.resolve(va), o) {
+			return va.Name
+		}
+	}
+	return ""
+}
+
+// orphanRef is what events about the orphan of name point at: the
+// VolumeAttachment the volume was published for.
+func orphanRef(name string, uid types.UID) *storagev1.VolumeAttachment {
+	return &storagev1.VolumeAttachment{ObjectMeta: metav1.ObjectMeta{Name: name, UID: uid}}
+}
+
+// loadOrphans reads the durable record at start and queues every orphan it
+// holds; a failed read is reported and retried with backoff until it
+// succeeds or ctx is done.
+func (c *Controller) loadOrphans(ctx context.Context) {
+	if c.records == nil {
+		return
+	}
+	logger := klog.FromContext(ctx)
+	delay := c.cfg.RetryIntervalStart
+	if delay <= 0 {
+		delay = time.Second
+	}
+	for {
+		recs, err := c.records.Load(ctx)
+		if err == nil {
+			c.adoptRecords(ctx, recs)
+			return
+		}
+		c.metrics.orphanRecordError("load")
+		logger.Error(err, "Could not read the orphaned publications an earlier attacher recorded; retrying", "retryIn", delay)
+		select {
+		case <-ctx.Done():
+			return
+		case <-c.clock.After(delay):
+		}
+		delay = min(2*delay, max(c.cfg.RetryIntervalMax, delay))
+	}
+}
+
+func (c *Controller) adoptRecords(ctx context.Context, recs map[string]orphanRecord) {
+	names := make([]string, 0, len(recs))
+	for name := range recs {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	for _, name := range names {
+		rec := recs[name]
+		c.busyMu.Lock()
+		_, known := c.orphans[name]
+		if !known {
+			c.orphans[name] = fromRecord(rec)
+		}
+		c.busyMu.Unlock()
+		if known {
+			continue
+		}
+		c.metrics.orphanAdded()
+		klog.FromContext(ctx).Info("Orphaned publication recorded by an earlier attacher; unpublishing",
+			"volumeAttachment", klog.KRef("", name), "volumeHandle", rec.VolumeHandle, "nodeID", rec.NodeID, "uid", rec.UID)
+		c.attach.Enqueue(name)
+	}
+}
+
+// orphanSnapshot copies the pending orphans, for the ListVolumes reconcile.
+func (c *Controller) orphanSnapshot() map[string]orphan {
+	c.busyMu.Lock()
+	defer c.busyMu.Unlock()
+	out := make(map[string]orphan, len(c.orphans))
+	for name, o := range c.orphans {
+		out[name] = o
+	}
+	return out
+}
+
+// dropUnlisted forgets the orphans (pending before the listing began) that
+// the driver no longer reports published on their node: nothing is left to
+// undo.
+func (c *Controller) dropUnlisted(ctx context.Context, before map[string]orphan, published map[string][]string) {
+	for name, o := range before {
+		if slices.Contains(published[o.handle], o.nodeID) {
+			continue
+		}
+		if err := c.dropOrphan(ctx, name, o); err != nil {
+			klog.FromContext(ctx).Error(err, "Drop orphaned publication the driver no longer lists", "volumeAttachment", klog.KRef("", name))
+			continue
+		}
+		klog.FromContext(ctx).Info("Orphaned publication no longer listed by the driver; forgotten",
+			"volumeAttachment", klog.KRef("", name), "volumeHandle", o.handle, "nodeID", o.nodeID)
+	}
+}

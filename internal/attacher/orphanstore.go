@@ -1,0 +1,202 @@
+package attacher
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+
+	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/latchcsi/latch/internal/kube"
+)
+
+// orphanRecordPrefix starts the name of the ConfigMap holding a driver's
+// orphaned publications; the sanitized driver name follows, as in the
+// Lease name.
+const orphanRecordPrefix = "external-attacher-orphans-"
+
+// OrphanRecordName is the name of the ConfigMap in which the attacher of
+// driver keeps the publications it still has to undo.
+func OrphanRecordName(driver string) string {
+	return orphanRecordPrefix + strings.ToLower(kube.SanitizeDriverName(driver))
+}
+
+// orphanRecord is one entry of the durable record: what a restarted
+// attacher needs to unpublish. The secret is kept as a reference only;
+// its values are read again when the unpublish is tried.
+type orphanRecord struct {
+	VolumeAttachment string    `json:"volumeAttachment"`
+	UID              types.UID `json:"uid"`
+	VolumeHandle     string    `json:"volumeHandle"`
+	NodeID           string    `json:"nodeID"`
+	NodeName         string    `json:"nodeName,omitempty"`
+	// SecretRef is "namespace/name" of the controller-publish secret.
+	SecretRef string `json:"secretRef,omitempty"`
+}
+
+// orphanStore keeps orphaned publications where a restarted attacher
+// finds them. Put and Delete are idempotent; Load returns every entry by
+// VolumeAttachment name.
+type orphanStore interface {
+	Load(ctx context.Context) (map[string]orphanRecord, error)
+	Put(ctx context.Context, rec orphanRecord) error
+	Delete(ctx context.Context, vaName string) error
+}
+
+// configMapOrphanStore is an orphanStore in one ConfigMap, one data key per
+// VolumeAttachment name. Writes are serialized and carry the
+// resourceVersion last seen, so two writers never overwrite each other's
+// entries (only the leader writes; a conflict means a stale view).
+type configMapOrphanStore struct {
+	client          kubernetes.Interface
+	namespace, name string
+
+	mu sync.Mutex
+	// cm is the ConfigMap as last read or written; nil when unknown.
+	cm *v1.ConfigMap
+}
+
+var _ orphanStore = (*configMapOrphanStore)(nil)
+
+func newConfigMapOrphanStore(client kubernetes.Interface, namespace, driver string) *configMapOrphanStore {
+	return &configMapOrphanStore{client: client, namespace: namespace, name: OrphanRecordName(driver)}
+}
+
+func (s *configMapOrphanStore) String() string { return "ConfigMap " + s.namespace + "/" + s.name }
+
+func (s *configMapOrphanStore) Load(ctx context.Context) (map[string]orphanRecord, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.read(ctx); err != nil {
+		return nil, err
+	}
+	out := map[string]orphanRecord{}
+	for key, raw := range s.cm.Data {
+		var rec orphanRecord
+		if err := json.Unmarshal([]byte(raw), &rec); err != nil || rec.VolumeHandle == "" || rec.NodeID == "" {
+			return nil, fmt.Errorf("read orphaned publications from %s: entry %q is not a valid record (%v)", s, key, err)
+		}
+		rec.VolumeAttachment = key
+		out[key] = rec
+	}
+	return out, nil
+}
+
+func (s *configMapOrphanStore) Put(ctx context.Context, rec orphanRecord) error {
+	raw, err := json.Marshal(rec)
+	if err != nil {
+		return err
+	}
+	return s.modify(ctx, func(data map[string]string) bool {
+		if data[rec.VolumeAttachment] == string(raw) {
+			return false
+		}
+		data[rec.VolumeAttachment] = string(raw)
+		return true
+	})
+}
+
+func (s *configMapOrphanStore) Delete(ctx context.Context, vaName string) error {
+	return s.modify(ctx, func(data map[string]string) bool {
+		if _, ok := data[vaName]; !ok {
+			return false
+		}
+		delete(data, vaName)
+		return true
+	})
+}
+
+// read refreshes s.cm from the API server; a missing ConfigMap is an
+// empty one (created by the first Put).
+func (s *configMapOrphanStore) read(ctx context.Context) error {
+	cm, err := s.client.CoreV1().ConfigMaps(s.namespace).Get(ctx, s.name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		s.cm = &v1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: s.namespace, Name: s.name}}
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("read orphaned publications from %s: %w", s, err)
+	}
+	s.cm = cm
+	return nil
+}
+
+// modify applies change to the entries and writes them back, re-reading
+// once when the view was stale.
+func (s *configMapOrphanStore) modify(ctx context.Context, change func(map[string]string) bool) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for attempt := 0; ; attempt++ {
+		if s.cm == nil {
+			if err := s.read(ctx); err != nil {
+				return err
+			}
+		}
+		cm := s.cm.DeepCopy()
+		if cm.Data == nil {
+			cm.Data = map[string]string{}
+		}
+		if !change(cm.Data) {
+			return nil
+		}
+		var written *v1.ConfigMap
+		var err error
+		if cm.ResourceVersion == "" {
+			cm.Labels = map[string]string{"app.kubernetes.io/managed-by": "latch-csi-attacher"}
+			written, err = s.client.CoreV1().ConfigMaps(s.namespace).Create(ctx, cm, metav1.CreateOptions{FieldManager: kube.AttacherFieldManager})
+		} else {
+			written, err = s.client.CoreV1().ConfigMaps(s.namespace).Update(ctx, cm, metav1.UpdateOptions{FieldManager: kube.AttacherFieldManager})
+		}
+		if err == nil {
+			s.cm = written
+			return nil
+		}
+		s.cm = nil // re-read before the next write
+		if attempt == 0 && (apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err)) {
+			continue
+		}
+		return fmt.Errorf("write orphaned publications to %s: %w", s, err)
+	}
+}
+
+// recordOf and fromRecord convert between the in-memory orphan and its
+// durable entry.
+func recordOf(name string, o orphan) orphanRecord {
+	rec := orphanRecord{VolumeAttachment: name, UID: o.uid, VolumeHandle: o.handle, NodeID: o.nodeID, NodeName: o.nodeName}
+	if o.secretRef != nil {
+		rec.SecretRef = o.secretRef.Namespace + "/" + o.secretRef.Name
+	}
+	return rec
+}
+
+func fromRecord(rec orphanRecord) orphan {
+	return orphan{
+		uid: rec.UID, handle: rec.VolumeHandle, nodeID: rec.NodeID, nodeName: rec.NodeName,
+		secretRef: parseSecretRef(rec.SecretRef), recorded: true,
+	}
+}
+
+// OrphanNamespace is the namespace of the orphan record when
+// Config.OrphanNamespace is not set: the leader election namespace when
+// given, else the Pod's namespace (POD_NAMESPACE, else the ServiceAccount's
+// namespace file), else "default", where the leader election Lease would
+// live too.
+func OrphanNamespace(leaderNamespace string) string {
+	if leaderNamespace != "" {
+		return leaderNamespace
+	}
+	if ns := os.Getenv("POD_NAMESPACE"); ns != "" {
+		return ns
+	}
+	if ns, err := os.ReadFile("/var/run/secrets/kubernetes.io/serviceaccount/namespace"); err == nil && len(ns) > 0 {
+		return strings.TrimSpace(string(ns))
+	}
+	return "default"
+}

@@ -1,0 +1,304 @@
+package attacher_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/component-base/metrics/legacyregistry"
+
+	"github.com/latchcsi/latch/internal/attacher"
+	"github.com/latchcsi/latch/internal/csimock"
+	"github.com/latchcsi/latch/internal/localcluster"
+)
+
+// publishLatency holds the driver's answer to a publish that already took
+// effect, long enough for a test to delete and re-create the
+// VolumeAttachment meanwhile.
+const publishLatency = 1500 * time.Millisecond
+
+// delayPublish makes the next ControllerPublish of handle publish at once
+// but answer only after publishLatency.
+func (e *env) delayPublish(handle string) {
+	e.t.Helper()
+	if _, err := e.driver.AddFault(csimock.Rule{Method: "ControllerPublishVolume", VolumeID: handle, Phase: csimock.PhaseAfter, Latency: publishLatency, Once: true}); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+// forceDelete deletes the VolumeAttachment name the way a user who removes
+// its finalizers does: gone at once, whatever the attacher is doing.
+func (e *env) forceDelete(name string) {
+	e.t.Helper()
+	e.deleteVA(name)
+	patch := []byte(`{"metadata":{"finalizers":null}}`)
+	if _, err := e.client.StorageV1().VolumeAttachments().Patch(e.ctx, name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		e.t.Fatalf("remove finalizers of VolumeAttachment %s: %v", name, err)
+	}
+	e.waitGone(name)
+}
+
+// waitPublished waits until the driver holds handle published to nodeID
+// (the publish took effect; its answer may still be delayed).
+func (e *env) waitPublished(handle, nodeID string) {
+	e.t.Helper()
+	e.eventually(10*time.Second, fmt.Sprintf("%s published to %s", handle, nodeID), func() (bool, error) {
+		return slices.Contains(e.driver.Published(handle), nodeID), nil
+	})
+}
+
+// callIndex is the position of the first driver call of method for handle
+// on nodeID with code, -1 when none.
+func callIndex(calls []csimock.Call, method, handle, nodeID string, code codes.Code) int {
+	return slices.IndexFunc(calls, func(c csimock.Call) bool {
+		return c.Method == method && c.VolumeID == handle && c.NodeID == nodeID && !c.End.IsZero() && c.Code == code
+	})
+}
+
+// A VolumeAttachment deleted and re-created under the same name while its
+// volume is being published: the status write, which carries the UID of the
+// object published for, is refused (the API server answers 422, uid is
+// immutable), and that publication is an orphan. A new VolumeAttachment
+// for another node gets it unpublished before its own publish; one for the
+// same volume and node takes it over (no unpublish).
+func TestOrphanVARecreatedUnderSameNameDuringPublish(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	otherNode, otherNodeID := e.prefix+"-n2", e.prefix+"-n2-id"
+	e.createCSINode(otherNode, otherNodeID)
+	const iterations = 6
+	for i := range iterations {
+		sameNode := i%2 == 1
+		pv, vaName := fmt.Sprintf("%s-pv%d", e.prefix, i), fmt.Sprintf("%s-va%d", e.prefix, i)
+		e.createPV(pv)
+		e.delayPublish(pv)
+		e.createVA(e.newVA(vaName, pv, e.node))
+		e.waitPublished(pv, e.nodeID)
+		old := e.getVA(vaName)
+		e.forceDelete(vaName)
+		newNode, newNodeID := otherNode, otherNodeID
+		if sameNode {
+			newNode, newNodeID = e.node, e.nodeID
+		}
+		e.createVA(e.newVA(vaName, pv, newNode))
+		replacement := e.getVA(vaName)
+
+		if i == 0 {
+			// What the attacher's status write meets: the answer to its
+			// UID precondition on an object re-created under the name.
+			patch := fmt.Sprintf(`{"metadata":{"uid":%q},"status":{"attached":true}}`, old.UID)
+			_, err := e.client.StorageV1().VolumeAttachments().Patch(e.ctx, vaName, types.MergePatchType, []byte(patch), metav1.PatchOptions{}, "status")
+			if !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "metadata.uid") {
+				t.Fatalf("status patch with the old UID on the re-created VolumeAttachment = %v, want 422 on metadata.uid", err)
+			}
+		}
+
+		va := e.waitAttached(vaName, 30*time.Second)
+		if va.UID != replacement.UID {
+			t.Fatalf("iteration %d: attached VolumeAttachment has UID %s, want the re-created one's %s", i, va.UID, replacement.UID)
+		}
+		e.eventually(10*time.Second, "only the new VolumeAttachment's publication left", func() (bool, error) {
+			return slices.Equal(e.driver.Published(pv), []string{newNodeID}), nil
+		})
+		calls := e.driver.Calls()
+		unpublishOld := callIndex(calls, "ControllerUnpublishVolume", pv, e.nodeID, codes.OK)
+		if sameNode {
+			if unpublishOld >= 0 {
+				t.Errorf("iteration %d: the re-created VolumeAttachment for the same volume and node took the publication over, yet it was unpublished", i)
+			}
+			continue
+		}
+		publishNew := callIndex(calls, "ControllerPublishVolume", pv, newNodeID, codes.OK)
+		if unpublishOld < 0 || publishNew < 0 || unpublishOld > publishNew {
+			t.Errorf("iteration %d: unpublish from the old node at call %d, publish to the new node at call %d; want the unpublish first", i, unpublishOld, publishNew)
+		}
+		if msg := e.eventMessage(vaName, attacher.EventOrphanedPublication); !strings.Contains(msg, pv) || !strings.Contains(msg, e.nodeID) {
+			t.Errorf("iteration %d: %s event %q does not name the volume and node ID", i, attacher.EventOrphanedPublication, msg)
+		}
+	}
+}
+
+// orphanRecord reads the orphan ConfigMap of the test's driver in ns (nil
+// data when there is none).
+func (e *env) orphanRecord(ns string) map[string]string {
+	e.t.Helper()
+	cm, err := e.client.CoreV1().ConfigMaps(ns).Get(e.ctx, attacher.OrphanRecordName(e.name), metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return cm.Data
+}
+
+// A publication whose VolumeAttachment was force-deleted while it was in
+// flight, and whose unpublish keeps failing, survives a restart of the
+// attacher: it is recorded in the ConfigMap before the unpublish is tried,
+// the new attacher reads it and unpublishes once the fault clears, and the
+// entry is removed. Both attachers run with deploy/'s RBAC only.
+func TestOrphanSurvivesAttacherRestart(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	e.stopAtt()
+	applyRBAC(t, e)
+	const ns = "latch-system"
+	tok, err := e.client.CoreV1().ServiceAccounts(ns).CreateToken(e.ctx, "csi-attacher",
+		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := cluster.AnonymousConfig()
+	cfg.BearerToken = tok.Status.Token
+	cfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper {
+		return roundTripFunc(func(r *http.Request) (*http.Response, error) {
+			resp, err := rt.RoundTrip(r)
+			if err == nil && resp.StatusCode == http.StatusForbidden {
+				t.Errorf("forbidden for deploy/'s RBAC: %s %s", r.Method, r.URL.Path)
+			}
+			return resp, err
+		})
+	}
+
+	for i := range 3 {
+		pv, vaName, secret := fmt.Sprintf("%s-pv%d", e.prefix, i), fmt.Sprintf("%s-va%d", e.prefix, i), fmt.Sprintf("%s-s%d", e.prefix, i)
+		s := &v1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: secret}, StringData: map[string]string{"password": "hunter2-" + secret}}
+		if _, err := e.client.CoreV1().Secrets("default").Create(e.ctx, s, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		e.createPV(pv, func(s *localcluster.VolumeSpec) {
+			s.SecretRef = &v1.SecretReference{Namespace: "default", Name: secret}
+		})
+
+		stop := e.startAttacherAs(cfg, envOptions{leader: true}, fmt.Sprintf("first-%d", i), ns)
+		e.delayPublish(pv)
+		unpublishFault, err := e.driver.AddFault(csimock.Rule{Method: "ControllerUnpublishVolume", VolumeID: pv, Code: codes.Unavailable, Message: "backend unreachable"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		e.createVA(e.newVA(vaName, pv, e.node))
+		e.waitPublished(pv, e.nodeID)
+		old := e.getVA(vaName)
+		e.forceDelete(vaName)
+		e.eventually(15*time.Second, "orphan recorded and its unpublish failed", func() (bool, error) {
+			return e.orphanRecord(ns)[vaName] != "" && callIndex(e.driver.Calls(), "ControllerUnpublishVolume", pv, e.nodeID, codes.Unavailable) >= 0, nil
+		})
+		var rec map[string]any
+		if err := json.Unmarshal([]byte(e.orphanRecord(ns)[vaName]), &rec); err != nil {
+			t.Fatal(err)
+		}
+		if rec["volumeHandle"] != pv || rec["nodeID"] != e.nodeID || rec["uid"] != string(old.UID) || rec["secretRef"] != "default/"+secret {
+			t.Errorf("orphan record = %v, want handle %s, node ID %s, uid %s, secret reference default/%s", rec, pv, e.nodeID, old.UID, secret)
+		}
+		if raw := e.orphanRecord(ns)[vaName]; strings.Contains(raw, "hunter2") {
+			t.Errorf("orphan record %s holds the secret's value", raw)
+		}
+		stop()
+		if !slices.Contains(e.driver.Published(pv), e.nodeID) {
+			t.Fatalf("volume %s no longer published before the fault cleared", pv)
+		}
+
+		before := len(e.driver.Calls())
+		stop = e.startAttacherAs(cfg, envOptions{leader: true}, fmt.Sprintf("second-%d", i), ns)
+		e.eventually(15*time.Second, "the new attacher retried the unpublish", func() (bool, error) {
+			return callIndex(e.driver.Calls()[before:], "ControllerUnpublishVolume", pv, e.nodeID, codes.Unavailable) >= 0, nil
+		})
+		e.driver.RemoveFault(unpublishFault)
+		e.eventually(30*time.Second, "the new attacher unpublished the orphan and dropped its record", func() (bool, error) {
+			_, recorded := e.orphanRecord(ns)[vaName]
+			return len(e.driver.Published(pv)) == 0 && !recorded, nil
+		})
+		if callIndex(e.driver.Calls()[before:], "ControllerUnpublishVolume", pv, e.nodeID, codes.OK) < 0 {
+			t.Errorf("no successful unpublish by the new attacher")
+		}
+		stop()
+		if _, err := e.client.StorageV1().VolumeAttachments().Get(e.ctx, vaName, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			t.Errorf("VolumeAttachment %s: %v, want gone", vaName, err)
+		}
+	}
+}
+
+// forbidConfigMapWrites answers every ConfigMap write with 403, as the API
+// server does for an attacher whose RBAC lacks the orphan record.
+func forbidConfigMapWrites(rt http.RoundTripper) http.RoundTripper {
+	return roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		if r.Method != http.MethodGet && strings.Contains(r.URL.Path, "/configmaps") {
+			body := `{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"Forbidden","code":403,"message":"configmaps is forbidden: the test denies it"}`
+			return &http.Response{
+				StatusCode: http.StatusForbidden, Status: "403 Forbidden", Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
+				Header: http.Header{"Content-Type": []string{"application/json"}},
+				Body:   io.NopCloser(strings.NewReader(body)), ContentLength: int64(len(body)), Request: r,
+			}, nil
+		}
+		return rt.RoundTrip(r)
+	})
+}
+
+// A record that cannot be written (missing RBAC) is reported (Warning
+// event naming volume and node ID, metric) and the orphan is still
+// unpublished from memory once the driver recovers.
+func TestOrphanRecordWriteFailureIsReportedAndKeptInMemory(t *testing.T) {
+	e := newEnv(t, envOptions{noAttacher: true})
+	cfg := cluster.RESTConfig()
+	cfg.WrapTransport = forbidConfigMapWrites
+	e.stopAtt = e.startAttacherAs(cfg, envOptions{}, "no-record", "default")
+
+	errorsBefore := counterValue(t, "latch_attacher_orphan_record_errors_total", "operation", "put")
+	pv, vaName := e.prefix+"-pv", e.prefix+"-va"
+	e.createPV(pv)
+	e.delayPublish(pv)
+	if _, err := e.driver.AddFault(csimock.Rule{Method: "ControllerUnpublishVolume", VolumeID: pv, Times: 2, Code: codes.Unavailable, Message: "backend unreachable"}); err != nil {
+		t.Fatal(err)
+	}
+	e.createVA(e.newVA(vaName, pv, e.node))
+	e.waitPublished(pv, e.nodeID)
+	e.forceDelete(vaName)
+	msg := e.eventMessage(vaName, attacher.EventOrphanRecordFailed)
+	if !strings.Contains(msg, pv) || !strings.Contains(msg, e.nodeID) || !strings.Contains(msg, "forbidden") {
+		t.Errorf("%s event %q does not name the volume, the node ID and the cause", attacher.EventOrphanRecordFailed, msg)
+	}
+	e.eventually(30*time.Second, "the orphan unpublished from memory", func() (bool, error) {
+		return len(e.driver.Published(pv)) == 0, nil
+	})
+	if n := len(e.driver.CallsTo("ControllerUnpublishVolume")); n != 3 {
+		t.Errorf("ControllerUnpublish calls = %d, want 3 (two failed, one succeeded)", n)
+	}
+	if got := counterValue(t, "latch_attacher_orphan_record_errors_total", "operation", "put"); got <= errorsBefore {
+		t.Errorf("latch_attacher_orphan_record_errors_total{operation=put} = %v, was %v before: the failed write is not counted", got, errorsBefore)
+	}
+	if data := e.orphanRecord("default"); data != nil {
+		t.Errorf("orphan record exists although every write was refused: %v", data)
+	}
+}
+
+// counterValue reads a counter of the process-wide registry the in-process
+// attachers report to (0 when absent).
+func counterValue(t *testing.T, name, label, value string) float64 {
+	t.Helper()
+	families, err := legacyregistry.DefaultGatherer.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() != name {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == label && l.GetValue() == value {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return 0
+}
