@@ -20,6 +20,15 @@ func everything() labels.Selector { return labels.Everything() }
 // kubelets were told is attached, what they use), then VolumeAttachments
 // (uncertain unless the node status explained them), then Pods. Every key
 // is enqueued once; from then on only changes enqueue keys.
+//
+// Every Pod is recorded here, synchronously, not handed to the Pod queue:
+// the key workers start together with the Pod workers, and a key decided
+// before the Pods that want it are recorded looks unwanted, so a restart
+// or a new leader would delete a VolumeAttachment that is still
+// attaching (and re-create it a moment later) and drop an attached volume
+// the kubelet is about to mount from the node status.
+// kube-controller-manager's desired state populator fills its desired
+// state the same way before its reconciler runs.
 func (c *Controller) rebuild(ctx context.Context) {
 	logger := klog.FromContext(ctx)
 	nodes, _ := c.nodeLister.List(everything())
@@ -45,11 +54,7 @@ func (c *Controller) rebuild(ctx context.Context) {
 		c.vaQueue.Enqueue(va.Name)
 	}
 	pods, _ := c.podLister.List(everything())
-	for _, pod := range pods {
-		if pod.Spec.NodeName != "" {
-			c.podQueue.Enqueue(claimKey(pod.Namespace, pod.Name))
-		}
-	}
+	recorded := c.recordPods(ctx, pods)
 	keys := c.asw.Keys()
 	for _, k := range keys {
 		c.register(k)
@@ -58,7 +63,29 @@ func (c *Controller) rebuild(ctx context.Context) {
 	for _, node := range nodes {
 		c.nodes.Enqueue(node.Name)
 	}
-	logger.Info("Rebuilt the actual state of the world", "nodes", len(nodes), "volumeAttachments", len(vas), "attachments", len(keys), "pods", len(pods))
+	logger.Info("Rebuilt the actual state of the world", "nodes", len(nodes), "volumeAttachments", len(vas), "attachments", len(keys), "pods", len(pods), "podsRecorded", recorded)
+}
+
+// recordPods records the scheduled Pods in the desired state, as the Pod
+// queue would, and returns how many it recorded. The Pod queue only gets a
+// Pod whose pass failed, to retry it with backoff; the keys of the
+// recorded Pods' volumes are in the key queue, which no worker drains yet.
+func (c *Controller) recordPods(ctx context.Context, pods []*v1.Pod) int {
+	logger := klog.FromContext(ctx)
+	recorded := 0
+	for _, pod := range pods {
+		if pod.Spec.NodeName == "" {
+			continue
+		}
+		key := claimKey(pod.Namespace, pod.Name)
+		if _, err := c.syncPod(ctx, key); err != nil {
+			logger.Error(err, "Could not record the Pod's volumes at start; retrying", "pod", klog.KObj(pod))
+			c.podQueue.Enqueue(key)
+			continue
+		}
+		recorded++
+	}
+	return recorded
 }
 
 // register records the VolumeAttachment name of key.
