@@ -58,6 +58,7 @@ type Cluster struct {
 
 	etcd     *embed.Etcd
 	etcdURL  string
+	etcdPKI  *etcdPKI
 	proxy    *frontProxy
 	caData   []byte
 	token    string
@@ -94,7 +95,12 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 	if err := c.writeCredentials(); err != nil {
 		return nil, err
 	}
-	c.etcd, c.etcdURL, err = startEtcd(filepath.Join(c.dataDir, "etcd"), opts.EtcdLogOutput, 30*time.Second)
+	// New certificates at every start, also for a kept DataDir: they only
+	// have to outlive this process.
+	if c.etcdPKI, err = newEtcdPKI(); err != nil {
+		return nil, err
+	}
+	c.etcd, c.etcdURL, err = startEtcd(filepath.Join(c.dataDir, "etcd"), opts.EtcdLogOutput, c.etcdPKI, 30*time.Second)
 	if err != nil {
 		return nil, err
 	}
@@ -158,6 +164,9 @@ func (c *Cluster) StartAPIServer(ctx context.Context) (err error) {
 
 	storage := storagebackend.NewDefaultConfig("/registry", nil)
 	storage.Transport.ServerList = []string{c.etcdURL}
+	storage.Transport.TrustedCAFile = c.etcdPKI.CAFile
+	storage.Transport.CertFile = c.etcdPKI.ClientCert
+	storage.Transport.KeyFile = c.etcdPKI.ClientKey
 	flags := []string{
 		"--token-auth-file=" + c.tokenCSV,
 		"--authorization-mode=RBAC",
@@ -253,6 +262,8 @@ func (c *Cluster) Stop() {
 		c.etcd.Close()
 		c.etcd = nil
 	}
+	c.etcdPKI.remove()
+	c.etcdPKI = nil
 	if c.dataDir != "" && (c.tempData || !c.opts.KeepData) {
 		os.RemoveAll(c.dataDir)
 	}
@@ -264,7 +275,8 @@ func (c *Cluster) Host() string { return "https://" + c.proxy.addr() }
 // DataDir is where etcd data and credentials live.
 func (c *Cluster) DataDir() string { return c.dataDir }
 
-// EtcdURL is the embedded etcd's client URL.
+// EtcdURL is the embedded etcd's client URL (https; etcd answers only
+// clients with the certificate the API server uses).
 func (c *Cluster) EtcdURL() string { return c.etcdURL }
 
 // RESTConfig returns a new admin client config (system:masters) for the

@@ -6,14 +6,18 @@ import (
 	"net/url"
 	"time"
 
+	"go.etcd.io/etcd/client/pkg/v3/transport"
 	"go.etcd.io/etcd/server/v3/embed"
 )
 
 // startEtcd runs an embedded single-member etcd on loopback ports picked
-// free at start. fsync is off: the data only has to survive a restart of the
+// free at start. Both its client and its peer URL are https and demand a
+// client certificate signed by pki's CA (see etcdPKI): loopback is open to
+// every user of the machine, and etcd holds every Secret in the clear.
+// fsync is off: the data only has to survive a restart of the
 // API server inside this process (and a clean stop/start of the cluster), not a
 // power loss, and fsync dominates write latency on small VMs.
-func startEtcd(dataDir, logOutput string, ready time.Duration) (*embed.Etcd, string, error) {
+func startEtcd(dataDir, logOutput string, pki *etcdPKI, ready time.Duration) (*embed.Etcd, string, error) {
 	if logOutput == "" {
 		logOutput = "stderr"
 	}
@@ -29,8 +33,14 @@ func startEtcd(dataDir, logOutput string, ready time.Duration) (*embed.Etcd, str
 		if err != nil {
 			return nil, "", err
 		}
-		clientURL := url.URL{Scheme: "http", Host: fmt.Sprintf("127.0.0.1:%d", clientPort)}
-		peerURL := url.URL{Scheme: "http", Host: fmt.Sprintf("127.0.0.1:%d", peerPort)}
+		clientURL := url.URL{Scheme: "https", Host: fmt.Sprintf("127.0.0.1:%d", clientPort)}
+		peerURL := url.URL{Scheme: "https", Host: fmt.Sprintf("127.0.0.1:%d", peerPort)}
+		tlsInfo := transport.TLSInfo{
+			CertFile:       pki.ServerCert,
+			KeyFile:        pki.ServerKey,
+			TrustedCAFile:  pki.CAFile,
+			ClientCertAuth: true,
+		}
 
 		cfg := embed.NewConfig()
 		cfg.Name = "latch-local"
@@ -42,6 +52,8 @@ func startEtcd(dataDir, logOutput string, ready time.Duration) (*embed.Etcd, str
 		cfg.AdvertiseClientUrls = []url.URL{clientURL}
 		cfg.ListenPeerUrls = []url.URL{peerURL}
 		cfg.AdvertisePeerUrls = []url.URL{peerURL}
+		cfg.ClientTLSInfo = tlsInfo
+		cfg.PeerTLSInfo = tlsInfo
 		cfg.ListenMetricsUrls = nil
 		cfg.InitialCluster = cfg.InitialClusterFromName(cfg.Name)
 		// Plenty for tests and benchmarks (the default is 2 GiB); keep the
