@@ -8,16 +8,19 @@ import (
 )
 
 // FuzzFinalizerAndLeaseNamesAreValidObjectNames checks that every driver
-// name Kubernetes accepts (a lowercase DNS subdomain of at most 63
-// characters, what a CSIDriver and a CSINode entry may carry) gives a
-// finalizer the API server accepts and a Lease name that is a valid object
-// name, so a driver can never be stuck on an invalid write.
+// name Kubernetes accepts gives a finalizer the API server accepts and a
+// Lease name that is a valid object name, so a driver can never be stuck on
+// an invalid write. Kubernetes validates the driver names in PV
+// spec.csi.driver, VolumeAttachment spec.attacher and CSINode entries as a
+// DNS subdomain of at most 63 characters *ignoring case*
+// (ValidateCSIDriverName lower-cases before checking), and the CSI spec
+// allows [a-zA-Z0-9] too: "Example.CSI.Driver" is a valid driver name.
 func FuzzFinalizerAndLeaseNamesAreValidObjectNames(f *testing.F) {
-	for _, s := range []string{"csi.example.com", "a", "a.b-c", "x--y..z", strings.Repeat("a", 63), "0.0", "hostpath.csi.k8s.io"} {
+	for _, s := range []string{"csi.example.com", "a", "a.b-c", "x--y..z", strings.Repeat("a", 63), "0.0", "hostpath.csi.k8s.io", "Example.CSI.Driver", "A", strings.Repeat("Z", 63)} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, driver string) {
-		if len(driver) > 63 || len(validation.IsDNS1123Subdomain(driver)) != 0 {
+		if len(driver) > 63 || len(validation.IsDNS1123Subdomain(strings.ToLower(driver))) != 0 {
 			return // not a driver name Kubernetes would store
 		}
 		fin := AttacherFinalizer(driver)

@@ -72,8 +72,17 @@ func PVFinalizer(driver string) string {
 // "external-attacher-leader-" + driver and csi-lib-utils sanitizes the whole
 // string; the prefix only has valid characters, so sanitizing the driver
 // alone gives the same result.
+//
+// latch then lower-cases it, which upstream does not: a driver name may
+// carry upper case (Kubernetes validates driver names ignoring case, the
+// CSI spec allows [A-Z]) but an object name may not, so upstream's Lease
+// for "Example.CSI.Driver" ("external-attacher-leader-Example-CSI-Driver")
+// is rejected by the API server and its leader election never acquires.
+// For every driver upstream can elect with (no upper case), both names are
+// equal, so swapping latch and upstream stays safe; for the others upstream
+// never holds a Lease that latch could miss. See docs/migration.md.
 func LeaseName(driver string) string {
-	return leasePrefix + SanitizeDriverName(driver)
+	return leasePrefix + strings.ToLower(SanitizeDriverName(driver))
 }
 
 // VolumeAttachmentName returns the name kube-controller-manager's CSI

@@ -48,8 +48,15 @@ func TestAttacherFinalizerAndLeaseName(t *testing.T) {
 		driver, finalizer, lease string
 	}{
 		{"csi/test", "external-attacher/csi-test", "external-attacher-leader-csi-test"},
-		{"foo.", "external-attacher/foo-X", "external-attacher-leader-foo-X"},
+		// upstream's Lease would be "...-foo-X", not a valid object name.
+		{"foo.", "external-attacher/foo-X", "external-attacher-leader-foo-x"},
 		{"pd.csi.storage.gke.io", "external-attacher/pd-csi-storage-gke-io", "external-attacher-leader-pd-csi-storage-gke-io"},
+		// Upper case is valid in a driver name and in a finalizer (kept,
+		// as upstream keeps it), not in an object name: the Lease name is
+		// lower-cased (upstream's "external-attacher-leader-Example-CSI-Driver"
+		// is rejected by the API server, so its leader election never
+		// acquires the Lease).
+		{"Example.CSI.Driver", "external-attacher/Example-CSI-Driver", "external-attacher-leader-example-csi-driver"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.driver, func(t *testing.T) {
