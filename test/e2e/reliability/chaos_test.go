@@ -83,6 +83,13 @@ func TestChaos_seededRandomFaults_invariantsHold(t *testing.T) {
 	for i := range size.volumes {
 		c.pvs = append(c.pvs, e.volume(fmt.Sprintf("v%d", i)))
 	}
+	// One volume in eight is also named by a ReadWriteMany PV: Pods of
+	// either PV ask for the same unique volume, which must stay on one
+	// node while the ReadWriteOnce PV has it (invariant 3 is judged per
+	// volume handle).
+	for i := range size.volumes / 8 {
+		c.pvs = append(c.pvs, e.aliasVolume(fmt.Sprintf("v%d-rwx", i), c.pvs[i]))
+	}
 
 	deadline := time.Now().Add(size.duration)
 	for time.Now().Before(deadline) && e.ctx.Err() == nil {
@@ -155,9 +162,12 @@ func (c *chaos) step() {
 		time.Sleep(time.Duration(100+c.rng.IntN(600)) * time.Millisecond)
 		c.try(e.mock.Restart())
 		end()
-	case r < 93:
+	case r < 92:
 		c.faults["attach/detach controller killed"]++
 		e.killController()
+	case r < 93:
+		c.faults["csi-attacher killed"]++
+		e.killAttacher()
 	case r < 95:
 		// The API server restart is the slowest fault; space them out.
 		if now.Sub(c.lastAPI) < 10*time.Second {
@@ -231,13 +241,19 @@ func (c *chaos) deletePod() {
 func (c *chaos) driverRule() {
 	methods := []string{"ControllerPublishVolume", "ControllerUnpublishVolume", "ListVolumes"}
 	r := csimock.Rule{Method: methods[c.rng.IntN(len(methods))], Times: int64(1 + c.rng.IntN(3))}
-	switch k := c.rng.IntN(6); {
+	switch k := c.rng.IntN(7); {
 	case k < 4:
 		all := append(slices.Clone(transientCodes), codes.Internal)
 		r.Code = all[c.rng.IntN(len(all))]
 		r.Message = "chaos"
 		c.faults["driver "+r.Code.String()]++
 	case k < 5:
+		// A message longer than the API allows in attachError and
+		// detachError: the controllers must still show it (invariant 1
+		// and 6).
+		r.Code, r.Message = codes.Internal, "chaos: "+strings.Repeat("a driver that says too much ", 200)
+		c.faults["driver long message"]++
+	case k < 6:
 		r.Hang, r.Times = true, 1
 		c.faults["driver hang"]++
 	default:

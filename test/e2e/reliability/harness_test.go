@@ -21,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -61,6 +62,9 @@ type options struct {
 	noController bool
 	// driver overrides the driver name.
 	driver string
+	// noAttacher starts no in-process csi-attacher, for tests that run
+	// the real binary against the env's driver socket.
+	noAttacher bool
 }
 
 // env is one test's world: a namespace, a mock driver, a kubelet stand-in,
@@ -88,6 +92,11 @@ type env struct {
 
 	attachers []*replica
 	ctrl      *adController
+	// killedAttachers counts killAttacher calls (for fresh identities).
+	killedAttachers int
+	// apiWrites records the controllers' writes the API server rejected
+	// as invalid (invariant 6).
+	apiWrites writeLog
 	// repeats counts, by disruption, the repeated successful publishes
 	// the last history check accepted because of it.
 	repeats map[string]int
@@ -127,7 +136,10 @@ func newEnv(t *testing.T, o options) *env {
 	}
 	if o.secret != nil {
 		s := &v1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: e.ns, Name: "publish-secret"}, Data: o.secret}
-		if _, err := e.client.CoreV1().Secrets(e.ns).Create(ctx, s, metav1.CreateOptions{}); err != nil {
+		// The test's own write of the Secret is not under test: keep its
+		// request and response bodies out of a test's -v=10 log capture.
+		quiet := klog.NewContext(ctx, logr.Discard())
+		if _, err := e.client.CoreV1().Secrets(e.ns).Create(quiet, s, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -160,6 +172,9 @@ func newEnv(t *testing.T, o options) *env {
 	go func() { defer close(kdone); e.kubelet.Run(kctx, 4) }()
 
 	for i := range o.replicas {
+		if o.noAttacher {
+			break
+		}
 		e.attachers = append(e.attachers, e.startAttacher(fmt.Sprintf("%s-attacher-%d", e.prefix, i)))
 	}
 	if !o.noController {
@@ -251,6 +266,9 @@ type replica struct {
 	gate     gate
 	restarts atomic.Int32
 	stop     func()
+	// kill is a SIGKILL stand-in: the replica's network dies first, then
+	// it is told to stop; nothing is awaited or released.
+	kill func()
 }
 
 func (e *env) startAttacher(identity string) *replica {
@@ -259,6 +277,7 @@ func (e *env) startAttacher(identity string) *replica {
 	cfg := rest.CopyConfig(cluster.RESTConfig())
 	cfg.QPS, cfg.Burst = 500, 1000
 	cfg.Wrap(r.gate.wrap)
+	cfg.Wrap(e.apiWrites.wrap("csi-attacher " + identity))
 	logger := klog.FromContext(e.ctx).WithName(identity)
 	done := make(chan struct{})
 	go func() {
@@ -292,6 +311,10 @@ func (e *env) startAttacher(identity string) *replica {
 			}
 		}
 	}()
+	r.kill = func() {
+		r.gate.blocked.Store(true)
+		cancel()
+	}
 	r.stop = sync.OnceFunc(func() {
 		cancel()
 		select {
@@ -301,6 +324,17 @@ func (e *env) startAttacher(identity string) *replica {
 		}
 	})
 	return r
+}
+
+// killAttacher kills the first live csi-attacher replica abruptly and
+// starts a new one in its place (a new identity, as a new Pod would have).
+func (e *env) killAttacher() {
+	e.disrupted("csi-attacher killed")
+	r := e.attachers[0]
+	r.kill()
+	e.killedAttachers++
+	e.attachers[0] = e.startAttacher(fmt.Sprintf("%s-attacher-k%d", e.prefix, e.killedAttachers))
+	e.attachers = append(e.attachers, r) // stopped (awaited) at cleanup
 }
 
 // --- attach/detach controller ---
@@ -322,6 +356,7 @@ func (e *env) startController() {
 	cfg := rest.CopyConfig(cluster.RESTConfig())
 	cfg.QPS, cfg.Burst = 1000, 2000
 	cfg.Wrap(c.gate.wrap)
+	cfg.Wrap(e.apiWrites.wrap("attachdetach-controller"))
 	client := kubernetes.NewForConfigOrDie(cfg)
 	factory := informers.NewSharedInformerFactory(client, 0)
 	recorder, stopEvents := controller.NewEventRecorder(ctx, client)
@@ -424,6 +459,27 @@ func (e *env) volume(suffix string) string {
 	spec := localcluster.VolumeSpec{Namespace: e.ns, Name: name, Driver: e.driver}
 	if e.opts.secret != nil {
 		spec.SecretRef = &v1.SecretReference{Namespace: e.ns, Name: "publish-secret"}
+	}
+	if _, _, err := localcluster.CreateBoundVolume(e.ctx, e.client, spec); err != nil {
+		e.t.Fatal(err)
+	}
+	return name
+}
+
+// aliasVolume creates a bound ReadWriteMany PV+PVC (named after suffix)
+// whose volume handle is that of the PV handleOf: a second name for the
+// same unique volume.
+func (e *env) aliasVolume(suffix, handleOf string) string {
+	e.t.Helper()
+	pv, err := e.client.CoreV1().PersistentVolumes().Get(e.ctx, handleOf, metav1.GetOptions{})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	name := e.prefix + "-" + suffix
+	spec := localcluster.VolumeSpec{
+		Namespace: e.ns, Name: name, Driver: e.driver, Handle: pv.Spec.CSI.VolumeHandle,
+		AccessModes: []v1.PersistentVolumeAccessMode{v1.ReadWriteMany},
+		SecretRef:   pv.Spec.CSI.ControllerPublishSecretRef,
 	}
 	if _, _, err := localcluster.CreateBoundVolume(e.ctx, e.client, spec); err != nil {
 		e.t.Fatal(err)

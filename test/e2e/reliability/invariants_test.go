@@ -30,12 +30,20 @@ import (
 //     previous call's outcome was unknown to the controllers (the call
 //     failed, or the test broke something in between).
 //  5. Node status.volumesAttached matches the VolumeAttachments at rest.
+//  6. No write of either controller was rejected by the API server as
+//     invalid (400, 403, 413, 422): such a write fails the same way on
+//     every retry, so what it should have shown (an attachError, a
+//     status) would never be seen.
+//
+// Volumes are judged by their volume handle (the unique volume), not by
+// the PV that names them: two PVs may name one handle, and invariant 3
+// holds across them.
 //
 // 1, 2 and 5 are level conditions: checkInvariants waits for the world to
-// come to rest, then reports every one that does not hold. 3 and 4 are
+// come to rest, then reports every one that does not hold. 3, 4 and 6 are
 // judged on the history.
 
-// pair is one volume on one node.
+// pair is one volume (by volume handle) on one node.
 type pair struct{ pv, node string }
 
 // world is one read of everything the invariants look at.
@@ -49,6 +57,8 @@ type world struct {
 	// depends on timing the invariants do not judge.
 	unsure map[string]bool
 	pvs    []v1.PersistentVolume
+	// handle maps each PV of the driver to its volume handle.
+	handle map[string]string
 	// published maps pair to true for every publication in the driver.
 	published map[pair]bool
 }
@@ -68,7 +78,7 @@ func (e *env) vas() []storagev1.VolumeAttachment {
 }
 
 func (e *env) read() (*world, error) {
-	w := &world{nodes: map[string]*v1.Node{}, wanted: map[string][]string{}, unsure: map[string]bool{}, published: map[pair]bool{}}
+	w := &world{nodes: map[string]*v1.Node{}, wanted: map[string][]string{}, unsure: map[string]bool{}, published: map[pair]bool{}, handle: map[string]string{}}
 	w.vas = e.vas()
 	for _, name := range e.nodes {
 		n, err := e.client.CoreV1().Nodes().Get(e.ctx, name, metav1.GetOptions{})
@@ -121,6 +131,7 @@ func (e *env) read() (*world, error) {
 	for _, pv := range pvs.Items {
 		if pv.Spec.CSI != nil && pv.Spec.CSI.Driver == e.driver {
 			w.pvs = append(w.pvs, pv)
+			w.handle[pv.Name] = pv.Spec.CSI.VolumeHandle
 		}
 	}
 	byID := map[string]string{}
@@ -140,12 +151,20 @@ func (e *env) restProblems(w *world) []string {
 	var out []string
 	fail := func(format string, args ...any) { out = append(out, fmt.Sprintf(format, args...)) }
 	finalizer := kube.AttacherFinalizer(e.driver)
+	// handleOf is the volume handle of a PV; a PV that is gone keeps its
+	// name (the harness names handles after their first PV).
+	handleOf := func(pv string) string {
+		if h, ok := w.handle[pv]; ok {
+			return h
+		}
+		return pv
+	}
 	hasVA := map[pair]bool{}
 	attached := map[string][]v1.UniqueVolumeName{}
 	for _, va := range w.vas {
 		pv := ptrStr(va.Spec.Source.PersistentVolumeName)
 		node := va.Spec.NodeName
-		hasVA[pair{pv, node}] = true
+		hasVA[pair{handleOf(pv), node}] = true
 		if w.unsure[node] {
 			continue
 		}
@@ -161,11 +180,11 @@ func (e *env) restProblems(w *world) []string {
 			continue
 		}
 		if va.Status.Attached {
-			attached[node] = append(attached[node], kube.UniqueVolumeName(e.driver, pv))
+			attached[node] = append(attached[node], kube.UniqueVolumeName(e.driver, handleOf(pv)))
 			if !slices.Contains(va.Finalizers, finalizer) {
 				fail("invariant 2: attached VolumeAttachment %s has no %s finalizer: a delete would skip the unpublish", va.Name, finalizer)
 			}
-			if !w.published[pair{pv, node}] {
+			if !w.published[pair{handleOf(pv), node}] {
 				fail("invariant 2: VolumeAttachment %s says attached but the driver has %s not published to %s", va.Name, pv, node)
 			}
 		} else if va.Status.AttachError == nil || va.Status.AttachError.Message == "" {
@@ -173,10 +192,11 @@ func (e *env) restProblems(w *world) []string {
 		}
 	}
 	// 1: every wanted volume got a VolumeAttachment on one of its nodes
-	// (a ReadWriteOnce volume wanted on two nodes gets one).
+	// (a ReadWriteOnce volume wanted on two nodes gets one), whichever PV
+	// of its handle that is.
 	for pv, nodes := range w.wanted {
-		if !slices.ContainsFunc(nodes, func(n string) bool { return hasVA[pair{pv, n}] }) {
-			fail("invariant 1: PV %s is wanted on %v but has no VolumeAttachment there", pv, nodes)
+		if !slices.ContainsFunc(nodes, func(n string) bool { return hasVA[pair{handleOf(pv), n}] }) {
+			fail("invariant 1: PV %s (volume handle %s) is wanted on %v but has no VolumeAttachment there", pv, handleOf(pv), nodes)
 		}
 	}
 	// 2: the driver has nothing published that no VolumeAttachment asks for.
@@ -241,9 +261,14 @@ func (e *env) checkInvariants(settle time.Duration) int {
 	return checks + e.checkHistory()
 }
 
-// checkHistory judges invariants 3 and 4 on everything the driver saw.
+// checkHistory judges invariants 3, 4 and 6 on everything the driver and
+// the API server saw.
 func (e *env) checkHistory() int {
 	e.t.Helper()
+	if n, rejected := e.apiWrites.problems(10); n > 0 {
+		e.t.Errorf("invariant 6: the API server rejected %d writes of the controllers as invalid; nothing a retry does changes that, so what they should have shown was lost:\n  %s",
+			n, strings.Join(rejected, "\n  "))
+	}
 	stats := e.mock.Stats()
 	if p := stats.Publish; p.SingleNodeViolationsTotal != 0 || p.MaxSingleNodePublishedNodes > 1 {
 		e.t.Errorf("invariant 3: a single-node volume was published to two nodes at once: %d times (max %d nodes), e.g. %+v",
