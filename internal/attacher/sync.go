@@ -378,26 +378,6 @@ func (c *Controller) syncPV(ctx context.Context, name string) (controller.Result
 	return controller.Result{}, nil
 }
 
-// secrets reads the controller-publish secret. A missing secret is a
-// Blocked condition (shown in status), other read errors are retried.
-func (c *Controller) secrets(ctx context.Context, ref *v1.SecretReference) (map[string]string, *Blocked, error) {
-	if ref == nil {
-		return nil, nil, nil
-	}
-	s, err := c.client.CoreV1().Secrets(ref.Namespace).Get(withoutAPIDumps(ctx), ref.Name, metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
-		return nil, &Blocked{Reason: "WaitingForSecret", Message: fmt.Sprintf("controller publish secret %s/%s not found", ref.Namespace, ref.Name)}, nil
-	}
-	if err != nil {
-		return nil, nil, fmt.Errorf("get controller publish secret %s/%s: %w", ref.Namespace, ref.Name, err)
-	}
-	out := make(map[string]string, len(s.Data))
-	for k, v := range s.Data {
-		out[k] = string(v)
-	}
-	return out, nil, nil
-}
-
 // observe reads what a decision about va needs from the caches.
 func (c *Controller) observe(va *storagev1.VolumeAttachment) (Observed, error) {
 	obs := Observed{VA: va}

@@ -1,0 +1,106 @@
+package attacher
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+
+	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+)
+
+// Reasons of a controller-publish secret that cannot be read. Both are
+// retried every Config.SecretRetryInterval (secrets are not watched).
+const (
+	// ReasonWaitingForSecret: the Secret does not exist (yet).
+	ReasonWaitingForSecret Reason = "WaitingForSecret"
+	// ReasonSecretForbidden: csi-attacher's ServiceAccount may not get the
+	// Secret. The deploy defaults grant no Secret access at all; a driver
+	// whose volumes name a controller-publish secret needs a Role with
+	// get on secrets in that namespace.
+	ReasonSecretForbidden Reason = "SecretForbidden"
+)
+
+// maxSecretBytes bounds what is read of a Secret GET response: the API
+// server stores at most 1 MiB of data per Secret; the rest is metadata.
+const maxSecretBytes = 3 << 20
+
+// secrets reads the controller-publish secret. A missing or forbidden
+// secret is a Blocked condition (its message goes into attachError or
+// detachError); other read errors are returned and retried.
+func (c *Controller) secrets(ctx context.Context, ref *v1.SecretReference) (map[string]string, *Blocked, error) {
+	if ref == nil {
+		return nil, nil, nil
+	}
+	s, err := getSecret(ctx, c.client, ref.Namespace, ref.Name)
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil, &Blocked{Reason: ReasonWaitingForSecret, Message: fmt.Sprintf("controller publish secret %s/%s not found", ref.Namespace, ref.Name)}, nil
+	case apierrors.IsForbidden(err):
+		return nil, &Blocked{Reason: ReasonSecretForbidden, Message: fmt.Sprintf(
+			"controller publish secret %s/%s: csi-attacher is not allowed to read it (%v); grant its ServiceAccount a Role with verbs [get] on resource secrets in namespace %q",
+			ref.Namespace, ref.Name, err, ref.Namespace)}, nil
+	case err != nil:
+		return nil, nil, fmt.Errorf("get controller publish secret %s/%s: %w", ref.Namespace, ref.Name, err)
+	}
+	out := make(map[string]string, len(s.Data))
+	for k, v := range s.Data {
+		out[k] = string(v)
+	}
+	return out, nil, nil
+}
+
+// getSecret reads a Secret so that its data can reach no logger, whatever
+// the verbosity, the log format or the ContextualLogging feature gate.
+//
+// client-go's Get logs response bodies itself: rest.Request's Do passes
+// the body to logBody, which at -v=8 and up logs it (a hex dump for
+// protobuf, the JSON text otherwise) through klog.FromContext(ctx): the
+// request context's logger with contextual logging on, the global logger
+// with it off. The transport's debug wrappers (-v=6 to -v=9) log URLs,
+// headers and timings, never bodies. So the Secret is fetched with
+// Request.Stream instead, which hands back the body of a successful
+// response untouched (only an error response, a Status without secret
+// data, is read and logged), and decoded here. Rate limiting, retries,
+// authentication and the wire format stay client-go's.
+//
+// withoutAPIDumps additionally keeps the URL and headers out of the log
+// when contextual logging is on.
+func getSecret(ctx context.Context, client kubernetes.Interface, namespace, name string) (*v1.Secret, error) {
+	ctx = withoutAPIDumps(ctx)
+	rc, ok := client.CoreV1().RESTClient().(*rest.RESTClient)
+	if !ok || rc == nil {
+		// A fake clientset (unit tests): no HTTP, nothing logged.
+		return client.CoreV1().Secrets(namespace).Get(ctx, name, metav1.GetOptions{})
+	}
+	body, err := rc.Get().Namespace(namespace).Resource("secrets").Name(name).Stream(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer body.Close()
+	data, err := io.ReadAll(io.LimitReader(body, maxSecretBytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("read Secret %s/%s: %w", namespace, name, err)
+	}
+	if len(data) > maxSecretBytes {
+		return nil, fmt.Errorf("read Secret %s/%s: response larger than %d bytes", namespace, name, maxSecretBytes)
+	}
+	obj, _, err := scheme.Codecs.UniversalDeserializer().Decode(data, nil, &v1.Secret{})
+	if err != nil {
+		// The decoder's message may quote the data it choked on: say
+		// only that decoding failed.
+		return nil, fmt.Errorf("decode Secret %s/%s: %w", namespace, name, errSecretUndecodable)
+	}
+	s, ok := obj.(*v1.Secret)
+	if !ok {
+		return nil, fmt.Errorf("decode Secret %s/%s: got a %T", namespace, name, obj)
+	}
+	return s, nil
+}
+
+var errSecretUndecodable = errors.New("the API server's response is not a Secret in a known encoding")
