@@ -1,6 +1,7 @@
 package decide
 
 import (
+	"slices"
 	"time"
 
 	"github.com/latchcsi/latch/internal/attachdetach/state"
@@ -95,7 +96,7 @@ func decideWanted(in Input) Plan {
 
 	// Not attached here (yet). An exclusive volume must not get a second
 	// node while it is, or may be, attached to another one.
-	if !spec.MultiAttachAllowed() {
+	if Exclusive(in) {
 		blockers, detaching := blockingPeers(in.Peers)
 		if len(blockers) > 0 {
 			var others []state.PodRef
@@ -119,6 +120,18 @@ func decideWanted(in Input) Plan {
 			}
 			return p
 		}
+	}
+
+	if !in.VA.Exists && in.VA.MayExist {
+		// Our create ended without a clear answer: creating again would
+		// not tell more, and the executor asks the API server.
+		if in.Actual == nil {
+			u.State = state.StateUncertain
+		}
+		u.ReportedInNodeStatus = false
+		p.Kind, p.Why = KindWait, "the outcome of the VolumeAttachment create is unknown"
+		p.Actual = changed(in, u)
+		return p
 	}
 
 	if in.VA.Exists {
@@ -164,6 +177,33 @@ func decideWanted(in Input) Plan {
 	return p
 }
 
+// Exclusive reports whether the key's unique volume must not be attached
+// to more than one node. It is exclusive when any spec that names it is:
+// the one wanted here and every other the Pods here resolved it to, the
+// one recorded with the attachment here, and those of every other node
+// (wanted there or recorded with an attachment there). Two PVs (or a PV
+// and an inline spec) can carry the same driver and volume handle, and
+// one of them being ReadWriteMany does not make the volume safe to share
+// while another names it ReadWriteOnce. kube-controller-manager looks only
+// at the spec being attached; this is deliberately stricter.
+func Exclusive(in Input) bool {
+	excl := func(a *volume.Attachable) bool { return !a.MultiAttachAllowed() }
+	if in.Wanted != nil {
+		if excl(&in.Wanted.Volume) || slices.ContainsFunc(in.Wanted.Specs, func(a volume.Attachable) bool { return excl(&a) }) {
+			return true
+		}
+	}
+	if in.Actual != nil && in.Actual.Spec != nil && excl(in.Actual.Spec) {
+		return true
+	}
+	for _, pr := range in.Peers {
+		if slices.ContainsFunc(pr.Specs, func(a volume.Attachable) bool { return excl(&a) }) {
+			return true
+		}
+	}
+	return false
+}
+
 // blockingPeers returns the peers that hold an exclusive volume, and
 // whether some peer is detaching it (which blocks without being a
 // conflict worth an event: it resolves by itself).
@@ -181,7 +221,7 @@ func blockingPeers(peers []Peer) (blockers []Peer, detaching bool) {
 
 func decideUnwanted(in Input) Plan {
 	p := Plan{Key: in.Key}
-	if in.Actual == nil && !in.VA.Exists {
+	if in.Actual == nil && !in.VA.Exists && !in.VA.MayExist {
 		p.Kind, p.Why = KindNothing, "not wanted, not attached"
 		return p
 	}
@@ -194,6 +234,15 @@ func decideUnwanted(in Input) Plan {
 	if in.VA.Exists && in.VA.Deleting {
 		u.State, u.ReportedInNodeStatus = state.StateDetaching, false
 		p.Kind, p.Why = KindWait, "VolumeAttachment is being deleted"
+		p.Actual = changed(in, u)
+		return p
+	}
+	if !in.VA.Exists && in.VA.MayExist {
+		// The informer shows nothing, but our create may have made it:
+		// forgetting the entry would let an exclusive volume attach
+		// elsewhere while this one gets published. The entry stays (and
+		// blocks) until the API server says whether the object exists.
+		p.Kind, p.Why = KindWait, "the outcome of the VolumeAttachment create is unknown"
 		p.Actual = changed(in, u)
 		return p
 	}

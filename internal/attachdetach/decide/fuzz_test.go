@@ -11,6 +11,7 @@ import (
 
 	"github.com/latchcsi/latch/internal/attachdetach/decide"
 	"github.com/latchcsi/latch/internal/attachdetach/state"
+	"github.com/latchcsi/latch/internal/attachdetach/volume"
 )
 
 // bits hands out fuzz input a few bits at a time; past the end it returns
@@ -88,7 +89,64 @@ func fuzzInput(data []byte) decide.Input {
 	if in.CSINode.Exists && b.flag() {
 		in.CSINode.MigratedPlugins = "kubernetes.io/aws-ebs," + gcePD
 	}
+	// Other specs naming the same unique volume (alias PVs), and an
+	// unknown create outcome (read last, so the seeds above keep their
+	// meaning).
+	aliasSpec := func() volume.Attachable {
+		a := testVolume(fuzzModes[b.next(len(fuzzModes))]...)
+		a.PVName, a.SpecName = "pv2", "pv2"
+		return a
+	}
+	if in.Wanted != nil && b.flag() {
+		w := *in.Wanted
+		w.Specs = []volume.Attachable{w.Volume, aliasSpec()}
+		in.Wanted = &w
+	}
+	if in.Actual != nil && in.Actual.Spec != nil && b.flag() {
+		a := *in.Actual
+		a.Spec = ptrTo(aliasSpec())
+		in.Actual = &a
+	}
+	for i := range in.Peers {
+		if b.flag() {
+			in.Peers[i].Specs = []volume.Attachable{aliasSpec()}
+		}
+	}
+	if !in.VA.Exists {
+		in.VA.MayExist = b.flag()
+	}
 	return in
+}
+
+// naiveExclusive is the multi-attach rule written the slow, obvious way:
+// the volume is exclusive if any spec naming it anywhere has access modes
+// and neither ReadWriteMany nor ReadOnlyMany among them.
+func naiveExclusive(in decide.Input) bool {
+	var all [][]v1.PersistentVolumeAccessMode
+	if in.Wanted != nil {
+		all = append(all, in.Wanted.Volume.AccessModes)
+		for _, s := range in.Wanted.Specs {
+			all = append(all, s.AccessModes)
+		}
+	}
+	if in.Actual != nil && in.Actual.Spec != nil {
+		all = append(all, in.Actual.Spec.AccessModes)
+	}
+	for _, p := range in.Peers {
+		for _, s := range p.Specs {
+			all = append(all, s.AccessModes)
+		}
+	}
+	for _, modes := range all {
+		shared := false
+		for _, m := range modes {
+			shared = shared || m == v1.ReadWriteMany || m == v1.ReadOnlyMany
+		}
+		if len(modes) > 0 && !shared {
+			return true
+		}
+	}
+	return false
 }
 
 // applied is what the ASW holds for the key after the executor applied
@@ -122,12 +180,15 @@ func checkInvariants(t *testing.T, in decide.Input, p decide.Plan) {
 		if in.VA.Exists || !in.Node.Managed || !wanted {
 			t.Fatalf("create with VA=%+v node=%+v wanted=%v", in.VA, in.Node, wanted)
 		}
-		if !in.Wanted.Volume.MultiAttachAllowed() {
+		if naiveExclusive(in) {
 			for _, pr := range in.Peers {
 				if pr.State != 0 {
 					t.Fatalf("create of an exclusive volume on %s while %s on %s", in.Key.Node, pr.State, pr.Node)
 				}
 			}
+		}
+		if in.VA.MayExist {
+			t.Fatal("create again while the outcome of the last create is unknown")
 		}
 		if p.Actual == nil && (in.Actual == nil || in.Actual.State != state.StateAttaching) {
 			t.Fatalf("create without recording attaching first: %+v", in.Actual)
@@ -145,6 +206,9 @@ func checkInvariants(t *testing.T, in decide.Input, p decide.Plan) {
 		if p.Actual != nil && (in.Actual == nil || p.Actual.State != in.Actual.State || p.Actual.ReportedInNodeStatus != in.Actual.ReportedInNodeStatus) {
 			t.Fatalf("not-migrated wait changes the attachment: %+v → %+v", in.Actual, p.Actual)
 		}
+	}
+	if p.Actual != nil && p.Actual.Remove && in.VA.MayExist {
+		t.Fatalf("%v forgets an attachment whose VolumeAttachment may exist", p.Kind)
 	}
 	if p.Kind == decide.KindDetach || (p.Actual != nil && p.Actual.Remove) {
 		if wanted {
@@ -207,6 +271,10 @@ func FuzzDecide(f *testing.F) {
 	f.Add([]byte{0, 0, 0, 1, 1, 1, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1})
 	f.Add([]byte{0, 0, 0, 1, 1, 1, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 0})
 	f.Add([]byte{0, 0, 0, 1, 1, 1, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 1, 1, 0, 0})
+	// An RWX volume wanted here while an RWO alias is attached on node B;
+	// and a Pod gone while our create's outcome is unknown.
+	f.Add([]byte{2, 0, 0, 1, 1, 1, 0, 0, 0, 0, 0, 1, 0, 0, 3, 1, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 1, 0, 0})
+	f.Add([]byte{0, 0, 0, 1, 1, 1, 0, 0, 0, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1})
 	f.Fuzz(func(t *testing.T, data []byte) {
 		in := fuzzInput(data)
 		before := deepCopyInput(in)
@@ -249,9 +317,13 @@ func deepCopyInput(in decide.Input) decide.Input {
 		}
 		out.Actual = &a
 	}
+	if in.Wanted != nil {
+		out.Wanted.Specs = append([]volume.Attachable(nil), in.Wanted.Specs...)
+	}
 	out.Peers = nil
 	for _, p := range in.Peers {
 		p.Pods = append([]state.PodRef(nil), p.Pods...)
+		p.Specs = append([]volume.Attachable(nil), p.Specs...)
 		out.Peers = append(out.Peers, p)
 	}
 	if in.VA.AttachError != nil {

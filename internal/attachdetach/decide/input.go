@@ -15,6 +15,7 @@ import (
 	storagev1 "k8s.io/api/storage/v1"
 
 	"github.com/latchcsi/latch/internal/attachdetach/state"
+	"github.com/latchcsi/latch/internal/attachdetach/volume"
 	"github.com/latchcsi/latch/internal/kube"
 )
 
@@ -91,6 +92,11 @@ type VAFacts struct {
 	Deleting    bool
 	AttachError *storagev1.VolumeError
 	DetachError *storagev1.VolumeError
+	// MayExist: the informer does not show the VolumeAttachment, but a
+	// create of it ended without a clear answer (an error, a timeout, or
+	// AlreadyExists) and the API server has not yet told whether it
+	// exists. Only meaningful when Exists is false.
+	MayExist bool
 }
 
 // VAFactsOf extracts VAFacts from a VolumeAttachment; nil means absent.
@@ -114,6 +120,10 @@ type Peer struct {
 	State state.AttachState
 	// Pods want the volume there (DSW), sorted.
 	Pods []state.PodRef
+	// Specs are the specs that name the volume there: those the Pods
+	// resolved it to (state.Wanted.Specs) and the one recorded with the
+	// ASW entry. Multi-attach looks at every one of them.
+	Specs []volume.Attachable
 }
 
 // Input is everything Decide looks at for one key.
@@ -159,11 +169,20 @@ func Gather(key state.Key, dsw *state.Desired, asw *state.Actual) Input {
 			in.Actual = &e
 			continue
 		}
-		peer(e.Node).State = e.State
+		p := peer(e.Node)
+		p.State = e.State
+		if e.Spec != nil {
+			p.Specs = append(p.Specs, *e.Spec)
+		}
 	}
 	for _, n := range dsw.NodesWantingVolume(key.Volume) {
-		if n != key.Node {
-			peer(n).Pods = dsw.PodsWantingVolume(key.Volume, n)
+		if n == key.Node {
+			continue
+		}
+		if w, ok := dsw.Get(state.Key{Volume: key.Volume, Node: n}); ok {
+			p := peer(n)
+			p.Pods = w.Pods
+			p.Specs = append(p.Specs, w.Specs...)
 		}
 	}
 	for _, p := range peers {

@@ -47,7 +47,14 @@ func PodRefOf(pod *v1.Pod) PodRef {
 
 // Wanted is a volume to attach to a node and the pods that want it there.
 type Wanted struct {
+	// Volume is the spec the latest pod was added with; it is the one
+	// the VolumeAttachment is created from.
 	Volume volume.Attachable
+	// Specs are the distinct specs the pods resolved the volume to (two
+	// PVs, or a PV and an inline spec, can name one volume handle),
+	// sorted by SpecName and access modes. Multi-attach looks at all of
+	// them: one exclusive spec makes the volume exclusive.
+	Specs []volume.Attachable
 	// Pods is sorted by namespace, name, UID.
 	Pods []PodRef
 }
@@ -74,6 +81,8 @@ type desiredVolume struct {
 	// spec is the latest resolution any pod was added with.
 	spec volume.Attachable
 	pods map[types.UID]PodRef
+	// specs is each pod's resolution (see Wanted.Specs).
+	specs map[types.UID]volume.Attachable
 }
 
 type desiredPod struct {
@@ -175,12 +184,13 @@ func (d *Desired) AddPod(pod PodRef, node string, vols []volume.Attachable) (cha
 	for _, a := range vols {
 		dv, exists := n.volumes[a.UniqueName]
 		if !exists {
-			dv = &desiredVolume{pods: map[types.UID]PodRef{}}
+			dv = &desiredVolume{pods: map[types.UID]PodRef{}, specs: map[types.UID]volume.Attachable{}}
 			n.volumes[a.UniqueName] = dv
 			d.indexLocked(a.UniqueName, node)
 		}
 		dv.spec = a
 		dv.pods[pod.UID] = pod
+		dv.specs[pod.UID] = a
 		p.volumes = append(p.volumes, a.UniqueName)
 		changed = append(changed, Key{Volume: a.UniqueName, Node: node})
 	}
@@ -214,6 +224,7 @@ func (d *Desired) deletePodLocked(uid types.UID) []Key {
 			continue
 		}
 		delete(dv.pods, uid)
+		delete(dv.specs, uid)
 		if len(dv.pods) == 0 {
 			delete(n.volumes, vol)
 			d.unindexLocked(vol, p.node)
@@ -252,7 +263,28 @@ func (d *Desired) Get(key Key) (Wanted, bool) {
 	if dv == nil {
 		return Wanted{}, false
 	}
-	return Wanted{Volume: dv.spec, Pods: sortedPods(dv.pods)}, true
+	return dv.wanted(), true
+}
+
+func (dv *desiredVolume) wanted() Wanted {
+	return Wanted{Volume: dv.spec, Specs: distinctSpecs(dv.specs), Pods: sortedPods(dv.pods)}
+}
+
+// distinctSpecs returns the specs of m without repeats, sorted by
+// SpecName and access modes. Specs that differ in neither are the same
+// for multi-attach; the first in that order is kept.
+func distinctSpecs(m map[types.UID]volume.Attachable) []volume.Attachable {
+	out := make([]volume.Attachable, 0, len(m))
+	for _, a := range m {
+		out = append(out, a)
+	}
+	order := func(a, b volume.Attachable) int {
+		return cmp.Or(cmp.Compare(a.SpecName, b.SpecName), slices.Compare(a.AccessModes, b.AccessModes))
+	}
+	slices.SortFunc(out, func(a, b volume.Attachable) int {
+		return cmp.Or(order(a, b), cmp.Compare(a.PVName, b.PVName))
+	})
+	return slices.CompactFunc(out, func(a, b volume.Attachable) bool { return order(a, b) == 0 })
 }
 
 // VolumesOnNode returns the volumes wanted on node, sorted by name.
@@ -265,7 +297,7 @@ func (d *Desired) VolumesOnNode(node string) []Wanted {
 	}
 	out := make([]Wanted, 0, len(n.volumes))
 	for _, dv := range n.volumes {
-		out = append(out, Wanted{Volume: dv.spec, Pods: sortedPods(dv.pods)})
+		out = append(out, dv.wanted())
 	}
 	slices.SortFunc(out, func(a, b Wanted) int { return cmp.Compare(a.Volume.UniqueName, b.Volume.UniqueName) })
 	return out
