@@ -12,10 +12,11 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- end -}}
 
-{{/* Pod annotations: scrape annotations (metrics.podAnnotations) plus extra ones. */}}
+{{/* Pod annotations: scrape annotations (metrics.podAnnotations, unless
+"scrape" is given and false) plus extra ones. */}}
 {{- define "latch.podAnnotations" -}}
 {{- $a := dict -}}
-{{- if .root.Values.metrics.podAnnotations -}}
+{{- if and .root.Values.metrics.podAnnotations (ternary (get . "scrape") true (hasKey . "scrape")) -}}
 {{- $_ := set $a "prometheus.io/scrape" "true" -}}
 {{- $_ := set $a "prometheus.io/port" (toString .root.Values.httpPort) -}}
 {{- $_ := set $a "prometheus.io/path" "/metrics" -}}
@@ -47,8 +48,8 @@ affinity:
 
 {{/*
 The csi-attacher sidecar container. It talks to the driver over the socket
-in driver.socketDir and serves metrics and /healthz/leader-election on
-httpPort.
+in driver.socketDir and, with csiAttacher.httpEndpoint, serves metrics and
+/healthz/leader-election on httpPort.
 */}}
 {{- define "latch.csiAttacher.container" -}}
 {{- $a := .Values.csiAttacher -}}
@@ -58,7 +59,9 @@ httpPort.
   args:
     - --csi-address={{ .Values.driver.socketDir }}/{{ .Values.driver.socketName }}
     - --leader-election={{ $a.leaderElection }}
+    {{- if $a.httpEndpoint }}
     - --http-endpoint=:{{ .Values.httpPort }}
+    {{- end }}
     - --timeout={{ $a.timeout }}
     - --worker-threads={{ $a.workerThreads }}
     - --retry-interval-start={{ $a.retryIntervalStart }}
@@ -71,10 +74,12 @@ httpPort.
     {{- range $a.extraArgs }}
     - {{ . | quote }}
     {{- end }}
+  {{- if $a.httpEndpoint }}
   ports:
     - name: http
       containerPort: {{ .Values.httpPort }}
-  {{- if $a.leaderElection }}
+  {{- end }}
+  {{- if and $a.leaderElection $a.httpEndpoint }}
   livenessProbe:
     httpGet:
       path: /healthz/leader-election

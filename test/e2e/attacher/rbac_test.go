@@ -23,13 +23,19 @@ import (
 )
 
 // applyRBAC creates the ServiceAccount, roles and bindings of
-// deploy/csi-attacher/rbac.yaml.
+// deploy/csi-attacher/rbac.yaml and of the read-secrets overlay (the test
+// below uses a controller-publish secret; the base grants no Secrets).
 func applyRBAC(t *testing.T, e *env) {
 	t.Helper()
 	_, file, _, _ := runtime.Caller(0)
-	data, err := os.ReadFile(filepath.Join(filepath.Dir(file), "..", "..", "..", "deploy", "csi-attacher", "rbac.yaml"))
-	if err != nil {
-		t.Fatal(err)
+	deployDir := filepath.Join(filepath.Dir(file), "..", "..", "..", "deploy")
+	var data []byte
+	for _, f := range []string{"csi-attacher/rbac.yaml", "overlays/csi-attacher-read-secrets/read-secrets.yaml"} {
+		d, err := os.ReadFile(filepath.Join(deployDir, f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		data = append(append(data, d...), "\n---\n"...)
 	}
 	if err := localcluster.CreateNamespace(e.ctx, e.client, "latch-system"); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
