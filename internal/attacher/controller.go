@@ -225,15 +225,20 @@ func (c *Controller) Run(ctx context.Context) error {
 		return fmt.Errorf("caches did not sync: %w", ctx.Err())
 	}
 	logger.Info("csi-attacher started", "driver", c.cfg.Driver.Name, "trivial", c.cfg.Trivial, "workers", c.cfg.Workers)
+	// Publications an earlier attacher could not undo are queued before
+	// any VolumeAttachment is worked on, so a new VA of the same name waits
+	// for them; a failed read is retried in the background.
+	loaded := c.loadOrphansOnce(ctx)
 	var wg sync.WaitGroup
 	errs := make(chan error, 4)
 	for _, r := range []*controller.Runner[string]{c.attach, c.detach, c.pvs} {
 		wg.Add(1)
 		go func() { defer wg.Done(); errs <- r.Run(ctx) }()
 	}
-	// Publications an earlier attacher could not undo are queued again.
-	wg.Add(1)
-	go func() { defer wg.Done(); c.loadOrphans(ctx) }()
+	if !loaded {
+		wg.Add(1)
+		go func() { defer wg.Done(); c.loadOrphans(ctx) }()
+	}
 	if c.cfg.ReconcileSync > 0 && !c.cfg.Trivial {
 		wg.Add(1)
 		go func() { defer wg.Done(); c.runReconciler(ctx) }()

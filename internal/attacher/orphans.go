@@ -269,26 +269,30 @@ func orphanRef(name string, uid types.UID) *storagev1.VolumeAttachment {
 	return &storagev1.VolumeAttachment{ObjectMeta: metav1.ObjectMeta{Name: name, UID: uid}}
 }
 
-// loadOrphans reads the durable record at start and queues every orphan it
-// holds; a failed read is reported and retried with backoff until it
-// succeeds or ctx is done.
-func (c *Controller) loadOrphans(ctx context.Context) {
+// loadOrphansOnce reads the durable record and queues every orphan it
+// holds; false when the read failed (reported; loadOrphans retries).
+func (c *Controller) loadOrphansOnce(ctx context.Context) bool {
 	if c.records == nil {
-		return
+		return true
 	}
-	logger := klog.FromContext(ctx)
+	recs, err := c.records.Load(ctx)
+	if err != nil {
+		c.metrics.orphanRecordError("load")
+		klog.FromContext(ctx).Error(err, "Could not read the orphaned publications an earlier attacher recorded; retrying")
+		return false
+	}
+	c.adoptRecords(ctx, recs)
+	return true
+}
+
+// loadOrphans retries loadOrphansOnce with backoff until it succeeds or
+// ctx is done.
+func (c *Controller) loadOrphans(ctx context.Context) {
 	delay := c.cfg.RetryIntervalStart
 	if delay <= 0 {
 		delay = time.Second
 	}
-	for {
-		recs, err := c.records.Load(ctx)
-		if err == nil {
-			c.adoptRecords(ctx, recs)
-			return
-		}
-		c.metrics.orphanRecordError("load")
-		logger.Error(err, "Could not read the orphaned publications an earlier attacher recorded; retrying", "retryIn", delay)
+	for !c.loadOrphansOnce(ctx) {
 		select {
 		case <-ctx.Done():
 			return

@@ -2,10 +2,12 @@ package attacher
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	v1 "k8s.io/api/core/v1"
@@ -171,5 +173,48 @@ func TestOrphanNoLongerListedByTheDriverIsForgotten(t *testing.T) {
 	}
 	if n := len(f.driver.CallsTo("ControllerUnpublishVolume")); n != 0 {
 		t.Errorf("ControllerUnpublish calls = %d, want none from the reconcile", n)
+	}
+}
+
+// failingLoadStore fails its first Loads.
+type failingLoadStore struct {
+	*memOrphanStore
+	failures, loads int
+}
+
+func (s *failingLoadStore) Load(ctx context.Context) (map[string]orphanRecord, error) {
+	s.loads++
+	if s.loads <= s.failures {
+		return nil, apierrors.NewForbidden(v1.Resource("configmaps"), "external-attacher-orphans-x", errors.New("no RBAC"))
+	}
+	return s.memOrphanStore.Load(ctx)
+}
+
+// A record that cannot be read at start (missing RBAC) is read again with
+// backoff, and its orphans are queued once it can.
+func TestOrphanRecordReadIsRetriedUntilItSucceeds(t *testing.T) {
+	f := newExecFixture(t, execCSINode())
+	mem := &memOrphanStore{recs: map[string]orphanRecord{
+		"va-old": {VolumeAttachment: "va-old", UID: "u1", VolumeHandle: "handle-old", NodeID: "node-1-id"},
+	}}
+	store := &failingLoadStore{memOrphanStore: mem, failures: 2}
+	f.ctrl.records = store
+	f.ctrl.cfg.RetryIntervalStart, f.ctrl.cfg.RetryIntervalMax = time.Millisecond, 10*time.Millisecond
+	if f.ctrl.loadOrphansOnce(f.ctx) {
+		t.Fatal("loadOrphansOnce reported success for a failed read")
+	}
+	f.ctrl.loadOrphans(f.ctx)
+	if store.loads != 3 {
+		t.Errorf("Load calls = %d, want 3 (two failed)", store.loads)
+	}
+	if _, ok := f.ctrl.orphanSnapshot()["va-old"]; !ok {
+		t.Fatalf("orphans = %v, want va-old loaded", f.ctrl.orphanSnapshot())
+	}
+	if _, err := f.ctrl.syncAttach(f.ctx, "va-old"); err != nil {
+		t.Fatalf("syncAttach: %v", err)
+	}
+	f.requireCSICalls("ControllerUnpublishVolume handle-old node-1-id OK")
+	if got := mem.operations(); !slices.Equal(got, []string{"delete va-old"}) {
+		t.Errorf("record operations = %v, want [delete va-old]", got)
 	}
 }
