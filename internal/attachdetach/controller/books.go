@@ -99,12 +99,45 @@ type ownWrites struct {
 	// meanwhile. The creates of one name never overlap: a name belongs to
 	// one key, and one worker at a time passes a key.
 	creating map[string]map[types.UID]bool
+	// uncertain holds the names whose create ended without a clear
+	// answer (an error, a timeout, AlreadyExists): the API server may
+	// have stored the object although we were not told. "Not in the
+	// informer cache" does not mean "absent" for them; the key's pass
+	// asks the API server (settleUncertainCreate). An entry ends when a
+	// pass finds the name in the cache, or the API server answers.
+	uncertain map[string]struct{}
 }
 
 func newOwnWrites() *ownWrites {
 	return &ownWrites{created: map[string]*storagev1.VolumeAttachment{}, createdAt: map[string]time.Time{},
 		deleted: map[string]types.UID{}, creating: map[string]map[types.UID]bool{},
-		deletedUnseen: map[string]*storagev1.VolumeAttachment{}, deletedUnseenAt: map[string]time.Time{}}
+		deletedUnseen: map[string]*storagev1.VolumeAttachment{}, deletedUnseenAt: map[string]time.Time{},
+		uncertain: map[string]struct{}{}}
+}
+
+// createUncertain records that the create of name ended without a clear
+// answer.
+func (w *ownWrites) createUncertain(name string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.uncertain[name] = struct{}{}
+}
+
+// isUncertain reports whether the outcome of our create of name is still
+// unknown.
+func (w *ownWrites) isUncertain(name string) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	_, ok := w.uncertain[name]
+	return ok
+}
+
+// settled ends the uncertainty of name: the API server answered (the
+// object it has, if any, was handed to createDone).
+func (w *ownWrites) settled(name string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	delete(w.uncertain, name)
 }
 
 // createStarted is called before the create call of name.
@@ -254,9 +287,11 @@ func (w *ownWrites) view(name string, listed *storagev1.VolumeAttachment) *stora
 	}
 	// The cache has caught up with a create; from now on it is the truth.
 	// An object of this name in the cache is also either the one we
-	// deleted unseen or proof that it is gone.
+	// deleted unseen or proof that it is gone, and it settles a create
+	// of unknown outcome.
 	w.dropCreated(name)
 	w.dropUnseen(name)
+	delete(w.uncertain, name)
 	if uid, ok := w.deleted[name]; ok && uid == listed.UID && listed.DeletionTimestamp == nil {
 		// We deleted it; the informer has not caught up. It is being
 		// deleted, not gone: csi-attacher's finalizer keeps it until the

@@ -202,34 +202,41 @@ func TestCreate_serverError_retriedAndCreated(t *testing.T) {
 	w.twoCreatesThenNodeStatus(name)
 }
 
-func TestCreate_responseLost_retryAnsweredAlreadyExists_thenAttaches(t *testing.T) {
-	// The one duplicate create the controller cannot avoid: the server
-	// stored the object but the controller got an error, so it cannot
-	// know. The retry is answered AlreadyExists, which changes nothing;
-	// the informer's event carries on from there.
+func TestCreate_responseLost_theAPIServerIsAsked_noSecondCreate_thenAttaches(t *testing.T) {
+	// The server stored the object but the controller got an error, so it
+	// cannot know. Rather than create again (to be answered
+	// AlreadyExists), the retry asks the API server and takes the object
+	// it has, although the informer has not shown it.
 	pv, pvc := boundClaim("vol-1", v1.ReadWriteOnce)
 	name := upstreamVAName("vol-1", testDriver, "node-a")
 	var calls atomic.Int32
 	w := newFakeWorldWith(t, Config{Workers: 2, RetryIntervalStart: 10 * time.Millisecond}, func(w *fakeWorld) {
-		w.missNext(name) // the informer shows the object when the retry is answered
+		w.missNext(name) // the informer shows the object only once it changes
 		w.client.PrependReactor("create", "volumeattachments", func(action clienttesting.Action) (bool, runtime.Object, error) {
 			handled, obj, err := w.serverCreate(action)
-			switch calls.Add(1) {
-			case 1:
-				if err == nil {
-					return true, nil, apierrors.NewTimeoutError("request did not complete within the allowed duration", 0)
-				}
-			case 2:
-				if stored, ok := w.va(name); ok {
-					w.informerCatchesUp(stored)
-				}
+			if calls.Add(1) == 1 && err == nil {
+				return true, nil, apierrors.NewTimeoutError("request did not complete within the allowed duration", 0)
 			}
 			return handled, obj, err
 		})
 	}, managedNode("node-a"), pv, pvc, podUsing("app", "node-a", "vol-1"))
 
-	if stored := w.twoCreatesThenNodeStatus(name); stored.UID != "uid-1" {
-		t.Fatalf("stored VolumeAttachment = %+v, want the first create's", stored)
+	w.waitWrites(1)
+	w.eventually("the retry reads the VolumeAttachment from the API server", func() bool {
+		return slices.ContainsFunc(w.client.Actions(), func(a clienttesting.Action) bool {
+			g, ok := a.(clienttesting.GetActionImpl)
+			return ok && g.GetResource() == vaResource && g.GetName() == name
+		})
+	})
+	w.settle()
+	if got, want := w.writes(), []string{"create volumeattachments " + name}; !slices.Equal(got, want) {
+		t.Fatalf("controller writes:\n got %q\nwant %q", got, want)
+	}
+	w.attach(name)
+	w.waitWrites(2)
+	w.settle()
+	if got, want := w.writes(), []string{"create volumeattachments " + name, "patch nodes/status node-a"}; !slices.Equal(got, want) {
+		t.Fatalf("controller writes:\n got %q\nwant %q", got, want)
 	}
 }
 

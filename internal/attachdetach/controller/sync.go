@@ -60,7 +60,14 @@ func (c *Controller) syncKey(ctx context.Context, key state.Key) (runner.Result,
 		va = nil
 	}
 	va = c.writes.view(name, va)
+	var settleErr error
+	if va == nil && c.writes.isUncertain(name) {
+		if va, settleErr = c.settleUncertainCreate(ctx, key, name); settleErr != nil {
+			klog.FromContext(ctx).V(2).Info("Outcome of a VolumeAttachment create still unknown", "volumeAttachment", klog.KRef("", name), "err", settleErr)
+		}
+	}
 	in.VA = decide.VAFactsOf(va)
+	in.VA.MayExist = va == nil && c.writes.isUncertain(name)
 	in.Config = c.decide
 	in.Now = c.clock.Now()
 	c.correctAssumedMount(&in, node)
@@ -73,6 +80,10 @@ func (c *Controller) syncKey(ctx context.Context, key state.Key) (runner.Result,
 	}
 	result, err := c.execute(ctx, plan, va)
 	c.forgetNameIfUnused(name, key)
+	if err == nil && settleErr != nil {
+		// Ask again, with backoff, until the API server answers.
+		err = settleErr
+	}
 	return result, err
 }
 
@@ -164,16 +175,24 @@ func (c *Controller) createVA(ctx context.Context, plan decide.Plan) error {
 		created = nil
 	}
 	c.writes.createDone(name, created, c.clock.Now())
+	if err != nil {
+		// The API server may have stored the object although the answer
+		// says otherwise (a 500 or a timeout after the write, a lost
+		// answer followed by AlreadyExists): until it tells, the object
+		// may exist and an exclusive volume stays blocked elsewhere.
+		c.writes.createUncertain(name)
+	}
 	if apierrors.IsAlreadyExists(err) {
 		// Our own creates are overlaid until a pass sees them, so this is
 		// an object the controller could not know of: made by a previous
 		// leader, or by an earlier call of ours whose response was lost.
-		// The informer's event brings the key back.
+		// Fetch it rather than wait for the informer, which may lag.
 		logger.V(4).Info("VolumeAttachment already exists", "volumeAttachment", klog.KObj(plan.Create))
-		return nil
+		_, err := c.settleUncertainCreate(ctx, plan.Key, name)
+		return err
 	}
 	if err != nil {
-		return fmt.Errorf("create VolumeAttachment %s for volume %s on node %s: %w", name, plan.Key.Volume, plan.Key.Node, err)
+		return fmt.Errorf("create VolumeAttachment %s for volume %s on node %s (outcome unknown until the API server is asked): %w", name, plan.Key.Volume, plan.Key.Node, err)
 	}
 	logger.Info("Created VolumeAttachment", "volumeAttachment", klog.KObj(created), "volume", plan.Key.Volume, "node", plan.Key.Node)
 	return nil

@@ -71,6 +71,12 @@ type env struct {
 	writesMu sync.Mutex
 	writes   []string
 	stopCtrl func()
+	// ctrlWrap, when set before the controller starts, wraps its API
+	// transport outermost (fault injection).
+	ctrlWrap func(http.RoundTripper) http.RoundTripper
+	// driverConfig, when set before the mock driver starts, adjusts its
+	// configuration.
+	driverConfig func(*csimock.Config)
 }
 
 func newEnv(t *testing.T, cfg controller.Config) *env {
@@ -160,6 +166,9 @@ func (e *env) startMockDriverAndAttacher() *csimock.Driver {
 	mcfg.Name = e.driver
 	mcfg.NodeService = false
 	mcfg.AutoCreateVolumes = true
+	if e.driverConfig != nil {
+		e.driverConfig(&mcfg)
+	}
 	drv, err := csimock.New(mcfg)
 	if err != nil {
 		e.t.Fatal(err)
@@ -216,6 +225,9 @@ func (e *env) startController() {
 			return resp, err
 		})
 	})
+	if e.ctrlWrap != nil {
+		cfg.Wrap(e.ctrlWrap)
+	}
 	client := kubernetes.NewForConfigOrDie(cfg)
 	factory := informers.NewSharedInformerFactory(client, 0)
 	recorder, stopEvents := controller.NewEventRecorder(ctx, client)
