@@ -19,8 +19,9 @@ const (
 	// a detach elsewhere). An event on the watched objects wakes the key;
 	// RequeueAfter > 0 adds a timer (the unmount timeout).
 	KindWait
-	// KindCreate: create Plan.Create. AlreadyExists counts as success
-	// (the informer may lag behind our own write).
+	// KindCreate: create Plan.Create. Any failure, AlreadyExists
+	// included, leaves the outcome unknown: the executor asks the API
+	// server, and until it answers the next Input has VA.MayExist.
 	KindCreate
 	// KindMarkAttached: the VolumeAttachment is attached; Plan.Actual
 	// records it and puts the volume into the node's volumesAttached.
