@@ -12,12 +12,12 @@ import (
 const apiDumpVerbosity = 6
 
 // withoutAPIDumps returns ctx with a logger that never logs at
-// apiDumpVerbosity or above. Reading a Secret goes through it: at -v=8 and
-// above client-go would otherwise dump the response body, secret data
-// included, into the log. client-go takes its logger from the request's
-// context (contextual logging, on by default); with the ContextualLogging
-// feature gate switched off it logs through the global logger and this
-// guard does not apply.
+// apiDumpVerbosity or above. getSecret uses it so that, with contextual
+// logging on, not even the URL and headers of a Secret read are logged.
+// It is not what keeps the Secret's data out of the log: with the
+// ContextualLogging feature gate off client-go logs through the global
+// logger and this cap does not apply; getSecret never lets client-go see
+// the response body at all (see secretclient.go).
 func withoutAPIDumps(ctx context.Context) context.Context {
 	logger := klog.FromContext(ctx)
 	sink := logger.GetSink()
