@@ -190,3 +190,46 @@ func TestDecideUnknownCreateOutcome(t *testing.T) {
 		})
 	}
 }
+
+// TestScenarioAliasPVsOfOneHandle tells the red team's story through the
+// real state caches and Gather: the RWO PV attached on node A, then a Pod
+// on node B using a ReadWriteMany PV with the same volume handle. Node B
+// waits (Multi-Attach, once) until node A has detached, then attaches.
+func TestScenarioAliasPVsOfOneHandle(t *testing.T) {
+	for _, tc := range []struct {
+		name         string
+		first, later volume.Attachable
+		event        string
+	}{
+		{"RWO attached on node A, RWX alias on node B", rwo, alias(v1.ReadWriteMany),
+			`web-1: Multi-Attach error for volume "pv2" Volume is already used by pod(s) web-0`},
+		{"RWX attached on node A, RWO alias on node B", alias(v1.ReadWriteMany), rwo,
+			`web-1: Multi-Attach error for volume "pv1" Volume is already used by pod(s) web-0`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := newWorld(t, nodeA, nodeB)
+			vol := rwo.UniqueName
+			w.addPod(podA, nodeA, tc.first)
+			w.sync(vol)
+			w.attach(nodeA)
+			w.sync(vol)
+			w.expectWrites("create VA on node-a", "node node-a volumesAttached=1")
+			w.expectEvents(`web-0: AttachVolume.Attach succeeded for volume "` + tc.first.SpecName + `" `)
+			w.asw.SetVolumesInUse(nodeA, []v1.UniqueVolumeName{vol})
+
+			w.addPod(podB, nodeB, tc.later)
+			w.sync(vol)
+			w.sync(vol)
+			w.expectWrites()
+			w.expectEvents(tc.event)
+
+			w.dsw.DeletePod(podA.UID)
+			w.asw.SetVolumesInUse(nodeA, nil)
+			w.sync(vol)
+			w.expectWrites("node node-a volumesAttached=0", "delete VA on node-a (unmounted)")
+			w.finishDetach(nodeA)
+			w.sync(vol)
+			w.expectWrites("create VA on node-b")
+		})
+	}
+}

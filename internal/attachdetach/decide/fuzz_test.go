@@ -273,8 +273,8 @@ func FuzzDecide(f *testing.F) {
 	f.Add([]byte{0, 0, 0, 1, 1, 1, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 1, 1, 0, 0})
 	// An RWX volume wanted here while an RWO alias is attached on node B;
 	// and a Pod gone while our create's outcome is unknown.
-	f.Add([]byte{2, 0, 0, 1, 1, 1, 0, 0, 0, 0, 0, 1, 0, 0, 3, 1, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 1, 0, 0})
-	f.Add([]byte{0, 0, 0, 1, 1, 1, 0, 0, 0, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1})
+	f.Add([]byte{2, 0, 0, 1, 1, 1, 0, 0, 0, 0, 0, 1, 0, 3, 1, 0, 0, 0, 0, 0, 0, 1, 0, 0})
+	f.Add([]byte{0, 0, 0, 1, 1, 1, 0, 0, 0, 0, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1})
 	f.Fuzz(func(t *testing.T, data []byte) {
 		in := fuzzInput(data)
 		before := deepCopyInput(in)
