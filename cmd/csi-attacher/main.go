@@ -94,19 +94,28 @@ func run(args []string) int {
 			ReconcileTimeout:   opts.reconcileTimeout,
 			MaxEntries:         opts.maxEntries,
 		},
-		Leader: app.LeaderElection{
-			Enabled:       opts.leaderElection,
-			Namespace:     opts.leaderElectionNamespace,
-			Labels:        opts.leaderElectionLabels,
-			LeaseDuration: opts.leaseDuration,
-			RenewDeadline: opts.renewDeadline,
-			RetryPeriod:   opts.retryPeriod,
-		},
-		HTTP: app.HTTPConfig{Address: httpAddr, MetricsPath: opts.metricsPath},
+		Leader: leaderConfig(opts),
+		HTTP:   app.HTTPConfig{Address: httpAddr, MetricsPath: opts.metricsPath},
 	})
 	if err != nil {
 		logger.Error(err, "csi-attacher failed")
 		return 1
 	}
 	return 0
+}
+
+// leaderConfig is the Lease configuration of the flags. Without
+// --leader-election the attacher still holds its driver's Lease while it
+// works and refuses to work while another identity holds it
+// (app.Presence; docs/csi-attacher.md, "Leader election").
+func leaderConfig(opts *options) app.LeaderElection {
+	return app.LeaderElection{
+		Enabled:       opts.leaderElection,
+		Namespace:     opts.leaderElectionNamespace,
+		Labels:        opts.leaderElectionLabels,
+		LeaseDuration: opts.leaseDuration,
+		RenewDeadline: opts.renewDeadline,
+		RetryPeriod:   opts.retryPeriod,
+		Presence:      &app.Presence{Component: "csi-attacher"},
+	}
 }

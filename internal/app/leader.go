@@ -29,6 +29,10 @@ type LeaderElection struct {
 	LeaseDuration time.Duration
 	RenewDeadline time.Duration
 	RetryPeriod   time.Duration
+	// Presence, when set and Enabled is false, still holds the Lease while
+	// working and refuses to work while another identity holds it
+	// (runWithPresence). Nil keeps the plain behaviour: run at once.
+	Presence *Presence
 }
 
 // ErrLostLease is returned by RunAsLeader when the lease was lost while
@@ -36,7 +40,8 @@ type LeaderElection struct {
 var ErrLostLease = errors.New("lost the leader election lease")
 
 // RunAsLeader runs run while this process holds the Lease (or at once when
-// election is disabled). run's context is cancelled when the lease is lost
+// election is disabled, or, with cfg.Presence, once it holds the Lease
+// without electing: see runWithPresence). run's context is cancelled when the lease is lost
 // or ctx is done.
 //
 // Shutdown order matters for a standby: when ctx is done, run's context is
@@ -52,7 +57,7 @@ var ErrLostLease = errors.New("lost the leader election lease")
 // the elector for /healthz.
 func RunAsLeader(ctx context.Context, client kubernetes.Interface, cfg LeaderElection, watchdog *leaderelection.HealthzAdaptor, run func(context.Context) error) error {
 	logger := klog.FromContext(ctx)
-	if !cfg.Enabled {
+	if !cfg.Enabled && cfg.Presence == nil {
 		return run(ctx)
 	}
 	if cfg.Identity == "" {
@@ -61,6 +66,9 @@ func RunAsLeader(ctx context.Context, client kubernetes.Interface, cfg LeaderEle
 	}
 	if cfg.Namespace == "" {
 		cfg.Namespace = inClusterNamespace()
+	}
+	if !cfg.Enabled {
+		return runWithPresence(ctx, client, cfg, run)
 	}
 	lock := &resourcelock.LeaseLock{
 		LeaseMeta:  metaFor(cfg),

@@ -123,6 +123,11 @@ type envOptions struct {
 	// driverName overrides the test-unique driver name (CSI migration
 	// needs the real name of a migrated driver).
 	driverName string
+	// competing receives the replica's csi_attacher_competing_instances
+	// value (nil: the legacy registry's gauge, as in the binary).
+	competing app.GaugeSetter
+	// logger replaces klog's for this replica.
+	logger *klog.Logger
 }
 
 // newEnv starts a mock driver with a driver name unique to the test, a node
@@ -203,6 +208,9 @@ func (e *env) startAttacherAs(cfg *rest.Config, o envOptions, identity, leaseNam
 	ctx, cancel := context.WithCancel(e.ctx)
 	done := make(chan error, 1)
 	logger := klog.Background().WithName(identity)
+	if o.logger != nil {
+		logger = o.logger.WithName(identity)
+	}
 	go func() {
 		done <- attacher.RunSidecar(klog.NewContext(ctx, logger), attacher.SidecarConfig{
 			RESTConfig:     rest.CopyConfig(cfg),
@@ -219,6 +227,9 @@ func (e *env) startAttacherAs(cfg *rest.Config, o envOptions, identity, leaseNam
 			Leader: app.LeaderElection{
 				Enabled: o.leader, Namespace: leaseNamespace, Identity: identity,
 				LeaseDuration: 2 * time.Second, RenewDeadline: 1500 * time.Millisecond, RetryPeriod: 200 * time.Millisecond,
+				// As the binary: without leader election, still hold
+				// the Lease and refuse work while another replica does.
+				Presence: &app.Presence{Component: "csi-attacher", Competing: o.competing},
 			},
 		})
 	}()

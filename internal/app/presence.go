@@ -1,0 +1,337 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/component-base/metrics"
+	"k8s.io/component-base/metrics/legacyregistry"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+
+	"github.com/latchcsi/latch/internal/controller"
+	"github.com/latchcsi/latch/internal/kube"
+)
+
+// Presence makes a process that runs without leader election still hold
+// its Lease while it works, so that a second active instance (two replicas
+// without --leader-election, the surge Pod of a rolling update) is noticed
+// instead of racing this one: see runWithPresence. Only csi-attacher sets
+// it (LeaderElection.Presence).
+type Presence struct {
+	// Component is the source of the Warning event, e.g.
+	// "csi-attacher <driver>".
+	Component string
+	// Competing receives 1 while another identity holds the Lease and this
+	// process therefore does no work, 0 otherwise. Nil means the
+	// csi_attacher_competing_instances gauge of the legacy registry (what
+	// --http-endpoint serves); tests give each replica its own.
+	Competing GaugeSetter
+	// Clock; nil means the real one.
+	Clock clock.Clock
+}
+
+// GaugeSetter is the part of a gauge Presence uses.
+type GaugeSetter interface{ Set(float64) }
+
+// EventReasonCompetingAttacher is the reason of the Warning event on the
+// Lease when a process running without leader election finds another
+// identity active.
+const EventReasonCompetingAttacher = "CompetingAttacher"
+
+// ErrCompetingInstance is returned by RunAsLeader (leader election
+// disabled, Presence set) when another identity took the Lease while this
+// process worked: the work in flight is aborted and the process should
+// exit, to come back as one that waits.
+var ErrCompetingInstance = errors.New("another instance holds the Lease")
+
+var (
+	competingInstances = metrics.NewGauge(&metrics.GaugeOpts{
+		Name: "csi_attacher_competing_instances",
+		Help: "1 while this csi-attacher, running without --leader-election, sees another identity hold its driver's Lease and therefore does no work; 0 otherwise.",
+		// ALPHA like every latch-only metric.
+		StabilityLevel: metrics.ALPHA,
+	})
+	registerCompeting sync.Once
+)
+
+func defaultCompetingGauge() GaugeSetter {
+	registerCompeting.Do(func() { legacyregistry.MustRegister(competingInstances) })
+	return competingInstances
+}
+
+// presenceStep is what one look at the Lease decides.
+type presenceStep int
+
+const (
+	stepCreate   presenceStep = iota // no Lease: create it, holding it
+	stepRenew                        // ours: renew
+	stepTakeOver                     // free, released or expired: take it
+	stepWait                         // another identity holds it: do no work
+)
+
+// decidePresence is the pure decision of one look at the Lease. lease is
+// nil when it does not exist. unchangedFor is how long (by our own clock,
+// as client-go's elector measures it, so clock skew does not matter) the
+// holder and renew time have stayed what they are now.
+func decidePresence(lease *coordinationv1.Lease, self string, unchangedFor time.Duration) presenceStep {
+	if lease == nil {
+		return stepCreate
+	}
+	holder := ""
+	if lease.Spec.HolderIdentity != nil {
+		holder = *lease.Spec.HolderIdentity
+	}
+	switch {
+	case holder == self:
+		return stepRenew
+	case holder == "":
+		return stepTakeOver
+	}
+	d := time.Duration(0)
+	if lease.Spec.LeaseDurationSeconds != nil {
+		d = time.Duration(*lease.Spec.LeaseDurationSeconds) * time.Second
+	}
+	if unchangedFor > d {
+		return stepTakeOver
+	}
+	return stepWait
+}
+
+// presence holds the Lease for one process without leader election.
+type presence struct {
+	client kubernetes.Interface
+	cfg    LeaderElection
+	clock  clock.Clock
+	gauge  GaugeSetter
+	rec    record.EventRecorder
+
+	// What the last look saw of another holder, and since when (by our
+	// clock) it has not changed.
+	seenHolder, seenRenew string
+	seenSince             time.Time
+	// reported is the other identity last reported, so that the error log
+	// and the event are written once per competitor, not every period.
+	reported string
+}
+
+// look reads the Lease once and acts on decidePresence: it returns whether
+// this process holds the Lease now and, when not, the other identity.
+func (p *presence) look(ctx context.Context) (held bool, other string, err error) {
+	leases := p.client.CoordinationV1().Leases(p.cfg.Namespace)
+	lease, err := leases.Get(ctx, p.cfg.LeaseName, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		lease, err = nil, nil
+	}
+	if err != nil {
+		return false, "", fmt.Errorf("get Lease %s/%s: %w", p.cfg.Namespace, p.cfg.LeaseName, err)
+	}
+	now := p.clock.Now()
+	unchanged := time.Duration(0)
+	if lease != nil {
+		h, r := "", ""
+		if lease.Spec.HolderIdentity != nil {
+			h = *lease.Spec.HolderIdentity
+		}
+		if lease.Spec.RenewTime != nil {
+			r = lease.Spec.RenewTime.UTC().Format(time.RFC3339Nano)
+		}
+		if h != p.seenHolder || r != p.seenRenew || p.seenSince.IsZero() {
+			p.seenHolder, p.seenRenew, p.seenSince = h, r, now
+		}
+		unchanged = now.Sub(p.seenSince)
+	}
+	nowMicro := metav1.NewMicroTime(now)
+	seconds := int32(p.cfg.LeaseDuration / time.Second)
+	switch decidePresence(lease, p.cfg.Identity, unchanged) {
+	case stepCreate:
+		l := &coordinationv1.Lease{
+			ObjectMeta: metav1.ObjectMeta{Namespace: p.cfg.Namespace, Name: p.cfg.LeaseName, Labels: p.cfg.Labels},
+			Spec: coordinationv1.LeaseSpec{
+				HolderIdentity: &p.cfg.Identity, LeaseDurationSeconds: &seconds,
+				AcquireTime: &nowMicro, RenewTime: &nowMicro,
+			},
+		}
+		if _, err := leases.Create(ctx, l, metav1.CreateOptions{}); err != nil {
+			return false, "", fmt.Errorf("create Lease %s/%s: %w", p.cfg.Namespace, p.cfg.LeaseName, err)
+		}
+		return true, "", nil
+	case stepRenew, stepTakeOver:
+		l := lease.DeepCopy()
+		if l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity != p.cfg.Identity {
+			transitions := int32(0)
+			if l.Spec.LeaseTransitions != nil {
+				transitions = *l.Spec.LeaseTransitions + 1
+			}
+			l.Spec.LeaseTransitions = &transitions
+			l.Spec.AcquireTime = &nowMicro
+		}
+		l.Spec.HolderIdentity = &p.cfg.Identity
+		l.Spec.LeaseDurationSeconds = &seconds
+		l.Spec.RenewTime = &nowMicro
+		// The resourceVersion from Get makes this a compare-and-swap:
+		// of two processes taking over at once, one gets a conflict.
+		if _, err := leases.Update(ctx, l, metav1.UpdateOptions{}); err != nil {
+			return false, "", fmt.Errorf("update Lease %s/%s: %w", p.cfg.Namespace, p.cfg.LeaseName, err)
+		}
+		return true, "", nil
+	default:
+		return false, p.seenHolder, nil
+	}
+}
+
+// competing reports another active identity: an error log line and a
+// Warning event once per competitor, and the gauge.
+func (p *presence) competing(ctx context.Context, other string, working bool) {
+	p.gauge.Set(1)
+	if other == p.reported {
+		return
+	}
+	p.reported = other
+	what := "it does no work until that one stops"
+	if working {
+		what = "it stops working and exits"
+	}
+	klog.FromContext(ctx).Error(nil, "Another csi-attacher is active for this driver; this one runs without --leader-election and "+what,
+		"lease", klog.KRef(p.cfg.Namespace, p.cfg.LeaseName), "identity", p.cfg.Identity, "otherIdentity", other)
+	ref := &v1.ObjectReference{APIVersion: "coordination.k8s.io/v1", Kind: "Lease", Namespace: p.cfg.Namespace, Name: p.cfg.LeaseName}
+	p.rec.Eventf(ref, v1.EventTypeWarning, EventReasonCompetingAttacher,
+		"%s runs without --leader-election and found %s active for the same driver (holder of this Lease); %s. Run every replica with --leader-election.",
+		p.cfg.Identity, other, what)
+}
+
+func (p *presence) alone() {
+	p.gauge.Set(0)
+	p.reported = ""
+}
+
+// release gives the Lease up when this process holds it, as client-go's
+// elector does on ReleaseOnCancel, so that a waiting instance starts at
+// once instead of after a lease duration.
+func (p *presence) release(ctx context.Context) {
+	leases := p.client.CoordinationV1().Leases(p.cfg.Namespace)
+	lease, err := leases.Get(ctx, p.cfg.LeaseName, metav1.GetOptions{})
+	if err != nil || lease.Spec.HolderIdentity == nil || *lease.Spec.HolderIdentity != p.cfg.Identity {
+		return
+	}
+	l := lease.DeepCopy()
+	empty, one := "", int32(1)
+	now := metav1.NewMicroTime(p.clock.Now())
+	l.Spec.HolderIdentity, l.Spec.LeaseDurationSeconds, l.Spec.RenewTime = &empty, &one, &now
+	if _, err := leases.Update(ctx, l, metav1.UpdateOptions{}); err != nil {
+		klog.FromContext(ctx).Error(err, "Cannot release the Lease", "lease", klog.KRef(p.cfg.Namespace, p.cfg.LeaseName))
+	}
+}
+
+// runWithPresence runs run like RunAsLeader with leader election disabled,
+// except that this process holds the Lease while it works:
+//
+//   - Before starting, it takes the Lease when it is absent, released or
+//     expired. While another identity holds it, this process reports that
+//     (Presence) and waits: two active attachers of one driver race each
+//     other (a slow ControllerPublish of one lands after the other has
+//     unpublished that volume), so refusing work is the safe choice.
+//   - While working, it renews the Lease every RetryPeriod. If another
+//     identity holds it (this process failed to renew for a whole lease
+//     duration and the other took over), the work in flight is aborted
+//     and ErrCompetingInstance returned, as a lost lease does.
+//   - Renewal errors alone do not stop the work: without leader election
+//     an API server outage must not stop an attacher (upstream's
+//     behaviour); only a competitor does.
+//   - When the API refuses Leases (no RBAC, 403), the check is impossible:
+//     an error is logged once and run runs unguarded, as upstream's would.
+func runWithPresence(ctx context.Context, client kubernetes.Interface, cfg LeaderElection, run func(context.Context) error) error {
+	logger := klog.FromContext(ctx)
+	if cfg.RetryPeriod <= 0 {
+		cfg.RetryPeriod = 5 * time.Second
+	}
+	if cfg.LeaseDuration < time.Second {
+		cfg.LeaseDuration = 15 * time.Second
+	}
+	p := &presence{client: client, cfg: cfg, clock: cfg.Presence.Clock, gauge: cfg.Presence.Competing}
+	if p.clock == nil {
+		p.clock = clock.RealClock{}
+	}
+	if p.gauge == nil {
+		p.gauge = defaultCompetingGauge()
+	}
+	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
+	broadcaster.StartRecordingToSink(kube.NewEventSink(ctx, client))
+	defer broadcaster.Shutdown()
+	p.rec = broadcaster.NewRecorder(scheme.Scheme, v1.EventSource{Component: cfg.Presence.Component})
+	p.gauge.Set(0)
+
+	// Before work: wait until this process holds the Lease.
+	lastErr := ""
+	for {
+		held, other, err := p.look(ctx)
+		if apierrors.IsForbidden(err) {
+			logger.Error(err, "Cannot check for a second active csi-attacher of this driver: no access to its Lease; running without that check. Grant get/create/update on leases (deploy/ does) or run with --leader-election",
+				"lease", klog.KRef(cfg.Namespace, cfg.LeaseName), "identity", cfg.Identity)
+			return run(ctx)
+		}
+		if err != nil && err.Error() != lastErr {
+			logger.Error(err, "Cannot hold the Lease; retrying", "lease", klog.KRef(cfg.Namespace, cfg.LeaseName))
+			lastErr = err.Error()
+		}
+		if held {
+			break
+		}
+		if other != "" {
+			p.competing(ctx, other, false)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-p.clock.After(cfg.RetryPeriod):
+		}
+	}
+	if p.reported != "" {
+		logger.Info("The other csi-attacher stopped; this one holds the Lease and starts", "lease", klog.KRef(cfg.Namespace, cfg.LeaseName), "identity", cfg.Identity)
+	}
+	p.alone()
+	logger.V(2).Info("Holding the Lease without leader election", "lease", klog.KRef(cfg.Namespace, cfg.LeaseName), "identity", cfg.Identity)
+
+	abortCtx, abort := context.WithCancel(context.WithoutCancel(ctx))
+	defer abort()
+	runCtx, cancelRun := context.WithCancel(ctx)
+	defer cancelRun()
+	done := make(chan error, 1)
+	go func() { done <- run(controller.WithAbort(runCtx, abortCtx)) }()
+
+	lastErr = ""
+	for {
+		select {
+		case err := <-done:
+			p.release(context.WithoutCancel(ctx))
+			return err
+		case <-p.clock.After(cfg.RetryPeriod):
+		}
+		held, other, err := p.look(ctx)
+		switch {
+		case err != nil:
+			if ctx.Err() == nil && err.Error() != lastErr {
+				logger.Error(err, "Cannot renew the Lease; working on", "lease", klog.KRef(cfg.Namespace, cfg.LeaseName))
+				lastErr = err.Error()
+			}
+		case held:
+			lastErr = ""
+		case other != "":
+			p.competing(ctx, other, true)
+			abort()
+			cancelRun()
+			<-done
+			return fmt.Errorf("%w: Lease %s/%s is held by %s, not %s", ErrCompetingInstance, cfg.Namespace, cfg.LeaseName, other, cfg.Identity)
+		}
+	}
+}

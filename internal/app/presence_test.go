@@ -1,0 +1,196 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/kubernetes/fake"
+	clienttesting "k8s.io/client-go/testing"
+	"k8s.io/klog/v2/ktesting"
+	"k8s.io/utils/ptr"
+)
+
+type testGauge struct {
+	mu  sync.Mutex
+	v   float64
+	max float64
+}
+
+func (g *testGauge) Set(v float64) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.v, g.max = v, max(g.max, v)
+}
+
+func (g *testGauge) get() (float64, float64) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.v, g.max
+}
+
+func presenceConfig(identity string, g GaugeSetter) LeaderElection {
+	return LeaderElection{
+		LeaseName: "test-lease", Namespace: "default", Identity: identity,
+		LeaseDuration: time.Second, RetryPeriod: 10 * time.Millisecond,
+		Presence: &Presence{Component: "csi-attacher", Competing: g},
+	}
+}
+
+func TestDecidePresence(t *testing.T) {
+	lease := func(holder *string, seconds int32) *coordinationv1.Lease {
+		return &coordinationv1.Lease{Spec: coordinationv1.LeaseSpec{HolderIdentity: holder, LeaseDurationSeconds: &seconds}}
+	}
+	tests := []struct {
+		name      string
+		lease     *coordinationv1.Lease
+		unchanged time.Duration
+		want      presenceStep
+	}{
+		{"no Lease: create it", nil, 0, stepCreate},
+		{"ours: renew", lease(ptr.To("me"), 15), time.Hour, stepRenew},
+		{"released (empty holder): take over at once", lease(ptr.To(""), 1), 0, stepTakeOver},
+		{"no holder field: take over", lease(nil, 15), 0, stepTakeOver},
+		{"other holder renewing: wait", lease(ptr.To("other"), 15), 14 * time.Second, stepWait},
+		{"other holder exactly at the lease duration: still wait", lease(ptr.To("other"), 15), 15 * time.Second, stepWait},
+		{"other holder silent for longer than its lease: take over", lease(ptr.To("other"), 15), 16 * time.Second, stepTakeOver},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := decidePresence(tt.lease, "me", tt.unchanged); got != tt.want {
+				t.Errorf("decidePresence = %v, want %v", got, tt.want)
+			}
+		})
+	}
+}
+
+// Working without leader election, the attacher finds another identity
+// holding the Lease (it failed to renew and the other took over): the work
+// in flight is aborted at once and ErrCompetingInstance returned; the
+// gauge says 1.
+func TestPresenceWhileWorkingAnotherHolderAbortsRunAndReturnsErrCompetingInstance(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	for i := range 5 {
+		client := fake.NewClientset()
+		g := &testGauge{}
+		started := make(chan struct{})
+		aborted := make(chan struct{})
+		result := make(chan error, 1)
+		go func() {
+			result <- RunAsLeader(ctx, client, presenceConfig("a", g), nil, func(runCtx context.Context) error {
+				close(started)
+				<-runCtx.Done()
+				close(aborted)
+				return runCtx.Err()
+			})
+		}()
+		<-started
+		if h := holder(t, ctx, client); h != "a" {
+			t.Fatalf("iteration %d: Lease holder = %q while working, want a", i, h)
+		}
+		l, err := client.CoordinationV1().Leases("default").Get(ctx, "test-lease", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		l.Spec.HolderIdentity = ptr.To("b")
+		l.Spec.RenewTime = &metav1.MicroTime{Time: time.Now()}
+		if _, err := client.CoordinationV1().Leases("default").Update(ctx, l, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case err := <-result:
+			if !errors.Is(err, ErrCompetingInstance) {
+				t.Fatalf("iteration %d: RunAsLeader = %v, want ErrCompetingInstance", i, err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("iteration %d: RunAsLeader did not return after another identity took the Lease", i)
+		}
+		select {
+		case <-aborted:
+		default:
+			t.Errorf("iteration %d: run's context was not cancelled before RunAsLeader returned", i)
+		}
+		if v, _ := g.get(); v != 1 {
+			t.Errorf("iteration %d: competing gauge = %v, want 1", i, v)
+		}
+		if h := holder(t, ctx, client); h != "b" {
+			t.Errorf("iteration %d: Lease holder = %q after giving up, want b (untouched)", i, h)
+		}
+	}
+}
+
+// A Lease held by an identity that stopped renewing (killed without
+// releasing) is taken over after its lease duration, measured on our clock;
+// until then nothing runs.
+func TestPresenceTakesOverAnExpiredLeaseAfterItsDuration(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	client := fake.NewClientset(&coordinationv1.Lease{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "test-lease"},
+		Spec: coordinationv1.LeaseSpec{
+			HolderIdentity: ptr.To("dead"), LeaseDurationSeconds: ptr.To(int32(1)),
+			RenewTime: &metav1.MicroTime{Time: time.Now()}, LeaseTransitions: ptr.To(int32(3)),
+		},
+	})
+	g := &testGauge{}
+	ctx, stop := context.WithCancel(ctx)
+	defer stop()
+	start := time.Now()
+	started := make(chan time.Time, 1)
+	result := make(chan error, 1)
+	go func() {
+		result <- RunAsLeader(ctx, client, presenceConfig("a", g), nil, func(runCtx context.Context) error {
+			started <- time.Now()
+			<-runCtx.Done()
+			return nil
+		})
+	}()
+	var at time.Time
+	select {
+	case at = <-started:
+	case <-time.After(10 * time.Second):
+		t.Fatal("never took over the expired Lease")
+	}
+	if d := at.Sub(start); d < time.Second {
+		t.Errorf("started %s after start, want at least the holder's lease duration (1s)", d)
+	}
+	if v, m := g.get(); v != 0 || m != 1 {
+		t.Errorf("gauge now %v (max %v), want 1 while waiting and 0 once holding", v, m)
+	}
+	l, err := client.CoordinationV1().Leases("default").Get(ctx, "test-lease", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ptr.Deref(l.Spec.HolderIdentity, "") != "a" || ptr.Deref(l.Spec.LeaseTransitions, 0) != 4 {
+		t.Errorf("Lease holder %v transitions %v, want a and 4", ptr.Deref(l.Spec.HolderIdentity, ""), ptr.Deref(l.Spec.LeaseTransitions, 0))
+	}
+	stop()
+	if err := <-result; err != nil && !errors.Is(err, context.Canceled) {
+		t.Fatalf("RunAsLeader = %v", err)
+	}
+	// Stopping releases the Lease, so the next instance starts at once.
+	if h := holder(t, context.Background(), client); h != "" {
+		t.Errorf("Lease holder = %q after stopping, want released", h)
+	}
+}
+
+// Without RBAC for Leases the check is impossible; the attacher works
+// anyway (upstream's behaviour without leader election) and says so.
+func TestPresenceWithoutLeaseAccessRunsUnguarded(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	client := fake.NewClientset()
+	client.PrependReactor("get", "leases", func(clienttesting.Action) (bool, runtime.Object, error) {
+		return true, nil, apierrors.NewForbidden(schema.GroupResource{Group: "coordination.k8s.io", Resource: "leases"}, "test-lease", errors.New("no RBAC"))
+	})
+	ran := false
+	err := RunAsLeader(ctx, client, presenceConfig("a", &testGauge{}), nil, func(context.Context) error { ran = true; return nil })
+	if err != nil || !ran {
+		t.Fatalf("RunAsLeader = %v, ran = %v; want run called and nil", err, ran)
+	}
+}
