@@ -11,6 +11,7 @@ package attacher
 import (
 	"fmt"
 	"maps"
+	"strings"
 
 	v1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
@@ -65,7 +66,49 @@ const (
 	ReasonNoVolumeHandle      Reason = "NoVolumeHandle"
 	ReasonTranslationFailed   Reason = "TranslationFailed"
 	ReasonInvalidCapabilities Reason = "InvalidCapabilities"
+	// ReasonPublishContextTooLarge: the driver published the volume but its
+	// publish context does not fit in status.attachmentMetadata. Not
+	// published again while the attachError that says so is on the VA
+	// (recordedTooLarge): publishing again would get the same answer.
+	ReasonPublishContextTooLarge Reason = "PublishContextTooLarge"
 )
+
+// MaxAttachmentMetadataBytes is the API server's limit on
+// VolumeAttachment status.attachmentMetadata: the sum of the lengths of
+// its keys and values (k8s.io/kubernetes/pkg/apis/storage/validation,
+// maxAttachedVolumeMetadataSize).
+const MaxAttachmentMetadataBytes = 256 * 1024
+
+// CheckPublishContext says why a publish context the driver returned cannot
+// be stored in status.attachmentMetadata, or returns nil when it can.
+func CheckPublishContext(pc map[string]string) *Blocked {
+	size := 0
+	for k, v := range pc {
+		size += len(k) + len(v)
+	}
+	if size <= MaxAttachmentMetadataBytes {
+		return nil
+	}
+	return &Blocked{Reason: ReasonPublishContextTooLarge, Message: fmt.Sprintf(
+		publishContextTooLargePrefix+" of %d bytes (%d keys), too large for VolumeAttachment status.attachmentMetadata (the API server accepts at most %d bytes of keys and values); not published again while this error is recorded; deleting the VolumeAttachment unpublishes the volume",
+		size, len(pc), MaxAttachmentMetadataBytes)}
+}
+
+// publishContextTooLargePrefix starts the attachError CheckPublishContext
+// leads to; DecideAttach recognises the record by it.
+const publishContextTooLargePrefix = "the driver published the volume but returned a publish context"
+
+// recordedTooLarge returns the PublishContextTooLarge error recorded on
+// va, if any. Publishing again would return the same publish context: the
+// record stands until someone clears status.attachError or deletes the VA.
+// Kept on the VA rather than in memory, it holds across restarts, resyncs
+// and passes woken by our own writes.
+func recordedTooLarge(va *storagev1.VolumeAttachment) *Blocked {
+	if e := va.Status.AttachError; e != nil && strings.HasPrefix(e.Message, publishContextTooLargePrefix) {
+		return &Blocked{Reason: ReasonPublishContextTooLarge, Message: e.Message}
+	}
+	return nil
+}
 
 // Blocked says why nothing can be done yet; Message goes into the
 // VolumeAttachment's attachError/detachError as is.
@@ -96,18 +139,32 @@ type Volume struct {
 
 // AttachPlan is the outcome of DecideAttach. Exactly one of Blocked,
 // Done or the write/publish steps applies. Steps run in order: PV
-// finalizer, VA metadata, ControllerPublish, status.
+// finalizer, UnpublishFirst, VA metadata, ControllerPublish, status.
 type AttachPlan struct {
 	Blocked *Blocked
 	// Done: the VA is attached and carries everything it should; nothing to do.
 	Done bool
 	// AddPVFinalizer names the PV that needs our finalizer first.
 	AddPVFinalizer string
+	// UnpublishFirst is a publication recorded on the VA under another
+	// node ID than the one the CSINode reports now (a node replaced under
+	// the same name): it is unpublished before the VA's node-id annotation
+	// is rewritten, so no publication is ever left without a record.
+	UnpublishFirst *Unpublication
 	// Metadata is the finalizer and annotations the VA must carry before the
 	// driver is called; nil when it already has them.
 	Metadata *MetadataChange
-	Volume   Volume
-	NodeID   string
+	// Publish: call ControllerPublish, then write status.attached=true.
+	// False for a VA whose attached=true latch believes (see believed):
+	// then only Metadata is written.
+	Publish bool
+	Volume  Volume
+	NodeID  string
+}
+
+// Unpublication is one ControllerUnpublish of a recorded publication.
+type Unpublication struct {
+	Handle, NodeID string
 }
 
 // MetadataChange is one guarded write of finalizers and annotations.
@@ -127,8 +184,24 @@ type Translator interface {
 
 // DecideAttach decides the next steps to attach obs.VA. The VA must be one of
 // ours and not being deleted.
+//
+// status.attached=true is believed only on a VA that carries what latch
+// (or upstream's external-attacher, which uses the same names) writes
+// before every publish: our finalizer and the node-id annotation. Any other
+// attached=true was written by another client for a publication nobody
+// recorded: it is treated as not attached, so the volume is published
+// (ControllerPublish is idempotent) and latch's own status written.
+//
+// A believed attachment keeps the node ID it was published with, even when
+// the CSINode now reports another one: rewriting the annotation would lose
+// the only record of that publication. A VA that is not attached but
+// recorded another node ID (with our finalizer, so it may have been
+// published there) has that publication undone first.
 func DecideAttach(obs Observed, drv DriverInfo, tr Translator) AttachPlan {
 	va := obs.VA
+	if b := recordedTooLarge(va); b != nil && !believed(va, drv.Name) {
+		return AttachPlan{Blocked: b}
+	}
 	spec, pvName, blocked := sourceSpec(obs, tr)
 	if blocked != nil {
 		return AttachPlan{Blocked: blocked}
@@ -137,26 +210,47 @@ func DecideAttach(obs Observed, drv DriverInfo, tr Translator) AttachPlan {
 	if blocked != nil {
 		return AttachPlan{Blocked: blocked}
 	}
-	nodeID, ok := csiNodeID(obs.CSINode, drv.Name)
-	if !ok {
-		return AttachPlan{Blocked: &Blocked{Reason: ReasonWaitingForCSINode, Message: csiNodeMessage(obs.CSINode, va.Spec.NodeName, drv.Name)}}
-	}
+	recordedNodeID := va.Annotations[kube.VANodeIDAnnotation]
+	ourFinalizer := hasString(va.Finalizers, kube.AttacherFinalizer(drv.Name))
 
-	plan := AttachPlan{Volume: vol, NodeID: nodeID}
+	var plan AttachPlan
+	if believed(va, drv.Name) {
+		// Attached by us: the node ID it was published with stays; only
+		// what is missing (PV finalizer, handle annotation) is added.
+		plan = AttachPlan{Volume: vol, NodeID: recordedNodeID}
+	} else {
+		nodeID, ok := csiNodeID(obs.CSINode, drv.Name)
+		if !ok {
+			return AttachPlan{Blocked: &Blocked{Reason: ReasonWaitingForCSINode, Message: csiNodeMessage(obs.CSINode, va.Spec.NodeName, drv.Name)}}
+		}
+		plan = AttachPlan{Volume: vol, NodeID: nodeID, Publish: true}
+		if ourFinalizer && recordedNodeID != "" && recordedNodeID != nodeID {
+			handle := va.Annotations[AnnVolumeHandle]
+			if handle == "" {
+				handle = vol.Handle
+			}
+			plan.UnpublishFirst = &Unpublication{Handle: handle, NodeID: recordedNodeID}
+		}
+	}
 	if pvName != "" {
 		if pv := obs.PV; !hasString(pv.Finalizers, kube.PVFinalizer(drv.Name)) {
 			plan.AddPVFinalizer = pv.Name
 		}
 	}
-	if mc := metadataFor(va, drv.Name, nodeID, vol); mc != nil {
-		plan.Metadata = mc
-	}
-	if va.Status.Attached && plan.Metadata == nil && plan.AddPVFinalizer == "" {
+	plan.Metadata = metadataFor(va, drv.Name, plan.NodeID, vol)
+	if !plan.Publish && plan.Metadata == nil && plan.AddPVFinalizer == "" {
 		// Attached and fully recorded. The ListVolumes reconciler, not
 		// this path, checks that the driver still agrees.
 		return AttachPlan{Done: true}
 	}
 	return plan
+}
+
+// believed reports whether va's status.attached=true was written for a
+// publication latch (or upstream's external-attacher) recorded: our
+// finalizer and the node-id annotation go on the VA before every publish.
+func believed(va *storagev1.VolumeAttachment, driver string) bool {
+	return va.Status.Attached && hasString(va.Finalizers, kube.AttacherFinalizer(driver)) && va.Annotations[kube.VANodeIDAnnotation] != ""
 }
 
 // metadataFor returns the finalizer and annotations va lacks, or nil.
@@ -195,10 +289,12 @@ type DetachPlan struct {
 	NodeID string
 }
 
-// DecideDetach decides how to detach obs.VA, which is being deleted. It
-// prefers live objects (PV or inline spec, CSINode) and falls back to the
-// annotations written at attach time, so a VA whose PV or CSINode is gone
-// can still be unpublished and released.
+// DecideDetach decides how to detach obs.VA, which is being deleted. The
+// volume comes from the live PV or inline spec, falling back to the
+// annotations written at attach time, so a VA whose PV is gone can still be
+// unpublished and released; the node ID comes from the node-id annotation
+// (the ID the volume was published with), falling back to the live CSINode
+// only when there is none.
 func DecideDetach(obs Observed, drv DriverInfo, tr Translator) DetachPlan {
 	va := obs.VA
 	if !hasString(va.Finalizers, kube.AttacherFinalizer(drv.Name)) {
@@ -219,10 +315,14 @@ func DecideDetach(obs Observed, drv DriverInfo, tr Translator) DetachPlan {
 		}
 		vol = Volume{Handle: handle, Secret: parseSecretRef(va.Annotations[AnnSecretRef])}
 	}
-	nodeID, ok := csiNodeID(obs.CSINode, drv.Name)
-	if !ok {
-		nodeID = va.Annotations[kube.VANodeIDAnnotation]
-		if nodeID == "" {
+	// The node ID the volume was published with is the one to unpublish:
+	// a node replaced under the same name registers a new ID in its
+	// CSINode, and unpublishing that one would leave the old publication
+	// forever. The live CSINode only stands in when nothing was recorded.
+	nodeID := va.Annotations[kube.VANodeIDAnnotation]
+	if nodeID == "" {
+		var ok bool
+		if nodeID, ok = csiNodeID(obs.CSINode, drv.Name); !ok {
 			return DetachPlan{Blocked: &Blocked{Reason: ReasonWaitingForCSINode, Message: fmt.Sprintf(
 				"cannot detach: %s, and the VolumeAttachment has no %s annotation", csiNodeMessage(obs.CSINode, va.Spec.NodeName, drv.Name), kube.VANodeIDAnnotation)}}
 		}

@@ -89,7 +89,10 @@ func addFuzzSeeds(f *testing.F) {
 // FuzzDecideAttach checks the attach plan's safety properties: a plan that
 // reaches ControllerPublish always carries (or first adds) the VA finalizer
 // and records the handle and node ID it publishes with, so a later detach
-// can always find them; a PV source gets the PV finalizer first.
+// can always find them; a PV source gets the PV finalizer first; a
+// recorded node ID is never overwritten without unpublishing it first; only
+// an attached=true latch believes (finalizer and node ID recorded) skips
+// the publish.
 func FuzzDecideAttach(f *testing.F) {
 	addFuzzSeeds(f)
 	f.Fuzz(func(t *testing.T, bits uint32, pvName, handle, nodeID, annHandle, annNodeID string) {
@@ -106,8 +109,27 @@ func FuzzDecideAttach(f *testing.F) {
 			}
 			return
 		case p.Done:
-			if !va.Status.Attached || !slices.Contains(va.Finalizers, kube.AttacherFinalizer(testDriver)) {
-				t.Fatalf("Done for a VA that is not attached or lacks the finalizer: %+v", va)
+			if !va.Status.Attached || !slices.Contains(va.Finalizers, kube.AttacherFinalizer(testDriver)) || va.Annotations[kube.VANodeIDAnnotation] == "" {
+				t.Fatalf("Done for a VA that is not attached or lacks the finalizer or node ID (a foreign claim): %+v", va)
+			}
+			return
+		}
+		recordedNodeID := va.Annotations[kube.VANodeIDAnnotation]
+		hadFinalizer := slices.Contains(va.Finalizers, kube.AttacherFinalizer(testDriver))
+		if p.Metadata != nil && hadFinalizer && recordedNodeID != "" {
+			if newID, ok := p.Metadata.SetAnnotations[kube.VANodeIDAnnotation]; ok && newID != recordedNodeID &&
+				(p.UnpublishFirst == nil || p.UnpublishFirst.NodeID != recordedNodeID) {
+				t.Fatalf("plan rewrites the recorded node ID %q to %q without unpublishing it first: %+v", recordedNodeID, newID, p)
+			}
+		}
+		if !p.Publish {
+			// Only a believed attachment skips the publish, and it keeps
+			// the node ID it was published with.
+			if !va.Status.Attached || !hadFinalizer || recordedNodeID == "" || p.UnpublishFirst != nil {
+				t.Fatalf("plan without a publish for a VA whose attachment latch does not believe: %+v", p)
+			}
+			if p.Metadata != nil && p.Metadata.SetAnnotations[kube.VANodeIDAnnotation] != "" {
+				t.Fatalf("plan rewrites the node ID of an attached VA: %+v", p)
 			}
 			return
 		}
@@ -177,8 +199,11 @@ func FuzzDecideDetach(f *testing.F) {
 				(va.Spec.Source.InlineVolumeSpec == nil || va.Spec.Source.InlineVolumeSpec.CSI == nil || p.Volume.Handle != va.Spec.Source.InlineVolumeSpec.CSI.VolumeHandle) {
 				t.Fatalf("unpublish handle %q comes from nowhere", p.Volume.Handle)
 			}
-			if live, ok := csiNodeID(obs.CSINode, testDriver); ok && p.NodeID != live || !ok && p.NodeID != va.Annotations[kube.VANodeIDAnnotation] {
-				t.Fatalf("unpublish node ID %q; CSINode says %q (%v), annotation %q", p.NodeID, live, ok, va.Annotations[kube.VANodeIDAnnotation])
+			// The recorded node ID, when there is one, is the one the
+			// volume was published with: always the one unpublished.
+			recorded := va.Annotations[kube.VANodeIDAnnotation]
+			if live, ok := csiNodeID(obs.CSINode, testDriver); recorded != "" && p.NodeID != recorded || recorded == "" && p.NodeID != live {
+				t.Fatalf("unpublish node ID %q; annotation %q, CSINode says %q (%v)", p.NodeID, recorded, live, ok)
 			}
 		}
 	})

@@ -39,6 +39,10 @@ type ownWrites[T metav1.Object] struct {
 type ownWrite[T metav1.Object] struct {
 	written T
 	stale   sets.Set[string] // resourceVersions older than written
+	// ours: the stale versions that our own earlier writes of this chain
+	// produced (a pass that writes metadata, then status). Their watch
+	// events need no pass either.
+	ours sets.Set[string]
 	// deleted: our write removed the last finalizer of an object being
 	// deleted, so the API server deleted the object instead of storing a
 	// new version. Its response (written) carries the resourceVersion of
@@ -72,10 +76,11 @@ func (w *ownWrites[T]) record(before string, written T) {
 	if ok && e.written.GetResourceVersion() == before {
 		// A chain of our own writes: every version before is stale.
 		e.stale.Insert(before)
+		e.ours.Insert(before)
 		e.written, e.deleted = written, deleted
 		return
 	}
-	w.m[name] = &ownWrite[T]{written: written, stale: sets.New(before), deleted: deleted}
+	w.m[name] = &ownWrite[T]{written: written, stale: sets.New(before), ours: sets.New[string](), deleted: deleted}
 }
 
 // recordIn is record for a write that may have deleted the object (the
@@ -122,6 +127,11 @@ func (w *ownWrites[T]) isOwn(obj T) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	e, ok := w.m[obj.GetName()]
+	if ok && e.ours.Has(obj.GetResourceVersion()) {
+		// An earlier write of our chain: the cache is still behind the
+		// last one, so the entry stays.
+		return true
+	}
 	if !ok || e.written.GetResourceVersion() != obj.GetResourceVersion() {
 		return false
 	}

@@ -70,17 +70,26 @@ func (c *Controller) syncAttach(ctx context.Context, name string) (controller.Re
 
 	if plan.AddPVFinalizer != "" {
 		if err := c.addPVFinalizer(ctx, obs.PV); err != nil {
-			return controller.Result{}, err
+			return c.writeFailed(ctx, va, err)
+		}
+	}
+	if plan.UnpublishFirst != nil {
+		// The node ID is about to be rewritten: undo the publication
+		// recorded under the old one while the record still names it.
+		if res, err := c.unpublishRecorded(ctx, va, plan); err != nil || res.RequeueAfter > 0 {
+			return res, err
 		}
 	}
 	if plan.Metadata != nil {
 		// Finalizer and node ID go on the VA before the driver is called:
 		// once a publish may have happened, a delete must wait for us.
-		if va, err = c.patchVAMetadata(ctx, va, plan.Metadata); err != nil {
-			return controller.Result{}, err
+		updated, err := c.patchVAMetadata(ctx, va, plan.Metadata)
+		if err != nil {
+			return c.writeFailed(ctx, va, err)
 		}
+		va = updated
 	}
-	if va.Status.Attached {
+	if !plan.Publish {
 		return controller.Result{}, nil
 	}
 
@@ -120,6 +129,12 @@ func (c *Controller) syncAttach(ctx context.Context, name string) (controller.Re
 	if err != nil {
 		c.metrics.csiError("attach", err)
 		return c.attachFailed(ctx, va, nil, err)
+	}
+	if blocked := CheckPublishContext(publishContext); blocked != nil {
+		// The API server would refuse the status write: retrying would
+		// only publish again and again. The finalizer stays, so a delete
+		// still unpublishes.
+		return c.attachFailed(ctx, va, blocked, nil)
 	}
 	if err := c.writeStatus(ctx, va, storagev1.VolumeAttachmentStatus{Attached: true, AttachmentMetadata: publishContext}); err != nil {
 		if c.vaGoneOrReplaced(ctx, va, err) {
@@ -236,6 +251,9 @@ func (c *Controller) recordError(ctx context.Context, va *storagev1.VolumeAttach
 	if attach {
 		prev, reason = va.Status.AttachError, EventAttachFailed
 	}
+	// The API server refuses a VolumeError message over its limit, and
+	// with it the whole status write: shorten it instead.
+	msg = fitMessage(msg, code, maxVolumeErrorMessageBytes)
 	if prev != nil && prev.Message == msg {
 		return nil
 	}
@@ -262,7 +280,7 @@ func (c *Controller) attachFailed(ctx context.Context, va *storagev1.VolumeAttac
 	}
 	klog.FromContext(ctx).V(2).Info("Attach failed", "reason", reasonOf(blocked), "err", msg)
 	err := fmt.Errorf("attach VolumeAttachment %q: %s", va.Name, msg)
-	if blocked != nil && blocked.Reason == ReasonInvalidSource {
+	if blocked != nil && (blocked.Reason == ReasonInvalidSource || blocked.Reason == ReasonPublishContextTooLarge) {
 		return controller.Result{}, controller.Terminal(err)
 	}
 	return controller.Result{}, err

@@ -66,6 +66,19 @@ func (d *Driver) ClearFaults() { d.faults.clear() }
 // Faults lists the rules in evaluation order with their counters.
 func (d *Driver) Faults() []RuleStatus { return d.faults.list() }
 
+// SetExtraPublishContext adds pc to the publish context of every later
+// ControllerPublishVolume response (new and repeated publications alike),
+// without storing it with the publication; nil stops it. Tests use it to
+// return a publish context larger than a VolumeAttachment can hold.
+func (d *Driver) SetExtraPublishContext(pc map[string]string) {
+	if pc == nil {
+		d.extraPublishContext.Store(nil)
+		return
+	}
+	c := maps.Clone(pc)
+	d.extraPublishContext.Store(&c)
+}
+
 // SetKnownNodes replaces the set of node IDs publish accepts; nil accepts
 // any node ID. Unlike Config.KnownNodes, the node service's NodeID is not
 // added implicitly, so a test can also make that node "disappear".

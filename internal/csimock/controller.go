@@ -116,6 +116,9 @@ func (s *controllerServer) ControllerPublishVolume(ctx context.Context, req *csi
 	if err != nil {
 		return nil, err
 	}
+	if extra := s.d.extraPublishContext.Load(); extra != nil {
+		maps.Copy(pc, *extra)
+	}
 	return &csi.ControllerPublishVolumeResponse{PublishContext: pc}, nil
 }
 

@@ -29,6 +29,9 @@ type Driver struct {
 	faults *faultSet
 	calls  *callLog
 	node   *nodeState
+	// extraPublishContext is added to every ControllerPublishVolume
+	// response (SetExtraPublishContext).
+	extraPublishContext atomic.Pointer[map[string]string]
 
 	// ready is readyUnset, readyTrue or readyFalse (SetReady overrides the
 	// configured not-ready period).

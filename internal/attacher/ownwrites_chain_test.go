@@ -1,0 +1,32 @@
+package attacher
+
+import (
+	"testing"
+
+	storagev1 "k8s.io/api/storage/v1"
+)
+
+// One pass writes twice (metadata 10 → 11, then status 11 → 12): the watch
+// delivering the intermediate 11 is our own write too and must not wake a
+// worker. A terminal failure recorded by the status write would otherwise
+// be retried at once (a second ControllerPublish for an oversized publish
+// context). Another client's version is still not ours.
+func TestOwnWrites_intermediateVersionOfOurChainIsOwn(t *testing.T) {
+	w := newOwnWrites[*storagev1.VolumeAttachment]()
+	w.record("10", vaAt("11", false))
+	w.record("11", vaAt("12", false))
+	if !w.isOwn(vaAt("11", false)) {
+		t.Fatalf("isOwn(11): the first write of our chain not recognised")
+	}
+	if w.isOwn(vaAt("10", false)) {
+		t.Fatalf("isOwn(10): the version we read (another client's) counted as ours")
+	}
+	// The intermediate event leaves the entry: the cache is still behind
+	// our last write.
+	if got := w.resolve(vaAt("11", false)); got.ResourceVersion != "12" {
+		t.Fatalf("cache at 11 resolved to %s, want our last write 12", got.ResourceVersion)
+	}
+	if !w.isOwn(vaAt("12", false)) {
+		t.Fatalf("isOwn(12): our last write not recognised")
+	}
+}

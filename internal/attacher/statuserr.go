@@ -1,0 +1,118 @@
+package attacher
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"unicode/utf8"
+
+	"google.golang.org/grpc/codes"
+	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/klog/v2"
+
+	"github.com/latchcsi/latch/internal/controller"
+	"github.com/latchcsi/latch/internal/csi"
+)
+
+// maxVolumeErrorMessageBytes is the API server's limit on a VolumeError's
+// message (k8s.io/kubernetes/pkg/apis/storage/validation,
+// maxVolumeErrorMessageSize); a longer one makes the whole status write
+// fail. Events have the same limit on their message (core validation's
+// NoteLengthLimit), and recordError uses one message for both.
+const maxVolumeErrorMessageBytes = 1024
+
+// fitMessage returns msg cut to at most limit bytes (at a UTF-8 boundary),
+// marked as truncated with its original length. The start is kept: our
+// context (operation, volume, node), the gRPC code and the start of the
+// driver's text. Should that context alone fill the room, the gRPC code is
+// put in front so it is never lost.
+func fitMessage(msg string, code *int32, limit int) string {
+	if len(msg) <= limit {
+		return msg
+	}
+	marker := fmt.Sprintf("… (truncated, %d bytes in all)", len(msg))
+	head := ""
+	if code != nil {
+		if c := "code = " + codes.Code(*code).String(); !strings.Contains(cutUTF8(msg, limit-len(marker)), c) {
+			head = c + ": "
+		}
+	}
+	return head + cutUTF8(msg, limit-len(marker)-len(head)) + marker
+}
+
+// cutUTF8 returns the longest prefix of s of at most n bytes that does not
+// split a UTF-8 sequence.
+func cutUTF8(s string, n int) string {
+	if n <= 0 {
+		return ""
+	}
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
+}
+
+// writeFailed records a failed PV finalizer or VA metadata write in
+// status.attachError (with an AttachFailed event) and returns the error for
+// the runner's backoff: a write that keeps failing, for missing RBAC say,
+// is shown on the VolumeAttachment instead of only in our log. A conflict,
+// a failed precondition (422 from a JSON patch test) or a vanished object
+// is not recorded: it means our cache was behind, and the next pass reads
+// a newer one.
+func (c *Controller) writeFailed(ctx context.Context, va *storagev1.VolumeAttachment, err error) (controller.Result, error) {
+	if apierrors.IsConflict(err) || apierrors.IsNotFound(err) || apierrors.IsInvalid(err) {
+		return controller.Result{}, err
+	}
+	if rerr := c.recordError(ctx, va, true, err.Error(), nil); rerr != nil {
+		klog.FromContext(ctx).Error(rerr, "Record a failed write in status.attachError")
+	}
+	return controller.Result{}, err
+}
+
+// unpublishRecorded undoes the publication plan.UnpublishFirst names (the
+// VA recorded another node ID than the CSINode now reports). A failure is
+// recorded in status.attachError and retried: the node ID is not rewritten
+// until the old publication is gone.
+func (c *Controller) unpublishRecorded(ctx context.Context, va *storagev1.VolumeAttachment, plan AttachPlan) (controller.Result, error) {
+	u := plan.UnpublishFirst
+	secrets, blocked, err := c.secrets(ctx, plan.Volume.Secret)
+	if err != nil {
+		return controller.Result{}, err
+	}
+	if blocked != nil {
+		if err := c.recordError(ctx, va, true, blocked.Message, nil); err != nil {
+			return controller.Result{}, err
+		}
+		return controller.Result{RequeueAfter: c.cfg.SecretRetryInterval}, nil
+	}
+	release, err := c.detachSlots.acquire(ctx)
+	if err != nil {
+		return controller.Result{}, err
+	}
+	callCtx, cancel := context.WithTimeout(csi.WithMigrated(ctx, plan.Volume.Migrated), c.cfg.Timeout)
+	err = c.csi.ControllerUnpublish(callCtx, u.Handle, u.NodeID, secrets)
+	cancel()
+	release()
+	if err != nil {
+		c.metrics.csiError("detach", err)
+		msg, code := failure(nil, err)
+		return c.attachFailedMsg(ctx, va, fmt.Sprintf("the CSINode of node %q now reports node ID %q; the volume recorded as published to node ID %q must be unpublished first: %s",
+			va.Spec.NodeName, plan.NodeID, u.NodeID, msg), code)
+	}
+	klog.FromContext(ctx).Info("Unpublished the volume from the node ID recorded before the node's CSI node ID changed",
+		"volumeHandle", u.Handle, "recordedNodeID", u.NodeID, "nodeID", plan.NodeID)
+	return controller.Result{}, nil
+}
+
+// attachFailedMsg records msg (with the gRPC code, if any) in
+// status.attachError and returns it for backoff.
+func (c *Controller) attachFailedMsg(ctx context.Context, va *storagev1.VolumeAttachment, msg string, code *int32) (controller.Result, error) {
+	if err := c.recordError(ctx, va, true, msg, code); err != nil {
+		return controller.Result{}, err
+	}
+	return controller.Result{}, fmt.Errorf("attach VolumeAttachment %q: %s", va.Name, msg)
+}

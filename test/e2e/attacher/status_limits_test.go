@@ -1,0 +1,172 @@
+package attacher_test
+
+import (
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/latchcsi/latch/internal/csimock"
+	"github.com/latchcsi/latch/internal/kube"
+)
+
+// Failures that used to be silent because the status write showing them
+// was itself refused, or never attempted.
+
+// maxVolumeErrorMessage is the API server's limit on VolumeError.message
+// (k8s.io/kubernetes/pkg/apis/storage/validation).
+const maxVolumeErrorMessage = 1024
+
+// A driver error of 5,000 bytes on publish and on unpublish: attachError
+// and detachError are set, fit the API's limit, start with our context,
+// the gRPC code and the start of the driver's text; AttachFailed and
+// DetachFailed events exist.
+func TestLongDriverErrorsFitInStatusAndEvents(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	pv, vaName := e.prefix+"-pv", e.prefix+"-va"
+	text := longText(5000)
+	id, err := e.driver.AddFault(csimock.Rule{Method: "ControllerPublishVolume", VolumeID: pv, Code: codes.Internal, Message: text})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.createPV(pv)
+	e.createVA(e.newVA(vaName, pv, e.node))
+
+	va := e.waitAttachError(vaName, "code = Internal")
+	checkFits := func(what, msg string) {
+		t.Helper()
+		if len(msg) > maxVolumeErrorMessage {
+			t.Fatalf("%s of %d bytes exceeds the API's %d", what, len(msg), maxVolumeErrorMessage)
+		}
+		wantStart := "rpc error: code = Internal desc = " + text[:200]
+		if !strings.Contains(msg, wantStart) || !strings.Contains(msg, "truncated") {
+			t.Fatalf("%s = %q, want the code, the start of the driver's text and a truncation mark", what, msg)
+		}
+	}
+	checkFits("attachError", va.Status.AttachError.Message)
+	if va.Status.AttachError.ErrorCode == nil || *va.Status.AttachError.ErrorCode != int32(codes.Internal) {
+		t.Fatalf("attachError.errorCode = %v, want %d", va.Status.AttachError.ErrorCode, codes.Internal)
+	}
+	checkFits("AttachFailed event", e.eventMessage(vaName, "AttachFailed"))
+
+	e.driver.RemoveFault(id)
+	e.waitAttached(vaName, 30*time.Second)
+	if _, err := e.driver.AddFault(csimock.Rule{Method: "ControllerUnpublishVolume", VolumeID: pv, Code: codes.Internal, Message: text}); err != nil {
+		t.Fatal(err)
+	}
+	e.deleteVA(vaName)
+	e.eventually(30*time.Second, "detachError on "+vaName, func() (bool, error) {
+		v, err := e.client.StorageV1().VolumeAttachments().Get(e.ctx, vaName, metav1.GetOptions{})
+		va = v
+		return err == nil && v.Status.DetachError != nil, nil
+	})
+	checkFits("detachError", va.Status.DetachError.Message)
+	checkFits("DetachFailed event", e.eventMessage(vaName, "DetachFailed"))
+	e.driver.ClearFaults()
+	e.waitGone(vaName)
+	if got := e.driver.Published(pv); len(got) != 0 {
+		t.Fatalf("volume still published to %v", got)
+	}
+}
+
+// A publish context larger than status.attachmentMetadata may hold: one
+// ControllerPublish, a clear attachError, no re-publishing; deleting the
+// VA unpublishes the volume and releases the VA.
+func TestOversizedPublishContextIsRecordedAndNotRepublished(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	pv, vaName := e.prefix+"-pv", e.prefix+"-va"
+	e.driver.SetExtraPublishContext(map[string]string{"blob": strings.Repeat("x", 300*1024)})
+	e.createPV(pv)
+	// A PV that appears wakes the VAs waiting for it: let the attacher see
+	// it first, so that the one pass counted below is the VA's own.
+	time.Sleep(time.Second)
+	e.createVA(e.newVA(vaName, pv, e.node))
+
+	va := e.waitAttachError(vaName, "publish context of")
+	if !strings.Contains(va.Status.AttachError.Message, "too large for VolumeAttachment status") {
+		t.Fatalf("attachError = %q, want it to name the cause", va.Status.AttachError.Message)
+	}
+	time.Sleep(4 * time.Second)
+	if n := len(e.driver.CallsTo("ControllerPublishVolume")); n != 1 {
+		t.Fatalf("ControllerPublish calls = %d over 4 s, want exactly 1", n)
+	}
+	va = e.getVA(vaName)
+	if va.Status.Attached || !strings.Contains(strings.Join(va.Finalizers, ","), kube.AttacherFinalizer(e.name)) {
+		t.Fatalf("VA attached=%v finalizers=%v, want not attached and our finalizer kept", va.Status.Attached, va.Finalizers)
+	}
+	e.eventMessage(vaName, "AttachFailed")
+
+	e.deleteVA(vaName)
+	e.waitGone(vaName)
+	if got := e.driver.Published(pv); len(got) != 0 {
+		t.Fatalf("volume still published to %v after delete", got)
+	}
+}
+
+// forbidPatches answers PATCHes whose path contains one of the substrings
+// with 403 while on is set, as an API server would for missing RBAC.
+func forbidPatches(on *atomic.Bool, substrings ...string) func(http.RoundTripper) http.RoundTripper {
+	return func(rt http.RoundTripper) http.RoundTripper {
+		return roundTripFunc(func(r *http.Request) (*http.Response, error) {
+			if r.Method == http.MethodPatch && on.Load() && !strings.HasSuffix(r.URL.Path, "/status") {
+				for _, s := range substrings {
+					if strings.Contains(r.URL.Path, s) {
+						body := fmt.Sprintf(`{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"%s is forbidden: injected: cannot patch","reason":"Forbidden","code":403}`, strings.TrimPrefix(r.URL.Path, "/"))
+						return &http.Response{StatusCode: http.StatusForbidden, Header: http.Header{"Content-Type": []string{"application/json"}},
+							Body: io.NopCloser(strings.NewReader(body)), Request: r}, nil
+					}
+				}
+			}
+			return rt.RoundTrip(r)
+		})
+	}
+}
+
+// A PV finalizer write or a VA metadata write that keeps failing (403, as
+// with missing RBAC) is shown in attachError and an AttachFailed event;
+// nothing is published meanwhile; once the write is allowed the volume
+// attaches and the error is cleared.
+func TestFailingMetadataWritesAreShownInAttachError(t *testing.T) {
+	for _, tc := range []struct {
+		name, path, want string
+	}{
+		{name: "PV finalizer", path: "/persistentvolumes/", want: "add finalizer to PersistentVolume"},
+		{name: "VA finalizer and node ID", path: "/volumeattachments/", want: "add finalizer and node ID to VolumeAttachment"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t, envOptions{noAttacher: true})
+			var on atomic.Bool
+			on.Store(true)
+			cfg := cluster.RESTConfig()
+			cfg.WrapTransport = forbidPatches(&on, tc.path+e.prefix)
+			e.stopAtt = e.startAttacherAs(cfg, envOptions{}, "", "default")
+			pv, vaName := e.prefix+"-pv", e.prefix+"-va"
+			e.createPV(pv)
+			e.createVA(e.newVA(vaName, pv, e.node))
+
+			va := e.waitAttachError(vaName, tc.want)
+			if !strings.Contains(va.Status.AttachError.Message, "forbidden") {
+				t.Fatalf("attachError = %q, want the API's answer", va.Status.AttachError.Message)
+			}
+			if msg := e.eventMessage(vaName, "AttachFailed"); !strings.Contains(msg, tc.want) {
+				t.Fatalf("AttachFailed event = %q, want it to name the failed write", msg)
+			}
+			if n := len(e.driver.CallsTo("ControllerPublishVolume")); n != 0 {
+				t.Fatalf("ControllerPublish calls = %d before the finalizers could be written, want 0", n)
+			}
+			on.Store(false)
+			va = e.waitAttached(vaName, 30*time.Second)
+			if va.Status.AttachError != nil {
+				t.Fatalf("attachError %q left after the attach", va.Status.AttachError.Message)
+			}
+			e.deleteVA(vaName)
+			e.waitGone(vaName)
+		})
+	}
+}
