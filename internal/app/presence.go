@@ -34,7 +34,7 @@ type Presence struct {
 	Component string
 	// Competing receives 1 while another identity holds the Lease and this
 	// process therefore does no work, 0 otherwise. Nil means the
-	// csi_attacher_competing_instances gauge of the legacy registry (what
+	// latch_attacher_competing_instances gauge of the legacy registry (what
 	// --http-endpoint serves); tests give each replica its own.
 	Competing GaugeSetter
 	// Clock; nil means the real one.
@@ -57,7 +57,7 @@ var ErrCompetingInstance = errors.New("another instance holds the Lease")
 
 var (
 	competingInstances = metrics.NewGauge(&metrics.GaugeOpts{
-		Name: "csi_attacher_competing_instances",
+		Name: "latch_attacher_competing_instances",
 		Help: "1 while this csi-attacher, running without --leader-election, sees another identity hold its driver's Lease and therefore does no work; 0 otherwise.",
 		// ALPHA like every latch-only metric.
 		StabilityLevel: metrics.ALPHA,

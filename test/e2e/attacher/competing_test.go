@@ -18,7 +18,7 @@ import (
 	"github.com/latchcsi/latch/internal/kube"
 )
 
-// gauge records what a replica reports as csi_attacher_competing_instances.
+// gauge records what a replica reports as latch_attacher_competing_instances.
 type gauge struct {
 	mu       sync.Mutex
 	now, max float64
@@ -85,7 +85,7 @@ func capturingLogger(l *errorLog) *klog.Logger {
 	return &logger
 }
 
-// gatheredCompeting reads csi_attacher_competing_instances from the legacy
+// gatheredCompeting reads latch_attacher_competing_instances from the legacy
 // registry, which the binary's --http-endpoint serves.
 func gatheredCompeting(t *testing.T) (float64, bool) {
 	t.Helper()
@@ -94,7 +94,7 @@ func gatheredCompeting(t *testing.T) (float64, bool) {
 		t.Fatal(err)
 	}
 	for _, mf := range mfs {
-		if mf.GetName() == "csi_attacher_competing_instances" && len(mf.GetMetric()) == 1 {
+		if mf.GetName() == "latch_attacher_competing_instances" && len(mf.GetMetric()) == 1 {
 			return mf.GetMetric()[0].GetGauge().GetValue(), true
 		}
 	}
@@ -141,7 +141,7 @@ func (e *env) competingEvents() []string {
 
 // Two replicas without --leader-election (upstream's default): the second
 // finds the first holding the driver's Lease, says so (error log naming
-// both, Warning event on the Lease, csi_attacher_competing_instances 1) and
+// both, Warning event on the Lease, latch_attacher_competing_instances 1) and
 // does no work, so a slow ControllerPublish of one can never race the
 // other. When the first stops, the second takes over.
 func TestTwoAttachersWithoutLeaderElectionSecondReportsAndDoesNoWork(t *testing.T) {
@@ -206,7 +206,7 @@ func TestTwoAttachersWithoutLeaderElectionSecondReportsAndDoesNoWork(t *testing.
 		t.Error("replica-b did not attach after replica-a stopped")
 	}
 	if v, _ := gatheredCompeting(t); v != 0 {
-		t.Errorf("csi_attacher_competing_instances = %v after replica-a stopped, want 0", v)
+		t.Errorf("latch_attacher_competing_instances = %v after replica-a stopped, want 0", v)
 	}
 	l, err := e.client.CoordinationV1().Leases("default").Get(e.ctx, kube.LeaseName(e.name), metav1.GetOptions{})
 	if err != nil || ptrString(l.Spec.HolderIdentity) != "replica-b" {

@@ -123,7 +123,7 @@ type envOptions struct {
 	// driverName overrides the test-unique driver name (CSI migration
 	// needs the real name of a migrated driver).
 	driverName string
-	// competing receives the replica's csi_attacher_competing_instances
+	// competing receives the replica's latch_attacher_competing_instances
 	// value (nil: the legacy registry's gauge, as in the binary).
 	competing app.GaugeSetter
 	// logger replaces klog's for this replica.
