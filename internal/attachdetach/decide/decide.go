@@ -16,10 +16,14 @@ import (
 // The rules, in upstream's terms:
 //   - Wanted (a pod on an existing node wants the volume): confirm an
 //     attached VolumeAttachment, wait for a deleting one to go, refuse a
-//     second node for an exclusive volume, report attach errors, wait while
+//     second node for an exclusive volume (see Exclusive: any spec that
+//     names the unique volume counts), wait while our last create's
+//     outcome is unknown (VAFacts.MayExist), report attach errors, wait while
 //     the node has not migrated the volume's in-tree plugin (only for
 //     plugins in Config.MigrationByNode), or create the VolumeAttachment.
-//   - Not wanted: detach once the node no longer lists the volume in
+//   - Not wanted: keep the entry while our last create's outcome is
+//     unknown (the VolumeAttachment may exist and get published); detach
+//     once the node no longer lists the volume in
 //     volumesInUse; detach anyway when the node has the out-of-service
 //     taint, or is not Ready and MaxWaitForUnmount has passed since the
 //     detach was first wanted (unless force detach is disabled). The
