@@ -317,10 +317,14 @@ func runWithPresence(ctx context.Context, client kubernetes.Interface, cfg Leade
 			return err
 		case <-p.clock.After(cfg.RetryPeriod):
 		}
-		held, other, err := p.look(ctx)
+		// Renew also while run drains after ctx is done, as the elector
+		// does: the Lease must stay ours while calls are in flight.
+		lookCtx, cancelLook := context.WithTimeout(context.WithoutCancel(ctx), cfg.LeaseDuration)
+		held, other, err := p.look(lookCtx)
+		cancelLook()
 		switch {
 		case err != nil:
-			if ctx.Err() == nil && err.Error() != lastErr {
+			if err.Error() != lastErr {
 				logger.Error(err, "Cannot renew the Lease; working on", "lease", klog.KRef(cfg.Namespace, cfg.LeaseName))
 				lastErr = err.Error()
 			}

@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/kubernetes/fake"
+	coordinationv1client "k8s.io/client-go/kubernetes/typed/coordination/v1"
 	clienttesting "k8s.io/client-go/testing"
 	"k8s.io/klog/v2/ktesting"
 	"k8s.io/utils/ptr"
@@ -193,4 +194,81 @@ func TestPresenceWithoutLeaseAccessRunsUnguarded(t *testing.T) {
 	if err != nil || !ran {
 		t.Fatalf("RunAsLeader = %v, ran = %v; want run called and nil", err, ran)
 	}
+}
+
+// On SIGTERM the work in flight drains; the Lease must stay renewed
+// meanwhile (as the elector keeps it), or a waiting instance would start
+// next to calls still in flight. Released once run has returned.
+func TestPresenceRenewsTheLeaseWhileRunDrainsThenReleasesIt(t *testing.T) {
+	_, testCtx := ktesting.NewTestContext(t)
+	client := fake.NewClientset()
+	ctx, stop := context.WithCancel(testCtx)
+	started, drained := make(chan struct{}), make(chan struct{})
+	// Unlike the fake, a real client fails requests of a cancelled context.
+	honest := ctxClient{client}
+	result := make(chan error, 1)
+	go func() {
+		result <- RunAsLeader(ctx, honest, presenceConfig("a", &testGauge{}), nil, func(runCtx context.Context) error {
+			close(started)
+			<-runCtx.Done()
+			<-drained
+			return nil
+		})
+	}()
+	<-started
+	stop()
+	renewTime := func() time.Time {
+		l, err := client.CoordinationV1().Leases("default").Get(testCtx, "test-lease", metav1.GetOptions{})
+		if err != nil || l.Spec.RenewTime == nil {
+			t.Fatalf("Lease: %v", err)
+		}
+		return l.Spec.RenewTime.Time
+	}
+	time.Sleep(50 * time.Millisecond)
+	before := renewTime()
+	time.Sleep(300 * time.Millisecond) // thirty retry periods of draining
+	if after := renewTime(); !after.After(before) || holder(t, testCtx, client) != "a" {
+		t.Errorf("while run drains: renew time %s → %s, holder %q; want renewed by a", before, after, holder(t, testCtx, client))
+	}
+	close(drained)
+	if err := <-result; err != nil && !errors.Is(err, context.Canceled) {
+		t.Fatalf("RunAsLeader = %v", err)
+	}
+	if h := holder(t, testCtx, client); h != "" {
+		t.Errorf("Lease holder = %q after run returned, want released", h)
+	}
+}
+
+// ctxClient fails Lease requests whose context is done, as a real client
+// does; the fake ignores contexts.
+type ctxClient struct{ *fake.Clientset }
+
+func (c ctxClient) CoordinationV1() coordinationv1client.CoordinationV1Interface {
+	return ctxCoordination{c.Clientset.CoordinationV1()}
+}
+
+type ctxCoordination struct {
+	coordinationv1client.CoordinationV1Interface
+}
+
+func (c ctxCoordination) Leases(ns string) coordinationv1client.LeaseInterface {
+	return ctxLeases{c.CoordinationV1Interface.Leases(ns)}
+}
+
+type ctxLeases struct {
+	coordinationv1client.LeaseInterface
+}
+
+func (l ctxLeases) Get(ctx context.Context, name string, o metav1.GetOptions) (*coordinationv1.Lease, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	return l.LeaseInterface.Get(ctx, name, o)
+}
+
+func (l ctxLeases) Update(ctx context.Context, lease *coordinationv1.Lease, o metav1.UpdateOptions) (*coordinationv1.Lease, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	return l.LeaseInterface.Update(ctx, lease, o)
 }
