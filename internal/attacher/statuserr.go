@@ -18,8 +18,10 @@ import (
 // maxVolumeErrorMessageBytes is the API server's limit on a VolumeError's
 // message (k8s.io/kubernetes/pkg/apis/storage/validation,
 // maxVolumeErrorMessageSize); a longer one makes the whole status write
-// fail. Events have the same limit on their message (core validation's
-// NoteLengthLimit), and recordError uses one message for both.
+// fail. recordError gives the event the same, already cut, message: events
+// created through events.k8s.io/v1 have that limit too (core validation's
+// NoteLengthLimit); the core/v1 events client-go's recorder writes are not
+// checked against it, but a 5,000-byte event helps nobody either.
 const maxVolumeErrorMessageBytes = 1024
 
 // fitMessage returns msg cut to at most limit bytes (at a UTF-8 boundary),
