@@ -118,3 +118,18 @@ func (c *Controller) attachFailedMsg(ctx context.Context, va *storagev1.VolumeAt
 	}
 	return controller.Result{}, fmt.Errorf("attach VolumeAttachment %q: %s", va.Name, msg)
 }
+
+// releaseFailed records a refused finalizer removal at the end of a detach
+// in status.detachError (with a DetachFailed event) and returns the error
+// for backoff; as in writeFailed, a conflict or vanished object is not
+// recorded. The volume is unpublished by then: the next pass unpublishes
+// again (idempotent) and retries the removal.
+func (c *Controller) releaseFailed(ctx context.Context, va *storagev1.VolumeAttachment, err error) (controller.Result, error) {
+	if apierrors.IsConflict(err) || apierrors.IsNotFound(err) || apierrors.IsInvalid(err) {
+		return controller.Result{}, err
+	}
+	if rerr := c.recordError(ctx, va, false, err.Error(), nil); rerr != nil {
+		klog.FromContext(ctx).Error(rerr, "Record a failed write in status.detachError")
+	}
+	return controller.Result{}, err
+}

@@ -214,7 +214,7 @@ func (c *Controller) syncDetach(ctx context.Context, name string) (controller.Re
 		return c.detachFailed(ctx, va, "", err)
 	}
 	if err := c.releaseVA(ctx, va); err != nil {
-		return controller.Result{}, err
+		return c.releaseFailed(ctx, va, err)
 	}
 	klog.FromContext(ctx).V(2).Info("Volume detached", "volumeHandle", plan.Volume.Handle)
 	return controller.Result{}, nil

@@ -170,3 +170,41 @@ func TestFailingMetadataWritesAreShownInAttachError(t *testing.T) {
 		})
 	}
 }
+
+// The finalizer removal that ends a detach, refused (403): the volume is
+// unpublished, and the refused write is shown in detachError and a
+// DetachFailed event; once allowed, the VA goes.
+func TestFailingFinalizerRemovalIsShownInDetachError(t *testing.T) {
+	e := newEnv(t, envOptions{noAttacher: true})
+	var on atomic.Bool
+	cfg := cluster.RESTConfig()
+	cfg.WrapTransport = forbidPatches(&on, "/volumeattachments/"+e.prefix)
+	e.stopAtt = e.startAttacherAs(cfg, envOptions{}, "", "default")
+	pv, vaName := e.prefix+"-pv", e.prefix+"-va"
+	e.createPV(pv)
+	e.createVA(e.newVA(vaName, pv, e.node))
+	e.waitAttached(vaName, 30*time.Second)
+
+	on.Store(true)
+	e.deleteVA(vaName)
+	var msg string
+	e.eventually(30*time.Second, "detachError naming the refused finalizer removal", func() (bool, error) {
+		v, err := e.client.StorageV1().VolumeAttachments().Get(e.ctx, vaName, metav1.GetOptions{})
+		if err != nil || v.Status.DetachError == nil {
+			return false, nil
+		}
+		msg = v.Status.DetachError.Message
+		return strings.Contains(msg, "remove finalizer from VolumeAttachment"), nil
+	})
+	if !strings.Contains(msg, "forbidden") {
+		t.Fatalf("detachError = %q, want the API's answer", msg)
+	}
+	if ev := e.eventMessage(vaName, "DetachFailed"); !strings.Contains(ev, "remove finalizer from VolumeAttachment") {
+		t.Fatalf("DetachFailed event = %q, want it to name the refused write", ev)
+	}
+	on.Store(false)
+	e.waitGone(vaName)
+	if got := e.driver.Published(pv); len(got) != 0 {
+		t.Fatalf("volume still published to %v", got)
+	}
+}
