@@ -159,6 +159,18 @@ func (e *env) restProblems(w *world) []string {
 		}
 		return pv
 	}
+	// wantedOn maps each volume handle to the nodes whose Pods use any PV
+	// of it: a VolumeAttachment is named after the handle, and the
+	// controller reuses one made through another PV of the handle.
+	wantedOn := map[string][]string{}
+	for pv, nodes := range w.wanted {
+		h := handleOf(pv)
+		for _, n := range nodes {
+			if !slices.Contains(wantedOn[h], n) {
+				wantedOn[h] = append(wantedOn[h], n)
+			}
+		}
+	}
 	hasVA := map[pair]bool{}
 	attached := map[string][]v1.UniqueVolumeName{}
 	for _, va := range w.vas {
@@ -175,7 +187,7 @@ func (e *env) restProblems(w *world) []string {
 			continue
 		}
 		// 1: wanted ones are attached or say why not; unwanted ones go.
-		if w.nodes[node] != nil && !slices.Contains(w.wanted[pv], node) {
+		if w.nodes[node] != nil && !slices.Contains(wantedOn[handleOf(pv)], node) {
 			fail("invariant 1: VolumeAttachment %s (%s on %s) exists but no running Pod on that node wants it", va.Name, pv, node)
 			continue
 		}
@@ -194,9 +206,11 @@ func (e *env) restProblems(w *world) []string {
 	// 1: every wanted volume got a VolumeAttachment on one of its nodes
 	// (a ReadWriteOnce volume wanted on two nodes gets one), whichever PV
 	// of its handle that is.
-	for pv, nodes := range w.wanted {
-		if !slices.ContainsFunc(nodes, func(n string) bool { return hasVA[pair{handleOf(pv), n}] }) {
-			fail("invariant 1: PV %s (volume handle %s) is wanted on %v but has no VolumeAttachment there", pv, handleOf(pv), nodes)
+	// An exclusive handle wanted through several PVs (a ReadWriteMany
+	// alias of a ReadWriteOnce PV) goes to one node at a time.
+	for h, nodes := range wantedOn {
+		if !slices.ContainsFunc(nodes, func(n string) bool { return hasVA[pair{h, n}] }) {
+			fail("invariant 1: volume handle %s is wanted on %v but has no VolumeAttachment there", h, nodes)
 		}
 	}
 	// 2: the driver has nothing published that no VolumeAttachment asks for.
