@@ -361,9 +361,12 @@ func TestExplainNodeAndAttacher(t *testing.T) {
 			want: []expect{{"attacher.lease", StatusProblem, []string{"no holder"}}},
 		},
 		{
-			name: "no Lease while an attach is pending → waiting (leader election may be off)",
+			// A latch csi-attacher holds its Lease with or without
+			// --leader-election (internal/app/presence.go): only an upstream
+			// external-attacher without leader election leaves none.
+			name: "no Lease while an attach is pending → waiting (no attacher, or an upstream one without leader election)",
 			objs: drop[*coordLease](pending(healthy()), ""),
-			want: []expect{{"attacher.lease", StatusWaiting, []string{"--leader-election=false"}}}, healthy: true,
+			want: []expect{{"attacher.lease", StatusWaiting, []string{"no csi-attacher of driver", "upstream external-attacher without --leader-election", "latch csi-attacher holds it with or without"}}}, healthy: true,
 		},
 		{
 			name: "no Lease while all is attached → info",

@@ -157,7 +157,7 @@ func (w *walker) explainLease(driver string, important bool) {
 	}
 	if len(leases) == 0 {
 		f := Finding{Check: "attacher.lease", Object: obj, Status: StatusInfo,
-			Message: fmt.Sprintf("no Lease %s in any namespace: csi-attacher of driver %s is not running, or runs with --leader-election=false", name, driver),
+			Message: fmt.Sprintf("no Lease %s in any namespace: no csi-attacher of driver %s is running, or an upstream external-attacher without --leader-election is (a latch csi-attacher holds it with or without leader election)", name, driver),
 			Hint:    "kubectl get pods -A -o wide | grep -i attacher"}
 		if important {
 			f.Status = StatusWaiting
