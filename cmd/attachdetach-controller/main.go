@@ -79,8 +79,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			RenewDeadline: opts.renewDeadline,
 			RetryPeriod:   opts.retryPeriod,
 		},
-		HTTP:     app.HTTPConfig{Address: opts.httpEndpoint, MetricsPath: opts.metricsPath},
-		Registry: controller.LegacyRegistry{},
+		HTTP:          app.HTTPConfig{Address: opts.httpEndpoint, MetricsPath: opts.metricsPath},
+		HealthAddress: opts.healthEndpoint,
+		Registry:      controller.LegacyRegistry{},
 	})
 	if err != nil {
 		logger.Error(err, "attachdetach-controller failed")

@@ -37,16 +37,19 @@ type options struct {
 	// --csi-migration-by-node.
 	csiMigrationByNode []string
 
-	httpEndpoint string
-	metricsPath  string
-	featureGates map[string]bool
+	httpEndpoint   string
+	healthEndpoint string
+	metricsPath    string
+	featureGates   map[string]bool
 
 	logging *logsapi.LoggingConfiguration
 	gates   featuregate.MutableVersionedFeatureGate
 }
 
-// DefaultHTTPEndpoint listens on loopback only: metrics and health must be
-// exposed deliberately (the Deployment in deploy/ sets ":8080").
+// DefaultHTTPEndpoint listens on loopback only: metrics must be exposed
+// deliberately. The Deployments keep it (reachable with kubectl
+// port-forward) and serve the probes on --health-endpoint; the scrape
+// overlay and the chart's attachdetachController.httpEndpoint set ":8080".
 const DefaultHTTPEndpoint = "127.0.0.1:8080"
 
 func parseOptions(args []string) (*options, error) {
@@ -78,6 +81,7 @@ func parseOptions(args []string) (*options, error) {
 	var migrationByNode string
 	fs.StringVar(&migrationByNode, "csi-migration-by-node", "", "Comma-separated in-tree volume plugin names (e.g. kubernetes.io/gce-pd) whose CSI migration is not complete: their volumes are attached through CSI only on nodes whose CSINode lists the plugin in the storage.alpha.kubernetes.io/migrated-plugins annotation. Empty: every migration is complete (kube-controller-manager 1.36).")
 	fs.StringVar(&o.httpEndpoint, "http-endpoint", DefaultHTTPEndpoint, "host:port of the HTTP server for metrics, /healthz and /healthz/leader-election; empty disables it.")
+	fs.StringVar(&o.healthEndpoint, "health-endpoint", "", "host:port of an HTTP server for /healthz and /healthz/leader-election only, no metrics (for the kubelet's probes, e.g. :8081); empty disables it.")
 	fs.StringVar(&o.metricsPath, "metrics-path", "/metrics", "HTTP path of the metrics.")
 	fs.Var(cliflag.NewMapStringBool(&o.featureGates), "feature-gates", "A set of key=value pairs that describe feature gates for alpha/experimental features (logging gates).")
 	logsapi.AddGoFlags(o.logging, fs)
@@ -94,6 +98,8 @@ func parseOptions(args []string) (*options, error) {
 		return nil, fmt.Errorf("--max-wait-for-unmount must be positive, got %s", o.maxWaitForUnmount)
 	case o.reconcileSync < 0:
 		return nil, fmt.Errorf("--reconcile-sync must not be negative, got %s", o.reconcileSync)
+	case o.healthEndpoint != "" && o.healthEndpoint == o.httpEndpoint:
+		return nil, fmt.Errorf("--health-endpoint and --http-endpoint must differ, both are %s", o.httpEndpoint)
 	case o.leaderElect && o.renewDeadline >= o.leaseDuration:
 		return nil, fmt.Errorf("--leader-elect-renew-deadline (%s) must be less than --leader-elect-lease-duration (%s)", o.renewDeadline, o.leaseDuration)
 	}

@@ -30,6 +30,7 @@ func TestParseOptions_defaultsMatchKubeControllerManager(t *testing.T) {
 		{"disable-force-detach-on-timeout", o.disableForceDetachOnTimeout, false},
 		{"reconcile-sync", o.reconcileSync, time.Minute},
 		{"http-endpoint", o.httpEndpoint, "127.0.0.1:8080"},
+		{"health-endpoint", o.healthEndpoint, ""},
 		{"metrics-path", o.metricsPath, "/metrics"},
 		{"csi-migration-by-node", len(o.csiMigrationByNode), 0},
 	}

@@ -26,6 +26,13 @@ type HTTPConfig struct {
 	RegisterMetrics func(mux *http.ServeMux, path string)
 	// Extra handlers, by path.
 	Handlers map[string]http.Handler
+	// HealthOnly serves /healthz and /healthz/leader-election only, no
+	// metrics: an endpoint the kubelet's probes can reach on the Pod's
+	// interfaces without exposing metrics there.
+	HealthOnly bool
+	// Flag names the address's command line flag in errors; default
+	// --http-endpoint.
+	Flag string
 }
 
 // ServeHTTP serves metrics (component-base's legacy registry, which holds
@@ -39,10 +46,15 @@ func ServeHTTP(ctx context.Context, cfg HTTPConfig) (net.Addr, error) {
 	if cfg.MetricsPath == "" {
 		cfg.MetricsPath = "/metrics"
 	}
+	if cfg.Flag == "" {
+		cfg.Flag = "--http-endpoint"
+	}
 	mux := http.NewServeMux()
-	if cfg.RegisterMetrics != nil {
+	switch {
+	case cfg.HealthOnly:
+	case cfg.RegisterMetrics != nil:
 		cfg.RegisterMetrics(mux, cfg.MetricsPath)
-	} else {
+	default:
 		mux.Handle(cfg.MetricsPath, legacyregistry.Handler())
 	}
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
@@ -60,7 +72,7 @@ func ServeHTTP(ctx context.Context, cfg HTTPConfig) (net.Addr, error) {
 	}
 	ln, err := net.Listen("tcp", cfg.Address)
 	if err != nil {
-		return nil, fmt.Errorf("listen on --http-endpoint %s: %w", cfg.Address, err)
+		return nil, fmt.Errorf("listen on %s %s: %w", cfg.Flag, cfg.Address, err)
 	}
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	logger := klog.FromContext(ctx)
@@ -75,6 +87,10 @@ func ServeHTTP(ctx context.Context, cfg HTTPConfig) (net.Addr, error) {
 			logger.Error(err, "HTTP endpoint stopped", "address", cfg.Address)
 		}
 	}()
-	logger.Info("Serving metrics and health", "address", ln.Addr().String(), "metricsPath", cfg.MetricsPath)
+	if cfg.HealthOnly {
+		logger.Info("Serving health", "address", ln.Addr().String(), "flag", cfg.Flag)
+	} else {
+		logger.Info("Serving metrics and health", "address", ln.Addr().String(), "metricsPath", cfg.MetricsPath)
+	}
 	return ln.Addr(), nil
 }

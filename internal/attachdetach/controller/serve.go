@@ -28,6 +28,10 @@ type ServeConfig struct {
 	Controller Config
 	Leader     app.LeaderElection
 	HTTP       app.HTTPConfig
+	// HealthAddress, when set, serves /healthz and /healthz/leader-election
+	// (no metrics) on a listener of its own (--health-endpoint), for the
+	// kubelet's probes while HTTP stays on loopback.
+	HealthAddress string
 	// Registry receives the controller's metrics and queue backlog
 	// collectors: LegacyRegistry{} in the binary (HTTP serves the legacy
 	// registry), a private metrics.KubeRegistry in tests, since a registry
@@ -64,6 +68,10 @@ func Serve(ctx context.Context, cfg ServeConfig) error {
 	}
 	cfg.HTTP.LeaderWatchdog = watchdog
 	if _, err := app.ServeHTTP(ctx, cfg.HTTP); err != nil {
+		return err
+	}
+	health := app.HTTPConfig{Address: cfg.HealthAddress, HealthOnly: true, Flag: "--health-endpoint", LeaderWatchdog: watchdog}
+	if _, err := app.ServeHTTP(ctx, health); err != nil {
 		return err
 	}
 	recorder, stopEvents := NewEventRecorder(ctx, client)
