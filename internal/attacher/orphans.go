@@ -65,6 +65,12 @@ func (c *Controller) vaGoneOrReplaced(ctx context.Context, va *storagev1.VolumeA
 	if !apierrors.IsInvalid(err) && !apierrors.IsConflict(err) {
 		return false
 	}
+	return c.vaLiveGoneOrReplaced(ctx, va)
+}
+
+// vaLiveGoneOrReplaced reads va's object from the API server: true when it
+// is gone or holds another UID (a failed read proves nothing: false).
+func (c *Controller) vaLiveGoneOrReplaced(ctx context.Context, va *storagev1.VolumeAttachment) bool {
 	live, gerr := c.client.StorageV1().VolumeAttachments().Get(ctx, va.Name, metav1.GetOptions{})
 	if apierrors.IsNotFound(gerr) {
 		return true
@@ -75,7 +81,9 @@ func (c *Controller) vaGoneOrReplaced(ctx context.Context, va *storagev1.VolumeA
 // orphanPublished remembers the publication made for va, whose object is
 // gone or replaced, and writes it to the durable record before anything
 // tries to undo it.
-func (c *Controller) orphanPublished(ctx context.Context, va *storagev1.VolumeAttachment, o orphan, cause error) {
+// uncertain: the publish failed with a code that leaves its outcome
+// unknown, so the volume may or may not be published.
+func (c *Controller) orphanPublished(ctx context.Context, va *storagev1.VolumeAttachment, o orphan, cause error, uncertain bool) {
 	c.busyMu.Lock()
 	_, known := c.orphans[va.Name]
 	c.orphans[va.Name] = o
@@ -83,9 +91,13 @@ func (c *Controller) orphanPublished(ctx context.Context, va *storagev1.VolumeAt
 	if !known {
 		c.metrics.orphanAdded()
 	}
-	msg := fmt.Sprintf("volume %q was published to node %q (node ID %q) for this VolumeAttachment (uid %s), which was deleted or replaced while the driver published it; unpublishing it", o.handle, o.nodeName, o.nodeID, o.uid)
+	what := "was published"
+	if uncertain {
+		what = "may have been published (ControllerPublish failed with an unknown outcome)"
+	}
+	msg := fmt.Sprintf("volume %q %s to node %q (node ID %q) for this VolumeAttachment (uid %s), which was deleted or replaced while the driver published it; unpublishing it", o.handle, what, o.nodeName, o.nodeID, o.uid)
 	klog.FromContext(ctx).Info("Orphaned publication: VolumeAttachment gone or replaced during ControllerPublish; unpublishing",
-		"volumeHandle", o.handle, "nodeID", o.nodeID, "uid", o.uid, "cause", cause)
+		"volumeHandle", o.handle, "nodeID", o.nodeID, "uid", o.uid, "uncertain", uncertain, "cause", cause)
 	c.recorder.Event(orphanRef(va.Name, o.uid), v1.EventTypeWarning, EventOrphanedPublication, msg)
 	c.persistOrphan(ctx, va.Name)
 }
@@ -190,6 +202,7 @@ func (c *Controller) settleOrphan(ctx context.Context, name string, va *storagev
 			err = fmt.Errorf("%s", blocked.Message)
 		}
 		if err != nil {
+			c.showOrphanWait(ctx, va, o, err)
 			return false, controller.Result{}, fmt.Errorf("unpublish volume %q from node ID %q left behind by VolumeAttachment %q: %w", o.handle, o.nodeID, name, err)
 		}
 	}
@@ -203,6 +216,7 @@ func (c *Controller) settleOrphan(ctx context.Context, name string, va *storagev
 	release()
 	if err != nil {
 		c.metrics.csiError("detach", err)
+		c.showOrphanWait(ctx, va, o, err)
 		return false, controller.Result{}, fmt.Errorf("unpublish volume %q from node ID %q left behind by the deleted VolumeAttachment %q: %w", o.handle, o.nodeID, name, err)
 	}
 	c.updateOrphan(name, o, func(p *orphan) { p.unpublished = true })
@@ -212,6 +226,25 @@ func (c *Controller) settleOrphan(ctx context.Context, name string, va *storagev
 		return false, controller.Result{}, err
 	}
 	return !stale, controller.Result{}, nil
+}
+
+// showOrphanWait tells the user of va, a new VolumeAttachment that waits
+// for the orphan o left under its name to be unpublished, why it waits:
+// status.attachError and a Warning AttachFailed event, written only when
+// the message changes (the error code field stays empty: it is not an
+// error of va's own publish). The normal attach overwrites it once the
+// orphan is settled. A failure to write is logged; the caller's error
+// (the failed unpublish) drives the retry either way.
+func (c *Controller) showOrphanWait(ctx context.Context, va *storagev1.VolumeAttachment, o orphan, cause error) {
+	if va == nil || va.UID == o.uid || va.DeletionTimestamp != nil {
+		return
+	}
+	msg := fmt.Sprintf("waiting for the publication of volume %q on node ID %q, left by a deleted VolumeAttachment of the same name (uid %s), to be unpublished; last unpublish error: %v",
+		o.handle, o.nodeID, o.uid, cause)
+	if err := c.recordError(ctx, va, true, msg, nil); err != nil {
+		klog.FromContext(ctx).Error(err, "Could not show on the VolumeAttachment that it waits for an orphaned publication",
+			"volumeAttachment", klog.KObj(va), "volumeHandle", o.handle, "nodeID", o.nodeID)
+	}
 }
 
 // ownsPublication reports whether va stands for the publication o: it

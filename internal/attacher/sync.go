@@ -128,13 +128,19 @@ func (c *Controller) syncAttach(ctx context.Context, name string) (controller.Re
 	release()
 	if err != nil {
 		c.metrics.csiError("attach", err)
+		if !csi.IsFinalError(err) {
+			// The driver may have published: if the VolumeAttachment went
+			// away meanwhile, that possible publication is an orphan.
+			return c.publishFailed(ctx, va, plan, secrets, nil, err)
+		}
+		// A final code: nothing was published, whatever became of va.
 		return c.attachFailed(ctx, va, nil, err)
 	}
 	if blocked := CheckPublishContext(publishContext); blocked != nil {
 		// The API server would refuse the status write: retrying would
 		// only publish again and again. The finalizer stays, so a delete
 		// still unpublishes.
-		return c.attachFailed(ctx, va, blocked, nil)
+		return c.publishFailed(ctx, va, plan, secrets, blocked, nil)
 	}
 	if err := c.writeStatus(ctx, va, storagev1.VolumeAttachmentStatus{Attached: true, AttachmentMetadata: publishContext}); err != nil {
 		if c.vaGoneOrReplaced(ctx, va, err) {
@@ -142,14 +148,7 @@ func (c *Controller) syncAttach(ctx context.Context, name string) (controller.Re
 			// object of the same name) while the driver published it:
 			// nothing will ever detach that publication, so undo it now
 			// (and retry until it is undone).
-			c.orphanPublished(ctx, va, orphan{uid: va.UID, handle: plan.Volume.Handle, nodeID: plan.NodeID,
-				nodeName: va.Spec.NodeName, secretRef: plan.Volume.Secret, secrets: secrets}, err)
-			cur, gerr := c.getVA(name)
-			if gerr != nil {
-				return controller.Result{}, gerr
-			}
-			_, res, err := c.settleOrphan(ctx, name, cur)
-			return res, err
+			return c.publishedForGone(ctx, va, plan, secrets, err, false)
 		}
 		return controller.Result{}, err
 	}
@@ -278,12 +277,65 @@ func (c *Controller) attachFailed(ctx context.Context, va *storagev1.VolumeAttac
 	if err := c.recordError(ctx, va, true, msg, code); err != nil {
 		return controller.Result{}, err
 	}
+	return c.attachFailure(ctx, va, blocked, msg)
+}
+
+// attachFailure logs a recorded attach failure and returns its error
+// (terminal when only an edit of the VA can fix it).
+func (c *Controller) attachFailure(ctx context.Context, va *storagev1.VolumeAttachment, blocked *Blocked, msg string) (controller.Result, error) {
 	klog.FromContext(ctx).V(2).Info("Attach failed", "reason", reasonOf(blocked), "err", msg)
 	err := fmt.Errorf("attach VolumeAttachment %q: %s", va.Name, msg)
 	if blocked != nil && (blocked.Reason == ReasonInvalidSource || blocked.Reason == ReasonPublishContextTooLarge) {
 		return controller.Result{}, controller.Terminal(err)
 	}
 	return controller.Result{}, err
+}
+
+// publishFailed records a failed attach (as attachFailed) after a
+// ControllerPublish that published, or may have: it failed with a code that
+// leaves its outcome unknown, or succeeded with a publish context that
+// cannot be stored. When the status write, which carries va's UID, shows
+// that va is gone or replaced — or no write was needed and a live read
+// shows it — that publication is an orphan, as after a successful publish.
+func (c *Controller) publishFailed(ctx context.Context, va *storagev1.VolumeAttachment, plan AttachPlan, secrets map[string]string, blocked *Blocked, callErr error) (controller.Result, error) {
+	msg, code := failure(blocked, callErr)
+	unchanged := va.Status.AttachError != nil && va.Status.AttachError.Message == fitMessage(msg, code, maxVolumeErrorMessageBytes)
+	werr := c.recordError(ctx, va, true, msg, code)
+	gone := false
+	switch {
+	case werr != nil:
+		gone = c.vaGoneOrReplaced(ctx, va, werr)
+	case unchanged:
+		// recordError wrote nothing, so nothing checked the UID.
+		gone = c.vaLiveGoneOrReplaced(ctx, va)
+	}
+	if gone {
+		cause := werr
+		if cause == nil {
+			cause = fmt.Errorf("VolumeAttachment %q (uid %s) is gone or replaced", va.Name, va.UID)
+		}
+		klog.FromContext(ctx).V(2).Info("Attach failed after a possible publication for a VolumeAttachment that is gone", "reason", reasonOf(blocked), "err", msg)
+		return c.publishedForGone(ctx, va, plan, secrets, fmt.Errorf("%s; then: %w", msg, cause), callErr != nil)
+	}
+	if werr != nil {
+		return controller.Result{}, werr
+	}
+	return c.attachFailure(ctx, va, blocked, msg)
+}
+
+// publishedForGone makes the publication (uncertain: possible publication)
+// made for va, which is gone or replaced, an orphan and tries to undo it
+// at once; while that fails, the attach queue retries it under va's name
+// before any VolumeAttachment of that name is worked on.
+func (c *Controller) publishedForGone(ctx context.Context, va *storagev1.VolumeAttachment, plan AttachPlan, secrets map[string]string, cause error, uncertain bool) (controller.Result, error) {
+	c.orphanPublished(ctx, va, orphan{uid: va.UID, handle: plan.Volume.Handle, nodeID: plan.NodeID,
+		nodeName: va.Spec.NodeName, secretRef: plan.Volume.Secret, secrets: secrets}, cause, uncertain)
+	cur, err := c.getVA(va.Name)
+	if err != nil {
+		return controller.Result{}, err
+	}
+	_, res, err := c.settleOrphan(ctx, va.Name, cur)
+	return res, err
 }
 
 // detachFailed records a failed detach and returns the error for backoff.
