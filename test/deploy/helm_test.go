@@ -187,13 +187,14 @@ func TestHelmValuesReachTheManifests(t *testing.T) {
 		if c.Image != "ghcr.io/latchcsi/attachdetach-controller:latest" {
 			t.Errorf("image %q, want the chart appVersion tag", c.Image)
 		}
-		for _, want := range []string{"--leader-elect=true", "--leader-elect-resource-namespace=kube-system", "--http-endpoint=:8080", "--max-wait-for-unmount=6m"} {
+		for _, want := range []string{"--leader-elect=true", "--leader-elect-resource-namespace=kube-system", "--http-endpoint=127.0.0.1:8080", "--health-endpoint=:8081", "--max-wait-for-unmount=6m"} {
 			if !slices.Contains(c.Args, want) {
 				t.Errorf("controller args %v lack %s", c.Args, want)
 			}
 		}
-		if ds[0].Spec.Template.Annotations["prometheus.io/scrape"] != "true" {
-			t.Errorf("Pod annotations %v, want prometheus.io/scrape=true", ds[0].Spec.Template.Annotations)
+		// Metrics are on loopback by default (controller_endpoints_test.go).
+		if _, ok := ds[0].Spec.Template.Annotations["prometheus.io/scrape"]; ok {
+			t.Errorf("Pod annotations %v, want no prometheus.io/scrape while metrics are on loopback", ds[0].Spec.Template.Annotations)
 		}
 		if !hasObject(objs, "ClusterRole", "latch-csi-attacher-kube-system") || !hasObject(objs, "ServiceAccount", "csi-attacher") {
 			t.Error("attacher RBAC (ClusterRole latch-csi-attacher-<namespace>, ServiceAccount csi-attacher) not rendered")
