@@ -58,19 +58,22 @@ func cutUTF8(s string, n int) string {
 	return s[:n]
 }
 
-// writeFailed records a failed PV finalizer or VA metadata write in
-// status.attachError (with an AttachFailed event) and returns the error for
-// the runner's backoff: a write that keeps failing, for missing RBAC say,
-// is shown on the VolumeAttachment instead of only in our log. A conflict,
-// a failed precondition (422 from a JSON patch test) or a vanished object
-// is not recorded: it means our cache was behind, and the next pass reads
-// a newer one.
-func (c *Controller) writeFailed(ctx context.Context, va *storagev1.VolumeAttachment, err error) (controller.Result, error) {
+// writeFailed records a refused API write in status.attachError (attach:
+// a PV finalizer or VA metadata write, with an AttachFailed event) or
+// status.detachError (detach: the finalizer removal after a successful
+// unpublish, with a DetachFailed event), and returns the error for the
+// runner's backoff: a write that keeps failing, for missing RBAC say, is
+// shown on the VolumeAttachment instead of only in our log. A conflict, a
+// failed precondition (422 from a JSON patch test) or a vanished object is
+// not recorded: it means our cache was behind, and the next pass reads a
+// newer one. After a detach's unpublish the next pass unpublishes again
+// (idempotent) and retries the removal.
+func (c *Controller) writeFailed(ctx context.Context, va *storagev1.VolumeAttachment, attach bool, err error) (controller.Result, error) {
 	if apierrors.IsConflict(err) || apierrors.IsNotFound(err) || apierrors.IsInvalid(err) {
 		return controller.Result{}, err
 	}
-	if rerr := c.recordError(ctx, va, true, err.Error(), nil); rerr != nil {
-		klog.FromContext(ctx).Error(rerr, "Record a failed write in status.attachError")
+	if rerr := c.recordError(ctx, va, attach, err.Error(), nil); rerr != nil {
+		klog.FromContext(ctx).Error(rerr, "Record a refused write in the VolumeAttachment's status", "attach", attach)
 	}
 	return controller.Result{}, err
 }
@@ -117,19 +120,4 @@ func (c *Controller) attachFailedMsg(ctx context.Context, va *storagev1.VolumeAt
 		return controller.Result{}, err
 	}
 	return controller.Result{}, fmt.Errorf("attach VolumeAttachment %q: %s", va.Name, msg)
-}
-
-// releaseFailed records a refused finalizer removal at the end of a detach
-// in status.detachError (with a DetachFailed event) and returns the error
-// for backoff; as in writeFailed, a conflict or vanished object is not
-// recorded. The volume is unpublished by then: the next pass unpublishes
-// again (idempotent) and retries the removal.
-func (c *Controller) releaseFailed(ctx context.Context, va *storagev1.VolumeAttachment, err error) (controller.Result, error) {
-	if apierrors.IsConflict(err) || apierrors.IsNotFound(err) || apierrors.IsInvalid(err) {
-		return controller.Result{}, err
-	}
-	if rerr := c.recordError(ctx, va, false, err.Error(), nil); rerr != nil {
-		klog.FromContext(ctx).Error(rerr, "Record a failed write in status.detachError")
-	}
-	return controller.Result{}, err
 }

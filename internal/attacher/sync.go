@@ -70,7 +70,7 @@ func (c *Controller) syncAttach(ctx context.Context, name string) (controller.Re
 
 	if plan.AddPVFinalizer != "" {
 		if err := c.addPVFinalizer(ctx, obs.PV); err != nil {
-			return c.writeFailed(ctx, va, err)
+			return c.writeFailed(ctx, va, true, err)
 		}
 	}
 	if plan.UnpublishFirst != nil {
@@ -85,7 +85,7 @@ func (c *Controller) syncAttach(ctx context.Context, name string) (controller.Re
 		// once a publish may have happened, a delete must wait for us.
 		updated, err := c.patchVAMetadata(ctx, va, plan.Metadata)
 		if err != nil {
-			return c.writeFailed(ctx, va, err)
+			return c.writeFailed(ctx, va, true, err)
 		}
 		va = updated
 	}
@@ -213,7 +213,7 @@ func (c *Controller) syncDetach(ctx context.Context, name string) (controller.Re
 		return c.detachFailed(ctx, va, "", err)
 	}
 	if err := c.releaseVA(ctx, va); err != nil {
-		return c.releaseFailed(ctx, va, err)
+		return c.writeFailed(ctx, va, false, err)
 	}
 	klog.FromContext(ctx).V(2).Info("Volume detached", "volumeHandle", plan.Volume.Handle)
 	return controller.Result{}, nil
