@@ -16,7 +16,7 @@ import (
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/klog/v2"
 
-	"github.com/latchcsi/latch/internal/controller"
+	"github.com/latchcsi/latch/internal/runner"
 )
 
 // LeaderElection configures RunAsLeader.
@@ -48,7 +48,7 @@ var ErrLostLease = errors.New("lost the leader election lease")
 // cancelled and RunAsLeader waits for run to return (run drains the work in
 // flight, bounded by its own drain timeout) before the lease is released.
 // When the lease is lost instead, run's context carries the lease's context
-// as its abort context (controller.WithAbort), so the controller runners
+// as its abort context (runner.WithAbort), so the controller runners
 // cancel the work in flight at once: another replica may already lead.
 // Releasing first would let a standby start while this process still has
 // driver calls in flight; keeping the lease until it expires would leave
@@ -125,7 +125,7 @@ func RunAsLeader(ctx context.Context, client kubernetes.Interface, cfg LeaderEle
 				// A lost lease aborts the work in flight instead of
 				// letting it drain: another replica may lead already.
 				// (leaderCtx is otherwise cancelled only after run returns.)
-				runCtx = controller.WithAbort(runCtx, leaderCtx)
+				runCtx = runner.WithAbort(runCtx, leaderCtx)
 				stop := context.AfterFunc(ctx, cancelRun)
 				defer stop()
 				err := run(runCtx)

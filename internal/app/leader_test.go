@@ -16,7 +16,7 @@ import (
 	clienttesting "k8s.io/client-go/testing"
 	"k8s.io/klog/v2/ktesting"
 
-	"github.com/latchcsi/latch/internal/controller"
+	"github.com/latchcsi/latch/internal/runner"
 )
 
 func testElection(identity string) LeaderElection {
@@ -171,12 +171,12 @@ func TestRunAsLeaderLosingTheLeaseStopsRunAndReturnsErrLostLease(t *testing.T) {
 		result <- RunAsLeader(ctx, client, cfg, nil, func(runCtx context.Context) error {
 			// A reconcile in flight when the lease goes: it must be
 			// cancelled at once, not drained (the drain timeout is an hour).
-			r := controller.New[string](controller.ReconcilerFunc[string](func(ctx context.Context, _ string) (controller.Result, error) {
+			r := runner.New[string](runner.ReconcilerFunc[string](func(ctx context.Context, _ string) (runner.Result, error) {
 				close(started)
 				<-ctx.Done()
 				reconcileErr <- ctx.Err()
-				return controller.Result{}, nil
-			}), controller.Options{Name: "lease_test", Workers: 1, DrainTimeout: time.Hour})
+				return runner.Result{}, nil
+			}), runner.Options{Name: "lease_test", Workers: 1, DrainTimeout: time.Hour})
 			r.Enqueue("a")
 			err := r.Run(runCtx)
 			close(runStopped)

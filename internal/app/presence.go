@@ -19,8 +19,8 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
-	"github.com/latchcsi/latch/internal/controller"
 	"github.com/latchcsi/latch/internal/kube"
+	"github.com/latchcsi/latch/internal/runner"
 )
 
 // Presence makes a process that runs without leader election still hold
@@ -307,7 +307,7 @@ func runWithPresence(ctx context.Context, client kubernetes.Interface, cfg Leade
 	runCtx, cancelRun := context.WithCancel(ctx)
 	defer cancelRun()
 	done := make(chan error, 1)
-	go func() { done <- run(controller.WithAbort(runCtx, abortCtx)) }()
+	go func() { done <- run(runner.WithAbort(runCtx, abortCtx)) }()
 
 	lastErr = ""
 	for {

@@ -16,8 +16,8 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
-	"github.com/latchcsi/latch/internal/controller"
 	"github.com/latchcsi/latch/internal/kube"
+	"github.com/latchcsi/latch/internal/runner"
 )
 
 // DefaultWorkers is --worker-threads' default: CSI calls in flight per
@@ -102,9 +102,9 @@ type Controller struct {
 	attachSlots, detachSlots callSlots
 	pvWrites                 *ownWrites[*v1.PersistentVolume]
 
-	attach *controller.Runner[string]
-	detach *controller.Runner[string]
-	pvs    *controller.Runner[string]
+	attach *runner.Runner[string]
+	detach *runner.Runner[string]
+	pvs    *runner.Runner[string]
 
 	// busy holds VA names with a CSI call in flight, so the attach and
 	// detach queues never work on the same VA at once.
@@ -171,8 +171,8 @@ func New(cfg Config, client kubernetes.Interface, factory informers.SharedInform
 		return nil, fmt.Errorf("add VolumeAttachment indexers: %w", err)
 	}
 
-	opts := func(name string, workers int) controller.Options {
-		return controller.Options{
+	opts := func(name string, workers int) runner.Options {
+		return runner.Options{
 			Name: name, Workers: workers, Clock: cfg.Clock,
 			RetryIntervalStart: cfg.RetryIntervalStart, RetryIntervalMax: cfg.RetryIntervalMax,
 		}
@@ -190,9 +190,9 @@ func New(cfg Config, client kubernetes.Interface, factory informers.SharedInform
 	// at most Workers calls per queue, as with upstream's worker threads.
 	c.attachSlots = newCallSlots(cfg.Workers)
 	c.detachSlots = newCallSlots(cfg.Workers)
-	c.attach = controller.New[string](controller.ReconcilerFunc[string](c.syncAttach), opts("csi_attacher_attach", apiWorkers))
-	c.detach = controller.New[string](controller.ReconcilerFunc[string](c.syncDetach), opts("csi_attacher_detach", apiWorkers))
-	c.pvs = controller.New[string](controller.ReconcilerFunc[string](c.syncPV), opts("csi_attacher_pv", cfg.Workers))
+	c.attach = runner.New[string](runner.ReconcilerFunc[string](c.syncAttach), opts("csi_attacher_attach", apiWorkers))
+	c.detach = runner.New[string](runner.ReconcilerFunc[string](c.syncDetach), opts("csi_attacher_detach", apiWorkers))
+	c.pvs = runner.New[string](runner.ReconcilerFunc[string](c.syncPV), opts("csi_attacher_pv", cfg.Workers))
 
 	if _, err := c.vaInformer.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { c.vaChanged(nil, obj) },
@@ -231,7 +231,7 @@ func (c *Controller) Run(ctx context.Context) error {
 	loaded := c.loadOrphansOnce(ctx)
 	var wg sync.WaitGroup
 	errs := make(chan error, 4)
-	for _, r := range []*controller.Runner[string]{c.attach, c.detach, c.pvs} {
+	for _, r := range []*runner.Runner[string]{c.attach, c.detach, c.pvs} {
 		wg.Add(1)
 		go func() { defer wg.Done(); errs <- r.Run(ctx) }()
 	}
@@ -254,8 +254,8 @@ func (c *Controller) Run(ctx context.Context) error {
 }
 
 // Backlogs exposes the queues, for metrics.
-func (c *Controller) Backlogs() []*controller.Runner[string] {
-	return []*controller.Runner[string]{c.attach, c.detach, c.pvs}
+func (c *Controller) Backlogs() []*runner.Runner[string] {
+	return []*runner.Runner[string]{c.attach, c.detach, c.pvs}
 }
 
 func (c *Controller) ours(obj any) (*storagev1.VolumeAttachment, bool) {

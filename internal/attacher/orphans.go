@@ -13,8 +13,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 
-	"github.com/latchcsi/latch/internal/controller"
 	"github.com/latchcsi/latch/internal/kube"
+	"github.com/latchcsi/latch/internal/runner"
 )
 
 // Event reasons of orphaned publications. The events name a
@@ -163,20 +163,20 @@ func (c *Controller) dropOrphan(ctx context.Context, name string, o orphan) erro
 // tells the caller whether to go on with va: not when the orphan is still
 // pending, nor when va is the very object that is gone (a stale cache;
 // its delete event comes later).
-func (c *Controller) settleOrphan(ctx context.Context, name string, va *storagev1.VolumeAttachment) (cont bool, res controller.Result, err error) {
+func (c *Controller) settleOrphan(ctx context.Context, name string, va *storagev1.VolumeAttachment) (cont bool, res runner.Result, err error) {
 	c.busyMu.Lock()
 	o, ok := c.orphans[name]
 	c.busyMu.Unlock()
 	if !ok {
-		return true, controller.Result{}, nil
+		return true, runner.Result{}, nil
 	}
 	logger := klog.FromContext(ctx).WithValues("volumeAttachment", klog.KRef("", name), "volumeHandle", o.handle, "nodeID", o.nodeID)
 	stale := va != nil && va.UID == o.uid
 	if o.unpublished {
 		if err := c.dropOrphan(ctx, name, o); err != nil {
-			return false, controller.Result{}, err
+			return false, runner.Result{}, err
 		}
-		return !stale, controller.Result{}, nil
+		return !stale, runner.Result{}, nil
 	}
 	owner := ""
 	switch {
@@ -187,10 +187,10 @@ func (c *Controller) settleOrphan(ctx context.Context, name string, va *storagev
 	}
 	if owner != "" {
 		if err := c.dropOrphan(ctx, name, o); err != nil {
-			return false, controller.Result{}, err
+			return false, runner.Result{}, err
 		}
 		logger.Info("Orphaned publication taken over by a VolumeAttachment for the same volume and node", "owner", owner)
-		return !stale, controller.Result{}, nil
+		return !stale, runner.Result{}, nil
 	}
 
 	c.persistOrphan(ctx, name)
@@ -203,12 +203,12 @@ func (c *Controller) settleOrphan(ctx context.Context, name string, va *storagev
 		}
 		if err != nil {
 			c.showOrphanWait(ctx, va, o, err)
-			return false, controller.Result{}, fmt.Errorf("unpublish volume %q from node ID %q left behind by VolumeAttachment %q: %w", o.handle, o.nodeID, name, err)
+			return false, runner.Result{}, fmt.Errorf("unpublish volume %q from node ID %q left behind by VolumeAttachment %q: %w", o.handle, o.nodeID, name, err)
 		}
 	}
 	release, err := c.detachSlots.acquire(ctx)
 	if err != nil {
-		return false, controller.Result{}, err
+		return false, runner.Result{}, err
 	}
 	callCtx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
 	err = c.csi.ControllerUnpublish(callCtx, o.handle, o.nodeID, secrets)
@@ -217,15 +217,15 @@ func (c *Controller) settleOrphan(ctx context.Context, name string, va *storagev
 	if err != nil {
 		c.metrics.csiError("detach", err)
 		c.showOrphanWait(ctx, va, o, err)
-		return false, controller.Result{}, fmt.Errorf("unpublish volume %q from node ID %q left behind by the deleted VolumeAttachment %q: %w", o.handle, o.nodeID, name, err)
+		return false, runner.Result{}, fmt.Errorf("unpublish volume %q from node ID %q left behind by the deleted VolumeAttachment %q: %w", o.handle, o.nodeID, name, err)
 	}
 	c.updateOrphan(name, o, func(p *orphan) { p.unpublished = true })
 	o.unpublished = true
 	logger.Info("Unpublished the volume of a VolumeAttachment deleted or replaced while it was being published")
 	if err := c.dropOrphan(ctx, name, o); err != nil {
-		return false, controller.Result{}, err
+		return false, runner.Result{}, err
 	}
-	return !stale, controller.Result{}, nil
+	return !stale, runner.Result{}, nil
 }
 
 // showOrphanWait tells the user of va, a new VolumeAttachment that waits

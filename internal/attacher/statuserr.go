@@ -11,8 +11,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/klog/v2"
 
-	"github.com/latchcsi/latch/internal/controller"
 	"github.com/latchcsi/latch/internal/csi"
+	"github.com/latchcsi/latch/internal/runner"
 )
 
 // maxVolumeErrorMessageBytes is the API server's limit on a VolumeError's
@@ -68,35 +68,35 @@ func cutUTF8(s string, n int) string {
 // not recorded: it means our cache was behind, and the next pass reads a
 // newer one. After a detach's unpublish the next pass unpublishes again
 // (idempotent) and retries the removal.
-func (c *Controller) writeFailed(ctx context.Context, va *storagev1.VolumeAttachment, attach bool, err error) (controller.Result, error) {
+func (c *Controller) writeFailed(ctx context.Context, va *storagev1.VolumeAttachment, attach bool, err error) (runner.Result, error) {
 	if apierrors.IsConflict(err) || apierrors.IsNotFound(err) || apierrors.IsInvalid(err) {
-		return controller.Result{}, err
+		return runner.Result{}, err
 	}
 	if rerr := c.recordError(ctx, va, attach, err.Error(), nil); rerr != nil {
 		klog.FromContext(ctx).Error(rerr, "Record a refused write in the VolumeAttachment's status", "attach", attach)
 	}
-	return controller.Result{}, err
+	return runner.Result{}, err
 }
 
 // unpublishRecorded undoes the publication plan.UnpublishFirst names (the
 // VA recorded another node ID than the CSINode now reports). A failure is
 // recorded in status.attachError and retried: the node ID is not rewritten
 // until the old publication is gone.
-func (c *Controller) unpublishRecorded(ctx context.Context, va *storagev1.VolumeAttachment, plan AttachPlan) (controller.Result, error) {
+func (c *Controller) unpublishRecorded(ctx context.Context, va *storagev1.VolumeAttachment, plan AttachPlan) (runner.Result, error) {
 	u := plan.UnpublishFirst
 	secrets, blocked, err := c.secrets(ctx, plan.Volume.Secret)
 	if err != nil {
-		return controller.Result{}, err
+		return runner.Result{}, err
 	}
 	if blocked != nil {
 		if err := c.recordError(ctx, va, true, blocked.Message, nil); err != nil {
-			return controller.Result{}, err
+			return runner.Result{}, err
 		}
-		return controller.Result{RequeueAfter: c.cfg.SecretRetryInterval}, nil
+		return runner.Result{RequeueAfter: c.cfg.SecretRetryInterval}, nil
 	}
 	release, err := c.detachSlots.acquire(ctx)
 	if err != nil {
-		return controller.Result{}, err
+		return runner.Result{}, err
 	}
 	callCtx, cancel := context.WithTimeout(csi.WithMigrated(ctx, plan.Volume.Migrated), c.cfg.Timeout)
 	err = c.csi.ControllerUnpublish(callCtx, u.Handle, u.NodeID, secrets)
@@ -110,14 +110,14 @@ func (c *Controller) unpublishRecorded(ctx context.Context, va *storagev1.Volume
 	}
 	klog.FromContext(ctx).Info("Unpublished the volume from the node ID recorded before the node's CSI node ID changed",
 		"volumeHandle", u.Handle, "recordedNodeID", u.NodeID, "nodeID", plan.NodeID)
-	return controller.Result{}, nil
+	return runner.Result{}, nil
 }
 
 // attachFailedMsg records msg (with the gRPC code, if any) in
 // status.attachError and returns it for backoff.
-func (c *Controller) attachFailedMsg(ctx context.Context, va *storagev1.VolumeAttachment, msg string, code *int32) (controller.Result, error) {
+func (c *Controller) attachFailedMsg(ctx context.Context, va *storagev1.VolumeAttachment, msg string, code *int32) (runner.Result, error) {
 	if err := c.recordError(ctx, va, true, msg, code); err != nil {
-		return controller.Result{}, err
+		return runner.Result{}, err
 	}
-	return controller.Result{}, fmt.Errorf("attach VolumeAttachment %q: %s", va.Name, msg)
+	return runner.Result{}, fmt.Errorf("attach VolumeAttachment %q: %s", va.Name, msg)
 }

@@ -12,9 +12,9 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 
-	"github.com/latchcsi/latch/internal/controller"
 	"github.com/latchcsi/latch/internal/csi"
 	"github.com/latchcsi/latch/internal/kube"
+	"github.com/latchcsi/latch/internal/runner"
 )
 
 // busyRetry is how soon a VA is retried when the other queue holds it.
@@ -27,10 +27,10 @@ const (
 )
 
 // syncAttach is one level-based attach pass for the VolumeAttachment name.
-func (c *Controller) syncAttach(ctx context.Context, name string) (controller.Result, error) {
+func (c *Controller) syncAttach(ctx context.Context, name string) (runner.Result, error) {
 	va, err := c.getVA(name)
 	if err != nil {
-		return controller.Result{}, err
+		return runner.Result{}, err
 	}
 	if va == nil {
 		// Gone: only a publication it left behind may need undoing.
@@ -44,26 +44,26 @@ func (c *Controller) syncAttach(ctx context.Context, name string) (controller.Re
 	}
 	if va.DeletionTimestamp != nil {
 		c.detach.Enqueue(name)
-		return controller.Result{}, nil
+		return runner.Result{}, nil
 	}
 	if !c.claim(name) {
-		return controller.Result{RequeueAfter: busyRetry}, nil
+		return runner.Result{RequeueAfter: busyRetry}, nil
 	}
 	defer c.release(name)
 	ctx = klog.NewContext(ctx, klog.FromContext(ctx).WithValues("volumeAttachment", klog.KObj(va), "node", va.Spec.NodeName))
 
 	if c.cfg.Trivial {
-		return controller.Result{}, c.writeStatus(ctx, va, storagev1.VolumeAttachmentStatus{Attached: true, AttachmentMetadata: va.Status.AttachmentMetadata})
+		return runner.Result{}, c.writeStatus(ctx, va, storagev1.VolumeAttachmentStatus{Attached: true, AttachmentMetadata: va.Status.AttachmentMetadata})
 	}
 
 	obs, err := c.observe(va)
 	if err != nil {
-		return controller.Result{}, err
+		return runner.Result{}, err
 	}
 	plan := DecideAttach(obs, c.cfg.Driver, c.tr)
 	switch {
 	case plan.Done:
-		return controller.Result{}, nil
+		return runner.Result{}, nil
 	case plan.Blocked != nil:
 		return c.attachFailed(ctx, va, plan.Blocked, nil)
 	}
@@ -90,18 +90,18 @@ func (c *Controller) syncAttach(ctx context.Context, name string) (controller.Re
 		va = updated
 	}
 	if !plan.Publish {
-		return controller.Result{}, nil
+		return runner.Result{}, nil
 	}
 
 	secrets, blocked, err := c.secrets(ctx, plan.Volume.Secret)
 	if err != nil {
-		return controller.Result{}, err
+		return runner.Result{}, err
 	}
 	if blocked != nil {
 		if err := c.recordError(ctx, va, true, blocked.Message, nil); err != nil {
-			return controller.Result{}, err
+			return runner.Result{}, err
 		}
-		return controller.Result{RequeueAfter: c.cfg.SecretRetryInterval}, nil
+		return runner.Result{RequeueAfter: c.cfg.SecretRetryInterval}, nil
 	}
 	capability, err := csi.VolumeCapability(csi.CapabilityInput{
 		AccessModes: plan.Volume.AccessModes, Block: plan.Volume.Block, FSType: plan.Volume.FSType,
@@ -113,7 +113,7 @@ func (c *Controller) syncAttach(ctx context.Context, name string) (controller.Re
 
 	release, err := c.attachSlots.acquire(ctx)
 	if err != nil {
-		return controller.Result{}, err
+		return runner.Result{}, err
 	}
 	callCtx, cancel := context.WithTimeout(csi.WithMigrated(ctx, plan.Volume.Migrated), c.cfg.Timeout)
 	publishContext, err := c.csi.ControllerPublish(callCtx, csi.PublishRequest{
@@ -150,57 +150,57 @@ func (c *Controller) syncAttach(ctx context.Context, name string) (controller.Re
 			// (and retry until it is undone).
 			return c.publishedForGone(ctx, va, plan, secrets, err, false)
 		}
-		return controller.Result{}, err
+		return runner.Result{}, err
 	}
 	c.metrics.attached(va.CreationTimestamp.Time, c.clock.Now())
 	klog.FromContext(ctx).V(2).Info("Volume attached", "volumeHandle", plan.Volume.Handle)
-	return controller.Result{}, nil
+	return runner.Result{}, nil
 }
 
 // syncDetach is one level-based detach pass for the VolumeAttachment name.
-func (c *Controller) syncDetach(ctx context.Context, name string) (controller.Result, error) {
+func (c *Controller) syncDetach(ctx context.Context, name string) (runner.Result, error) {
 	va, err := c.getVA(name)
 	if err != nil || va == nil {
-		return controller.Result{}, err
+		return runner.Result{}, err
 	}
 	if va.DeletionTimestamp == nil {
 		c.attach.Enqueue(name)
-		return controller.Result{}, nil
+		return runner.Result{}, nil
 	}
 	if c.cfg.Trivial {
-		return controller.Result{}, nil
+		return runner.Result{}, nil
 	}
 	if !c.claim(name) {
-		return controller.Result{RequeueAfter: busyRetry}, nil
+		return runner.Result{RequeueAfter: busyRetry}, nil
 	}
 	defer c.release(name)
 	ctx = klog.NewContext(ctx, klog.FromContext(ctx).WithValues("volumeAttachment", klog.KObj(va), "node", va.Spec.NodeName))
 
 	obs, err := c.observe(va)
 	if err != nil {
-		return controller.Result{}, err
+		return runner.Result{}, err
 	}
 	plan := DecideDetach(obs, c.cfg.Driver, c.tr)
 	switch {
 	case plan.Done:
-		return controller.Result{}, nil
+		return runner.Result{}, nil
 	case plan.Blocked != nil:
 		return c.detachFailed(ctx, va, plan.Blocked.Message, nil)
 	}
 	secrets, blocked, err := c.secrets(ctx, plan.Volume.Secret)
 	if err != nil {
-		return controller.Result{}, err
+		return runner.Result{}, err
 	}
 	if blocked != nil {
 		if err := c.recordError(ctx, va, false, blocked.Message, nil); err != nil {
-			return controller.Result{}, err
+			return runner.Result{}, err
 		}
-		return controller.Result{RequeueAfter: c.cfg.SecretRetryInterval}, nil
+		return runner.Result{RequeueAfter: c.cfg.SecretRetryInterval}, nil
 	}
 
 	release, err := c.detachSlots.acquire(ctx)
 	if err != nil {
-		return controller.Result{}, err
+		return runner.Result{}, err
 	}
 	callCtx, cancel := context.WithTimeout(csi.WithMigrated(ctx, plan.Volume.Migrated), c.cfg.Timeout)
 	err = c.csi.ControllerUnpublish(callCtx, plan.Volume.Handle, plan.NodeID, secrets)
@@ -216,7 +216,7 @@ func (c *Controller) syncDetach(ctx context.Context, name string) (controller.Re
 		return c.writeFailed(ctx, va, false, err)
 	}
 	klog.FromContext(ctx).V(2).Info("Volume detached", "volumeHandle", plan.Volume.Handle)
-	return controller.Result{}, nil
+	return runner.Result{}, nil
 }
 
 // releaseVA removes our finalizer after a successful unpublish. When other
@@ -272,23 +272,23 @@ func (c *Controller) recordError(ctx context.Context, va *storagev1.VolumeAttach
 
 // attachFailed records a failed attach and returns the error for the
 // runner's backoff (terminal when only an edit of the VA can fix it).
-func (c *Controller) attachFailed(ctx context.Context, va *storagev1.VolumeAttachment, blocked *Blocked, callErr error) (controller.Result, error) {
+func (c *Controller) attachFailed(ctx context.Context, va *storagev1.VolumeAttachment, blocked *Blocked, callErr error) (runner.Result, error) {
 	msg, code := failure(blocked, callErr)
 	if err := c.recordError(ctx, va, true, msg, code); err != nil {
-		return controller.Result{}, err
+		return runner.Result{}, err
 	}
 	return c.attachFailure(ctx, va, blocked, msg)
 }
 
 // attachFailure logs a recorded attach failure and returns its error
 // (terminal when only an edit of the VA can fix it).
-func (c *Controller) attachFailure(ctx context.Context, va *storagev1.VolumeAttachment, blocked *Blocked, msg string) (controller.Result, error) {
+func (c *Controller) attachFailure(ctx context.Context, va *storagev1.VolumeAttachment, blocked *Blocked, msg string) (runner.Result, error) {
 	klog.FromContext(ctx).V(2).Info("Attach failed", "reason", reasonOf(blocked), "err", msg)
 	err := fmt.Errorf("attach VolumeAttachment %q: %s", va.Name, msg)
 	if blocked != nil && (blocked.Reason == ReasonInvalidSource || blocked.Reason == ReasonPublishContextTooLarge) {
-		return controller.Result{}, controller.Terminal(err)
+		return runner.Result{}, runner.Terminal(err)
 	}
-	return controller.Result{}, err
+	return runner.Result{}, err
 }
 
 // publishFailed records a failed attach (as attachFailed) after a
@@ -297,7 +297,7 @@ func (c *Controller) attachFailure(ctx context.Context, va *storagev1.VolumeAtta
 // cannot be stored. When the status write, which carries va's UID, shows
 // that va is gone or replaced — or no write was needed and a live read
 // shows it — that publication is an orphan, as after a successful publish.
-func (c *Controller) publishFailed(ctx context.Context, va *storagev1.VolumeAttachment, plan AttachPlan, secrets map[string]string, blocked *Blocked, callErr error) (controller.Result, error) {
+func (c *Controller) publishFailed(ctx context.Context, va *storagev1.VolumeAttachment, plan AttachPlan, secrets map[string]string, blocked *Blocked, callErr error) (runner.Result, error) {
 	msg, code := failure(blocked, callErr)
 	unchanged := va.Status.AttachError != nil && va.Status.AttachError.Message == fitMessage(msg, code, maxVolumeErrorMessageBytes)
 	werr := c.recordError(ctx, va, true, msg, code)
@@ -318,7 +318,7 @@ func (c *Controller) publishFailed(ctx context.Context, va *storagev1.VolumeAtta
 		return c.publishedForGone(ctx, va, plan, secrets, fmt.Errorf("%s; then: %w", msg, cause), callErr != nil)
 	}
 	if werr != nil {
-		return controller.Result{}, werr
+		return runner.Result{}, werr
 	}
 	return c.attachFailure(ctx, va, blocked, msg)
 }
@@ -327,28 +327,28 @@ func (c *Controller) publishFailed(ctx context.Context, va *storagev1.VolumeAtta
 // made for va, which is gone or replaced, an orphan and tries to undo it
 // at once; while that fails, the attach queue retries it under va's name
 // before any VolumeAttachment of that name is worked on.
-func (c *Controller) publishedForGone(ctx context.Context, va *storagev1.VolumeAttachment, plan AttachPlan, secrets map[string]string, cause error, uncertain bool) (controller.Result, error) {
+func (c *Controller) publishedForGone(ctx context.Context, va *storagev1.VolumeAttachment, plan AttachPlan, secrets map[string]string, cause error, uncertain bool) (runner.Result, error) {
 	c.orphanPublished(ctx, va, orphan{uid: va.UID, handle: plan.Volume.Handle, nodeID: plan.NodeID,
 		nodeName: va.Spec.NodeName, secretRef: plan.Volume.Secret, secrets: secrets}, cause, uncertain)
 	cur, err := c.getVA(va.Name)
 	if err != nil {
-		return controller.Result{}, err
+		return runner.Result{}, err
 	}
 	_, res, err := c.settleOrphan(ctx, va.Name, cur)
 	return res, err
 }
 
 // detachFailed records a failed detach and returns the error for backoff.
-func (c *Controller) detachFailed(ctx context.Context, va *storagev1.VolumeAttachment, msg string, callErr error) (controller.Result, error) {
+func (c *Controller) detachFailed(ctx context.Context, va *storagev1.VolumeAttachment, msg string, callErr error) (runner.Result, error) {
 	var code *int32
 	if callErr != nil {
 		msg, code = failure(nil, callErr)
 	}
 	if err := c.recordError(ctx, va, false, msg, code); err != nil {
-		return controller.Result{}, err
+		return runner.Result{}, err
 	}
 	klog.FromContext(ctx).V(2).Info("Detach failed", "err", msg)
-	return controller.Result{}, fmt.Errorf("detach VolumeAttachment %q: %s", va.Name, msg)
+	return runner.Result{}, fmt.Errorf("detach VolumeAttachment %q: %s", va.Name, msg)
 }
 
 func failure(blocked *Blocked, callErr error) (string, *int32) {
@@ -415,37 +415,37 @@ func (c *Controller) addPVFinalizer(ctx context.Context, pv *v1.PersistentVolume
 
 // syncPV removes our finalizer from a deleting PV once no VolumeAttachment
 // refers to it. The check uses the VA informer's PV index, not a scan.
-func (c *Controller) syncPV(ctx context.Context, name string) (controller.Result, error) {
+func (c *Controller) syncPV(ctx context.Context, name string) (runner.Result, error) {
 	pv, err := c.getPV(name)
 	if err != nil || pv == nil {
-		return controller.Result{}, err
+		return runner.Result{}, err
 	}
 	if pv.DeletionTimestamp == nil || !hasString(pv.Finalizers, kube.PVFinalizer(c.cfg.Driver.Name)) {
-		return controller.Result{}, nil
+		return runner.Result{}, nil
 	}
 	objs, err := c.vaInformer.GetIndexer().ByIndex(vaByPVIndex, name)
 	if err != nil {
-		return controller.Result{}, err
+		return runner.Result{}, err
 	}
 	if len(objs) > 0 {
 		// A VA delete event re-enqueues this PV.
-		return controller.Result{}, nil
+		return runner.Result{}, nil
 	}
 	patch, err := kube.RemoveFinalizerPatch(pv, kube.PVFinalizer(c.cfg.Driver.Name))
 	if err != nil || patch == nil {
-		return controller.Result{}, err
+		return runner.Result{}, err
 	}
 	updated, err := c.client.CoreV1().PersistentVolumes().Patch(ctx, name, types.JSONPatchType, patch,
 		metav1.PatchOptions{FieldManager: kube.AttacherFieldManager})
 	if apierrors.IsNotFound(err) {
-		return controller.Result{}, nil
+		return runner.Result{}, nil
 	}
 	if err != nil {
-		return controller.Result{}, fmt.Errorf("remove finalizer from PersistentVolume %q: %w", name, err)
+		return runner.Result{}, fmt.Errorf("remove finalizer from PersistentVolume %q: %w", name, err)
 	}
 	c.pvWrites.recordIn(c.pvStore, pv.ResourceVersion, updated)
 	klog.FromContext(ctx).V(2).Info("Removed PersistentVolume finalizer", "persistentVolume", name)
-	return controller.Result{}, nil
+	return runner.Result{}, nil
 }
 
 // observe reads what a decision about va needs from the caches.

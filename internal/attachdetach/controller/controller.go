@@ -32,8 +32,8 @@ import (
 	"github.com/latchcsi/latch/internal/attachdetach/decide"
 	"github.com/latchcsi/latch/internal/attachdetach/state"
 	"github.com/latchcsi/latch/internal/attachdetach/volume"
-	runner "github.com/latchcsi/latch/internal/controller"
 	"github.com/latchcsi/latch/internal/kube"
+	"github.com/latchcsi/latch/internal/runner"
 )
 
 // Config is the controller's configuration, filled from flags in cmd/.

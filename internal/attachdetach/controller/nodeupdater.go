@@ -13,8 +13,8 @@ import (
 
 	"github.com/latchcsi/latch/internal/attachdetach/nodestatus"
 	"github.com/latchcsi/latch/internal/attachdetach/state"
-	runner "github.com/latchcsi/latch/internal/controller"
 	"github.com/latchcsi/latch/internal/kube"
+	"github.com/latchcsi/latch/internal/runner"
 )
 
 // syncNodeStatus makes node's status.volumesAttached what the actual

@@ -16,7 +16,7 @@ import (
 	"github.com/latchcsi/latch/internal/attachdetach/decide"
 	"github.com/latchcsi/latch/internal/attachdetach/state"
 	"github.com/latchcsi/latch/internal/attachdetach/volume"
-	runner "github.com/latchcsi/latch/internal/controller"
+	"github.com/latchcsi/latch/internal/runner"
 )
 
 // podRecord is what the controller last recorded for a Pod.

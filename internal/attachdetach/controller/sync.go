@@ -16,8 +16,8 @@ import (
 	"github.com/latchcsi/latch/internal/attachdetach/decide"
 	"github.com/latchcsi/latch/internal/attachdetach/state"
 	"github.com/latchcsi/latch/internal/attachdetach/volume"
-	runner "github.com/latchcsi/latch/internal/controller"
 	"github.com/latchcsi/latch/internal/kube"
+	"github.com/latchcsi/latch/internal/runner"
 )
 
 // syncKey is one reconcile pass for a (volume, node) key: gather the

@@ -11,8 +11,8 @@ import (
 
 	"github.com/latchcsi/latch/internal/attachdetach/state"
 	"github.com/latchcsi/latch/internal/attachdetach/volume"
-	runner "github.com/latchcsi/latch/internal/controller"
 	"github.com/latchcsi/latch/internal/kube"
+	"github.com/latchcsi/latch/internal/runner"
 )
 
 // syncVA routes a VolumeAttachment the name book does not know to its

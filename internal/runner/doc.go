@@ -1,4 +1,4 @@
-// Package controller is the one place in latch that drives a workqueue.
+// Package runner is the one place in latch that drives a workqueue.
 //
 // A controller implements Reconciler for one kind of key (an object name,
 // never an object) and hands it to a Runner. The Runner owns the typed
@@ -8,4 +8,4 @@
 // and AddAfter call in runner.go is what makes the retry behaviour of both
 // binaries reviewable in one sitting (the controller-runtime
 // reconcileHandler model).
-package controller
+package runner

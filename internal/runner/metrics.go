@@ -1,4 +1,4 @@
-package controller
+package runner
 
 // The standard workqueue_* metrics (depth, adds_total,
 // queue_duration_seconds, work_duration_seconds, unfinished_work_seconds,
