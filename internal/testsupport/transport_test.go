@@ -1,0 +1,145 @@
+package testsupport
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+)
+
+// server answers every request with an empty VolumeAttachment and counts
+// what reached it.
+func server(t *testing.T) (*httptest.Server, *atomic.Int32) {
+	var reached atomic.Int32
+	s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		reached.Add(1)
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusCreated)
+		_, _ = w.Write([]byte(`{"kind":"VolumeAttachment","apiVersion":"storage.k8s.io/v1","metadata":{"name":"va"}}`))
+	}))
+	t.Cleanup(s.Close)
+	return s, &reached
+}
+
+func client(t *testing.T, s *httptest.Server, tr *APITransport) kubernetes.Interface {
+	cfg := &rest.Config{Host: s.URL}
+	cfg.Wrap(tr.Wrap)
+	c, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func TestAPITransportFailsTheNthMatchingWriteWithAStatusClientGoUnderstands(t *testing.T) {
+	s, reached := server(t)
+	tr := NewAPITransport()
+	c := client(t, s, tr)
+	ctx := context.Background()
+	tr.FailNth(Match{Method: "create", Resource: "volumeattachments"}, 2, http.StatusConflict, "")
+	va := &storagev1.VolumeAttachment{ObjectMeta: metav1.ObjectMeta{Name: "va"}}
+	for i := 1; i <= 3; i++ {
+		_, err := c.StorageV1().VolumeAttachments().Create(ctx, va, metav1.CreateOptions{})
+		if i == 2 && !apierrors.IsConflict(err) {
+			t.Errorf("create %d: %v, want a Conflict", i, err)
+		}
+		if i != 2 && err != nil {
+			t.Errorf("create %d: %v", i, err)
+		}
+	}
+	if got := reached.Load(); got != 2 {
+		t.Errorf("%d requests reached the server, want 2 (the failed one must not)", got)
+	}
+	w := tr.Writes()
+	if len(w) != 3 || w[1].Code != http.StatusConflict || !w[1].Injected || w[0].Code != http.StatusCreated || w[0].Injected {
+		t.Errorf("writes = %+v, want 3 with the second an injected 409", w)
+	}
+	if got := tr.Count("POST volumeattachments"); got != 3 {
+		t.Errorf("Count = %d, want 3", got)
+	}
+}
+
+func TestAPITransportRecordsWritesByResourceSubresourceAndName(t *testing.T) {
+	s, _ := server(t)
+	tr := NewAPITransport()
+	c := client(t, s, tr)
+	ctx := context.Background()
+	va := &storagev1.VolumeAttachment{ObjectMeta: metav1.ObjectMeta{Name: "va"}}
+	_, _ = c.StorageV1().VolumeAttachments().UpdateStatus(ctx, va, metav1.UpdateOptions{})
+	_, _ = c.StorageV1().VolumeAttachments().Get(ctx, "va", metav1.GetOptions{})
+	_ = c.CoreV1().Pods("ns").Delete(ctx, "p", metav1.DeleteOptions{})
+	w := tr.Writes()
+	if len(w) != 2 {
+		t.Fatalf("writes = %+v, want the update and the delete (no GET)", w)
+	}
+	if w[0].Key() != "PUT volumeattachments/status" || w[0].Name != "va" {
+		t.Errorf("first write = %+v", w[0])
+	}
+	if w[1].Key() != "DELETE pods" || w[1].Namespace != "ns" || w[1].Name != "p" {
+		t.Errorf("second write = %+v", w[1])
+	}
+}
+
+func TestAPITransportFailAfterWriteLetsTheWriteThroughAndHidesTheAnswer(t *testing.T) {
+	s, reached := server(t)
+	tr := NewAPITransport()
+	c := client(t, s, tr)
+	tr.FailAfterWrite(Match{Method: "create", Resource: "volumeattachments", Name: ""}, 1, http.StatusGatewayTimeout, "")
+	_, err := c.StorageV1().VolumeAttachments().Create(context.Background(), &storagev1.VolumeAttachment{ObjectMeta: metav1.ObjectMeta{Name: "va"}}, metav1.CreateOptions{})
+	if !apierrors.IsTimeout(err) {
+		t.Errorf("create: %v, want a Timeout", err)
+	}
+	if reached.Load() != 1 {
+		t.Errorf("the write did not reach the server")
+	}
+}
+
+func TestAPITransportDelayAndPartition(t *testing.T) {
+	s, reached := server(t)
+	tr := NewAPITransport()
+	tr.SetPartitionTimeout(50 * time.Millisecond)
+	c := client(t, s, tr)
+	ctx := context.Background()
+	r := tr.Delay(Match{Method: "get"}, 100*time.Millisecond)
+	start := time.Now()
+	_, _ = c.StorageV1().VolumeAttachments().Get(ctx, "va", metav1.GetOptions{})
+	if d := time.Since(start); d < 100*time.Millisecond {
+		t.Errorf("delayed GET took %s, want at least 100ms", d)
+	}
+	tr.Remove(r)
+	tr.Partition()
+	before := reached.Load()
+	if _, err := c.StorageV1().VolumeAttachments().Get(ctx, "va", metav1.GetOptions{}); err == nil {
+		t.Error("GET in a partition succeeded")
+	}
+	if reached.Load() != before {
+		t.Error("a request in a partition reached the server")
+	}
+	tr.Heal()
+	if _, err := c.StorageV1().VolumeAttachments().Get(ctx, "va", metav1.GetOptions{}); err != nil {
+		t.Errorf("GET after Heal: %v", err)
+	}
+}
+
+func TestResourceOf(t *testing.T) {
+	for path, want := range map[string]string{
+		"/apis/storage.k8s.io/v1/volumeattachments/va/status": "volumeattachments/status",
+		"/apis/storage.k8s.io/v1/volumeattachments":           "volumeattachments",
+		"/api/v1/namespaces/ns/pods/p/status":                 "pods/status",
+		"/api/v1/namespaces/ns/events":                        "events",
+		"/api/v1/persistentvolumes/pv":                        "persistentvolumes",
+		"/api/v1/namespaces":                                  "namespaces",
+	} {
+		if got := ResourceOf(path); got != want {
+			t.Errorf("ResourceOf(%s) = %q, want %q", path, got, want)
+		}
+	}
+}
