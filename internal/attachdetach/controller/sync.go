@@ -70,7 +70,7 @@ func (c *Controller) syncKey(ctx context.Context, key state.Key) (runner.Result,
 	in.VA.MayExist = va == nil && c.writes.isUncertain(name)
 	in.Config = c.decide
 	in.Now = c.clock.Now()
-	c.correctAssumedMount(&in, node)
+	in.Listing = c.nodeListing(key, node)
 	plan := decide.Decide(in)
 	klog.FromContext(ctx).V(4).Info("Decided", "volume", key.Volume, "node", key.Node, "plan", plan.Kind, "why", plan.Why)
 	if in.Wanted != nil {
@@ -116,15 +116,19 @@ func (c *Controller) forgetNameIfUnused(name string, key state.Key) {
 func (c *Controller) execute(ctx context.Context, plan decide.Plan, va *storagev1.VolumeAttachment) (runner.Result, error) {
 	key := plan.Key
 	changed := false
-	stillListed := c.status.applyAndCheck(key.Node, key.Volume, func() {
+	listed := c.status.applyAndCheck(key.Node, key.Volume, func() {
 		if plan.Actual != nil {
 			changed = c.asw.Apply(key, *plan.Actual)
 		}
 	}, func() []v1.AttachedVolume { return c.nodeVolumesAttached(key.Node) })
+	plan = decide.GateDetach(plan, listed)
 	if changed {
 		// Other nodes of the volume decide on this one (multi-attach) and
 		// the node status follows ReportedInNodeStatus.
 		c.enqueueVolumes([]state.Key{key})
+		c.nodes.Enqueue(key.Node)
+	}
+	if plan.WakeNodeStatus {
 		c.nodes.Enqueue(key.Node)
 	}
 
@@ -138,16 +142,12 @@ func (c *Controller) execute(ctx context.Context, plan decide.Plan, va *storagev
 		}
 	case decide.KindMarkAttached:
 		c.attached(ctx, key, plan)
+	case decide.KindWaitForNodeStatus:
+		// The node status worker (woken above or still busy with an
+		// older list) wakes this key once the volume is off the list.
+		klog.FromContext(ctx).V(4).Info("Waiting for the node status to drop the volume before detaching", "volume", key.Volume, "node", key.Node)
+		return runner.Result{}, nil
 	case decide.KindDetach:
-		if stillListed {
-			// The node status worker (enqueued above or still busy with
-			// an older list) wakes this key once the volume is off the
-			// list; deleting now would let the kubelet mount a volume
-			// that is being detached.
-			c.nodes.Enqueue(key.Node)
-			klog.FromContext(ctx).V(4).Info("Waiting for the node status to drop the volume before detaching", "volume", key.Volume, "node", key.Node)
-			return runner.Result{}, nil
-		}
 		if err := c.deleteVA(ctx, plan, va); err != nil {
 			return runner.Result{}, err
 		}
@@ -277,31 +277,18 @@ func (c *Controller) emit(events []decide.Event) {
 	}
 }
 
-// correctAssumedMount drops the "assume mounted" of an actual state entry
-// the kubelet cannot have mounted. The actual state assumes every new
-// entry mounted until the node's next volumesInUse change, because the
-// informer may lag behind the kubelet. In an event-driven controller
-// that change may never come (a Pod deleted while its volume was still
-// attaching, a dangling VolumeAttachment found at start), and the volume
-// would stay attached until the node goes NotReady. A kubelet mounts only
-// volumes listed in its node's status.volumesAttached; a volume that was
-// never reported there and is not listed in volumesAttached or
-// volumesInUse is not mounted.
-func (c *Controller) correctAssumedMount(in *decide.Input, node *v1.Node) {
-	a := in.Actual
-	if a == nil || !a.MountedByNode || a.ReportedInNodeStatus || in.Wanted != nil || node == nil {
-		return
+// nodeListing gathers the facts of decide.NodeListing for key: what the
+// Node (nil when it does not exist) and the controller's own writes of its
+// status say about the key's volume.
+func (c *Controller) nodeListing(key state.Key, node *v1.Node) *decide.NodeListing {
+	if node == nil {
+		return nil
 	}
-	if slices.Contains(node.Status.VolumesInUse, a.Volume) ||
-		slices.ContainsFunc(node.Status.VolumesAttached, func(av v1.AttachedVolume) bool { return av.Name == a.Volume }) {
-		return
+	return &decide.NodeListing{
+		InUse:    slices.Contains(node.Status.VolumesInUse, key.Volume),
+		Attached: slices.ContainsFunc(node.Status.VolumesAttached, func(av v1.AttachedVolume) bool { return av.Name == key.Volume }),
+		Written:  c.status.mayBeListed(key.Node, key.Volume),
 	}
-	if c.status.mayBeListed(a.Node, a.Volume) {
-		return
-	}
-	corrected := *a
-	corrected.MountedByNode = false
-	in.Actual = &corrected
 }
 
 // volumeLocks serializes the passes of keys that share a volume. Entries

@@ -29,7 +29,10 @@ import (
 //     detach was first wanted (unless force detach is disabled). The
 //     volume leaves the node's volumesAttached before the VolumeAttachment
 //     is deleted.
+//   - An entry assumed mounted that the kubelet cannot have mounted (see
+//     correctAssumedMount) counts as unmounted.
 func Decide(in Input) Plan {
+	in = correctAssumedMount(in)
 	if in.Wanted != nil && len(in.Wanted.Pods) > 0 && in.Node.Exists {
 		return decideWanted(in)
 	}

@@ -142,6 +142,10 @@ type Input struct {
 	// Config.MigrationByNode.
 	CSINode CSINodeFacts
 	VA      VAFacts
+	// Listing is what the Node's status says about the volume; nil when
+	// the Node does not exist or was not read. Only the correction of an
+	// assumed mount looks at it (see correctAssumedMount).
+	Listing *NodeListing
 	Config  Config
 	Now     time.Time
 }

@@ -44,9 +44,15 @@ const (
 	// list that plugin as migrated; emit Plan.Events (each once) and wait.
 	// A change of the node's CSINode wakes the key.
 	KindNodeNotMigrated
+	// KindWaitForNodeStatus: a KindDetach that GateDetach held back
+	// because the node's status.volumesAttached may still list the
+	// volume. Decide never returns it. Nothing is deleted and no event is
+	// emitted; WakeNodeStatus is set, and the node status updater wakes
+	// the key once the list is written without the volume.
+	KindWaitForNodeStatus
 )
 
-var kindNames = [...]string{"Nothing", "Wait", "Create", "MarkAttached", "AttachError", "Conflict", "Detach", "Forget", "NodeNotMigrated"}
+var kindNames = [...]string{"Nothing", "Wait", "Create", "MarkAttached", "AttachError", "Conflict", "Detach", "Forget", "NodeNotMigrated", "WaitForNodeStatus"}
 
 func (k Kind) String() string {
 	if int(k) < len(kindNames) {
@@ -118,4 +124,7 @@ type Plan struct {
 	// RequeueAfter > 0 asks to run the key again after this long even if
 	// nothing changes (the unmount timeout expiring).
 	RequeueAfter time.Duration
+	// WakeNodeStatus asks the executor to wake the node status updater
+	// of Key.Node even if Actual changes nothing (set by GateDetach).
+	WakeNodeStatus bool
 }
