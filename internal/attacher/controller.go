@@ -3,6 +3,7 @@ package attacher
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -16,6 +17,7 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
+	"github.com/latchcsi/latch/internal/attacher/decide"
 	"github.com/latchcsi/latch/internal/kube"
 	"github.com/latchcsi/latch/internal/runner"
 )
@@ -315,7 +317,7 @@ func (c *Controller) pvChanged(oldObj, obj any) {
 		if c.pvWrites.isOwn(pv) {
 			return
 		}
-		if pv.DeletionTimestamp != nil && hasString(pv.Finalizers, kube.PVFinalizer(c.cfg.Driver.Name)) {
+		if pv.DeletionTimestamp != nil && slices.Contains(pv.Finalizers, kube.PVFinalizer(c.cfg.Driver.Name)) {
 			c.pvs.Enqueue(pv.Name)
 		}
 		name = pv.Name
@@ -344,10 +346,10 @@ func (c *Controller) csiNodeChanged(oldObj, obj any) {
 	if !ok {
 		return
 	}
-	newID, _ := csiNodeID(node, c.cfg.Driver.Name)
+	newID, _ := decide.CSINodeID(node, c.cfg.Driver.Name)
 	if oldObj != nil {
 		if old, ok := oldObj.(*storagev1.CSINode); ok {
-			if oldID, _ := csiNodeID(old, c.cfg.Driver.Name); oldID == newID {
+			if oldID, _ := decide.CSINodeID(old, c.cfg.Driver.Name); oldID == newID {
 				return
 			}
 		}

@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 
+	"github.com/latchcsi/latch/internal/attacher/decide"
 	"github.com/latchcsi/latch/internal/kube"
 	"github.com/latchcsi/latch/internal/runner"
 )
@@ -196,9 +197,9 @@ func (c *Controller) settleOrphan(ctx context.Context, name string, va *storagev
 	c.persistOrphan(ctx, name)
 	secrets := o.secrets
 	if secrets == nil && o.secretRef != nil {
-		var blocked *Blocked
-		secrets, blocked, err = c.secrets(ctx, o.secretRef)
-		if err == nil && blocked != nil {
+		var facts decide.CallFacts
+		secrets, facts, err = c.secrets(ctx, o.secretRef)
+		if blocked := decide.BeforeCall(facts); err == nil && blocked != nil {
 			err = fmt.Errorf("%s", blocked.Message)
 		}
 		if err != nil {
@@ -257,14 +258,14 @@ func (c *Controller) ownsPublication(va *storagev1.VolumeAttachment, o orphan) b
 	handle, nodeID := va.Annotations[AnnVolumeHandle], va.Annotations[kube.VANodeIDAnnotation]
 	if va.DeletionTimestamp != nil {
 		// Only a detach still to come (our finalizer) undoes it.
-		return hasString(va.Finalizers, kube.AttacherFinalizer(c.cfg.Driver.Name)) && handle == o.handle && nodeID == o.nodeID
+		return slices.Contains(va.Finalizers, kube.AttacherFinalizer(c.cfg.Driver.Name)) && handle == o.handle && nodeID == o.nodeID
 	}
 	if handle == "" || nodeID == "" {
 		obs, err := c.observe(va)
 		if err != nil {
 			return false
 		}
-		plan := DecideAttach(obs, c.cfg.Driver, c.tr)
+		plan := decide.Attach(obs, c.cfg.Driver, bindTranslator(c.tr, klog.Background()))
 		if plan.Blocked != nil || plan.Done {
 			return false
 		}

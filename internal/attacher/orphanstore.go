@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/latchcsi/latch/internal/attacher/decide"
 	"github.com/latchcsi/latch/internal/kube"
 )
 
@@ -179,7 +180,7 @@ func recordOf(name string, o orphan) orphanRecord {
 func fromRecord(rec orphanRecord) orphan {
 	return orphan{
 		uid: rec.UID, handle: rec.VolumeHandle, nodeID: rec.NodeID, nodeName: rec.NodeName,
-		secretRef: parseSecretRef(rec.SecretRef), recorded: true,
+		secretRef: decide.ParseSecretRef(rec.SecretRef), recorded: true,
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/latchcsi/latch/internal/attacher/decide"
 	"github.com/latchcsi/latch/internal/kube"
 )
 
@@ -13,7 +14,7 @@ import (
 // guarded JSON patch, so attach costs one metadata write instead of two.
 // Both halves come from internal/kube and test the same resourceVersion;
 // the second test is dropped.
-func metadataPatch(obj metav1.Object, mc *MetadataChange) ([]byte, error) {
+func metadataPatch(obj metav1.Object, mc *decide.MetadataChange) ([]byte, error) {
 	var ops []json.RawMessage
 	add := func(patch []byte, err error) error {
 		if err != nil || patch == nil {

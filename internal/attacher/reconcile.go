@@ -2,12 +2,11 @@ package attacher
 
 import (
 	"context"
-	"slices"
 
 	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/klog/v2"
 
-	"github.com/latchcsi/latch/internal/kube"
+	"github.com/latchcsi/latch/internal/attacher/decide"
 )
 
 // runReconciler compares the driver's view (ListVolumes with published
@@ -29,48 +28,6 @@ func (c *Controller) runReconciler(ctx context.Context) {
 	}
 }
 
-// Repair is one disagreement between a VolumeAttachment and the driver.
-type Repair struct {
-	VA     string
-	Action string // "republish" or "unpublish"
-}
-
-// decideRepairs is the pure part of the reconcile: given our VAs as they
-// were before ListVolumes was called and what the driver reported, it lists
-// the VAs to repair. Only VAs attached before the listing started are
-// judged, so an attach that finished during the listing is never mistaken
-// for a lost one.
-func decideRepairs(before []*storagev1.VolumeAttachment, published map[string][]string, driver string) []Repair {
-	var out []Repair
-	for _, va := range before {
-		handle, nodeID := va.Annotations[AnnVolumeHandle], va.Annotations[kube.VANodeIDAnnotation]
-		if handle == "" || nodeID == "" {
-			continue // never published by us
-		}
-		if action := repairFor(va, slices.Contains(published[handle], nodeID), driver); action != "" {
-			out = append(out, Repair{VA: va.Name, Action: action})
-		}
-	}
-	return out
-}
-
-// repairFor is the repair a VA needs when the driver does (published) or
-// does not report its volume published on its node: "republish",
-// "unpublish" or none.
-func repairFor(va *storagev1.VolumeAttachment, published bool, driver string) string {
-	switch {
-	case va.DeletionTimestamp == nil && va.Status.Attached && !published:
-		return "republish"
-	case va.DeletionTimestamp != nil && hasString(va.Finalizers, kube.AttacherFinalizer(driver)) && published && va.Status.DetachError != nil:
-		// A detach that failed waits out its backoff (up to
-		// --retry-interval-max): retry it now. One that has not failed
-		// is queued or in flight already; every deleting VA is still
-		// published until its detach ends.
-		return "unpublish"
-	}
-	return ""
-}
-
 func (c *Controller) reconcileOnce(ctx context.Context) error {
 	logger := klog.FromContext(ctx)
 	var before []*storagev1.VolumeAttachment
@@ -88,14 +45,14 @@ func (c *Controller) reconcileOnce(ctx context.Context) error {
 		return err
 	}
 	c.dropUnlisted(ctx, orphans, published)
-	for _, r := range decideRepairs(before, published, c.cfg.Driver.Name) {
+	for _, r := range decide.Repairs(before, published, c.cfg.Driver.Name) {
 		va, err := c.getVA(r.VA)
 		if err != nil || va == nil {
 			continue
 		}
 		// The VA may have moved on during the listing (a delete, a
 		// detach): repair only what its current state still calls for.
-		if repairFor(va, r.Action == "unpublish", c.cfg.Driver.Name) != r.Action {
+		if decide.RepairFor(va, r.Action == "unpublish", c.cfg.Driver.Name) != r.Action {
 			continue
 		}
 		logger.Info("VolumeAttachment out of sync with the driver", "volumeAttachment", klog.KObj(va), "action", r.Action)

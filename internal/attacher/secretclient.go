@@ -12,47 +12,39 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
-)
 
-// Reasons of a controller-publish secret that cannot be read. Both are
-// retried every Config.SecretRetryInterval (secrets are not watched).
-const (
-	// ReasonWaitingForSecret: the Secret does not exist (yet).
-	ReasonWaitingForSecret Reason = "WaitingForSecret"
-	// ReasonSecretForbidden: csi-attacher's ServiceAccount may not get the
-	// Secret. The deploy defaults grant no Secret access at all; a driver
-	// whose volumes name a controller-publish secret needs a Role with
-	// get on secrets in that namespace.
-	ReasonSecretForbidden Reason = "SecretForbidden"
+	"github.com/latchcsi/latch/internal/attacher/decide"
 )
 
 // maxSecretBytes bounds what is read of a Secret GET response: the API
 // server stores at most 1 MiB of data per Secret; the rest is metadata.
 const maxSecretBytes = 3 << 20
 
-// secrets reads the controller-publish secret. A missing or forbidden
-// secret is a Blocked condition (its message goes into attachError or
-// detachError); other read errors are returned and retried.
-func (c *Controller) secrets(ctx context.Context, ref *v1.SecretReference) (map[string]string, *Blocked, error) {
+// secrets reads the controller-publish secret ref names (none when nil)
+// and returns its data with the facts decide.BeforeCall judges: a missing
+// or forbidden secret is a fact, not an error; other read errors are
+// returned and retried.
+func (c *Controller) secrets(ctx context.Context, ref *v1.SecretReference) (map[string]string, decide.CallFacts, error) {
+	facts := decide.CallFacts{Secret: ref}
 	if ref == nil {
-		return nil, nil, nil
+		return nil, facts, nil
 	}
 	s, err := getSecret(ctx, c.client, ref.Namespace, ref.Name)
 	switch {
 	case apierrors.IsNotFound(err):
-		return nil, &Blocked{Reason: ReasonWaitingForSecret, Message: fmt.Sprintf("controller publish secret %s/%s not found", ref.Namespace, ref.Name)}, nil
+		facts.SecretState = decide.SecretNotFound
+		return nil, facts, nil
 	case apierrors.IsForbidden(err):
-		return nil, &Blocked{Reason: ReasonSecretForbidden, Message: fmt.Sprintf(
-			"controller publish secret %s/%s: csi-attacher is not allowed to read it (%v); grant its ServiceAccount a Role with verbs [get] on resource secrets in namespace %q",
-			ref.Namespace, ref.Name, err, ref.Namespace)}, nil
+		facts.SecretState, facts.SecretDenial = decide.SecretForbidden, err.Error()
+		return nil, facts, nil
 	case err != nil:
-		return nil, nil, fmt.Errorf("get controller publish secret %s/%s: %w", ref.Namespace, ref.Name, err)
+		return nil, facts, fmt.Errorf("get controller publish secret %s/%s: %w", ref.Namespace, ref.Name, err)
 	}
 	out := make(map[string]string, len(s.Data))
 	for k, v := range s.Data {
 		out[k] = string(v)
 	}
-	return out, nil, nil
+	return out, facts, nil
 }
 
 // getSecret reads a Secret so that its data can reach no logger, whatever

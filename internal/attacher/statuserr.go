@@ -11,6 +11,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/klog/v2"
 
+	"github.com/latchcsi/latch/internal/attacher/decide"
 	"github.com/latchcsi/latch/internal/csi"
 	"github.com/latchcsi/latch/internal/runner"
 )
@@ -82,17 +83,14 @@ func (c *Controller) writeFailed(ctx context.Context, va *storagev1.VolumeAttach
 // VA recorded another node ID than the CSINode now reports). A failure is
 // recorded in status.attachError and retried: the node ID is not rewritten
 // until the old publication is gone.
-func (c *Controller) unpublishRecorded(ctx context.Context, va *storagev1.VolumeAttachment, plan AttachPlan) (runner.Result, error) {
+func (c *Controller) unpublishRecorded(ctx context.Context, va *storagev1.VolumeAttachment, plan decide.AttachPlan) (runner.Result, error) {
 	u := plan.UnpublishFirst
-	secrets, blocked, err := c.secrets(ctx, plan.Volume.Secret)
+	secrets, facts, err := c.secrets(ctx, plan.Volume.Secret)
 	if err != nil {
 		return runner.Result{}, err
 	}
-	if blocked != nil {
-		if err := c.recordError(ctx, va, true, blocked.Message, nil); err != nil {
-			return runner.Result{}, err
-		}
-		return runner.Result{RequeueAfter: c.cfg.SecretRetryInterval}, nil
+	if blocked := decide.BeforeCall(facts); blocked != nil {
+		return c.notCalled(ctx, va, true, blocked)
 	}
 	release, err := c.detachSlots.acquire(ctx)
 	if err != nil {

@@ -3,6 +3,7 @@ package attacher
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -12,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 
+	"github.com/latchcsi/latch/internal/attacher/decide"
 	"github.com/latchcsi/latch/internal/csi"
 	"github.com/latchcsi/latch/internal/kube"
 	"github.com/latchcsi/latch/internal/runner"
@@ -52,16 +54,14 @@ func (c *Controller) syncAttach(ctx context.Context, name string) (runner.Result
 	defer c.release(name)
 	ctx = klog.NewContext(ctx, klog.FromContext(ctx).WithValues("volumeAttachment", klog.KObj(va), "node", va.Spec.NodeName))
 
-	if c.cfg.Trivial {
-		return runner.Result{}, c.writeStatus(ctx, va, storagev1.VolumeAttachmentStatus{Attached: true, AttachmentMetadata: va.Status.AttachmentMetadata})
-	}
-
 	obs, err := c.observe(va)
 	if err != nil {
 		return runner.Result{}, err
 	}
-	plan := DecideAttach(obs, c.cfg.Driver, c.tr)
+	plan := decide.Attach(obs, c.cfg.Driver, bindTranslator(c.tr, klog.FromContext(ctx)))
 	switch {
+	case plan.Trivial:
+		return runner.Result{}, c.writeStatus(ctx, va, storagev1.VolumeAttachmentStatus{Attached: true, AttachmentMetadata: va.Status.AttachmentMetadata})
 	case plan.Done:
 		return runner.Result{}, nil
 	case plan.Blocked != nil:
@@ -93,22 +93,17 @@ func (c *Controller) syncAttach(ctx context.Context, name string) (runner.Result
 		return runner.Result{}, nil
 	}
 
-	secrets, blocked, err := c.secrets(ctx, plan.Volume.Secret)
+	secrets, facts, err := c.secrets(ctx, plan.Volume.Secret)
 	if err != nil {
 		return runner.Result{}, err
 	}
-	if blocked != nil {
-		if err := c.recordError(ctx, va, true, blocked.Message, nil); err != nil {
-			return runner.Result{}, err
-		}
-		return runner.Result{RequeueAfter: c.cfg.SecretRetryInterval}, nil
-	}
-	capability, err := csi.VolumeCapability(csi.CapabilityInput{
+	capability, capErr := csi.VolumeCapability(csi.CapabilityInput{
 		AccessModes: plan.Volume.AccessModes, Block: plan.Volume.Block, FSType: plan.Volume.FSType,
 		MountOptions: plan.Volume.MountOptions, SingleNodeMultiWriter: c.cfg.Driver.SupportsSingleNodeMultiWriter,
 	})
-	if err != nil {
-		return c.attachFailed(ctx, va, &Blocked{Reason: ReasonInvalidCapabilities, Message: err.Error()}, nil)
+	facts.CapabilityErr = capErr
+	if blocked := decide.BeforeCall(facts); blocked != nil {
+		return c.notCalled(ctx, va, true, blocked)
 	}
 
 	release, err := c.attachSlots.acquire(ctx)
@@ -167,9 +162,6 @@ func (c *Controller) syncDetach(ctx context.Context, name string) (runner.Result
 		c.attach.Enqueue(name)
 		return runner.Result{}, nil
 	}
-	if c.cfg.Trivial {
-		return runner.Result{}, nil
-	}
 	if !c.claim(name) {
 		return runner.Result{RequeueAfter: busyRetry}, nil
 	}
@@ -180,22 +172,19 @@ func (c *Controller) syncDetach(ctx context.Context, name string) (runner.Result
 	if err != nil {
 		return runner.Result{}, err
 	}
-	plan := DecideDetach(obs, c.cfg.Driver, c.tr)
+	plan := decide.Detach(obs, c.cfg.Driver, bindTranslator(c.tr, klog.FromContext(ctx)))
 	switch {
 	case plan.Done:
 		return runner.Result{}, nil
 	case plan.Blocked != nil:
 		return c.detachFailed(ctx, va, plan.Blocked.Message, nil)
 	}
-	secrets, blocked, err := c.secrets(ctx, plan.Volume.Secret)
+	secrets, facts, err := c.secrets(ctx, plan.Volume.Secret)
 	if err != nil {
 		return runner.Result{}, err
 	}
-	if blocked != nil {
-		if err := c.recordError(ctx, va, false, blocked.Message, nil); err != nil {
-			return runner.Result{}, err
-		}
-		return runner.Result{RequeueAfter: c.cfg.SecretRetryInterval}, nil
+	if blocked := decide.BeforeCall(facts); blocked != nil {
+		return c.notCalled(ctx, va, false, blocked)
 	}
 
 	release, err := c.detachSlots.acquire(ctx)
@@ -242,6 +231,20 @@ func (c *Controller) releaseVA(ctx context.Context, va *storagev1.VolumeAttachme
 	return c.writeStatus(ctx, updated, storagev1.VolumeAttachmentStatus{Attached: false})
 }
 
+// notCalled records why the driver was not called (blocked, decided by
+// decide.BeforeCall): an object latch does not watch (a Secret) is polled
+// every SecretRetryInterval; anything else is an attach failure (a
+// detach's blocked reasons are only secrets).
+func (c *Controller) notCalled(ctx context.Context, va *storagev1.VolumeAttachment, attach bool, blocked *Blocked) (runner.Result, error) {
+	if blocked.Reason.Class() != decide.ClassWaitForObject {
+		return c.attachFailed(ctx, va, blocked, nil)
+	}
+	if err := c.recordError(ctx, va, attach, blocked.Message, nil); err != nil {
+		return runner.Result{}, err
+	}
+	return runner.Result{RequeueAfter: c.cfg.SecretRetryInterval}, nil
+}
+
 // recordError writes status.attachError (attach) or status.detachError
 // and a Warning event, only when the message changes, so retries do not
 // rewrite them. It returns only a failure to write.
@@ -285,7 +288,7 @@ func (c *Controller) attachFailed(ctx context.Context, va *storagev1.VolumeAttac
 func (c *Controller) attachFailure(ctx context.Context, va *storagev1.VolumeAttachment, blocked *Blocked, msg string) (runner.Result, error) {
 	klog.FromContext(ctx).V(2).Info("Attach failed", "reason", reasonOf(blocked), "err", msg)
 	err := fmt.Errorf("attach VolumeAttachment %q: %s", va.Name, msg)
-	if blocked != nil && (blocked.Reason == ReasonInvalidSource || blocked.Reason == ReasonPublishContextTooLarge) {
+	if blocked != nil && blocked.Reason.Class() == decide.ClassTerminal {
 		return runner.Result{}, runner.Terminal(err)
 	}
 	return runner.Result{}, err
@@ -297,7 +300,7 @@ func (c *Controller) attachFailure(ctx context.Context, va *storagev1.VolumeAtta
 // cannot be stored. When the status write, which carries va's UID, shows
 // that va is gone or replaced — or no write was needed and a live read
 // shows it — that publication is an orphan, as after a successful publish.
-func (c *Controller) publishFailed(ctx context.Context, va *storagev1.VolumeAttachment, plan AttachPlan, secrets map[string]string, blocked *Blocked, callErr error) (runner.Result, error) {
+func (c *Controller) publishFailed(ctx context.Context, va *storagev1.VolumeAttachment, plan decide.AttachPlan, secrets map[string]string, blocked *Blocked, callErr error) (runner.Result, error) {
 	msg, code := failure(blocked, callErr)
 	unchanged := va.Status.AttachError != nil && va.Status.AttachError.Message == fitMessage(msg, code, maxVolumeErrorMessageBytes)
 	werr := c.recordError(ctx, va, true, msg, code)
@@ -327,7 +330,7 @@ func (c *Controller) publishFailed(ctx context.Context, va *storagev1.VolumeAtta
 // made for va, which is gone or replaced, an orphan and tries to undo it
 // at once; while that fails, the attach queue retries it under va's name
 // before any VolumeAttachment of that name is worked on.
-func (c *Controller) publishedForGone(ctx context.Context, va *storagev1.VolumeAttachment, plan AttachPlan, secrets map[string]string, cause error, uncertain bool) (runner.Result, error) {
+func (c *Controller) publishedForGone(ctx context.Context, va *storagev1.VolumeAttachment, plan decide.AttachPlan, secrets map[string]string, cause error, uncertain bool) (runner.Result, error) {
 	c.orphanPublished(ctx, va, orphan{uid: va.UID, handle: plan.Volume.Handle, nodeID: plan.NodeID,
 		nodeName: va.Spec.NodeName, secretRef: plan.Volume.Secret, secrets: secrets}, cause, uncertain)
 	cur, err := c.getVA(va.Name)
@@ -385,7 +388,7 @@ func (c *Controller) writeStatus(ctx context.Context, va *storagev1.VolumeAttach
 	return nil
 }
 
-func (c *Controller) patchVAMetadata(ctx context.Context, va *storagev1.VolumeAttachment, mc *MetadataChange) (*storagev1.VolumeAttachment, error) {
+func (c *Controller) patchVAMetadata(ctx context.Context, va *storagev1.VolumeAttachment, mc *decide.MetadataChange) (*storagev1.VolumeAttachment, error) {
 	patch, err := metadataPatch(va, mc)
 	if err != nil || patch == nil {
 		return va, err
@@ -420,7 +423,7 @@ func (c *Controller) syncPV(ctx context.Context, name string) (runner.Result, er
 	if err != nil || pv == nil {
 		return runner.Result{}, err
 	}
-	if pv.DeletionTimestamp == nil || !hasString(pv.Finalizers, kube.PVFinalizer(c.cfg.Driver.Name)) {
+	if pv.DeletionTimestamp == nil || !slices.Contains(pv.Finalizers, kube.PVFinalizer(c.cfg.Driver.Name)) {
 		return runner.Result{}, nil
 	}
 	objs, err := c.vaInformer.GetIndexer().ByIndex(vaByPVIndex, name)
@@ -448,9 +451,13 @@ func (c *Controller) syncPV(ctx context.Context, name string) (runner.Result, er
 	return runner.Result{}, nil
 }
 
-// observe reads what a decision about va needs from the caches.
-func (c *Controller) observe(va *storagev1.VolumeAttachment) (Observed, error) {
-	obs := Observed{VA: va}
+// observe reads what a decision about va needs from the caches (nothing
+// more in trivial mode, where no decision needs the PV or the CSINode).
+func (c *Controller) observe(va *storagev1.VolumeAttachment) (decide.Observed, error) {
+	obs := decide.Observed{VA: va, Trivial: c.cfg.Trivial}
+	if obs.Trivial {
+		return obs, nil
+	}
 	var err error
 	if pvName := va.Spec.Source.PersistentVolumeName; pvName != nil {
 		if obs.PV, err = c.getPV(*pvName); err != nil {

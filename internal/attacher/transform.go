@@ -2,6 +2,7 @@ package attacher
 
 import (
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -57,7 +58,7 @@ func Transform(driver string) cache.TransformFunc {
 		switch o := obj.(type) {
 		case *v1.PersistentVolume:
 			if d := driverOf(o); d != driver {
-				if !hasString(o.Finalizers, finalizer) {
+				if !slices.Contains(o.Finalizers, finalizer) {
 					return newForeignPV(o, sources.driverName(d)), nil
 				}
 				return trimForeignPV(o, d, finalizer, sources), nil
@@ -108,7 +109,7 @@ func trimForeignPV(pv *v1.PersistentVolume, d, finalizer string, sources *shared
 		ResourceVersion:   pv.ResourceVersion,
 		DeletionTimestamp: pv.DeletionTimestamp,
 	}
-	if hasString(pv.Finalizers, finalizer) {
+	if slices.Contains(pv.Finalizers, finalizer) {
 		meta.Finalizers = pv.Finalizers
 	}
 	var src v1.PersistentVolumeSource

@@ -14,6 +14,7 @@ import (
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/latchcsi/latch/internal/attacher/decide"
 	"github.com/latchcsi/latch/internal/kube"
 )
 
@@ -84,7 +85,7 @@ func TestLookupPVOfAPlaceholderTellsAVolumeAttachmentWhoseItIs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, blocked := volumeFromSpec(other, DriverInfo{Name: memDriver}, nil, "VolumeAttachment \"va\"")
+	_, blocked := decide.ResolveVolume(other, DriverInfo{Name: memDriver}, nil, "VolumeAttachment \"va\"")
 	if blocked == nil || blocked.Reason != ReasonUnsupportedVolume || !strings.Contains(blocked.Message, memOtherDriver) {
 		t.Fatalf("blocked = %+v, want %s naming %s", blocked, ReasonUnsupportedVolume, memOtherDriver)
 	}
@@ -191,7 +192,7 @@ func TestTransformOurCSIPVKeepsOnlyWhatTheAttachReads(t *testing.T) {
 		t.Fatalf("our PV:\ngot  %+v\nwant %+v", got, want)
 	}
 	// What ControllerPublish gets from it is unchanged.
-	vol, blocked := volumeFromSpec(got, DriverInfo{Name: memDriver}, nil, "VolumeAttachment \"va\"")
+	vol, blocked := decide.ResolveVolume(got, DriverInfo{Name: memDriver}, nil, "VolumeAttachment \"va\"")
 	if blocked != nil || vol.Handle != pv.Spec.CSI.VolumeHandle || vol.Secret == nil || !vol.Block || vol.VolumeContext["tier"] != "fast" || len(vol.MountOptions) != 1 {
 		t.Fatalf("volume from the trimmed PV = %+v, %+v", vol, blocked)
 	}
@@ -219,7 +220,7 @@ func TestTransformCSINodeKeepsOnlyOurDriver(t *testing.T) {
 	if len(got.Spec.Drivers) != 1 || got.Spec.Drivers[0].Name != memDriver || got.Spec.Drivers[0].NodeID != "node-00000-id" {
 		t.Fatalf("drivers = %+v, want only %s", got.Spec.Drivers, memDriver)
 	}
-	if id, ok := csiNodeID(got, memDriver); !ok || id != "node-00000-id" {
+	if id, ok := decide.CSINodeID(got, memDriver); !ok || id != "node-00000-id" {
 		t.Fatalf("csiNodeID = %q, %v", id, ok)
 	}
 
@@ -229,7 +230,7 @@ func TestTransformCSINodeKeepsOnlyOurDriver(t *testing.T) {
 	if len(got.Spec.Drivers) != 0 {
 		t.Fatalf("CSINode without our driver kept %+v", got.Spec.Drivers)
 	}
-	if _, ok := csiNodeID(got, memDriver); ok {
+	if _, ok := decide.CSINodeID(got, memDriver); ok {
 		t.Fatal("CSINode without our driver reports a node ID")
 	}
 }

@@ -1,11 +1,13 @@
 package kube
 
+import "github.com/latchcsi/latch/internal/kube/kubenames"
+
 const (
 	// VANodeIDAnnotation is the VolumeAttachment annotation in which
 	// csi-attacher records the CSI node ID it published the volume to, so
 	// that it can still unpublish after the node's CSINode object is gone.
 	// Same key as upstream external-attacher.
-	VANodeIDAnnotation = "csi.alpha.kubernetes.io/node-id"
+	VANodeIDAnnotation = kubenames.VANodeIDAnnotation
 
 	// ControllerManagedAttachAnnotation marks a Node whose volumes are
 	// attached and detached by the attach/detach controller (set by the

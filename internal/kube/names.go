@@ -4,17 +4,14 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"strings"
+
+	"github.com/latchcsi/latch/internal/kube/kubenames"
 )
 
 const (
-	// finalizerPrefix is the prefix of the finalizer external-attacher puts
-	// on VolumeAttachments and PersistentVolumes. It is kept verbatim
-	// (not "latch") so that latch and upstream recognise each other's
-	// finalizers during a migration in either direction.
-	finalizerPrefix = "external-attacher/"
-
 	// leasePrefix is the prefix of the leader election Lease name upstream
-	// external-attacher uses; same reason as finalizerPrefix.
+	// external-attacher uses; kept verbatim like the finalizer prefix
+	// (kubenames).
 	leasePrefix = "external-attacher-leader-"
 
 	// vaNamePrefix is the prefix kube-controller-manager's CSI attacher puts
@@ -23,49 +20,19 @@ const (
 )
 
 // SanitizeDriverName turns a CSI driver name into something usable as a
-// finalizer suffix or a Lease name, exactly like upstream external-attacher
-// (and csi-lib-utils' leader election) do: every character outside
-// [a-zA-Z0-9-] becomes a single '-' (a multi-byte UTF-8 character or an
-// invalid byte also counts as one character), and when the result ends with
-// '-' an 'X' is appended because object names must not end with '-'.
-//
-// Upstream panics on an empty name; latch returns "X" instead (consistent
-// with the rule applied to an empty result). Drivers cannot report an empty
-// name anyway: GetPluginInfo with an empty name is rejected at startup.
-func SanitizeDriverName(driver string) string {
-	var b strings.Builder
-	b.Grow(len(driver) + 1)
-	for _, r := range driver {
-		switch {
-		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '-':
-			b.WriteRune(r)
-		default:
-			// Covers utf8.RuneError for invalid bytes too: range yields it
-			// once per invalid byte, as the upstream regexp does.
-			b.WriteByte('-')
-		}
-	}
-	if s := b.String(); s != "" && s[len(s)-1] != '-' {
-		return s
-	}
-	b.WriteByte('X')
-	return b.String()
-}
+// finalizer suffix or a Lease name, exactly like upstream external-attacher;
+// see kubenames.SanitizeDriverName.
+func SanitizeDriverName(driver string) string { return kubenames.SanitizeDriverName(driver) }
 
 // AttacherFinalizer returns the finalizer csi-attacher puts on the
 // VolumeAttachments and PersistentVolumes of the given driver:
 // "external-attacher/<sanitized driver>".
-func AttacherFinalizer(driver string) string {
-	return finalizerPrefix + SanitizeDriverName(driver)
-}
+func AttacherFinalizer(driver string) string { return kubenames.AttacherFinalizer(driver) }
 
 // PVFinalizer returns the finalizer csi-attacher puts on PersistentVolumes
-// that have VolumeAttachments. Upstream external-attacher uses the very same
-// string as on VolumeAttachments (GetFinalizerName for both), so this is an
-// alias kept for readability at call sites.
-func PVFinalizer(driver string) string {
-	return AttacherFinalizer(driver)
-}
+// that have VolumeAttachments (the same string as AttacherFinalizer, as
+// upstream).
+func PVFinalizer(driver string) string { return kubenames.PVFinalizer(driver) }
 
 // LeaseName returns the name of the leader election Lease of the
 // csi-attacher instances of one driver. Upstream builds

@@ -1,4 +1,4 @@
-package attacher
+package decide
 
 import (
 	"testing"
@@ -44,7 +44,7 @@ func TestDecideDetachRecordedNodeID(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			p := DecideDetach(tc.obs, drv, nil)
+			p := Detach(tc.obs, drv, nil)
 			if p.Blocked != nil || p.Done {
 				t.Fatalf("plan = %+v, want unpublish", p)
 			}
@@ -161,7 +161,7 @@ func TestDecideAttachRecordedAndForeign(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			p := DecideAttach(tc.obs, drv, nil)
+			p := Attach(tc.obs, drv, nil)
 			if p.Blocked != nil {
 				t.Fatalf("unexpected Blocked: %+v", p.Blocked)
 			}

@@ -1,4 +1,4 @@
-package attacher
+package decide
 
 import (
 	"slices"
@@ -93,12 +93,12 @@ func addFuzzSeeds(f *testing.F) {
 // recorded node ID is never overwritten without unpublishing it first; only
 // an attached=true latch believes (finalizer and node ID recorded) skips
 // the publish.
-func FuzzDecideAttach(f *testing.F) {
+func FuzzAttach(f *testing.F) {
 	addFuzzSeeds(f)
 	f.Fuzz(func(t *testing.T, bits uint32, pvName, handle, nodeID, annHandle, annNodeID string) {
 		obs := fuzzObserved(bits, pvName, handle, nodeID, annHandle, annNodeID)
 		va := obs.VA.DeepCopy()
-		p := DecideAttach(obs, drv, nil)
+		p := Attach(obs, drv, nil)
 		if !equalVA(va, obs.VA) {
 			t.Fatalf("DecideAttach modified its input")
 		}
@@ -168,14 +168,14 @@ func FuzzDecideAttach(f *testing.F) {
 // reported Done (the finalizer goes only after a successful unpublish,
 // which only a non-blocked plan leads to), and that a plan always names a
 // handle and node ID taken from live objects or from what attach recorded.
-func FuzzDecideDetach(f *testing.F) {
+func FuzzDetach(f *testing.F) {
 	addFuzzSeeds(f)
 	f.Fuzz(func(t *testing.T, bits uint32, pvName, handle, nodeID, annHandle, annNodeID string) {
 		obs := fuzzObserved(bits, pvName, handle, nodeID, annHandle, annNodeID)
 		now := metav1.Now()
 		obs.VA.DeletionTimestamp = &now
 		va := obs.VA.DeepCopy()
-		p := DecideDetach(obs, drv, nil)
+		p := Detach(obs, drv, nil)
 		if !equalVA(va, obs.VA) {
 			t.Fatalf("DecideDetach modified its input")
 		}
@@ -202,7 +202,7 @@ func FuzzDecideDetach(f *testing.F) {
 			// The recorded node ID, when there is one, is the one the
 			// volume was published with: always the one unpublished.
 			recorded := va.Annotations[kube.VANodeIDAnnotation]
-			if live, ok := csiNodeID(obs.CSINode, testDriver); recorded != "" && p.NodeID != recorded || recorded == "" && p.NodeID != live {
+			if live, ok := CSINodeID(obs.CSINode, testDriver); recorded != "" && p.NodeID != recorded || recorded == "" && p.NodeID != live {
 				t.Fatalf("unpublish node ID %q; annotation %q, CSINode says %q (%v)", p.NodeID, recorded, live, ok)
 			}
 		}

@@ -1,4 +1,4 @@
-package attacher
+package decide
 
 import (
 	"reflect"
@@ -9,6 +9,7 @@ import (
 	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	csitrans "k8s.io/csi-translation-lib"
+	"k8s.io/klog/v2"
 
 	"github.com/latchcsi/latch/internal/kube"
 )
@@ -63,9 +64,9 @@ func recorded(va *storagev1.VolumeAttachment) {
 
 func withFinalizerPV(pv *v1.PersistentVolume) { pv.Finalizers = []string{kube.PVFinalizer(testDriver)} }
 
-func TestDecideAttach(t *testing.T) {
+func TestAttach(t *testing.T) {
 	now := metav1.Now()
-	tr := csitrans.New()
+	tr := testTranslator{csitrans.New()}
 	inlineSpec := testPV().Spec
 	cases := []struct {
 		name        string
@@ -245,7 +246,7 @@ func TestDecideAttach(t *testing.T) {
 			if d.Name == "" {
 				d = drv
 			}
-			p := DecideAttach(tc.obs, d, tr)
+			p := Attach(tc.obs, d, tr)
 			if tc.wantBlocked != "" {
 				if p.Blocked == nil || p.Blocked.Reason != tc.wantBlocked {
 					t.Fatalf("plan = %+v, want Blocked %s", p, tc.wantBlocked)
@@ -263,10 +264,10 @@ func TestDecideAttach(t *testing.T) {
 	}
 }
 
-func TestDecideDetach(t *testing.T) {
+func TestDetach(t *testing.T) {
 	now := metav1.Now()
 	deleting := func(va *storagev1.VolumeAttachment) { va.DeletionTimestamp = &now }
-	tr := csitrans.New()
+	tr := testTranslator{csitrans.New()}
 	cases := []struct {
 		name        string
 		obs         Observed
@@ -315,7 +316,7 @@ func TestDecideDetach(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			p := DecideDetach(tc.obs, drv, tr)
+			p := Detach(tc.obs, drv, tr)
 			switch {
 			case tc.wantDone:
 				if !p.Done {
@@ -363,9 +364,19 @@ func TestDecideRepairs(t *testing.T) {
 	})
 	pending := testVA(func(va *storagev1.VolumeAttachment) { va.Name = "pending" })
 	published := map[string][]string{"vol-1": {"node-1-id"}, "vol-3": {"node-1-id"}, "vol-4": {"node-1-id"}}
-	got := decideRepairs([]*storagev1.VolumeAttachment{attached, lost, stuck, detaching, pending}, published, testDriver)
+	got := Repairs([]*storagev1.VolumeAttachment{attached, lost, stuck, detaching, pending}, published, testDriver)
 	want := []Repair{{VA: "lost", Action: "republish"}, {VA: "stuck", Action: "unpublish"}}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("repairs = %+v, want %+v", got, want)
 	}
+}
+
+// testTranslator binds a logger to csi-translation-lib's translator, as
+// package attacher does.
+type testTranslator struct{ tr csitrans.CSITranslator }
+
+func (t testTranslator) IsPVMigratable(pv *v1.PersistentVolume) bool { return t.tr.IsPVMigratable(pv) }
+
+func (t testTranslator) TranslateInTreePVToCSI(pv *v1.PersistentVolume) (*v1.PersistentVolume, error) {
+	return t.tr.TranslateInTreePVToCSI(klog.Background(), pv)
 }

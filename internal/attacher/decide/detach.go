@@ -1,0 +1,178 @@
+package decide
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+
+	v1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+
+	kube "github.com/latchcsi/latch/internal/kube/kubenames"
+)
+
+// DetachPlan is the outcome of Detach.
+type DetachPlan struct {
+	Blocked *Blocked
+	// Done: our finalizer is not on the VA; nothing to do.
+	Done   bool
+	Volume Volume
+	NodeID string
+}
+
+// Detach decides how to detach obs.VA, which is being deleted. The
+// volume comes from the live PV or inline spec, falling back to the
+// annotations written at attach time, so a VA whose PV is gone can still be
+// unpublished and released; the node ID comes from the node-id annotation
+// (the ID the volume was published with), falling back to the live CSINode
+// only when there is none.
+func Detach(obs Observed, drv DriverInfo, tr Translator) DetachPlan {
+	va := obs.VA
+	if obs.Trivial {
+		// Nothing was published and no finalizer was added.
+		return DetachPlan{Done: true}
+	}
+	if !slices.Contains(va.Finalizers, kube.AttacherFinalizer(drv.Name)) {
+		return DetachPlan{Done: true}
+	}
+	var vol Volume
+	spec, _, blocked := sourceSpec(obs, tr)
+	if blocked == nil {
+		vol, blocked = ResolveVolume(spec, drv, tr, vaName(va))
+	}
+	if blocked != nil {
+		// The live source is unusable (PV deleted, say): use what attach
+		// recorded.
+		handle := va.Annotations[AnnVolumeHandle]
+		if handle == "" {
+			return DetachPlan{Blocked: &Blocked{Reason: ReasonNoVolumeHandle, Message: fmt.Sprintf(
+				"cannot detach: %s, and the VolumeAttachment has no %s annotation to fall back on", blocked.Message, AnnVolumeHandle)}}
+		}
+		vol = Volume{Handle: handle, Secret: ParseSecretRef(va.Annotations[AnnSecretRef])}
+	}
+	// The node ID the volume was published with is the one to unpublish:
+	// a node replaced under the same name registers a new ID in its
+	// CSINode, and unpublishing that one would leave the old publication
+	// forever. The live CSINode only stands in when nothing was recorded.
+	nodeID := va.Annotations[kube.VANodeIDAnnotation]
+	if nodeID == "" {
+		var ok bool
+		if nodeID, ok = CSINodeID(obs.CSINode, drv.Name); !ok {
+			return DetachPlan{Blocked: &Blocked{Reason: ReasonWaitingForCSINode, Message: fmt.Sprintf(
+				"cannot detach: %s, and the VolumeAttachment has no %s annotation", csiNodeMessage(obs.CSINode, va.Spec.NodeName, drv.Name), kube.VANodeIDAnnotation)}}
+		}
+	}
+	return DetachPlan{Volume: vol, NodeID: nodeID}
+}
+
+// sourceSpec returns the PV spec to attach: the PV's, or the inline one.
+func sourceSpec(obs Observed, tr Translator) (*v1.PersistentVolume, string, *Blocked) {
+	src := obs.VA.Spec.Source
+	switch {
+	case src.PersistentVolumeName != nil && src.InlineVolumeSpec != nil:
+		return nil, "", &Blocked{Reason: ReasonInvalidSource, Message: "spec.source sets both persistentVolumeName and inlineVolumeSpec; exactly one is allowed"}
+	case src.PersistentVolumeName == nil && src.InlineVolumeSpec == nil:
+		return nil, "", &Blocked{Reason: ReasonInvalidSource, Message: "spec.source sets neither persistentVolumeName nor inlineVolumeSpec; exactly one is required"}
+	case src.InlineVolumeSpec != nil:
+		return &v1.PersistentVolume{Spec: *src.InlineVolumeSpec}, "", nil
+	}
+	name := *src.PersistentVolumeName
+	if name == "" {
+		return nil, "", &Blocked{Reason: ReasonInvalidSource, Message: "spec.source.persistentVolumeName is empty"}
+	}
+	if obs.PV == nil {
+		return nil, name, &Blocked{Reason: ReasonWaitingForPV, Message: fmt.Sprintf("PersistentVolume %q not found", name)}
+	}
+	if obs.PV.DeletionTimestamp != nil {
+		return nil, name, &Blocked{Reason: ReasonPVDeleting, Message: fmt.Sprintf("PersistentVolume %q is being deleted", name)}
+	}
+	return obs.PV, name, nil
+}
+
+// ResolveVolume returns what ControllerPublish/Unpublish need from a CSI
+// PV spec (the PV's or an inline one, translated first when it is an
+// in-tree one), or why it cannot be used; what names the VolumeAttachment
+// for an inline spec's messages.
+func ResolveVolume(pv *v1.PersistentVolume, drv DriverInfo, tr Translator, what string) (Volume, *Blocked) {
+	migrated := false
+	if pv.Spec.CSI == nil {
+		if tr == nil || !tr.IsPVMigratable(pv) {
+			return Volume{}, &Blocked{Reason: ReasonUnsupportedVolume, Message: fmt.Sprintf("%s is not a CSI volume and cannot be migrated to CSI", sourceName(pv, what))}
+		}
+		translated, err := tr.TranslateInTreePVToCSI(pv)
+		if err != nil || translated == nil || translated.Spec.CSI == nil {
+			return Volume{}, &Blocked{Reason: ReasonTranslationFailed, Message: fmt.Sprintf("translate %s to CSI: %v", sourceName(pv, what), err)}
+		}
+		pv, migrated = translated, true
+	}
+	c := pv.Spec.CSI
+	if c.Driver != drv.Name {
+		return Volume{}, &Blocked{Reason: ReasonUnsupportedVolume, Message: fmt.Sprintf("%s belongs to CSI driver %q, not %q", sourceName(pv, what), c.Driver, drv.Name)}
+	}
+	if c.VolumeHandle == "" {
+		return Volume{}, &Blocked{Reason: ReasonUnsupportedVolume, Message: fmt.Sprintf("%s has an empty spec.csi.volumeHandle", sourceName(pv, what))}
+	}
+	vol := Volume{
+		Handle:        c.VolumeHandle,
+		VolumeContext: maps.Clone(c.VolumeAttributes),
+		Secret:        c.ControllerPublishSecretRef,
+		AccessModes:   pv.Spec.AccessModes,
+		Block:         pv.Spec.VolumeMode != nil && *pv.Spec.VolumeMode == v1.PersistentVolumeBlock,
+		FSType:        c.FSType,
+		MountOptions:  pv.Spec.MountOptions,
+		Migrated:      migrated,
+	}
+	if vol.FSType == "" && !vol.Block {
+		vol.FSType = drv.DefaultFSType
+	}
+	// Readonly is only sent to drivers that declare PUBLISH_READONLY, as
+	// upstream does; others reject or ignore it (internal/csi's
+	// PublishReadOnly states the same rule; that package imports gRPC).
+	vol.ReadOnly = c.ReadOnly && drv.SupportsReadOnly
+	return vol, nil
+}
+
+func sourceName(pv *v1.PersistentVolume, what string) string {
+	if pv.Name != "" {
+		return fmt.Sprintf("PersistentVolume %q", pv.Name)
+	}
+	return "the inline volume of " + what
+}
+
+func vaName(va *storagev1.VolumeAttachment) string {
+	return fmt.Sprintf("VolumeAttachment %q", va.Name)
+}
+
+// CSINodeID returns the node ID driver registered in csiNode.
+func CSINodeID(csiNode *storagev1.CSINode, driver string) (string, bool) {
+	if csiNode == nil {
+		return "", false
+	}
+	for _, d := range csiNode.Spec.Drivers {
+		if d.Name == driver && d.NodeID != "" {
+			return d.NodeID, true
+		}
+	}
+	return "", false
+}
+
+func csiNodeMessage(csiNode *storagev1.CSINode, node, driver string) string {
+	if node == "" {
+		return "spec.nodeName is empty"
+	}
+	if csiNode == nil {
+		return fmt.Sprintf("CSINode %q not found: the driver's node plugin has not registered on node %q yet", node, node)
+	}
+	return fmt.Sprintf("CSINode %q does not contain driver %q: the driver's node plugin has not registered on that node yet", node, driver)
+}
+
+// ParseSecretRef parses "namespace/name" (the AnnSecretRef annotation); nil
+// when s has no slash.
+func ParseSecretRef(s string) *v1.SecretReference {
+	for i := 0; i < len(s); i++ {
+		if s[i] == '/' {
+			return &v1.SecretReference{Namespace: s[:i], Name: s[i+1:]}
+		}
+	}
+	return nil
+}

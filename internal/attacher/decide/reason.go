@@ -1,0 +1,122 @@
+package decide
+
+import (
+	"fmt"
+	"strings"
+
+	storagev1 "k8s.io/api/storage/v1"
+)
+
+// Reason classifies why an attach or detach cannot go on. It decides how the
+// controller retries: WaitingFor* reasons are retried promptly when the
+// object they wait for changes; Invalid reasons only when the
+// VolumeAttachment itself changes.
+type Reason string
+
+const (
+	ReasonInvalidSource       Reason = "InvalidSource"
+	ReasonWaitingForPV        Reason = "WaitingForPV"
+	ReasonPVDeleting          Reason = "PVDeleting"
+	ReasonUnsupportedVolume   Reason = "UnsupportedVolume"
+	ReasonWaitingForCSINode   Reason = "WaitingForCSINode"
+	ReasonNoVolumeHandle      Reason = "NoVolumeHandle"
+	ReasonTranslationFailed   Reason = "TranslationFailed"
+	ReasonInvalidCapabilities Reason = "InvalidCapabilities"
+	// ReasonPublishContextTooLarge: the driver published the volume but its
+	// publish context does not fit in status.attachmentMetadata. Not
+	// published again while the attachError that says so is on the VA
+	// (recordedTooLarge): publishing again would get the same answer.
+	ReasonPublishContextTooLarge Reason = "PublishContextTooLarge"
+	// ReasonWaitingForSecret: the controller-publish Secret does not exist
+	// (yet).
+	ReasonWaitingForSecret Reason = "WaitingForSecret"
+	// ReasonSecretForbidden: csi-attacher's ServiceAccount may not get the
+	// Secret. The deploy defaults grant no Secret access at all; a driver
+	// whose volumes name a controller-publish secret needs a Role with
+	// get on secrets in that namespace.
+	ReasonSecretForbidden Reason = "SecretForbidden"
+)
+
+// Class says how a recorded failure is retried.
+type Class int
+
+const (
+	// ClassRetry: retried with the runner's exponential backoff. The
+	// WaitingForPV and WaitingForCSINode reasons are also woken at once
+	// when the object they wait for appears (those objects are watched).
+	ClassRetry Class = iota
+	// ClassTerminal: only an edit of the VolumeAttachment can change the
+	// outcome; not retried until the VolumeAttachment changes.
+	ClassTerminal
+	// ClassWaitForObject: waiting for an object latch does not watch
+	// (Secrets: watching them would need list/watch on every Secret in
+	// the cluster); polled every Config.SecretRetryInterval, no backoff.
+	ClassWaitForObject
+)
+
+var classNames = [...]string{"Retry", "Terminal", "WaitForObject"}
+
+func (c Class) String() string {
+	if int(c) >= 0 && int(c) < len(classNames) {
+		return classNames[c]
+	}
+	return fmt.Sprintf("Class(%d)", int(c))
+}
+
+// Class returns how a failure with this reason is retried. A driver error
+// (no Reason) is ClassRetry.
+func (r Reason) Class() Class {
+	switch r {
+	case ReasonInvalidSource, ReasonPublishContextTooLarge:
+		return ClassTerminal
+	case ReasonWaitingForSecret, ReasonSecretForbidden:
+		return ClassWaitForObject
+	}
+	return ClassRetry
+}
+
+// MaxAttachmentMetadataBytes is the API server's limit on
+// VolumeAttachment status.attachmentMetadata: the sum of the lengths of
+// its keys and values (k8s.io/kubernetes/pkg/apis/storage/validation,
+// maxAttachedVolumeMetadataSize).
+const MaxAttachmentMetadataBytes = 256 * 1024
+
+// CheckPublishContext says why a publish context the driver returned cannot
+// be stored in status.attachmentMetadata, or returns nil when it can.
+func CheckPublishContext(pc map[string]string) *Blocked {
+	size := 0
+	for k, v := range pc {
+		size += len(k) + len(v)
+	}
+	if size <= MaxAttachmentMetadataBytes {
+		return nil
+	}
+	return &Blocked{Reason: ReasonPublishContextTooLarge, Message: fmt.Sprintf(
+		publishContextTooLargePrefix+" of %d bytes (%d keys), too large for VolumeAttachment status.attachmentMetadata (the API server accepts at most %d bytes of keys and values); not published again while this error is recorded; deleting the VolumeAttachment unpublishes the volume",
+		size, len(pc), MaxAttachmentMetadataBytes)}
+}
+
+// publishContextTooLargePrefix starts the attachError CheckPublishContext
+// leads to; DecideAttach recognises the record by it.
+const publishContextTooLargePrefix = "the driver published the volume but returned a publish context"
+
+// recordedTooLarge returns the PublishContextTooLarge error recorded on
+// va, if any. Publishing again would return the same publish context: the
+// record stands until someone clears status.attachError or deletes the VA.
+// Kept on the VA rather than in memory, it holds across restarts, resyncs
+// and passes woken by our own writes.
+func recordedTooLarge(va *storagev1.VolumeAttachment) *Blocked {
+	if e := va.Status.AttachError; e != nil && strings.HasPrefix(e.Message, publishContextTooLargePrefix) {
+		return &Blocked{Reason: ReasonPublishContextTooLarge, Message: e.Message}
+	}
+	return nil
+}
+
+// Blocked says why nothing can be done yet; Message goes into the
+// VolumeAttachment's attachError/detachError as is.
+type Blocked struct {
+	Reason  Reason
+	Message string
+}
+
+func (b *Blocked) Error() string { return b.Message }

@@ -1,0 +1,52 @@
+package decide
+
+import (
+	"slices"
+
+	storagev1 "k8s.io/api/storage/v1"
+
+	kube "github.com/latchcsi/latch/internal/kube/kubenames"
+)
+
+// Repair is one disagreement between a VolumeAttachment and the driver.
+type Repair struct {
+	VA     string
+	Action string // "republish" or "unpublish"
+}
+
+// Repairs is the pure part of the reconcile: given our VAs as they
+// were before ListVolumes was called and what the driver reported, it lists
+// the VAs to repair. Only VAs attached before the listing started are
+// judged, so an attach that finished during the listing is never mistaken
+// for a lost one.
+func Repairs(before []*storagev1.VolumeAttachment, published map[string][]string, driver string) []Repair {
+	var out []Repair
+	for _, va := range before {
+		handle, nodeID := va.Annotations[AnnVolumeHandle], va.Annotations[kube.VANodeIDAnnotation]
+		if handle == "" || nodeID == "" {
+			continue // never published by us
+		}
+		if action := RepairFor(va, slices.Contains(published[handle], nodeID), driver); action != "" {
+			out = append(out, Repair{VA: va.Name, Action: action})
+		}
+	}
+	return out
+}
+
+// RepairFor is the repair a VA needs when the driver does (published) or
+// does not report its volume published on its node: "republish",
+// "unpublish" or none.
+func RepairFor(va *storagev1.VolumeAttachment, published bool, driver string) string {
+	switch {
+	case va.DeletionTimestamp == nil && va.Status.Attached && !published:
+		return "republish"
+	case va.DeletionTimestamp != nil && slices.Contains(va.Finalizers, kube.AttacherFinalizer(driver)) && published && va.Status.DetachError != nil:
+		// A detach that failed waits out its backoff (up to
+		// --retry-interval-max): retry it now. One that has not failed
+		// is queued or in flight already; every deleting VA is still
+		// published until its detach ends.
+		return "unpublish"
+	}
+	return ""
+}
+
