@@ -7,7 +7,6 @@
 package decide
 
 import (
-	"cmp"
 	"slices"
 	"time"
 
@@ -148,50 +147,4 @@ type Input struct {
 	Listing *NodeListing
 	Config  Config
 	Now     time.Time
-}
-
-// Gather reads the desired and actual state of key's volume into an
-// Input; the caller adds Node, CSINode, VA, Config and Now. The two caches are read
-// one after the other, not atomically: a concurrent change enqueues the
-// key again, and the next pass sees it.
-func Gather(key state.Key, dsw *state.Desired, asw *state.Actual) Input {
-	in := Input{Key: key}
-	if w, ok := dsw.Get(key); ok {
-		in.Wanted = &w
-	}
-	peers := map[string]*Peer{}
-	peer := func(node string) *Peer {
-		p := peers[node]
-		if p == nil {
-			p = &Peer{Node: node}
-			peers[node] = p
-		}
-		return p
-	}
-	for _, e := range asw.ForVolume(key.Volume) {
-		if e.Node == key.Node {
-			in.Actual = &e
-			continue
-		}
-		p := peer(e.Node)
-		p.State = e.State
-		if e.Spec != nil {
-			p.Specs = append(p.Specs, *e.Spec)
-		}
-	}
-	for _, n := range dsw.NodesWantingVolume(key.Volume) {
-		if n == key.Node {
-			continue
-		}
-		if w, ok := dsw.Get(state.Key{Volume: key.Volume, Node: n}); ok {
-			p := peer(n)
-			p.Pods = w.Pods
-			p.Specs = append(p.Specs, w.Specs...)
-		}
-	}
-	for _, p := range peers {
-		in.Peers = append(in.Peers, *p)
-	}
-	slices.SortFunc(in.Peers, func(a, b Peer) int { return cmp.Compare(a.Node, b.Node) })
-	return in
 }
