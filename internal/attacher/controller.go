@@ -108,10 +108,11 @@ type Controller struct {
 	detach *runner.Runner[string]
 	pvs    *runner.Runner[string]
 
-	// busy holds VA names with a CSI call in flight, so the attach and
-	// detach queues never work on the same VA at once.
+	// claims makes one pass at a time (attach or detach) the owner of a
+	// VA's work; a pass that finds it owned is woken by the release.
+	claims *claims
+	// busyMu guards orphans.
 	busyMu sync.Mutex
-	busy   map[string]struct{}
 	// orphans holds publications whose VolumeAttachment was deleted while
 	// the driver published them, by VA name (guarded by busyMu).
 	orphans map[string]orphan
@@ -141,7 +142,6 @@ func New(cfg Config, client kubernetes.Interface, factory informers.SharedInform
 		cfg: cfg, client: client, csi: csiClient, tr: tr, recorder: recorder, metrics: metrics, clock: cfg.Clock,
 		vaWrites: newOwnWrites[*storagev1.VolumeAttachment](),
 		pvWrites: newOwnWrites[*v1.PersistentVolume](),
-		busy:     map[string]struct{}{},
 		orphans:  map[string]orphan{},
 	}
 	if cfg.OrphanNamespace != "" && !cfg.Trivial {
@@ -193,6 +193,13 @@ func New(cfg Config, client kubernetes.Interface, factory informers.SharedInform
 	c.attachSlots = newCallSlots(cfg.Workers)
 	c.detachSlots = newCallSlots(cfg.Workers)
 	c.attach = runner.New[string](runner.ReconcilerFunc[string](c.syncAttach), opts("csi_attacher_attach", apiWorkers))
+	c.claims = newClaims(func(dir direction, name string) {
+		if dir == attachDir {
+			c.attach.Enqueue(name)
+		} else {
+			c.detach.Enqueue(name)
+		}
+	})
 	c.detach = runner.New[string](runner.ReconcilerFunc[string](c.syncDetach), opts("csi_attacher_detach", apiWorkers))
 	c.pvs = runner.New[string](runner.ReconcilerFunc[string](c.syncPV), opts("csi_attacher_pv", cfg.Workers))
 
@@ -368,21 +375,4 @@ func (c *Controller) csiNodeChanged(oldObj, obj any) {
 			c.attach.ForgetAndEnqueue(va.Name)
 		}
 	}
-}
-
-// claim marks name busy; false when the other queue is working on it.
-func (c *Controller) claim(name string) bool {
-	c.busyMu.Lock()
-	defer c.busyMu.Unlock()
-	if _, ok := c.busy[name]; ok {
-		return false
-	}
-	c.busy[name] = struct{}{}
-	return true
-}
-
-func (c *Controller) release(name string) {
-	c.busyMu.Lock()
-	delete(c.busy, name)
-	c.busyMu.Unlock()
 }

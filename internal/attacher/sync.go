@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"time"
 
 	v1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
@@ -18,9 +17,6 @@ import (
 	"github.com/latchcsi/latch/internal/kube"
 	"github.com/latchcsi/latch/internal/runner"
 )
-
-// busyRetry is how soon a VA is retried when the other queue holds it.
-const busyRetry = 200 * time.Millisecond
 
 // Event reasons on VolumeAttachments.
 const (
@@ -48,10 +44,11 @@ func (c *Controller) syncAttach(ctx context.Context, name string) (runner.Result
 		c.detach.Enqueue(name)
 		return runner.Result{}, nil
 	}
-	if !c.claim(name) {
-		return runner.Result{RequeueAfter: busyRetry}, nil
+	if !c.claims.claim(attachDir, name) {
+		// The detach queue works on it; its release wakes this key.
+		return runner.Result{}, nil
 	}
-	defer c.release(name)
+	defer c.claims.release(name)
 	ctx = klog.NewContext(ctx, klog.FromContext(ctx).WithValues("volumeAttachment", klog.KObj(va), "node", va.Spec.NodeName))
 
 	obs, err := c.observe(va)
@@ -162,10 +159,11 @@ func (c *Controller) syncDetach(ctx context.Context, name string) (runner.Result
 		c.attach.Enqueue(name)
 		return runner.Result{}, nil
 	}
-	if !c.claim(name) {
-		return runner.Result{RequeueAfter: busyRetry}, nil
+	if !c.claims.claim(detachDir, name) {
+		// The attach queue works on it; its release wakes this key.
+		return runner.Result{}, nil
 	}
-	defer c.release(name)
+	defer c.claims.release(name)
 	ctx = klog.NewContext(ctx, klog.FromContext(ctx).WithValues("volumeAttachment", klog.KObj(va), "node", va.Spec.NodeName))
 
 	obs, err := c.observe(va)
