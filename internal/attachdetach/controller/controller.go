@@ -30,6 +30,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/latchcsi/latch/internal/attachdetach/decide"
+	"github.com/latchcsi/latch/internal/attachdetach/nodestatus"
 	"github.com/latchcsi/latch/internal/attachdetach/state"
 	"github.com/latchcsi/latch/internal/attachdetach/volume"
 	"github.com/latchcsi/latch/internal/kube"
@@ -104,10 +105,10 @@ type Controller struct {
 	nodes    *runner.Runner[string]
 	vaQueue  *runner.Runner[string]
 
-	status *statusBook
+	status *nodestatus.Book
 	writes *ownWrites
-	podRec *podBook
-	names  *nameBook
+	podRec *state.Pods
+	names  *state.Names
 	timing *opTimes
 	// waits counts the keys waiting for their node's CSI migration.
 	waits *migrationWaits
@@ -145,10 +146,10 @@ func New(cfg Config, client kubernetes.Interface, factory informers.SharedInform
 			MigrationByNode: byNode},
 		dsw:    state.NewDesired(),
 		asw:    state.NewActual(),
-		status: newStatusBook(),
+		status: nodestatus.NewBook(),
 		writes: newOwnWrites(),
-		podRec: newPodBook(),
-		names:  newNameBook(),
+		podRec: state.NewPods(),
+		names:  state.NewNames(),
 		timing: newOpTimes(),
 		waits:  newMigrationWaits(m.waitingForMigration),
 	}

@@ -151,7 +151,7 @@ func TestExecutor_podAttachesThenDetaches_exactOrderedWrites(t *testing.T) {
 	}
 
 	// Nothing is left in memory of the key, and the metrics say so.
-	w.eventually("name book emptied", func() bool { return w.c.names.len() == 0 })
+	w.eventually("name book emptied", func() bool { return w.c.names.Len() == 0 })
 	if keys := w.c.asw.Keys(); len(keys) != 0 {
 		t.Errorf("actual state keys after detach = %v", keys)
 	}
@@ -208,8 +208,8 @@ func TestExecutor_multiAttachConflict_oneEventThenAttachAfterRelease(t *testing.
 	if countPrefix(evs, "Warning") != 0 || !slices.Equal(evs, []string{`Normal SuccessfulAttachVolume AttachVolume.Attach succeeded for volume "vol-1" `}) {
 		t.Errorf("events after the release = %q, want only SuccessfulAttachVolume", evs)
 	}
-	w.eventually("name book holds only node-b's name", func() bool { return w.c.names.len() == 1 })
-	if key, ok := w.c.names.get(nameB); !ok || key.Node != "node-b" {
+	w.eventually("name book holds only node-b's name", func() bool { return w.c.names.Len() == 1 })
+	if key, ok := w.c.names.Get(nameB); !ok || key.Node != "node-b" {
 		t.Errorf("name book entry of %s = %v, %v", nameB, key, ok)
 	}
 }
@@ -322,7 +322,7 @@ func TestVerify_unknownVolumeAttachmentNothingWants_deleted(t *testing.T) {
 	if _, ok := w.va(name); ok {
 		t.Error("stray VolumeAttachment still stored")
 	}
-	w.eventually("name book emptied", func() bool { return w.c.names.len() == 0 })
+	w.eventually("name book emptied", func() bool { return w.c.names.Len() == 0 })
 }
 
 func TestNodeStatus_informerNotShowingOurWriteYet_noRepeatedWrite(t *testing.T) {

@@ -88,7 +88,7 @@ func (c *Controller) podChanged(oldObj, obj any) {
 		// looks at; spec.volumes and spec.nodeName are immutable.
 		return
 	}
-	c.podQueue.Enqueue(claimKey(pod.Namespace, pod.Name))
+	c.podQueue.Enqueue(state.PodKey(pod.Namespace, pod.Name))
 }
 
 // podVolumesUnchanged: only whether the pod still needs its volumes can
@@ -102,7 +102,7 @@ func (c *Controller) podDeleted(obj any) {
 	if !ok {
 		return
 	}
-	c.podQueue.Enqueue(claimKey(pod.Namespace, pod.Name))
+	c.podQueue.Enqueue(state.PodKey(pod.Namespace, pod.Name))
 }
 
 // enqueuePodsBy enqueues the Pods that the pod index lists under value.
@@ -113,7 +113,7 @@ func (c *Controller) enqueuePodsBy(index, value string) {
 	}
 	for _, obj := range objs {
 		if pod, ok := obj.(*v1.Pod); ok {
-			c.podQueue.Enqueue(claimKey(pod.Namespace, pod.Name))
+			c.podQueue.Enqueue(state.PodKey(pod.Namespace, pod.Name))
 		}
 	}
 }
@@ -268,7 +268,7 @@ func (c *Controller) vaDeleted(obj any) {
 // enqueueVA enqueues the key of a VolumeAttachment the controller knows
 // by name, and hands unknown ones to the VA queue, which resolves them.
 func (c *Controller) enqueueVA(name string) {
-	if key, ok := c.names.get(name); ok {
+	if key, ok := c.names.Get(name); ok {
 		c.keys.Enqueue(key)
 		return
 	}

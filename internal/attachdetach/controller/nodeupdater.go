@@ -28,54 +28,54 @@ func (c *Controller) syncNodeStatus(ctx context.Context, name string) (runner.Re
 	logger := klog.FromContext(ctx)
 	node, err := c.nodeLister.Get(name)
 	if apierrors.IsNotFound(err) {
-		c.status.nodeGone(name)
+		c.status.NodeGone(name)
 		c.wakeDetaching(name)
 		if len(c.asw.ForNode(name)) == 0 {
-			c.status.forgetNode(name)
+			c.status.ForgetNode(name)
 		}
 		return runner.Result{}, nil
 	}
 	if err != nil {
 		return runner.Result{}, fmt.Errorf("get node %s: %w", name, err)
 	}
-	c.status.nodeSeen(name)
-	want := c.status.snapshot(name, func() []v1.AttachedVolume {
+	c.status.NodeSeen(name)
+	want := c.status.Snapshot(name, func() []v1.AttachedVolume {
 		return nodestatus.VolumesAttached(node.Status.VolumesAttached, c.asw.ForNode(name))
 	})
-	last, wrote := c.status.lastWritten(name)
+	last, wrote := c.status.LastWritten(name)
 	// The informer may not show our last write yet: then the server holds
 	// what we wrote, and the informer's event for that write brings the
 	// node back here. Otherwise the informer is the truth, which also
 	// repairs a list another client changed.
-	informerBehind := wrote && c.status.informerBehind(name, node.ResourceVersion)
-	upToDate := !nodestatus.NeedsUpdate(node, want) && (!wrote || maps.Equal(last, toSet(want)))
-	if upToDate || informerBehind && maps.Equal(last, toSet(want)) {
+	informerBehind := wrote && c.status.InformerBehind(name, node.ResourceVersion)
+	upToDate := !nodestatus.NeedsUpdate(node, want) && (!wrote || maps.Equal(last, nodestatus.ToSet(want)))
+	if upToDate || informerBehind && maps.Equal(last, nodestatus.ToSet(want)) {
 		if upToDate && !wrote {
-			c.status.finish(name, node.Status.VolumesAttached, true, node.ResourceVersion)
+			c.status.Finish(name, node.Status.VolumesAttached, true, node.ResourceVersion)
 		} else {
-			c.status.finish(name, nil, false, "")
+			c.status.Finish(name, nil, false, "")
 		}
 		c.wakeDetaching(name)
 		return runner.Result{}, nil
 	}
 	patch, err := nodestatus.MergePatch(want)
 	if err != nil {
-		c.status.finish(name, nil, false, "")
+		c.status.Finish(name, nil, false, "")
 		return runner.Result{}, err
 	}
 	updated, err := c.client.CoreV1().Nodes().Patch(ctx, name, types.MergePatchType, patch,
 		metav1.PatchOptions{FieldManager: kube.AttachDetachFieldManager}, "status")
 	switch {
 	case apierrors.IsNotFound(err):
-		c.status.finish(name, nil, false, "")
-		c.status.nodeGone(name)
+		c.status.Finish(name, nil, false, "")
+		c.status.NodeGone(name)
 		c.wakeDetaching(name)
 		return runner.Result{}, nil
 	case err != nil:
-		c.status.finish(name, nil, false, "")
+		c.status.Finish(name, nil, false, "")
 		return runner.Result{}, fmt.Errorf("update status.volumesAttached of node %s: %w", name, err)
 	}
-	c.status.finish(name, updated.Status.VolumesAttached, true, updated.ResourceVersion)
+	c.status.Finish(name, updated.Status.VolumesAttached, true, updated.ResourceVersion)
 	logger.V(2).Info("Updated node status", "node", klog.KObj(node), "volumesAttached", len(updated.Status.VolumesAttached))
 	c.wakeDetaching(name)
 	return runner.Result{}, nil

@@ -4,13 +4,11 @@ import (
 	"context"
 	"fmt"
 	"strings"
-	"sync"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 
 	"github.com/latchcsi/latch/internal/attachdetach/decide"
@@ -18,52 +16,6 @@ import (
 	"github.com/latchcsi/latch/internal/attachdetach/volume"
 	"github.com/latchcsi/latch/internal/runner"
 )
-
-// podRecord is what the controller last recorded for a Pod.
-type podRecord struct {
-	uid  types.UID
-	node string
-	// vols maps pod volume names to the attachable they resolved to.
-	vols map[string]volume.Attachable
-	// scheduled is when the Pod was bound to its node (PodScheduled
-	// condition, else its creation), for the attach latency metric.
-	scheduled time.Time
-	// warned holds pod volumes already reported as unsupported.
-	warned map[string]bool
-}
-
-// podBook remembers, per "namespace/name", what each Pod was recorded
-// with, so that a deleted Pod (gone from the lister) can be removed from
-// the desired state and a volume that stops resolving (its PVC deleted
-// while in use) stays wanted until the Pod goes, as upstream keeps it.
-type podBook struct {
-	mu   sync.Mutex
-	pods map[string]*podRecord
-}
-
-func newPodBook() *podBook { return &podBook{pods: map[string]*podRecord{}} }
-
-func (b *podBook) get(key string) (podRecord, bool) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	r, ok := b.pods[key]
-	if !ok {
-		return podRecord{}, false
-	}
-	return *r, true
-}
-
-func (b *podBook) set(key string, r podRecord) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.pods[key] = &r
-}
-
-func (b *podBook) forget(key string) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	delete(b.pods, key)
-}
 
 func podNeedsVolumes(pod *v1.Pod) bool { return volume.PodNeedsVolumes(pod) }
 
@@ -84,10 +36,10 @@ func (c *Controller) syncPod(ctx context.Context, key string) (runner.Result, er
 	if err != nil && !apierrors.IsNotFound(err) {
 		return runner.Result{}, fmt.Errorf("get pod %s: %w", key, err)
 	}
-	rec, known := c.podRec.get(key)
-	if known && (pod == nil || pod.UID != rec.uid) {
-		c.enqueueVolumes(c.dsw.DeletePod(rec.uid))
-		c.podRec.forget(key)
+	rec, known := c.podRec.Get(key)
+	if known && (pod == nil || pod.UID != rec.UID) {
+		c.enqueueVolumes(c.dsw.DeletePod(rec.UID))
+		c.podRec.Forget(key)
 		known = false
 	}
 	if pod == nil {
@@ -97,17 +49,17 @@ func (c *Controller) syncPod(ctx context.Context, key string) (runner.Result, er
 		// Terminated, or on a node the controller does not manage (yet:
 		// the node handler re-enqueues its Pods when that changes).
 		c.enqueueVolumes(c.dsw.DeletePod(pod.UID))
-		c.podRec.forget(key)
+		c.podRec.Forget(key)
 		return runner.Result{}, nil
 	}
 	if !known {
-		rec = podRecord{uid: pod.UID, node: pod.Spec.NodeName, scheduled: scheduledAt(pod)}
+		rec = state.PodRecord{UID: pod.UID, Node: pod.Spec.NodeName, Scheduled: scheduledAt(pod)}
 	}
 	vols, next, warned := c.resolvePod(ctx, pod, rec)
-	rec.vols, rec.warned = next, warned
+	rec.Volumes, rec.Warned = next, warned
 	changed, ok := c.dsw.AddPod(state.PodRefOf(pod), pod.Spec.NodeName, vols)
 	if ok {
-		c.podRec.set(key, rec)
+		c.podRec.Set(key, rec)
 	}
 	c.enqueueVolumes(changed)
 	return runner.Result{}, nil
@@ -119,11 +71,11 @@ func (c *Controller) syncPod(ctx context.Context, key string) (runner.Result, er
 // Pod, and detaching a volume a container still uses would be worse than
 // keeping it. Unsupported in-tree plugins get a Warning event, once per
 // Pod volume.
-func (c *Controller) resolvePod(ctx context.Context, pod *v1.Pod, rec podRecord) ([]volume.Attachable, map[string]volume.Attachable, map[string]bool) {
+func (c *Controller) resolvePod(ctx context.Context, pod *v1.Pod, rec state.PodRecord) ([]volume.Attachable, map[string]volume.Attachable, map[string]bool) {
 	logger := klog.FromContext(ctx)
 	results := c.resolver.ResolvePod(ctx, pod, objects{c})
 	next := make(map[string]volume.Attachable, len(results))
-	warned := rec.warned
+	warned := rec.Warned
 	for i, r := range results {
 		switch r.Status {
 		case volume.StatusAttach:
@@ -139,7 +91,7 @@ func (c *Controller) resolvePod(ctx context.Context, pod *v1.Pod, rec podRecord)
 					decide.AttachFailedMessage(r.PodVolume, r.Message))
 			}
 		}
-		if prev, ok := rec.vols[r.PodVolume]; ok {
+		if prev, ok := rec.Volumes[r.PodVolume]; ok {
 			next[r.PodVolume] = prev
 			results[i] = volume.Result{PodVolume: r.PodVolume, Status: volume.StatusAttach, Volume: prev}
 			logger.V(4).Info("Keeping the earlier resolution of a pod volume", "pod", klog.KObj(pod), "volume", r.PodVolume, "status", r.Status, "reason", r.Message)

@@ -77,7 +77,7 @@ func (c *Controller) recordPods(ctx context.Context, pods []*v1.Pod) int {
 		if pod.Spec.NodeName == "" {
 			continue
 		}
-		key := claimKey(pod.Namespace, pod.Name)
+		key := state.PodKey(pod.Namespace, pod.Name)
 		if _, err := c.syncPod(ctx, key); err != nil {
 			logger.Error(err, "Could not record the Pod's volumes at start; retrying", "pod", klog.KObj(pod))
 			c.podQueue.Enqueue(key)
@@ -91,7 +91,7 @@ func (c *Controller) recordPods(ctx context.Context, pods []*v1.Pod) int {
 // register records the VolumeAttachment name of key.
 func (c *Controller) register(key state.Key) {
 	if name, err := volume.AttachmentNameFor(key.Volume, key.Node); err == nil {
-		c.names.set(name, key)
+		c.names.Set(name, key)
 	}
 }
 

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"sync"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -32,7 +31,7 @@ func (c *Controller) syncKey(ctx context.Context, key state.Key) (runner.Result,
 	if err != nil {
 		return runner.Result{}, runner.Terminal(fmt.Errorf("key %s: %w", key, err))
 	}
-	c.names.set(name, key)
+	c.names.Set(name, key)
 	in := decide.Gather(key, c.dsw, c.asw)
 	node, err := c.nodeLister.Get(key.Node)
 	if err != nil && !apierrors.IsNotFound(err) {
@@ -95,7 +94,7 @@ func (c *Controller) syncKey(ctx context.Context, key state.Key) (runner.Result,
 // of that name that appears later goes through the VA queue, which finds
 // the key again.
 func (c *Controller) forgetNameIfUnused(name string, key state.Key) {
-	c.names.forgetIf(name, key, func() bool {
+	c.names.ForgetIf(name, key, func() bool {
 		if _, ok := c.asw.Get(key); ok {
 			return false
 		}
@@ -116,7 +115,7 @@ func (c *Controller) forgetNameIfUnused(name string, key state.Key) {
 func (c *Controller) execute(ctx context.Context, plan decide.Plan, va *storagev1.VolumeAttachment) (runner.Result, error) {
 	key := plan.Key
 	changed := false
-	listed := c.status.applyAndCheck(key.Node, key.Volume, func() {
+	listed := c.status.ApplyAndCheck(key.Node, key.Volume, func() {
 		if plan.Actual != nil {
 			changed = c.asw.Apply(key, *plan.Actual)
 		}
@@ -252,18 +251,18 @@ func (c *Controller) attached(ctx context.Context, key state.Key, plan decide.Pl
 // podAttached observes the Pod's scheduled-to-attached latency once all
 // its volumes are attached.
 func (c *Controller) podAttached(p state.PodRef, now time.Time) {
-	rec, ok := c.podRec.get(claimKey(p.Namespace, p.Name))
-	if !ok || rec.uid != p.UID {
+	rec, ok := c.podRec.Get(state.PodKey(p.Namespace, p.Name))
+	if !ok || rec.UID != p.UID {
 		return
 	}
-	for _, a := range rec.vols {
-		e, ok := c.asw.Get(state.Key{Volume: a.UniqueName, Node: rec.node})
+	for _, a := range rec.Volumes {
+		e, ok := c.asw.Get(state.Key{Volume: a.UniqueName, Node: rec.Node})
 		if !ok || e.State != state.StateAttached {
 			return
 		}
 	}
 	if c.dsw.MarkReported(p.UID, "all-volumes-attached") {
-		c.metrics.podVolumesAttached.Observe(now.Sub(rec.scheduled).Seconds())
+		c.metrics.podVolumesAttached.Observe(now.Sub(rec.Scheduled).Seconds())
 	}
 }
 
@@ -287,42 +286,6 @@ func (c *Controller) nodeListing(key state.Key, node *v1.Node) *decide.NodeListi
 	return &decide.NodeListing{
 		InUse:    slices.Contains(node.Status.VolumesInUse, key.Volume),
 		Attached: slices.ContainsFunc(node.Status.VolumesAttached, func(av v1.AttachedVolume) bool { return av.Name == key.Volume }),
-		Written:  c.status.mayBeListed(key.Node, key.Volume),
-	}
-}
-
-// volumeLocks serializes the passes of keys that share a volume. Entries
-// live only while a pass holds or waits for them.
-type volumeLocks struct {
-	mu sync.Mutex
-	m  map[v1.UniqueVolumeName]*volumeLock
-}
-
-type volumeLock struct {
-	sync.Mutex
-	users int
-}
-
-// lock locks volume and returns its unlock.
-func (l *volumeLocks) lock(volume v1.UniqueVolumeName) (unlock func()) {
-	l.mu.Lock()
-	if l.m == nil {
-		l.m = map[v1.UniqueVolumeName]*volumeLock{}
-	}
-	vl := l.m[volume]
-	if vl == nil {
-		vl = &volumeLock{}
-		l.m[volume] = vl
-	}
-	vl.users++
-	l.mu.Unlock()
-	vl.Lock()
-	return func() {
-		vl.Unlock()
-		l.mu.Lock()
-		if vl.users--; vl.users == 0 {
-			delete(l.m, volume)
-		}
-		l.mu.Unlock()
+		Written:  c.status.MayBeListed(key.Node, key.Volume),
 	}
 }

@@ -24,7 +24,7 @@ import (
 // such VAs would otherwise stay forever).
 func (c *Controller) syncVA(ctx context.Context, name string) (runner.Result, error) {
 	logger := klog.FromContext(ctx)
-	if key, ok := c.names.get(name); ok {
+	if key, ok := c.names.Get(name); ok {
 		c.keys.Enqueue(key)
 		return runner.Result{}, nil
 	}
@@ -79,10 +79,10 @@ func (c *Controller) syncVA(ctx context.Context, name string) (runner.Result, er
 // uncertain (detached if nothing wants it, confirmed if something does)
 // and enqueues its volume.
 func (c *Controller) adopt(ctx context.Context, name string, key state.Key, a volume.Attachable) {
-	// The actual state first, then the name: see nameBook.forgetIf.
+	// The actual state first, then the name: see state.Names.ForgetIf.
 	if c.asw.AddUncertain(a, key.Node) {
 		klog.FromContext(ctx).V(2).Info("Adopted VolumeAttachment unknown to the actual state", "volumeAttachment", klog.KRef("", name), "volume", key.Volume, "node", key.Node)
 	}
-	c.names.set(name, key)
+	c.names.Set(name, key)
 	c.enqueueVolumes([]state.Key{key})
 }

@@ -38,7 +38,7 @@ func (c *Controller) verify(ctx context.Context) {
 	// Every VolumeAttachment must be known to the actual state.
 	vas, _ := c.vaLister.List(everything())
 	for _, va := range vas {
-		key, ok := c.names.get(va.Name)
+		key, ok := c.names.Get(va.Name)
 		if !ok {
 			drift++
 			c.vaQueue.Enqueue(va.Name)
@@ -87,7 +87,7 @@ func (c *Controller) verifyOwnCreates(ctx context.Context) int {
 		}
 		if c.writes.forgetUnseenDelete(name, uid) {
 			drift++
-			if key, ok := c.names.get(name); ok {
+			if key, ok := c.names.Get(name); ok {
 				c.keys.Enqueue(key)
 			}
 		}
@@ -102,7 +102,7 @@ func (c *Controller) verifyOwnCreates(ctx context.Context) int {
 		}
 		drift++
 		klog.FromContext(ctx).Info("VolumeAttachment created by the controller is gone without the informer showing it; attaching again", "volumeAttachment", klog.KRef("", name))
-		if key, ok := c.names.get(name); ok {
+		if key, ok := c.names.Get(name); ok {
 			c.keys.Enqueue(key)
 		}
 	}

@@ -1,4 +1,4 @@
-package controller
+package nodestatus
 
 import (
 	"strconv"
@@ -7,7 +7,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 )
 
-// statusBook knows what each Node's status.volumesAttached holds on the
+// Book knows what each Node's status.volumesAttached holds on the
 // API server, so that a VolumeAttachment is deleted only once the kubelet
 // can no longer see its volume as attached.
 //
@@ -19,12 +19,12 @@ import (
 // from a snapshot of the actual state and writes it some milliseconds
 // later. If a detach removed the volume from the actual state in between,
 // the write would put it back after the VolumeAttachment was deleted. So
-// the snapshot and the "in flight" mark happen under one lock (snapshot),
+// the snapshot and the "in flight" mark happen under one lock (Snapshot),
 // a detach changes the actual state and checks Listed under the same lock
-// (applyAndCheck), and Listed counts in-flight writes: either the snapshot
+// (ApplyAndCheck), and Listed counts in-flight writes: either the snapshot
 // was taken after the detach (it excludes the volume) or the detach sees
 // the volume in flight and waits for the next write.
-type statusBook struct {
+type Book struct {
 	mu sync.Mutex
 	// written is the list of the last successful write per node.
 	written map[string]map[v1.UniqueVolumeName]struct{}
@@ -40,8 +40,9 @@ type statusBook struct {
 	gone map[string]bool
 }
 
-func newStatusBook() *statusBook {
-	return &statusBook{
+// NewBook returns an empty book.
+func NewBook() *Book {
+	return &Book{
 		written:  map[string]map[v1.UniqueVolumeName]struct{}{},
 		rv:       map[string]int64{},
 		inflight: map[string]map[v1.UniqueVolumeName]struct{}{},
@@ -49,7 +50,8 @@ func newStatusBook() *statusBook {
 	}
 }
 
-func toSet(list []v1.AttachedVolume) map[v1.UniqueVolumeName]struct{} {
+// ToSet returns the names of list as a set.
+func ToSet(list []v1.AttachedVolume) map[v1.UniqueVolumeName]struct{} {
 	s := make(map[v1.UniqueVolumeName]struct{}, len(list))
 	for _, av := range list {
 		s[av.Name] = struct{}{}
@@ -57,44 +59,44 @@ func toSet(list []v1.AttachedVolume) map[v1.UniqueVolumeName]struct{} {
 	return s
 }
 
-// snapshot runs compute under the lock and marks its result in flight.
-func (b *statusBook) snapshot(node string, compute func() []v1.AttachedVolume) []v1.AttachedVolume {
+// Snapshot runs compute under the lock and marks its result in flight.
+func (b *Book) Snapshot(node string, compute func() []v1.AttachedVolume) []v1.AttachedVolume {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	want := compute()
-	b.inflight[node] = toSet(want)
+	b.inflight[node] = ToSet(want)
 	return want
 }
 
-// finish records the end of a write; list is what the server now holds
+// Finish records the end of a write; list is what the server now holds
 // (nil with ok=false when the write failed) and rv the Node's
 // resourceVersion that holds it.
-func (b *statusBook) finish(node string, list []v1.AttachedVolume, ok bool, rv string) {
+func (b *Book) Finish(node string, list []v1.AttachedVolume, ok bool, rv string) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	delete(b.inflight, node)
 	if ok {
-		b.written[node] = toSet(list)
+		b.written[node] = ToSet(list)
 		b.rv[node], _ = strconv.ParseInt(rv, 10, 64)
 		delete(b.gone, node)
 	}
 }
 
-// informerBehind reports whether the informer's Node, at resourceVersion
+// InformerBehind reports whether the informer's Node, at resourceVersion
 // rv, is older than the last write to node. The API server's
 // resourceVersions are etcd revisions, which grow with every write; the
 // kube-scheduler's assume cache orders them the same way. A
 // resourceVersion that is not a number makes this false: the informer is
 // trusted, and at worst a list is written twice.
-func (b *statusBook) informerBehind(node, rv string) bool {
+func (b *Book) InformerBehind(node, rv string) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	n, err := strconv.ParseInt(rv, 10, 64)
 	return err == nil && n < b.rv[node]
 }
 
-// nodeGone records that the Node object does not exist.
-func (b *statusBook) nodeGone(node string) {
+// NodeGone records that the Node object does not exist.
+func (b *Book) NodeGone(node string) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	delete(b.written, node)
@@ -102,13 +104,13 @@ func (b *statusBook) nodeGone(node string) {
 	b.gone[node] = true
 }
 
-// forgetNode drops what the book knows about a deleted node once nothing
+// ForgetNode drops what the book knows about a deleted node once nothing
 // of the node is left in the actual state and the informer no longer has
 // the node either, so that the book does not keep every node name the
-// cluster ever had. Without an entry, applyAndCheck asks the informer,
+// cluster ever had. Without an entry, ApplyAndCheck asks the informer,
 // which lists nothing for a node it does not have: the same answer as
 // gone.
-func (b *statusBook) forgetNode(node string) {
+func (b *Book) ForgetNode(node string) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if _, writing := b.inflight[node]; writing {
@@ -119,26 +121,26 @@ func (b *statusBook) forgetNode(node string) {
 	delete(b.rv, node)
 }
 
-// nodeSeen records that the Node object exists (again).
-func (b *statusBook) nodeSeen(node string) {
+// NodeSeen records that the Node object exists (again).
+func (b *Book) NodeSeen(node string) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	delete(b.gone, node)
 }
 
-// lastWritten returns the last written list and whether there was one.
-func (b *statusBook) lastWritten(node string) (map[v1.UniqueVolumeName]struct{}, bool) {
+// LastWritten returns the last written list and whether there was one.
+func (b *Book) LastWritten(node string) (map[v1.UniqueVolumeName]struct{}, bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	s, ok := b.written[node]
 	return s, ok
 }
 
-// applyAndCheck runs apply (an actual state change) under the lock and
+// ApplyAndCheck runs apply (an actual state change) under the lock and
 // reports whether vol may still be listed in node's volumesAttached: in
 // the last write, in a write in flight, or (before any write) in the
 // informer's node status informer.
-func (b *statusBook) applyAndCheck(node string, vol v1.UniqueVolumeName, apply func(), informer func() []v1.AttachedVolume) bool {
+func (b *Book) ApplyAndCheck(node string, vol v1.UniqueVolumeName, apply func(), informer func() []v1.AttachedVolume) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	apply()
@@ -152,13 +154,13 @@ func (b *statusBook) applyAndCheck(node string, vol v1.UniqueVolumeName, apply f
 		_, listed := w[vol]
 		return listed
 	}
-	_, listed := toSet(informer())[vol]
+	_, listed := ToSet(informer())[vol]
 	return listed
 }
 
-// mayBeListed reports whether vol is in node's last written or in-flight
+// MayBeListed reports whether vol is in node's last written or in-flight
 // volumesAttached.
-func (b *statusBook) mayBeListed(node string, vol v1.UniqueVolumeName) bool {
+func (b *Book) MayBeListed(node string, vol v1.UniqueVolumeName) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	_, inflight := b.inflight[node][vol]

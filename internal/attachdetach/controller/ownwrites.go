@@ -7,56 +7,7 @@ import (
 	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-
-	"github.com/latchcsi/latch/internal/attachdetach/state"
 )
-
-// nameBook maps VolumeAttachment names to the keys they belong to, so a
-// VolumeAttachment event is routed without resolving its PV. Names are
-// registered whenever a key is reconciled or rebuilt, and dropped when a
-// pass finds the key neither wanted nor attached and its VolumeAttachment
-// gone (forgetIf), so the book holds one name per live key rather than
-// every name ever seen. A name the book does not know goes through the VA
-// queue, which resolves it.
-type nameBook struct {
-	mu    sync.Mutex
-	names map[string]state.Key
-}
-
-func newNameBook() *nameBook { return &nameBook{names: map[string]state.Key{}} }
-
-func (b *nameBook) set(name string, key state.Key) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.names[name] = key
-}
-
-// forgetIf drops name if it still maps to key and unused reports true;
-// unused runs under the book's lock. Whoever makes a key live again (an
-// adopted VolumeAttachment) records it in the actual state before calling
-// set, so either unused sees the entry or set comes after the drop.
-func (b *nameBook) forgetIf(name string, key state.Key, unused func() bool) bool {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if k, ok := b.names[name]; !ok || k != key || !unused() {
-		return false
-	}
-	delete(b.names, name)
-	return true
-}
-
-func (b *nameBook) len() int {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return len(b.names)
-}
-
-func (b *nameBook) get(name string) (state.Key, bool) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	k, ok := b.names[name]
-	return k, ok
-}
 
 // ownWrites overlays the VolumeAttachment informer with the controller's
 // own writes until the informer shows them, so that a pass right after a
