@@ -89,20 +89,18 @@ type Controller struct {
 	clock    clock.WithTicker
 
 	vaInformer cache.SharedIndexInformer
-	// vaStore is the VolumeAttachment informer's store; it holds
-	// ForeignVA placeholders for other attachers' VAs (see Transform), so
-	// it is read with LookupVA.
-	vaStore cache.Store
-	// pvStore is the PV informer's store; it holds ForeignPV placeholders
-	// for other drivers' PVs (see Transform), so it is read with LookupPV.
-	pvStore    cache.Store
+	// vaCache and pvCache are the only readers of the VolumeAttachment and
+	// PV informers' stores: those hold ForeignVA/ForeignPV placeholders
+	// for other drivers' objects (see Transform), which the readers decode
+	// (decodeVA, decodePV), and every read goes through the overlay of our
+	// own writes (kube.OverlaidStore).
+	vaCache    *kube.OverlaidStore[*storagev1.VolumeAttachment]
+	pvCache    *kube.OverlaidStore[*v1.PersistentVolume]
 	nodeLister storagelisters.CSINodeLister
 	synced     []cache.InformerSynced
 
-	vaWrites *ownWrites[*storagev1.VolumeAttachment]
 	// attachSlots and detachSlots bound the CSI calls in flight per queue.
 	attachSlots, detachSlots callSlots
-	pvWrites                 *ownWrites[*v1.PersistentVolume]
 
 	attach *runner.Runner[string]
 	detach *runner.Runner[string]
@@ -140,9 +138,7 @@ func New(cfg Config, client kubernetes.Interface, factory informers.SharedInform
 	}
 	c := &Controller{
 		cfg: cfg, client: client, csi: csiClient, tr: tr, recorder: recorder, metrics: metrics, clock: cfg.Clock,
-		vaWrites: newOwnWrites[*storagev1.VolumeAttachment](),
-		pvWrites: newOwnWrites[*v1.PersistentVolume](),
-		orphans:  map[string]orphan{},
+		orphans: map[string]orphan{},
 	}
 	if cfg.OrphanNamespace != "" && !cfg.Trivial {
 		c.records = newConfigMapOrphanStore(client, cfg.OrphanNamespace, cfg.Driver.Name)
@@ -151,7 +147,9 @@ func New(cfg Config, client kubernetes.Interface, factory informers.SharedInform
 	pvs := factory.Core().V1().PersistentVolumes()
 	csiNodes := factory.Storage().V1().CSINodes()
 	c.vaInformer = vas.Informer()
-	c.vaStore, c.pvStore, c.nodeLister = c.vaInformer.GetStore(), pvs.Informer().GetStore(), csiNodes.Lister()
+	c.nodeLister = csiNodes.Lister()
+	c.vaCache = kube.NewOverlaidStore(c.vaInformer.GetStore(), decodeVA)
+	c.pvCache = kube.NewOverlaidStore(pvs.Informer().GetStore(), decodePV)
 	c.synced = []cache.InformerSynced{c.vaInformer.HasSynced, pvs.Informer().HasSynced, csiNodes.Informer().HasSynced}
 
 	if err := c.vaInformer.AddIndexers(cache.Indexers{
@@ -274,7 +272,7 @@ func (c *Controller) ours(obj any) (*storagev1.VolumeAttachment, bool) {
 
 func (c *Controller) vaChanged(_, obj any) {
 	va, ok := c.ours(obj)
-	if !ok || c.vaWrites.isOwn(va) {
+	if !ok || c.vaCache.IsOwn(va) {
 		// Our own write coming back through the watch: the pass that
 		// made it already did everything that followed from it.
 		return
@@ -298,7 +296,7 @@ func (c *Controller) vaDeleted(obj any) {
 	if !ok {
 		return
 	}
-	c.vaWrites.forget(va.Name)
+	c.vaCache.Forget(va.Name)
 	if va.Spec.Source.PersistentVolumeName != nil {
 		// The PV may have been waiting for this VA to go before its
 		// finalizer can be removed.
@@ -313,7 +311,7 @@ func (c *Controller) pvDeleted(obj any) {
 		obj = tomb.Obj
 	}
 	if pv, ok := obj.(*v1.PersistentVolume); ok {
-		c.pvWrites.forget(pv.Name)
+		c.pvCache.Forget(pv.Name)
 	}
 }
 
@@ -321,7 +319,7 @@ func (c *Controller) pvChanged(oldObj, obj any) {
 	var name string
 	switch pv := obj.(type) {
 	case *v1.PersistentVolume:
-		if c.pvWrites.isOwn(pv) {
+		if c.pvCache.IsOwn(pv) {
 			return
 		}
 		if pv.DeletionTimestamp != nil && slices.Contains(pv.Finalizers, kube.PVFinalizer(c.cfg.Driver.Name)) {

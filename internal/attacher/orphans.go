@@ -290,7 +290,7 @@ func (c *Controller) otherOwner(name string, o orphan) string {
 		if !ok || va.Name == name {
 			continue
 		}
-		if c.ownsPublication(c.vaWrites.resolve(va), o) {
+		if c.ownsPublication(c.vaCache.Resolve(va), o) {
 			return va.Name
 		}
 	}

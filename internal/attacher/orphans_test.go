@@ -110,7 +110,7 @@ func TestOrphanRecordedBeforeUnpublishAndRemovedAfter(t *testing.T) {
 	if rec.VolumeHandle != "handle-pv-a" || rec.NodeID != "node-1-id" || rec.NodeName != "node-1" || rec.UID != "uid-va-a" || rec.SecretRef != "ns/s" {
 		t.Errorf("record = %+v", rec)
 	}
-	f.waitFor("VA gone from the cache", func() bool { _, exists, _ := f.ctrl.vaStore.GetByKey("va-a"); return !exists })
+	f.waitFor("VA gone from the cache", func() bool { _, exists, _ := f.vaStore.GetByKey("va-a"); return !exists })
 	if _, err := f.ctrl.syncAttach(f.ctx, "va-a"); err != nil {
 		t.Fatalf("retry: %v", err)
 	}

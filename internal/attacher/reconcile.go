@@ -31,10 +31,10 @@ func (c *Controller) runReconciler(ctx context.Context) {
 func (c *Controller) reconcileOnce(ctx context.Context) error {
 	logger := klog.FromContext(ctx)
 	var before []*storagev1.VolumeAttachment
-	for _, obj := range c.vaStore.List() {
-		// Other attachers' VAs are ForeignVA placeholders.
-		if va, ok := c.ours(obj); ok {
-			before = append(before, c.vaWrites.resolve(va))
+	for _, va := range c.vaCache.List() {
+		// (Other attachers' VAs are ForeignVA placeholders, left out.)
+		if va.Spec.Attacher == c.cfg.Driver.Name {
+			before = append(before, va)
 		}
 	}
 	orphans := c.orphanSnapshot()

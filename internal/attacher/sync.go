@@ -222,7 +222,7 @@ func (c *Controller) releaseVA(ctx context.Context, va *storagev1.VolumeAttachme
 	if err != nil {
 		return fmt.Errorf("remove finalizer from VolumeAttachment %q: %w", va.Name, err)
 	}
-	c.vaWrites.recordIn(c.vaStore, va.ResourceVersion, updated)
+	c.vaCache.Record(va.ResourceVersion, updated)
 	if len(updated.Finalizers) == 0 {
 		return nil
 	}
@@ -382,7 +382,7 @@ func (c *Controller) writeStatus(ctx context.Context, va *storagev1.VolumeAttach
 	if err != nil {
 		return fmt.Errorf("update status of VolumeAttachment %q: %w", va.Name, err)
 	}
-	c.vaWrites.record(va.ResourceVersion, updated)
+	c.vaCache.Record(va.ResourceVersion, updated)
 	return nil
 }
 
@@ -396,7 +396,7 @@ func (c *Controller) patchVAMetadata(ctx context.Context, va *storagev1.VolumeAt
 	if err != nil {
 		return nil, fmt.Errorf("add finalizer and node ID to VolumeAttachment %q: %w", va.Name, err)
 	}
-	c.vaWrites.record(va.ResourceVersion, updated)
+	c.vaCache.Record(va.ResourceVersion, updated)
 	return updated, nil
 }
 
@@ -410,7 +410,7 @@ func (c *Controller) addPVFinalizer(ctx context.Context, pv *v1.PersistentVolume
 	if err != nil {
 		return fmt.Errorf("add finalizer to PersistentVolume %q: %w", pv.Name, err)
 	}
-	c.pvWrites.record(pv.ResourceVersion, updated)
+	c.pvCache.Record(pv.ResourceVersion, updated)
 	return nil
 }
 
@@ -444,7 +444,7 @@ func (c *Controller) syncPV(ctx context.Context, name string) (runner.Result, er
 	if err != nil {
 		return runner.Result{}, fmt.Errorf("remove finalizer from PersistentVolume %q: %w", name, err)
 	}
-	c.pvWrites.recordIn(c.pvStore, pv.ResourceVersion, updated)
+	c.pvCache.Record(pv.ResourceVersion, updated)
 	klog.FromContext(ctx).V(2).Info("Removed PersistentVolume finalizer", "persistentVolume", name)
 	return runner.Result{}, nil
 }
@@ -467,31 +467,19 @@ func (c *Controller) observe(va *storagev1.VolumeAttachment) (decide.Observed, e
 }
 
 func (c *Controller) getVA(name string) (*storagev1.VolumeAttachment, error) {
-	va, err := LookupVA(c.vaStore, name)
-	if err != nil {
+	va, ok, err := c.vaCache.Get(name)
+	if err != nil || !ok || va.Spec.Attacher != c.cfg.Driver.Name {
 		return nil, err
-	}
-	if va == nil {
-		c.vaWrites.forget(name)
-		return nil, nil
-	}
-	va = c.vaWrites.resolve(va)
-	if va.Spec.Attacher != c.cfg.Driver.Name {
-		return nil, nil
 	}
 	return va, nil
 }
 
 func (c *Controller) getPV(name string) (*v1.PersistentVolume, error) {
-	pv, err := LookupPV(c.pvStore, name)
-	if apierrors.IsNotFound(err) {
-		c.pvWrites.forget(name)
-		return nil, nil
-	}
-	if err != nil {
+	pv, ok, err := c.pvCache.Get(name)
+	if err != nil || !ok {
 		return nil, err
 	}
-	return c.pvWrites.resolve(pv), nil
+	return pv, nil
 }
 
 func (c *Controller) getCSINode(name string) (*storagev1.CSINode, error) {

@@ -241,6 +241,30 @@ func LookupVA(store cache.Store, name string) (*storagev1.VolumeAttachment, erro
 	}
 }
 
+// decodeVA is the kube.Decoder of the VolumeAttachment store: a
+// ForeignVA placeholder is not ours (ok=false).
+func decodeVA(obj any) (*storagev1.VolumeAttachment, bool, error) {
+	switch o := obj.(type) {
+	case *storagev1.VolumeAttachment:
+		return o, true, nil
+	case *ForeignVA:
+		return nil, false, nil
+	}
+	return nil, false, fmt.Errorf("unexpected %T in the VolumeAttachment cache", obj)
+}
+
+// decodePV is the kube.Decoder of the PV store: a ForeignPV placeholder
+// stands in as the minimal PV the decisions need (ForeignPV.PV).
+func decodePV(obj any) (*v1.PersistentVolume, bool, error) {
+	switch o := obj.(type) {
+	case *v1.PersistentVolume:
+		return o, true, nil
+	case *ForeignPV:
+		return o.PV(), true, nil
+	}
+	return nil, false, fmt.Errorf("unexpected %T in the PersistentVolume cache", obj)
+}
+
 // sharedCSISources hands out one CSIPersistentVolumeSource per driver name
 // for trimmed PVs. It stops sharing (and allocates per PV) beyond
 // maxSharedCSISources names, so a cluster with unusual driver names cannot

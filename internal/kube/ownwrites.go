@@ -1,4 +1,4 @@
-package attacher
+package kube
 
 import (
 	"sync"
@@ -9,7 +9,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 )
 
-// ownWrites lets the controller read its own writes before the informer
+// OwnWrites lets the controller read its own writes before the informer
 // delivers them.
 //
 // Upstream's attacher reads VolumeAttachments from the informer cache right
@@ -31,7 +31,7 @@ import (
 // apimachinery's resourceversion.CompareResourceVersion defines that
 // ordering for kube-apiserver's integer resourceVersions; one that is not
 // well formed falls back to equality only.
-type ownWrites[T metav1.Object] struct {
+type OwnWrites[T metav1.Object] struct {
 	mu sync.Mutex
 	m  map[string]*ownWrite[T]
 }
@@ -61,13 +61,13 @@ func deletedBy[T metav1.Object](written T) bool {
 	return written.GetDeletionTimestamp() != nil && len(written.GetFinalizers()) == 0
 }
 
-func newOwnWrites[T metav1.Object]() *ownWrites[T] {
-	return &ownWrites[T]{m: map[string]*ownWrite[T]{}}
+func NewOwnWrites[T metav1.Object]() *OwnWrites[T] {
+	return &OwnWrites[T]{m: map[string]*ownWrite[T]{}}
 }
 
-// record notes that the object at resourceVersion before was replaced by
+// Record notes that the object at resourceVersion before was replaced by
 // written.
-func (w *ownWrites[T]) record(before string, written T) {
+func (w *OwnWrites[T]) Record(before string, written T) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	name := written.GetName()
@@ -83,24 +83,24 @@ func (w *ownWrites[T]) record(before string, written T) {
 	w.m[name] = &ownWrite[T]{written: written, stale: sets.New(before), ours: sets.New[string](), deleted: deleted}
 }
 
-// recordIn is record for a write that may have deleted the object (the
+// RecordIn is Record for a write that may have deleted the object (the
 // removal of its last finalizer). The informer's delete handler forgets
 // the entry, but it may have run before this record; the informer empties
 // its store before it calls the handler, so if store has no object of
 // that name any more, the entry is forgotten here at once.
-func (w *ownWrites[T]) recordIn(store cache.Store, before string, written T) {
-	w.record(before, written)
+func (w *OwnWrites[T]) RecordIn(store cache.Store, before string, written T) {
+	w.Record(before, written)
 	if !deletedBy(written) {
 		return
 	}
 	if _, exists, err := store.GetByKey(written.GetName()); err == nil && !exists {
-		w.forget(written.GetName())
+		w.Forget(written.GetName())
 	}
 }
 
-// resolve returns the freshest known version of cached: our own write when
+// Resolve returns the freshest known version of cached: our own write when
 // the cache still holds a version that write replaced, else cached.
-func (w *ownWrites[T]) resolve(cached T) T {
+func (w *OwnWrites[T]) Resolve(cached T) T {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	e, ok := w.m[cached.GetName()]
@@ -119,11 +119,11 @@ func (w *ownWrites[T]) resolve(cached T) T {
 	return cached
 }
 
-// isOwn reports whether obj is exactly a version we wrote, so that its watch
+// IsOwn reports whether obj is exactly a version we wrote, so that its watch
 // event needs no new pass. Such an event means the informer's cache now
 // holds our write (client-go updates the store before it notifies), so
 // the entry is dropped: a volume at rest keeps no copy of its last write.
-func (w *ownWrites[T]) isOwn(obj T) bool {
+func (w *OwnWrites[T]) IsOwn(obj T) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	e, ok := w.m[obj.GetName()]
@@ -145,8 +145,8 @@ func (w *ownWrites[T]) isOwn(obj T) bool {
 	return true
 }
 
-// forget drops everything known about name (the object was deleted).
-func (w *ownWrites[T]) forget(name string) {
+// Forget drops everything known about name (the object was deleted).
+func (w *OwnWrites[T]) Forget(name string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	delete(w.m, name)
@@ -157,4 +157,12 @@ func (w *ownWrites[T]) forget(name string) {
 func olderThan(a, b string) bool {
 	c, err := resourceversion.CompareResourceVersion(a, b)
 	return err == nil && c < 0
+}
+
+// Len returns how many objects have an entry: writes the cache has not
+// shown yet, and deletions not delivered yet. A volume at rest has none.
+func (w *OwnWrites[T]) Len() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.m)
 }

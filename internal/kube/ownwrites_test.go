@@ -1,4 +1,4 @@
-package attacher
+package kube
 
 import (
 	"testing"
@@ -19,22 +19,22 @@ func vaAt(rv string, attached bool) *storagev1.VolumeAttachment {
 // (11) that the cache delivers first: 11 must not count as the truth, or
 // the just-attached volume looks unattached and is published again.
 func TestOwnWrites_anotherClientsOlderVersionInTheCacheResolvesToOurWrite(t *testing.T) {
-	w := newOwnWrites[*storagev1.VolumeAttachment]()
-	w.record("10", vaAt("12", true))
+	w := NewOwnWrites[*storagev1.VolumeAttachment]()
+	w.Record("10", vaAt("12", true))
 	for _, rv := range []string{"10", "11"} {
-		if got := w.resolve(vaAt(rv, false)); got.ResourceVersion != "12" || !got.Status.Attached {
+		if got := w.Resolve(vaAt(rv, false)); got.ResourceVersion != "12" || !got.Status.Attached {
 			t.Errorf("cache at %s resolved to rv %s attached=%v, want our write (12, attached)", rv, got.ResourceVersion, got.Status.Attached)
 		}
 	}
-	if w.isOwn(vaAt("11", false)) {
+	if w.IsOwn(vaAt("11", false)) {
 		t.Errorf("isOwn: another client's version counted as ours")
 	}
 	// The cache caught up (or moved past us): it is the truth again and the
 	// entry is dropped.
-	if got := w.resolve(vaAt("13", true)); got.ResourceVersion != "13" {
+	if got := w.Resolve(vaAt("13", true)); got.ResourceVersion != "13" {
 		t.Errorf("cache at 13 resolved to %s, want the cache", got.ResourceVersion)
 	}
-	if got := w.resolve(vaAt("11", false)); got.ResourceVersion != "11" {
+	if got := w.Resolve(vaAt("11", false)); got.ResourceVersion != "11" {
 		t.Errorf("after the entry was dropped, resolve returned %s, want the cache", got.ResourceVersion)
 	}
 }
@@ -42,13 +42,13 @@ func TestOwnWrites_anotherClientsOlderVersionInTheCacheResolvesToOurWrite(t *tes
 // resourceVersions that are not well-formed integers are compared for
 // equality only: nothing is assumed about their order.
 func TestOwnWrites_opaqueResourceVersionsComparedForEqualityOnly(t *testing.T) {
-	w := newOwnWrites[*storagev1.VolumeAttachment]()
-	w.record("a", vaAt("c", true))
-	if got := w.resolve(vaAt("a", false)); got.ResourceVersion != "c" {
+	w := NewOwnWrites[*storagev1.VolumeAttachment]()
+	w.Record("a", vaAt("c", true))
+	if got := w.Resolve(vaAt("a", false)); got.ResourceVersion != "c" {
 		t.Errorf("the version we replaced resolved to %s, want our write", got.ResourceVersion)
 	}
-	w.record("a", vaAt("c", true))
-	if got := w.resolve(vaAt("b", false)); got.ResourceVersion != "b" {
+	w.Record("a", vaAt("c", true))
+	if got := w.Resolve(vaAt("b", false)); got.ResourceVersion != "b" {
 		t.Errorf("an unknown opaque version resolved to %s, want the cache", got.ResourceVersion)
 	}
 }
@@ -56,15 +56,15 @@ func TestOwnWrites_opaqueResourceVersionsComparedForEqualityOnly(t *testing.T) {
 // The watch delivering exactly our write means the cache holds it: the
 // entry goes, so volumes at rest keep no copy of their last write.
 func TestOwnWrites_ourVersionDeliveredByTheWatchDropsTheEntry(t *testing.T) {
-	w := newOwnWrites[*storagev1.VolumeAttachment]()
-	w.record("10", vaAt("12", true))
-	if !w.isOwn(vaAt("12", true)) {
+	w := NewOwnWrites[*storagev1.VolumeAttachment]()
+	w.Record("10", vaAt("12", true))
+	if !w.IsOwn(vaAt("12", true)) {
 		t.Fatal("our written version not recognised")
 	}
 	if len(w.m) != 0 {
 		t.Errorf("entries after the watch delivered our write: %d, want 0", len(w.m))
 	}
-	if w.isOwn(vaAt("12", true)) {
+	if w.IsOwn(vaAt("12", true)) {
 		t.Errorf("a second delivery of the same version counted as ours after the entry was dropped")
 	}
 }
@@ -89,19 +89,19 @@ func deletedByOurWrite(rv string) (withFinalizer, answer *storagev1.VolumeAttach
 // entry must survive it, or a pass in the meantime sees our finalizer on
 // the cached version and unpublishes the volume a second time.
 func TestOwnWrites_lastFinalizerRemovalSurvivesTheLateEventOfTheVersionItDeleted(t *testing.T) {
-	w := newOwnWrites[*storagev1.VolumeAttachment]()
+	w := NewOwnWrites[*storagev1.VolumeAttachment]()
 	before, written := deletedByOurWrite("10")
-	w.record("10", written)
+	w.Record("10", written)
 
 	requireDeletedVersionStaysHidden(t, w, before, "10")
 	// Gone: the informer's delete drops the entry.
-	w.forget("va")
-	if got := w.resolve(before); len(got.Finalizers) != 1 {
+	w.Forget("va")
+	if got := w.Resolve(before); len(got.Finalizers) != 1 {
 		t.Errorf("after forget, resolve returned finalizers %v, want the cache", got.Finalizers)
 	}
 	// A new object of the same name (a later resourceVersion) is the truth.
-	w.record("10", written)
-	if got := w.resolve(vaAt("15", false)); got.ResourceVersion != "15" {
+	w.Record("10", written)
+	if got := w.Resolve(vaAt("15", false)); got.ResourceVersion != "15" {
 		t.Errorf("a newer object of the same name resolved to %s, want the cache", got.ResourceVersion)
 	}
 }
@@ -112,9 +112,9 @@ func TestOwnWrites_lastFinalizerRemovalSurvivesTheLateEventOfTheVersionItDeleted
 // 11: a version that still has our finalizer. Neither its late event nor a
 // read of it from the cache may show the finalizer again.
 func TestOwnWrites_lastFinalizerRemovalAppliedToAnotherClientsVersion(t *testing.T) {
-	w := newOwnWrites[*storagev1.VolumeAttachment]()
+	w := NewOwnWrites[*storagev1.VolumeAttachment]()
 	other, gone := deletedByOurWrite("11")
-	w.record("10", gone)
+	w.Record("10", gone)
 
 	requireDeletedVersionStaysHidden(t, w, other, "10", "11")
 }
@@ -122,15 +122,15 @@ func TestOwnWrites_lastFinalizerRemovalAppliedToAnotherClientsVersion(t *testing
 // requireDeletedVersionStaysHidden checks that the late event of the
 // version our write deleted needs no pass, and that after it the cache at
 // each of cachedRVs still resolves to our write, without finalizers.
-func requireDeletedVersionStaysHidden(t *testing.T, w *ownWrites[*storagev1.VolumeAttachment], deleted *storagev1.VolumeAttachment, cachedRVs ...string) {
+func requireDeletedVersionStaysHidden(t *testing.T, w *OwnWrites[*storagev1.VolumeAttachment], deleted *storagev1.VolumeAttachment, cachedRVs ...string) {
 	t.Helper()
-	if !w.isOwn(deleted) {
+	if !w.IsOwn(deleted) {
 		t.Errorf("isOwn(the version our write deleted) = false, want true: it needs no pass of its own")
 	}
 	for _, rv := range cachedRVs {
 		cached := deleted.DeepCopy()
 		cached.ResourceVersion = rv
-		if got := w.resolve(cached); len(got.Finalizers) != 0 {
+		if got := w.Resolve(cached); len(got.Finalizers) != 0 {
 			t.Errorf("after the late event, the cache at %s resolved to finalizers %v, want our write without them", rv, got.Finalizers)
 		}
 	}
@@ -143,8 +143,8 @@ func TestOwnWrites_recordInForgetsADeletionTheInformerAlreadyShowed(t *testing.T
 	store := cache.NewStore(cache.MetaNamespaceKeyFunc)
 	withFinalizer, answer := deletedByOurWrite("10")
 
-	w := newOwnWrites[*storagev1.VolumeAttachment]()
-	w.recordIn(store, "10", answer)
+	w := NewOwnWrites[*storagev1.VolumeAttachment]()
+	w.RecordIn(store, "10", answer)
 	if len(w.m) != 0 {
 		t.Errorf("entries after recording a deletion the store already shows = %d, want 0", len(w.m))
 	}
@@ -153,8 +153,8 @@ func TestOwnWrites_recordInForgetsADeletionTheInformerAlreadyShowed(t *testing.T
 	if err := store.Add(withFinalizer); err != nil {
 		t.Fatal(err)
 	}
-	w.recordIn(store, "10", answer)
-	if got := w.resolve(withFinalizer); len(got.Finalizers) != 0 {
+	w.RecordIn(store, "10", answer)
+	if got := w.Resolve(withFinalizer); len(got.Finalizers) != 0 {
 		t.Errorf("cached version resolved to finalizers %v, want our write without them", got.Finalizers)
 	}
 }

@@ -1,4 +1,4 @@
-package attacher
+package kube
 
 import (
 	"testing"
@@ -12,21 +12,21 @@ import (
 // be retried at once (a second ControllerPublish for an oversized publish
 // context). Another client's version is still not ours.
 func TestOwnWrites_intermediateVersionOfOurChainIsOwn(t *testing.T) {
-	w := newOwnWrites[*storagev1.VolumeAttachment]()
-	w.record("10", vaAt("11", false))
-	w.record("11", vaAt("12", false))
-	if !w.isOwn(vaAt("11", false)) {
+	w := NewOwnWrites[*storagev1.VolumeAttachment]()
+	w.Record("10", vaAt("11", false))
+	w.Record("11", vaAt("12", false))
+	if !w.IsOwn(vaAt("11", false)) {
 		t.Fatalf("isOwn(11): the first write of our chain not recognised")
 	}
-	if w.isOwn(vaAt("10", false)) {
+	if w.IsOwn(vaAt("10", false)) {
 		t.Fatalf("isOwn(10): the version we read (another client's) counted as ours")
 	}
 	// The intermediate event leaves the entry: the cache is still behind
 	// our last write.
-	if got := w.resolve(vaAt("11", false)); got.ResourceVersion != "12" {
+	if got := w.Resolve(vaAt("11", false)); got.ResourceVersion != "12" {
 		t.Fatalf("cache at 11 resolved to %s, want our last write 12", got.ResourceVersion)
 	}
-	if !w.isOwn(vaAt("12", false)) {
+	if !w.IsOwn(vaAt("12", false)) {
 		t.Fatalf("isOwn(12): our last write not recognised")
 	}
 }
