@@ -1,6 +1,6 @@
 // Package controller is the I/O half of latch's attach/detach controller:
 // informers and their event handlers feed the desired and actual state of
-// the world (internal/attachdetach/state) and enqueue the (volume, node)
+// the world (internal/attachdetach/state) and wake (wake.go) the (volume, node)
 // keys a change affects; a runner of workers gathers the facts for one key,
 // calls decide.Decide and executes the plan against the API server; a
 // second runner keeps every Node's status.volumesAttached exact, batched
@@ -97,13 +97,8 @@ type Controller struct {
 	csiNodeLister storagelisters.CSINodeLister
 	synced        []cache.InformerSynced
 
-	// keys reconciles (volume, node) keys; podQueue records Pods in the
-	// desired state; nodes writes node statuses; vaQueue routes
-	// VolumeAttachments the name book does not know.
-	keys     *runner.Runner[state.Key]
-	podQueue *runner.Runner[string]
-	nodes    *runner.Runner[string]
-	vaQueue  *runner.Runner[string]
+	// wake owns the four queues and every wake-up (see wake.go).
+	wake *wake
 
 	status *nodestatus.Book
 	writes *ownWrites
@@ -183,10 +178,18 @@ func New(cfg Config, client kubernetes.Interface, factory informers.SharedInform
 			RetryIntervalStart: cfg.RetryIntervalStart, RetryIntervalMax: cfg.RetryIntervalMax,
 		}
 	}
-	c.keys = runner.New[state.Key](runner.ReconcilerFunc[state.Key](c.syncKey), opts("attachdetach_volumes", cfg.Workers))
-	c.podQueue = runner.New[string](runner.ReconcilerFunc[string](c.syncPod), opts("attachdetach_pods", cfg.Workers))
-	c.nodes = runner.New[string](runner.ReconcilerFunc[string](c.syncNodeStatus), opts("attachdetach_node_status", cfg.NodeStatusWorkers))
-	c.vaQueue = runner.New[string](runner.ReconcilerFunc[string](c.syncVA), opts("attachdetach_volumeattachments", 2))
+	c.wake = &wake{
+		keys:            runner.New[state.Key](runner.ReconcilerFunc[state.Key](c.syncKey), opts("attachdetach_volumes", cfg.Workers)),
+		pods:            runner.New[string](runner.ReconcilerFunc[string](c.syncPod), opts("attachdetach_pods", cfg.Workers)),
+		nodeStatus:      runner.New[string](runner.ReconcilerFunc[string](c.syncNodeStatus), opts("attachdetach_node_status", cfg.NodeStatusWorkers)),
+		vas:             runner.New[string](runner.ReconcilerFunc[string](c.syncVA), opts("attachdetach_volumeattachments", 2)),
+		dsw:             c.dsw,
+		asw:             c.asw,
+		names:           c.names,
+		podIndex:        c.pods.GetIndexer(),
+		pvIndex:         c.pvs.GetIndexer(),
+		migrationByNode: byNode,
+	}
 
 	if err := c.addHandlers(nodes, pvcs, drivers, vas, csiNodes); err != nil {
 		return nil, err
@@ -198,7 +201,11 @@ func New(cfg Config, client kubernetes.Interface, factory informers.SharedInform
 // BacklogCollectors returns the backlog age collectors of the work
 // queues, for the binary to register.
 func (c *Controller) BacklogCollectors() []metrics.StableCollector {
-	return []metrics.StableCollector{c.keys.BacklogCollector(), c.podQueue.BacklogCollector(), c.nodes.BacklogCollector(), c.vaQueue.BacklogCollector()}
+	var out []metrics.StableCollector
+	for _, q := range c.wake.runners() {
+		out = append(out, q.BacklogCollector())
+	}
+	return out
 }
 
 // Run waits for the caches, rebuilds the actual state, starts the workers
@@ -214,7 +221,7 @@ func (c *Controller) Run(ctx context.Context) error {
 		"verifyPeriod", c.cfg.VerifyPeriod, "csiMigrationByNode", c.cfg.MigrationByNode)
 
 	var wg sync.WaitGroup
-	queues := []interface{ Run(context.Context) error }{c.keys, c.podQueue, c.nodes, c.vaQueue}
+	queues := c.wake.runners()
 	errs := make(chan error, len(queues))
 	for _, q := range queues {
 		wg.Go(func() { errs <- q.Run(ctx) })

@@ -48,7 +48,7 @@ func (c *Controller) csiNodeChanged(oldObj, obj any) {
 		// the annotation matters here.
 		return
 	}
-	c.enqueueMigrationKeys(cn.Name)
+	c.wake.MigrationKeys(cn.Name)
 }
 
 func (c *Controller) csiNodeDeleted(obj any) {
@@ -56,31 +56,7 @@ func (c *Controller) csiNodeDeleted(obj any) {
 	if !ok {
 		return
 	}
-	c.enqueueMigrationKeys(cn.Name)
-}
-
-// enqueueMigrationKeys enqueues the keys of node whose decision depends on
-// the node's CSINode: volumes wanted there that were translated from a
-// plugin in Config.MigrationByNode. The desired state is indexed by node,
-// so this reads only that node's volumes. Attached volumes nobody wants
-// any more do not depend on the CSINode and are not enqueued.
-func (c *Controller) enqueueMigrationKeys(node string) {
-	for _, k := range c.migrationKeys(node) {
-		c.keys.Enqueue(k)
-	}
-}
-
-func (c *Controller) migrationKeys(node string) []state.Key {
-	if len(c.decide.MigrationByNode) == 0 {
-		return nil
-	}
-	var out []state.Key
-	for _, w := range c.dsw.VolumesOnNode(node) {
-		if c.decide.MigrationByNode[w.Volume.MigratedFrom] {
-			out = append(out, state.Key{Volume: w.Volume.UniqueName, Node: node})
-		}
-	}
-	return out
+	c.wake.MigrationKeys(cn.Name)
 }
 
 // migrationWaits tracks the keys whose last pass waited for their node to

@@ -211,7 +211,7 @@ func TestMigrationByNode_deletedCSINodeOfWaitingNode_eventNamesMissingCSINode_on
 
 	// The keys a CSINode change enqueues are the gated volumes wanted on
 	// that node only.
-	enqueued := w.c.migrationKeys("node-a")
+	enqueued := w.c.wake.migrationKeys("node-a")
 	if len(enqueued) != 1 || enqueued[0].Node != "node-a" || !strings.Contains(string(enqueued[0].Volume), "disk-a") {
 		t.Errorf("keys for a CSINode change of node-a = %v, want disk-a's on node-a", enqueued)
 	}

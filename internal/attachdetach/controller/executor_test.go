@@ -182,7 +182,7 @@ func TestExecutor_multiAttachConflict_oneEventThenAttachAfterRelease(t *testing.
 	// The key is decided again and again (every change of the volume on
 	// either node does that); the warning is not repeated.
 	for range 5 {
-		w.c.enqueueVolumes(w.c.asw.Keys())
+		w.c.wake.Volumes(w.c.asw.Keys())
 		time.Sleep(20 * time.Millisecond)
 	}
 	w.noNewWrites(2, 300*time.Millisecond, "conflict")
@@ -234,7 +234,7 @@ func (w *fakeWorld) settle() {
 	quiet := 0
 	w.eventually("queues drained", func() bool {
 		c := w.c
-		if c.keys.Len()+c.podQueue.Len()+c.nodes.Len()+c.vaQueue.Len() == 0 {
+		if c.wake.backlog() == 0 {
 			quiet++
 		} else {
 			quiet = 0
@@ -342,7 +342,7 @@ func TestNodeStatus_informerNotShowingOurWriteYet_noRepeatedWrite(t *testing.T) 
 	// Every pass now compares the same wanted list with a stale informer
 	// copy; the server already holds that list.
 	for range 3 {
-		w.c.nodes.Enqueue("node-a")
+		w.c.wake.NodeStatus("node-a")
 		w.settle()
 	}
 	if got := w.nodePatches("node-a"); len(got) != 1 {
@@ -376,7 +376,7 @@ func TestExecutor_ownDeleteNotYetInTheInformer_exclusiveVolumeStillBlocksTheOthe
 	// Any change of the volume decides both nodes again; the deleted
 	// VolumeAttachment must still count as there, being deleted.
 	for range 3 {
-		w.c.enqueueVolumes([]state.Key{{Volume: vol, Node: "node-a"}})
+		w.c.wake.Volumes([]state.Key{{Volume: vol, Node: "node-a"}})
 		w.settle()
 	}
 	w.noNewWrites(4, 100*time.Millisecond, "node-a's detach not confirmed yet")

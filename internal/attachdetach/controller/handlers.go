@@ -10,14 +10,13 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/latchcsi/latch/internal/attachdetach/decide"
-	"github.com/latchcsi/latch/internal/attachdetach/state"
 	"github.com/latchcsi/latch/internal/kube"
 )
 
 // Event handlers. They never call the API server and never resolve
 // volumes: they update the in-memory state where the change is a plain
-// observation (a node's volumesInUse, a node appearing) and enqueue the
-// keys, Pods or nodes the change affects. Everything that needs a context
+// observation (a node's volumesInUse, a node appearing) and wake (wake.go)
+// the keys, Pods or nodes the change affects. Everything that needs a context
 // (resolving volumes, API writes) happens in a worker.
 
 func (c *Controller) addHandlers(nodes, pvcs, drivers, vas, csiNodes cache.SharedIndexInformer) error {
@@ -88,7 +87,7 @@ func (c *Controller) podChanged(oldObj, obj any) {
 		// looks at; spec.volumes and spec.nodeName are immutable.
 		return
 	}
-	c.podQueue.Enqueue(state.PodKey(pod.Namespace, pod.Name))
+	c.wake.Pod(pod.Namespace, pod.Name)
 }
 
 // podVolumesUnchanged: only whether the pod still needs its volumes can
@@ -102,20 +101,7 @@ func (c *Controller) podDeleted(obj any) {
 	if !ok {
 		return
 	}
-	c.podQueue.Enqueue(state.PodKey(pod.Namespace, pod.Name))
-}
-
-// enqueuePodsBy enqueues the Pods that the pod index lists under value.
-func (c *Controller) enqueuePodsBy(index, value string) {
-	objs, err := c.pods.GetIndexer().ByIndex(index, value)
-	if err != nil {
-		return
-	}
-	for _, obj := range objs {
-		if pod, ok := obj.(*v1.Pod); ok {
-			c.podQueue.Enqueue(state.PodKey(pod.Namespace, pod.Name))
-		}
-	}
+	c.wake.Pod(pod.Namespace, pod.Name)
 }
 
 // --- PVCs, PVs, CSIDrivers: re-resolve the Pods that use them ---
@@ -129,7 +115,7 @@ func (c *Controller) pvcChanged(oldObj, obj any) {
 		old.Spec.VolumeName == pvc.Spec.VolumeName && old.Status.Phase == pvc.Status.Phase {
 		return
 	}
-	c.enqueuePodsBy(podByClaimIndex, claimKey(pvc.Namespace, pvc.Name))
+	c.wake.PodsBy(podByClaimIndex, claimKey(pvc.Namespace, pvc.Name))
 }
 
 func (c *Controller) pvChanged(oldObj, obj any) {
@@ -142,7 +128,7 @@ func (c *Controller) pvChanged(oldObj, obj any) {
 		return
 	}
 	if ref := pv.Spec.ClaimRef; ref != nil {
-		c.enqueuePodsBy(podByClaimIndex, claimKey(ref.Namespace, ref.Name))
+		c.wake.PodsBy(podByClaimIndex, claimKey(ref.Namespace, ref.Name))
 	}
 }
 
@@ -154,16 +140,7 @@ func (c *Controller) csiDriverChanged(oldObj, obj any) {
 	if old, ok := oldObj.(*storagev1.CSIDriver); ok && attachRequired(old) == attachRequired(drv) {
 		return
 	}
-	c.enqueuePodsBy(podByInlineDriverIndex, drv.Name)
-	pvs, err := c.pvs.GetIndexer().ByIndex(pvByDriverIndex, drv.Name)
-	if err != nil {
-		return
-	}
-	for _, obj := range pvs {
-		if pv, ok := obj.(*v1.PersistentVolume); ok && pv.Spec.ClaimRef != nil {
-			c.enqueuePodsBy(podByClaimIndex, claimKey(pv.Spec.ClaimRef.Namespace, pv.Spec.ClaimRef.Name))
-		}
-	}
+	c.wake.PodsOfDriver(drv.Name)
 }
 
 func attachRequired(d *storagev1.CSIDriver) bool {
@@ -180,22 +157,20 @@ func (c *Controller) nodeChanged(oldObj, obj any) {
 	old, _ := oldObj.(*v1.Node)
 	_, managed := node.Annotations[kube.ControllerManagedAttachAnnotation]
 	wasManaged := c.dsw.NodeManaged(node.Name)
-	c.enqueueVolumes(c.dsw.AddNode(node.Name, managed))
+	c.wake.Volumes(c.dsw.AddNode(node.Name, managed))
 	// The node's volumesInUse decides which detaches may go ahead.
-	for _, k := range c.asw.SetVolumesInUse(node.Name, node.Status.VolumesInUse) {
-		c.keys.Enqueue(k)
-	}
+	c.wake.Keys(c.asw.SetVolumesInUse(node.Name, node.Status.VolumesInUse))
 	if managed && !wasManaged {
 		// Pods that arrived before the node (or before it was managed)
 		// were not recorded; record them now.
-		c.enqueuePodsBy(podByNodeIndex, node.Name)
+		c.wake.PodsBy(podByNodeIndex, node.Name)
 	}
 	if old == nil || decide.NodeFactsOf(old) != decide.NodeFactsOf(node) {
 		// Readiness and the out-of-service taint change detach rules.
-		c.enqueueNode(node.Name)
+		c.wake.NodeKeys(node.Name)
 	}
 	if old == nil || !slices.Equal(old.Status.VolumesAttached, node.Status.VolumesAttached) {
-		c.nodes.Enqueue(node.Name)
+		c.wake.NodeStatus(node.Name)
 	}
 }
 
@@ -204,40 +179,10 @@ func (c *Controller) nodeDeleted(obj any) {
 	if !ok {
 		return
 	}
-	c.enqueueVolumes(c.dsw.DeleteNode(node.Name))
+	c.wake.Volumes(c.dsw.DeleteNode(node.Name))
 	c.asw.DeleteNode(node.Name)
-	c.enqueueNode(node.Name)
-	c.nodes.Enqueue(node.Name)
-}
-
-// enqueueNode enqueues every key on node, wanted or attached.
-func (c *Controller) enqueueNode(node string) {
-	for _, e := range c.asw.ForNode(node) {
-		c.keys.Enqueue(e.Key)
-	}
-	for _, w := range c.dsw.VolumesOnNode(node) {
-		c.keys.Enqueue(state.Key{Volume: w.Volume.UniqueName, Node: node})
-	}
-}
-
-// enqueueVolumes enqueues keys and every other key of their volumes: the
-// decision for one node of a volume depends on its other nodes
-// (multi-attach).
-func (c *Controller) enqueueVolumes(keys []state.Key) {
-	done := map[v1.UniqueVolumeName]bool{}
-	for _, k := range keys {
-		c.keys.Enqueue(k)
-		if done[k.Volume] {
-			continue
-		}
-		done[k.Volume] = true
-		for _, e := range c.asw.ForVolume(k.Volume) {
-			c.keys.Enqueue(e.Key)
-		}
-		for _, n := range c.dsw.NodesWantingVolume(k.Volume) {
-			c.keys.Enqueue(state.Key{Volume: k.Volume, Node: n})
-		}
-	}
+	c.wake.NodeKeys(node.Name)
+	c.wake.NodeStatus(node.Name)
 }
 
 // --- VolumeAttachments ---
@@ -252,7 +197,7 @@ func (c *Controller) vaChanged(oldObj, obj any) {
 		// the decision looks at.
 		return
 	}
-	c.enqueueVA(va.Name)
+	c.wake.VolumeAttachment(va.Name)
 }
 
 func (c *Controller) vaDeleted(obj any) {
@@ -261,18 +206,8 @@ func (c *Controller) vaDeleted(obj any) {
 		return
 	}
 	c.writes.gone(va)
-	c.enqueueVA(va.Name)
+	c.wake.VolumeAttachment(va.Name)
 	c.timing.detached(va.Name, c.clock.Now(), c.metrics)
-}
-
-// enqueueVA enqueues the key of a VolumeAttachment the controller knows
-// by name, and hands unknown ones to the VA queue, which resolves them.
-func (c *Controller) enqueueVA(name string) {
-	if key, ok := c.names.Get(name); ok {
-		c.keys.Enqueue(key)
-		return
-	}
-	c.vaQueue.Enqueue(name)
 }
 
 func sameVAFacts(a, b decide.VAFacts) bool {

@@ -12,7 +12,6 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/latchcsi/latch/internal/attachdetach/nodestatus"
-	"github.com/latchcsi/latch/internal/attachdetach/state"
 	"github.com/latchcsi/latch/internal/kube"
 	"github.com/latchcsi/latch/internal/runner"
 )
@@ -29,7 +28,7 @@ func (c *Controller) syncNodeStatus(ctx context.Context, name string) (runner.Re
 	node, err := c.nodeLister.Get(name)
 	if apierrors.IsNotFound(err) {
 		c.status.NodeGone(name)
-		c.wakeDetaching(name)
+		c.wake.Detaching(name)
 		if len(c.asw.ForNode(name)) == 0 {
 			c.status.ForgetNode(name)
 		}
@@ -55,7 +54,7 @@ func (c *Controller) syncNodeStatus(ctx context.Context, name string) (runner.Re
 		} else {
 			c.status.Finish(name, nil, false, "")
 		}
-		c.wakeDetaching(name)
+		c.wake.Detaching(name)
 		return runner.Result{}, nil
 	}
 	patch, err := nodestatus.MergePatch(want)
@@ -69,7 +68,7 @@ func (c *Controller) syncNodeStatus(ctx context.Context, name string) (runner.Re
 	case apierrors.IsNotFound(err):
 		c.status.Finish(name, nil, false, "")
 		c.status.NodeGone(name)
-		c.wakeDetaching(name)
+		c.wake.Detaching(name)
 		return runner.Result{}, nil
 	case err != nil:
 		c.status.Finish(name, nil, false, "")
@@ -77,15 +76,6 @@ func (c *Controller) syncNodeStatus(ctx context.Context, name string) (runner.Re
 	}
 	c.status.Finish(name, updated.Status.VolumesAttached, true, updated.ResourceVersion)
 	logger.V(2).Info("Updated node status", "node", klog.KObj(node), "volumesAttached", len(updated.Status.VolumesAttached))
-	c.wakeDetaching(name)
+	c.wake.Detaching(name)
 	return runner.Result{}, nil
-}
-
-// wakeDetaching enqueues the keys of node that wait for the node status.
-func (c *Controller) wakeDetaching(node string) {
-	for _, e := range c.asw.ForNode(node) {
-		if e.State == state.StateDetaching {
-			c.keys.Enqueue(e.Key)
-		}
-	}
 }

@@ -121,7 +121,7 @@ func TestCreate_deleteEventOfThePreviousVolumeAttachmentArrivesAfterTheNewCreate
 	if err := w.vaCache().Delete(old); err != nil {
 		t.Fatal(err)
 	}
-	w.c.keys.Enqueue(key)
+	w.c.wake.Key(key)
 	got := w.waitWrites(5)
 	if got[4] != "create volumeattachments "+name {
 		t.Fatalf("controller writes = %q, want the VolumeAttachment created again", got)

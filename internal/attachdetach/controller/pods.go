@@ -38,7 +38,7 @@ func (c *Controller) syncPod(ctx context.Context, key string) (runner.Result, er
 	}
 	rec, known := c.podRec.Get(key)
 	if known && (pod == nil || pod.UID != rec.UID) {
-		c.enqueueVolumes(c.dsw.DeletePod(rec.UID))
+		c.wake.Volumes(c.dsw.DeletePod(rec.UID))
 		c.podRec.Forget(key)
 		known = false
 	}
@@ -48,7 +48,7 @@ func (c *Controller) syncPod(ctx context.Context, key string) (runner.Result, er
 	if !podNeedsVolumes(pod) || !c.dsw.NodeManaged(pod.Spec.NodeName) {
 		// Terminated, or on a node the controller does not manage (yet:
 		// the node handler re-enqueues its Pods when that changes).
-		c.enqueueVolumes(c.dsw.DeletePod(pod.UID))
+		c.wake.Volumes(c.dsw.DeletePod(pod.UID))
 		c.podRec.Forget(key)
 		return runner.Result{}, nil
 	}
@@ -61,7 +61,7 @@ func (c *Controller) syncPod(ctx context.Context, key string) (runner.Result, er
 	if ok {
 		c.podRec.Set(key, rec)
 	}
-	c.enqueueVolumes(changed)
+	c.wake.Volumes(changed)
 	return runner.Result{}, nil
 }
 

@@ -51,17 +51,17 @@ func (c *Controller) rebuild(ctx context.Context) {
 		}
 	}
 	for _, va := range vas {
-		c.vaQueue.Enqueue(va.Name)
+		c.wake.UnknownVolumeAttachment(va.Name)
 	}
 	pods, _ := c.podLister.List(everything())
 	recorded := c.recordPods(ctx, pods)
 	keys := c.asw.Keys()
 	for _, k := range keys {
 		c.register(k)
-		c.keys.Enqueue(k)
+		c.wake.Key(k)
 	}
 	for _, node := range nodes {
-		c.nodes.Enqueue(node.Name)
+		c.wake.NodeStatus(node.Name)
 	}
 	logger.Info("Rebuilt the actual state of the world", "nodes", len(nodes), "volumeAttachments", len(vas), "attachments", len(keys), "pods", len(pods), "podsRecorded", recorded)
 }
@@ -80,7 +80,7 @@ func (c *Controller) recordPods(ctx context.Context, pods []*v1.Pod) int {
 		key := state.PodKey(pod.Namespace, pod.Name)
 		if _, err := c.syncPod(ctx, key); err != nil {
 			logger.Error(err, "Could not record the Pod's volumes at start; retrying", "pod", klog.KObj(pod))
-			c.podQueue.Enqueue(key)
+			c.wake.Pod(pod.Namespace, pod.Name)
 			continue
 		}
 		recorded++

@@ -121,15 +121,7 @@ func (c *Controller) execute(ctx context.Context, plan decide.Plan, va *storagev
 		}
 	}, func() []v1.AttachedVolume { return c.nodeVolumesAttached(key.Node) })
 	plan = decide.GateDetach(plan, listed)
-	if changed {
-		// Other nodes of the volume decide on this one (multi-attach) and
-		// the node status follows ReportedInNodeStatus.
-		c.enqueueVolumes([]state.Key{key})
-		c.nodes.Enqueue(key.Node)
-	}
-	if plan.WakeNodeStatus {
-		c.nodes.Enqueue(key.Node)
-	}
+	c.wake.Plan(plan, changed)
 
 	var result runner.Result
 	switch plan.Kind {
@@ -142,7 +134,7 @@ func (c *Controller) execute(ctx context.Context, plan decide.Plan, va *storagev
 	case decide.KindMarkAttached:
 		c.attached(ctx, key, plan)
 	case decide.KindWaitForNodeStatus:
-		// The node status worker (woken above or still busy with an
+		// The node status worker (woken by Plan or still busy with an
 		// older list) wakes this key once the volume is off the list.
 		klog.FromContext(ctx).V(4).Info("Waiting for the node status to drop the volume before detaching", "volume", key.Volume, "node", key.Node)
 		return runner.Result{}, nil

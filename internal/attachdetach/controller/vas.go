@@ -25,7 +25,7 @@ import (
 func (c *Controller) syncVA(ctx context.Context, name string) (runner.Result, error) {
 	logger := klog.FromContext(ctx)
 	if key, ok := c.names.Get(name); ok {
-		c.keys.Enqueue(key)
+		c.wake.Key(key)
 		return runner.Result{}, nil
 	}
 	va, err := c.vaLister.Get(name)
@@ -84,5 +84,5 @@ func (c *Controller) adopt(ctx context.Context, name string, key state.Key, a vo
 		klog.FromContext(ctx).V(2).Info("Adopted VolumeAttachment unknown to the actual state", "volumeAttachment", klog.KRef("", name), "volume", key.Volume, "node", key.Node)
 	}
 	c.names.Set(name, key)
-	c.enqueueVolumes([]state.Key{key})
+	c.wake.Volumes([]state.Key{key})
 }

@@ -41,14 +41,14 @@ func (c *Controller) verify(ctx context.Context) {
 		key, ok := c.names.Get(va.Name)
 		if !ok {
 			drift++
-			c.vaQueue.Enqueue(va.Name)
+			c.wake.UnknownVolumeAttachment(va.Name)
 			continue
 		}
 		e, known := c.asw.Get(key)
 		facts := decide.VAFactsOf(va)
 		if !known || facts.Attached != (e.State == state.StateAttached) && !facts.Deleting {
 			drift++
-			c.keys.Enqueue(key)
+			c.wake.Key(key)
 		}
 	}
 	// Every actual state entry the controller believes has a
@@ -60,7 +60,7 @@ func (c *Controller) verify(ctx context.Context) {
 		}
 		if _, err := c.vaLister.Get(name); err != nil {
 			drift++
-			c.keys.Enqueue(k)
+			c.wake.Key(k)
 		}
 	}
 	drift += c.verifyOwnCreates(ctx)
@@ -88,7 +88,7 @@ func (c *Controller) verifyOwnCreates(ctx context.Context) int {
 		if c.writes.forgetUnseenDelete(name, uid) {
 			drift++
 			if key, ok := c.names.Get(name); ok {
-				c.keys.Enqueue(key)
+				c.wake.Key(key)
 			}
 		}
 	}
@@ -103,7 +103,7 @@ func (c *Controller) verifyOwnCreates(ctx context.Context) int {
 		drift++
 		klog.FromContext(ctx).Info("VolumeAttachment created by the controller is gone without the informer showing it; attaching again", "volumeAttachment", klog.KRef("", name))
 		if key, ok := c.names.Get(name); ok {
-			c.keys.Enqueue(key)
+			c.wake.Key(key)
 		}
 	}
 	return drift

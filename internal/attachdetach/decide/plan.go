@@ -128,3 +128,20 @@ type Plan struct {
 	// of Key.Node even if Actual changes nothing (set by GateDetach).
 	WakeNodeStatus bool
 }
+
+// Wakes is what the executor wakes once it has run a plan.
+type Wakes struct {
+	// Volume: every key of the plan's volume; the other nodes of the
+	// volume decide on this one (multi-attach).
+	Volume bool
+	// NodeStatus: the node status updater of the plan's node.
+	NodeStatus bool
+}
+
+// Wakes says what to wake after the plan ran; applied reports whether
+// applying Actual changed the actual state. A change wakes the volume's
+// keys and the node status (which follows ReportedInNodeStatus);
+// WakeNodeStatus wakes the node status alone.
+func (p Plan) Wakes(applied bool) Wakes {
+	return Wakes{Volume: applied, NodeStatus: applied || p.WakeNodeStatus}
+}

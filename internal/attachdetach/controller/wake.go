@@ -1,0 +1,228 @@
+package controller
+
+import (
+	"context"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/component-base/metrics"
+
+	"github.com/latchcsi/latch/internal/attachdetach/decide"
+	"github.com/latchcsi/latch/internal/attachdetach/state"
+	"github.com/latchcsi/latch/internal/runner"
+)
+
+// wake owns the controller's four queues and every wake-up: no other
+// code calls Enqueue. Each method is named for what changed; this file is
+// the whole queue graph.
+//
+//	        Pod / PVC / PV / CSIDriver / Node-now-managed events
+//	                      │ Pod, PodsBy, PodsOfDriver
+//	                      ▼
+//	                   [pods] ──Volumes──▶ [keys] ◀── Node (NodeKeys, Keys), CSINode
+//	                                       ▲ │  ▲     (MigrationKeys), VA with a known
+//	  VA, unknown name                     │ │  │     name (VolumeAttachment), verify
+//	  (VolumeAttachment) ──▶ [vas] ─Volumes┘ │  │
+//	                      (adopt)      Plan: │  │ Detaching
+//	                                NodeStatus  │ (after every pass)
+//	  Node volumesAttached ──NodeStatus──▶   ▼  │
+//	                                  [node status]
+//
+//	queue        item             woken by (method ← source)                      its pass wakes
+//	pods         "ns/name"        Pod ← Pod events; PodsBy ← PVC, PV, managed     Volumes
+//	                              Node; PodsOfDriver ← CSIDriver; rebuild retry
+//	keys         (volume, node)   Volumes ← pods, vas, Plan; NodeKeys ← Node      Plan: Volumes,
+//	                              Ready/taint/gone; Keys ← volumesInUse, verify,  NodeStatus
+//	                              rebuild; MigrationKeys ← CSINode;
+//	                              VolumeAttachment ← VA event; Detaching
+//	vas          VA name          VolumeAttachment ← VA event (name unknown to    Volumes (adopt)
+//	                              state.Names); UnknownVolumeAttachment ←
+//	                              rebuild, verify
+//	node status  node name        NodeStatus ← Node volumesAttached, Plan,        Detaching
+//	                              rebuild
+//
+// A Pod reaches its node's status.volumesAttached in four passes over
+// three queues: pods (record it in the desired state, wake its keys) →
+// keys (create the VolumeAttachment) → keys again (woken by the
+// VolumeAttachment's update once csi-attacher attached it: mark it
+// attached, Plan wakes the node status) → node status (write the list).
+type wake struct {
+	keys       *runner.Runner[state.Key]
+	pods       *runner.Runner[string]
+	nodeStatus *runner.Runner[string]
+	vas        *runner.Runner[string]
+
+	dsw   *state.Desired
+	asw   *state.Actual
+	names *state.Names
+	// podIndex and pvIndex are the informer indexers (see indexes.go).
+	podIndex, pvIndex cache.Indexer
+	// migrationByNode is decide.Config.MigrationByNode.
+	migrationByNode map[string]bool
+}
+
+// runners returns the four queues, for Run and the backlog metrics.
+func (w *wake) runners() []queue {
+	return []queue{w.keys, w.pods, w.nodeStatus, w.vas}
+}
+
+// queue is what Run and the metrics need of a runner.
+type queue interface {
+	Run(ctx context.Context) error
+	BacklogCollector() metrics.StableCollector
+	Len() int
+}
+
+// backlog is the number of queued items over the four queues.
+func (w *wake) backlog() int {
+	n := 0
+	for _, r := range w.runners() {
+		n += r.Len()
+	}
+	return n
+}
+
+// --- The Pod queue ---
+
+// Pod wakes the Pod namespace/name: it was added, changed or deleted.
+func (w *wake) Pod(namespace, name string) { w.pods.Enqueue(state.PodKey(namespace, name)) }
+
+// PodsBy wakes the Pods the Pod informer's index lists under value: the
+// Pods that use a changed PVC (podByClaimIndex), an inline volume of a
+// changed CSIDriver (podByInlineDriverIndex), or sit on a node that just
+// became managed (podByNodeIndex).
+func (w *wake) PodsBy(index, value string) {
+	objs, err := w.podIndex.ByIndex(index, value)
+	if err != nil {
+		return
+	}
+	for _, obj := range objs {
+		if pod, ok := obj.(*v1.Pod); ok {
+			w.Pod(pod.Namespace, pod.Name)
+		}
+	}
+}
+
+// PodsOfDriver wakes the Pods that use driver, inline or through a bound
+// PV: whether it requires attach changed.
+func (w *wake) PodsOfDriver(driver string) {
+	w.PodsBy(podByInlineDriverIndex, driver)
+	pvs, err := w.pvIndex.ByIndex(pvByDriverIndex, driver)
+	if err != nil {
+		return
+	}
+	for _, obj := range pvs {
+		if pv, ok := obj.(*v1.PersistentVolume); ok && pv.Spec.ClaimRef != nil {
+			w.PodsBy(podByClaimIndex, claimKey(pv.Spec.ClaimRef.Namespace, pv.Spec.ClaimRef.Name))
+		}
+	}
+}
+
+// --- The key queue ---
+
+// Key wakes one (volume, node) key.
+func (w *wake) Key(k state.Key) { w.keys.Enqueue(k) }
+
+// Keys wakes each of keys (and nothing else of their volumes).
+func (w *wake) Keys(keys []state.Key) {
+	for _, k := range keys {
+		w.keys.Enqueue(k)
+	}
+}
+
+// Volumes wakes keys and every other key of their volumes: the decision
+// for one node of a volume depends on its other nodes (multi-attach).
+func (w *wake) Volumes(keys []state.Key) {
+	done := map[v1.UniqueVolumeName]bool{}
+	for _, k := range keys {
+		w.keys.Enqueue(k)
+		if done[k.Volume] {
+			continue
+		}
+		done[k.Volume] = true
+		for _, e := range w.asw.ForVolume(k.Volume) {
+			w.keys.Enqueue(e.Key)
+		}
+		for _, n := range w.dsw.NodesWantingVolume(k.Volume) {
+			w.keys.Enqueue(state.Key{Volume: k.Volume, Node: n})
+		}
+	}
+}
+
+// NodeKeys wakes every key on node, wanted or attached: its readiness,
+// out-of-service taint or existence changed.
+func (w *wake) NodeKeys(node string) {
+	for _, e := range w.asw.ForNode(node) {
+		w.keys.Enqueue(e.Key)
+	}
+	for _, wv := range w.dsw.VolumesOnNode(node) {
+		w.keys.Enqueue(state.Key{Volume: wv.Volume.UniqueName, Node: node})
+	}
+}
+
+// Detaching wakes the keys of node that wait for the node status (state
+// Detaching); called after every node status pass.
+func (w *wake) Detaching(node string) {
+	for _, e := range w.asw.ForNode(node) {
+		if e.State == state.StateDetaching {
+			w.keys.Enqueue(e.Key)
+		}
+	}
+}
+
+// MigrationKeys wakes the keys of node whose decision depends on the
+// node's CSINode: volumes wanted there that were translated from a plugin
+// in Config.MigrationByNode. The desired state is indexed by node, so
+// this reads only that node's volumes. Attached volumes nobody wants any
+// more do not depend on the CSINode and are not woken.
+func (w *wake) MigrationKeys(node string) { w.Keys(w.migrationKeys(node)) }
+
+func (w *wake) migrationKeys(node string) []state.Key {
+	if len(w.migrationByNode) == 0 {
+		return nil
+	}
+	var out []state.Key
+	for _, wv := range w.dsw.VolumesOnNode(node) {
+		if w.migrationByNode[wv.Volume.MigratedFrom] {
+			out = append(out, state.Key{Volume: wv.Volume.UniqueName, Node: node})
+		}
+	}
+	return out
+}
+
+// Plan wakes what an executed plan asks for (decide.Plan.Wakes): when its
+// actual state change applied, every key of the volume (other nodes
+// decide on this one) and the node status (it follows
+// ReportedInNodeStatus); the node status alone for a detach held back by
+// decide.GateDetach.
+func (w *wake) Plan(p decide.Plan, applied bool) {
+	wk := p.Wakes(applied)
+	if wk.Volume {
+		w.Volumes([]state.Key{p.Key})
+	}
+	if wk.NodeStatus {
+		w.NodeStatus(p.Key.Node)
+	}
+}
+
+// --- The VolumeAttachment queue ---
+
+// VolumeAttachment wakes the key of the VolumeAttachment name when the
+// state.Names index knows it, and hands unknown names to the
+// VolumeAttachment queue, which resolves them.
+func (w *wake) VolumeAttachment(name string) {
+	if key, ok := w.names.Get(name); ok {
+		w.keys.Enqueue(key)
+		return
+	}
+	w.vas.Enqueue(name)
+}
+
+// UnknownVolumeAttachment hands name to the VolumeAttachment queue
+// without asking the index (rebuild, verify drift).
+func (w *wake) UnknownVolumeAttachment(name string) { w.vas.Enqueue(name) }
+
+// --- The node status queue ---
+
+// NodeStatus wakes the node status updater of node.
+func (w *wake) NodeStatus(node string) { w.nodeStatus.Enqueue(node) }
