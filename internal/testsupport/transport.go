@@ -77,8 +77,9 @@ type Match struct {
 	// verb (create, update, patch, delete, get); empty matches every
 	// write (not GET).
 	Method string
-	// Resource is "resource" or "resource/subresource" (matching that
-	// subresource only).
+	// Resource is, as in RBAC, "resource" (the object itself, not its
+	// subresources), "resource/subresource", or "resource/*" (the object
+	// and every subresource).
 	Resource string
 	// Name is the object's name.
 	Name string
@@ -92,8 +93,8 @@ func (m Match) matches(method string, p parsedPath) bool {
 		return false
 	}
 	if m.Resource != "" {
-		res, sub, hasSub := strings.Cut(m.Resource, "/")
-		if res != p.resource || (hasSub && sub != p.subresource) {
+		res, sub, _ := strings.Cut(m.Resource, "/")
+		if res != p.resource || (sub != "*" && sub != p.subresource) {
 			return false
 		}
 	}

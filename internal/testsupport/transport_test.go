@@ -80,6 +80,18 @@ func TestAPITransportRecordsWritesByResourceSubresourceAndName(t *testing.T) {
 	if len(w) != 2 {
 		t.Fatalf("writes = %+v, want the update and the delete (no GET)", w)
 	}
+	for m, want := range map[Match]bool{
+		{Resource: "volumeattachments"}:                          false,
+		{Resource: "volumeattachments/status"}:                   true,
+		{Resource: "volumeattachments/*"}:                        true,
+		{Method: "update", Resource: "volumeattachments/status"}: true,
+		{Method: "patch", Resource: "volumeattachments/status"}:  false,
+		{Resource: "volumeattachments/*", Name: "other"}:         false,
+	} {
+		if got := m.matches(w[0].Method, parsePath(w[0].Path)); got != want {
+			t.Errorf("%+v matches %s: %v, want %v", m, w[0].Path, got, want)
+		}
+	}
 	if w[0].Key() != "PUT volumeattachments/status" || w[0].Name != "va" {
 		t.Errorf("first write = %+v", w[0])
 	}
