@@ -49,4 +49,3 @@ func RepairFor(va *storagev1.VolumeAttachment, published bool, driver string) st
 	}
 	return ""
 }
-
