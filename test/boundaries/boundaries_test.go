@@ -2,7 +2,6 @@
 package boundaries
 
 import (
-	"os/exec"
 	"path/filepath"
 	"runtime"
 	"slices"
@@ -39,25 +38,7 @@ func repoRoot(t *testing.T) string {
 // forbiddenDeps lists the forbidden packages pkg links, using go list -deps.
 func forbiddenDeps(t *testing.T, root, pkg string) []string {
 	t.Helper()
-	cmd := exec.Command("go", "list", "-deps", "./"+pkg)
-	cmd.Dir = root
-	out, err := cmd.Output()
-	if err != nil {
-		var stderr string
-		if ee, ok := err.(*exec.ExitError); ok {
-			stderr = string(ee.Stderr)
-		}
-		t.Fatalf("go list -deps ./%s: %v\n%s", pkg, err, stderr)
-	}
-	var bad []string
-	for _, dep := range strings.Fields(string(out)) {
-		for _, prefix := range forbiddenPrefixes {
-			if dep == prefix || strings.HasPrefix(dep, prefix+"/") {
-				bad = append(bad, dep)
-			}
-		}
-	}
-	return bad
+	return depsUnder(t, root, pkg, forbiddenPrefixes)
 }
 
 func TestProductionBinariesDoNotLinkTheTestControlPlane(t *testing.T) {

@@ -34,8 +34,15 @@ var knownImpure = map[string]string{
 	"internal/attachdetach/decide": "internal/kube",
 }
 
-// impureDepsOf lists what pkg links of impureDeps, using go list -deps.
+// impureDepsOf lists what pkg links of impureDeps.
 func impureDepsOf(t *testing.T, root, pkg string) []string {
+	t.Helper()
+	return depsUnder(t, root, pkg, impureDeps)
+}
+
+// depsUnder lists the packages pkg links (go list -deps) that are one of
+// prefixes or under one.
+func depsUnder(t *testing.T, root, pkg string, prefixes []string) []string {
 	t.Helper()
 	cmd := exec.Command("go", "list", "-deps", "./"+pkg)
 	cmd.Dir = root
@@ -49,7 +56,7 @@ func impureDepsOf(t *testing.T, root, pkg string) []string {
 	}
 	var bad []string
 	for _, dep := range strings.Fields(string(out)) {
-		for _, prefix := range impureDeps {
+		for _, prefix := range prefixes {
 			if dep == prefix || strings.HasPrefix(dep, prefix+"/") {
 				bad = append(bad, dep)
 			}
