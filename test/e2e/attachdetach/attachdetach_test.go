@@ -51,7 +51,7 @@ func TestPodLifecycle_attachThenDetach(t *testing.T) {
 	if n := e.node(node); len(n.Status.VolumesInUse) != 0 {
 		t.Errorf("volumesInUse = %v", n.Status.VolumesInUse)
 	}
-	if got := e.creates.Load(); got != 1 {
+	if got := e.createCount(); got != 1 {
 		t.Errorf("VolumeAttachment creates = %d, want 1", got)
 	}
 	// The exact API writes, in order: create the VA, list the volume in the
@@ -238,7 +238,7 @@ func TestControllerRestart_rebuildsStateAndDetachesDanglingAttachment(t *testing
 	e.waitAttachedVA(dangling, node) // the attacher still runs
 	e.pod("late", node, late)
 
-	e.creates.Store(0)
+	e.resetCreates()
 	e.startController()
 	e.waitVAGone(dangling, node)
 	e.waitAttachedVA(late, node)
@@ -248,7 +248,7 @@ func TestControllerRestart_rebuildsStateAndDetachesDanglingAttachment(t *testing
 	if !ok || after.UID != before.UID {
 		t.Errorf("the kept volume's VolumeAttachment was replaced: before uid %s, after %+v", before.UID, after)
 	}
-	if got := e.creates.Load(); got != 1 {
+	if got := e.createCount(); got != 1 {
 		t.Errorf("VolumeAttachment creates after restart = %d, want 1 (only the new Pod's)", got)
 	}
 }

@@ -81,7 +81,7 @@ func TestAttachError_driverRefusesPublish_warningOnPodThenAttachesOnceFixed(t *t
 	e.waitVAGone(pv, node)
 	e.waitNodeAttached(node)
 	e.eventually("volume unpublished", func() (bool, error) { return len(drv.Published(pv)) == 0, nil })
-	if got := e.creates.Load(); got != 1 {
+	if got := e.createCount(); got != 1 {
 		t.Errorf("VolumeAttachment creates = %d, want 1 (the error is the attacher's to retry)", got)
 	}
 }

@@ -57,7 +57,7 @@ func TestDrift_volumeAttachmentDeletedByAnotherClient_recreated(t *testing.T) {
 		return len(got) == len(want) && sameMultiset(got[:2], want[:2]) && sameMultiset(got[2:4], want[2:4]) && got[4] == want[4], nil
 	})
 	e.waitNodeAttached(node, e.unique(pv))
-	if got := e.creates.Load(); got != 2 {
+	if got := e.createCount(); got != 2 {
 		t.Errorf("VolumeAttachment creates = %d, want 2", got)
 	}
 }
@@ -134,7 +134,7 @@ func TestCSIDriverChange_attachRequiredAgain_podVolumeAttached(t *testing.T) {
 	}
 	e.waitAttachedVA(pv, node)
 	e.waitNodeAttached(node, e.unique(pv))
-	if got := e.creates.Load(); got != 1 {
+	if got := e.createCount(); got != 1 {
 		t.Errorf("VolumeAttachment creates = %d, want 1", got)
 	}
 }

@@ -13,8 +13,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -24,7 +22,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -36,6 +33,7 @@ import (
 	"github.com/latchcsi/latch/internal/csimock"
 	"github.com/latchcsi/latch/internal/kube"
 	"github.com/latchcsi/latch/internal/localcluster"
+	"github.com/latchcsi/latch/internal/testsupport"
 )
 
 var cluster *localcluster.Cluster
@@ -60,17 +58,13 @@ type env struct {
 
 	cfg      controller.Config
 	registry metrics.KubeRegistry
-	// creates counts the controller's VolumeAttachment creates.
-	creates atomic.Int32
-	// createsRefused counts the controller's VolumeAttachment creates
-	// answered AlreadyExists: a create for an object the controller had
-	// made itself (or should have known of) is a wasted write, and the
-	// test fails on any.
-	createsRefused atomic.Int32
-	// writes lists the controller's API writes in order, "METHOD path".
-	writesMu sync.Mutex
-	writes   []string
-	stopCtrl func()
+	// ctrlAPI records the API writes of every controller the test
+	// starts (restarts included).
+	ctrlAPI *testsupport.APITransport
+	// createsBase is the count of VolumeAttachment creates at the last
+	// resetCreates.
+	createsBase int
+	stopCtrl    func()
 	// ctrlWrap, when set before the controller starts, wraps its API
 	// transport outermost (fault injection).
 	ctrlWrap func(http.RoundTripper) http.RoundTripper
@@ -115,8 +109,9 @@ func newBareEnv(t *testing.T, cfg controller.Config) *env {
 	n := testSeq.Add(1)
 	e := &env{
 		t: t, ctx: ctx, client: cluster.Client(),
-		prefix: fmt.Sprintf("ad%d", n),
-		cfg:    cfg,
+		prefix:  fmt.Sprintf("ad%d", n),
+		cfg:     cfg,
+		ctrlAPI: testsupport.NewAPITransport(),
 	}
 	e.ns = e.prefix + "-ns"
 	e.driver = e.prefix + ".csi.latch.test"
@@ -199,32 +194,13 @@ func (e *env) startMockDriverAndAttacher() *csimock.Driver {
 }
 
 // startController starts a controller with its own informers and client.
-// The client counts VolumeAttachment creates, and those answered
-// AlreadyExists.
+// The client's writes are recorded in e.ctrlAPI.
 func (e *env) startController() {
 	e.t.Helper()
 	ctx, cancel := context.WithCancel(e.ctx)
 	cfg := rest.CopyConfig(cluster.RESTConfig())
 	cfg.QPS, cfg.Burst = 1000, 2000
-	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper {
-		return roundTripFunc(func(req *http.Request) (*http.Response, error) {
-			resp, err := rt.RoundTrip(req)
-			// creates counts VolumeAttachments the controller created (a
-			// create answered AlreadyExists made nothing).
-			if req.Method == http.MethodPost && strings.HasSuffix(req.URL.Path, "/volumeattachments") && err == nil && resp.StatusCode < 300 {
-				e.creates.Add(1)
-			}
-			if req.Method == http.MethodPost && strings.HasSuffix(req.URL.Path, "/volumeattachments") && err == nil && resp.StatusCode == http.StatusConflict {
-				e.createsRefused.Add(1)
-			}
-			if req.Method != http.MethodGet && !strings.Contains(req.URL.Path, "/events") && err == nil && resp.StatusCode < 300 {
-				e.writesMu.Lock()
-				e.writes = append(e.writes, req.Method+" "+req.URL.Path)
-				e.writesMu.Unlock()
-			}
-			return resp, err
-		})
-	})
+	cfg.Wrap(e.ctrlAPI.Wrap)
 	if e.ctrlWrap != nil {
 		cfg.Wrap(e.ctrlWrap)
 	}
@@ -263,7 +239,7 @@ func (e *env) stopController() {
 // later test's controller would otherwise act on.
 func (e *env) cleanup() {
 	e.stopController()
-	if n := e.createsRefused.Load(); n > 0 {
+	if n := e.refusedCreates(); n > 0 {
 		e.t.Errorf("%d VolumeAttachment creates of the controller were answered AlreadyExists", n)
 	}
 	e.stopKubelet()
@@ -283,9 +259,38 @@ func (e *env) cleanup() {
 	}
 }
 
-type roundTripFunc func(*http.Request) (*http.Response, error)
+// isVACreate reports whether w is a VolumeAttachment create.
+func isVACreate(w testsupport.Write) bool {
+	return w.Method == http.MethodPost && w.Resource == "volumeattachments" && w.Subresource == "" && w.Name == ""
+}
 
-func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+// createCount is how many VolumeAttachments the controllers created since
+// the last resetCreates (a create answered AlreadyExists made nothing).
+func (e *env) createCount() int {
+	n := 0
+	for _, w := range e.ctrlAPI.Writes() {
+		if isVACreate(w) && w.Err == nil && w.Code < 300 {
+			n++
+		}
+	}
+	return n - e.createsBase
+}
+
+// resetCreates starts createCount from zero.
+func (e *env) resetCreates() { e.createsBase += e.createCount() }
+
+// refusedCreates counts the controllers' VolumeAttachment creates answered
+// AlreadyExists: a create for an object the controller had made itself
+// (or should have known of) is a wasted write, and the test fails on any.
+func (e *env) refusedCreates() int {
+	n := 0
+	for _, w := range e.ctrlAPI.Writes() {
+		if isVACreate(w) && w.Code == http.StatusConflict {
+			n++
+		}
+	}
+	return n
+}
 
 // --- objects ---
 
@@ -343,10 +348,7 @@ const timeout = 30 * time.Second
 
 func (e *env) eventually(what string, cond func() (bool, error)) {
 	e.t.Helper()
-	err := wait.PollUntilContextTimeout(e.ctx, 50*time.Millisecond, timeout, true, func(context.Context) (bool, error) { return cond() })
-	if err != nil {
-		e.t.Fatalf("timed out waiting for %s: %v", what, err)
-	}
+	testsupport.Eventually(e.t, e.ctx, timeout, what, func(context.Context) (bool, error) { return cond() })
 }
 
 // consistently fails if cond turns false within d.
@@ -482,7 +484,11 @@ func (e *env) waitControllerWrites(want []string) {
 }
 
 func (e *env) controllerWrites() []string {
-	e.writesMu.Lock()
-	defer e.writesMu.Unlock()
-	return append([]string(nil), e.writes...)
+	var out []string
+	for _, w := range e.ctrlAPI.Writes() {
+		if w.Resource != "events" && w.Err == nil && w.Code < 300 {
+			out = append(out, w.Method+" "+w.Path)
+		}
+	}
+	return out
 }

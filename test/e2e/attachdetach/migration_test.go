@@ -150,7 +150,7 @@ func TestMigrationByNode_podWaitsWithWarningUntilCSINodeListsPlugin_thenAttaches
 	e.consistently("no VolumeAttachment and the Pod not running while the node has not migrated the plugin", time.Second, func() (bool, error) {
 		_, exists := e.getVA(vaName)
 		p, err := e.client.CoreV1().Pods(e.ns).Get(e.ctx, "app", metav1.GetOptions{})
-		return !exists && e.creates.Load() == 0 && err == nil && p.Status.Phase != v1.PodRunning, err
+		return !exists && e.createCount() == 0 && err == nil && p.Status.Phase != v1.PodRunning, err
 	})
 	if got := e.controllerWrites(); len(got) != 0 {
 		t.Fatalf("controller API writes while waiting = %q, want none", got)
@@ -168,7 +168,7 @@ func TestMigrationByNode_podWaitsWithWarningUntilCSINodeListsPlugin_thenAttaches
 	if evs := e.events("app", "FailedAttachVolume"); len(evs) != 1 || evs[0].Type != v1.EventTypeWarning || evs[0].Count > 1 {
 		t.Errorf("FailedAttachVolume events = %+v, want exactly one Warning, emitted once", evs)
 	}
-	if got := e.creates.Load(); got != 1 {
+	if got := e.createCount(); got != 1 {
 		t.Errorf("VolumeAttachment creates = %d, want 1", got)
 	}
 	e.eventually(controller.WaitingForMigrationMetric+" = 0", func() (bool, error) { return e.waitingGauge() == 0, nil })
@@ -210,7 +210,7 @@ func TestMigrationByNode_off_sameInTreePodAttachesAtOnce(t *testing.T) {
 	if evs := e.events("app", "FailedAttachVolume"); len(evs) != 0 {
 		t.Errorf("FailedAttachVolume events = %+v, want none", evs)
 	}
-	if got := e.creates.Load(); got != 1 {
+	if got := e.createCount(); got != 1 {
 		t.Errorf("VolumeAttachment creates = %d, want 1", got)
 	}
 }

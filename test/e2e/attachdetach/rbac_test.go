@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/latchcsi/latch/internal/testsupport"
 	"io"
 	"net/http"
 	"os"
@@ -145,7 +146,7 @@ type deniedRequests struct {
 }
 
 func (d *deniedRequests) wrap(rt http.RoundTripper) http.RoundTripper {
-	return roundTripFunc(func(req *http.Request) (*http.Response, error) {
+	return testsupport.RoundTripFunc(func(req *http.Request) (*http.Response, error) {
 		resp, err := rt.RoundTrip(req)
 		if err == nil && (resp.StatusCode == http.StatusForbidden || resp.StatusCode == http.StatusUnauthorized) {
 			d.mu.Lock()

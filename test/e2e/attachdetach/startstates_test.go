@@ -4,11 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/latchcsi/latch/internal/testsupport"
 	"net/http"
 	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -78,10 +78,10 @@ func TestLeaderFailover_everyAttachmentState_nothingWantedDetachedOrRecreated(t 
 			// what happens during the failover; the leader dies the
 			// way a killed process does (network first, nothing
 			// released).
-			standby.gate.blocked.Store(true)
+			standby.api.Partition()
 			leader.kill()
 		}, func() {
-			standby.gate.blocked.Store(false)
+			standby.api.Heal()
 			w.waitLeader(standby)
 			leader = standby
 			standby = w.serve(fmt.Sprintf("replica-%d", next), true)
@@ -471,7 +471,7 @@ func (w *startWorld) finish() {
 // servedController is one controller.Serve, the code the binary runs.
 type servedController struct {
 	id    string
-	gate  startGate
+	api   *testsupport.APITransport // Partition cuts it off the API server
 	stopF func(kill bool)
 }
 
@@ -483,10 +483,11 @@ func (s *servedController) kill() { s.stopF(true) }
 // serve starts controller.Serve as id, with leader election when elect.
 func (w *startWorld) serve(id string, elect bool) *servedController {
 	e := w.e
-	s := &servedController{id: id}
+	s := &servedController{id: id, api: testsupport.NewAPITransport()}
+	s.api.SetPartitionTimeout(2 * time.Second)
 	cfg := rest.CopyConfig(cluster.RESTConfig())
 	cfg.QPS, cfg.Burst = 1000, 2000
-	cfg.Wrap(s.gate.wrap)
+	cfg.Wrap(s.api.Wrap)
 	cfg.Wrap(w.log.wrap(id))
 	ctx, cancel := context.WithCancel(e.ctx)
 	done := make(chan error, 1)
@@ -505,7 +506,7 @@ func (w *startWorld) serve(id string, elect bool) *servedController {
 	s.stopF = func(kill bool) {
 		once.Do(func() {
 			if kill {
-				s.gate.blocked.Store(true)
+				s.api.Partition()
 				cancel()
 				e.t.Cleanup(func() { <-done })
 				return
@@ -540,28 +541,6 @@ func (w *startWorld) waitLeader(s *servedController) {
 	})
 }
 
-// startGate cuts a replica off the API server while blocked.
-type startGate struct{ blocked atomic.Bool }
-
-func (g *startGate) wrap(rt http.RoundTripper) http.RoundTripper {
-	return roundTripFunc(func(req *http.Request) (*http.Response, error) {
-		if g.blocked.Load() {
-			select {
-			case <-req.Context().Done():
-				return nil, req.Context().Err()
-			case <-time.After(2 * time.Second):
-				return nil, errors.New("connection timed out (cut by the test)")
-			}
-		}
-		resp, err := rt.RoundTrip(req)
-		if err == nil && g.blocked.Load() {
-			resp.Body.Close()
-			return nil, errors.New("connection cut by the test")
-		}
-		return resp, err
-	})
-}
-
 // apiLog records the API writes (not events, not Leases) that the API
 // server accepted or refused, of every controller of a test.
 type apiLog struct {
@@ -576,7 +555,7 @@ type apiWrite struct {
 
 func (l *apiLog) wrap(who string) func(http.RoundTripper) http.RoundTripper {
 	return func(rt http.RoundTripper) http.RoundTripper {
-		return roundTripFunc(func(req *http.Request) (*http.Response, error) {
+		return testsupport.RoundTripFunc(func(req *http.Request) (*http.Response, error) {
 			resp, err := rt.RoundTrip(req)
 			if err != nil || req.Method == http.MethodGet || strings.Contains(req.URL.Path, "/events") || strings.Contains(req.URL.Path, "/leases") {
 				return resp, err

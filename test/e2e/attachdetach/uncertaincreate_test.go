@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/latchcsi/latch/internal/testsupport"
 	"io"
 	"net/http"
 	"strings"
@@ -68,7 +69,7 @@ func (f *apiFaults) take(body []byte) (string, createOutcome, bool) {
 }
 
 func (f *apiFaults) wrap(rt http.RoundTripper) http.RoundTripper {
-	return roundTripFunc(func(req *http.Request) (*http.Response, error) {
+	return testsupport.RoundTripFunc(func(req *http.Request) (*http.Response, error) {
 		isVAs := strings.HasSuffix(req.URL.Path, "/volumeattachments")
 		if isVAs && req.Method == http.MethodGet && req.URL.Query().Get("watch") == "true" {
 			resp, err := rt.RoundTrip(req)

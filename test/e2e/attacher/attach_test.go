@@ -62,13 +62,13 @@ func TestAttachThenDetachPVPublishesOnceAndCleansUp(t *testing.T) {
 		t.Errorf("PV finalizers = %v, want %s", pvObj.Finalizers, kube.PVFinalizer(e.name))
 	}
 	// Writes: one metadata patch + one status patch on the VA, one PV patch.
-	if got := e.writes.get("PATCH volumeattachments"); got != 1 {
+	if got := e.writes.Count("PATCH volumeattachments"); got != 1 {
 		t.Errorf("VA metadata patches = %d, want 1", got)
 	}
-	if got := e.writes.get("PATCH volumeattachments/status"); got != 1 {
+	if got := e.writes.Count("PATCH volumeattachments/status"); got != 1 {
 		t.Errorf("VA status patches = %d, want 1", got)
 	}
-	if got := e.writes.get("PATCH persistentvolumes"); got != 1 {
+	if got := e.writes.Count("PATCH persistentvolumes"); got != 1 {
 		t.Errorf("PV patches = %d, want 1", got)
 	}
 
@@ -82,10 +82,10 @@ func TestAttachThenDetachPVPublishesOnceAndCleansUp(t *testing.T) {
 	}
 	// Detach is one write: the finalizer removal; no status write to a
 	// VA that is gone.
-	if got := e.writes.get("PATCH volumeattachments/status"); got != 1 {
+	if got := e.writes.Count("PATCH volumeattachments/status"); got != 1 {
 		t.Errorf("VA status patches after detach = %d, want still 1", got)
 	}
-	if got := e.writes.get("PATCH volumeattachments"); got != 2 {
+	if got := e.writes.Count("PATCH volumeattachments"); got != 2 {
 		t.Errorf("VA metadata patches after detach = %d, want 2", got)
 	}
 
@@ -400,7 +400,7 @@ func TestBurstOfVolumeAttachmentsPublishesEachExactlyOnce(t *testing.T) {
 	if stats.Publish.DuplicatePublishes != 0 {
 		t.Errorf("duplicate publishes = %d, want 0", stats.Publish.DuplicatePublishes)
 	}
-	w := e.writes.snapshot()
+	w := e.writes.Counts()
 	if w["PATCH volumeattachments"] > n || w["PATCH volumeattachments/status"] > n || w["PATCH persistentvolumes"] > n {
 		t.Errorf("writes = %v, want at most %d of each (one metadata, one status per VA, one per PV)", w, n)
 	}

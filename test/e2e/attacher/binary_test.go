@@ -2,15 +2,12 @@ package attacher_test
 
 import (
 	"bytes"
-	"fmt"
-	"io"
+	"context"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -18,43 +15,17 @@ import (
 	"time"
 
 	"github.com/latchcsi/latch/internal/csimock"
+	"github.com/latchcsi/latch/internal/testsupport"
 )
 
 // These helpers run the real csi-attacher binary as a child process, so
 // tests can kill it (SIGKILL), stop it (SIGTERM), read its logs and scrape
 // its HTTP endpoint exactly as Kubernetes and Prometheus would.
 
-var (
-	buildOnce sync.Once
-	binDir    string
-	binPath   string
-	buildErr  error
-)
-
 // attacherBinary builds cmd/csi-attacher once per test binary.
 func attacherBinary(t *testing.T) string {
 	t.Helper()
-	buildOnce.Do(func() {
-		binDir, buildErr = os.MkdirTemp("", "latch-bin")
-		if buildErr != nil {
-			return
-		}
-		binPath = filepath.Join(binDir, "csi-attacher")
-		out, err := exec.Command("go", "build", "-o", binPath, "github.com/latchcsi/latch/cmd/csi-attacher").CombinedOutput()
-		if err != nil {
-			buildErr = fmt.Errorf("go build csi-attacher: %v\n%s", err, out)
-		}
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
-	return binPath
-}
-
-func removeBinaries() {
-	if binDir != "" {
-		os.RemoveAll(binDir)
-	}
+	return testsupport.MustBinary(t, "cmd/csi-attacher")
 }
 
 type lockedBuffer struct {
@@ -219,78 +190,12 @@ func freeAddress(t *testing.T) string {
 	return addr
 }
 
-// sample is one metric sample of the Prometheus text format.
-type sample struct {
-	name   string
-	labels map[string]string
-	value  float64
-}
-
-// scrape fetches url and parses the samples (the test only needs names,
-// simple label values and values, so a small parser suffices).
-func scrape(t *testing.T, url string) []sample {
+// scrape fetches url and parses its samples.
+func scrape(t *testing.T, url string) testsupport.Samples {
 	t.Helper()
-	resp, err := http.Get(url)
+	samples, err := testsupport.Scrape(context.Background(), url)
 	if err != nil {
-		t.Fatalf("GET %s: %v", url, err)
+		t.Fatal(err)
 	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil || resp.StatusCode != http.StatusOK {
-		t.Fatalf("GET %s: status %d, err %v", url, resp.StatusCode, err)
-	}
-	var out []sample
-	for _, line := range strings.Split(string(body), "\n") {
-		if line == "" || strings.HasPrefix(line, "#") {
-			continue
-		}
-		sp := strings.LastIndexByte(line, ' ')
-		if sp < 0 {
-			continue
-		}
-		v, err := strconv.ParseFloat(line[sp+1:], 64)
-		if err != nil {
-			continue
-		}
-		s := sample{name: line[:sp], labels: map[string]string{}, value: v}
-		if i := strings.IndexByte(s.name, '{'); i >= 0 {
-			for _, kv := range strings.Split(strings.TrimSuffix(s.name[i+1:], "}"), ",") {
-				k, val, ok := strings.Cut(kv, "=")
-				if ok {
-					s.labels[k] = strings.Trim(val, `"`)
-				}
-			}
-			s.name = s.name[:i]
-		}
-		out = append(out, s)
-	}
-	return out
-}
-
-// find returns the samples named name whose labels include want.
-func find(samples []sample, name string, want map[string]string) []sample {
-	var out []sample
-next:
-	for _, s := range samples {
-		if s.name != name {
-			continue
-		}
-		for k, v := range want {
-			if s.labels[k] != v {
-				continue next
-			}
-		}
-		out = append(out, s)
-	}
-	return out
-}
-
-// value is the sum of the matching samples; ok is false when none match.
-func value(samples []sample, name string, want map[string]string) (float64, bool) {
-	m := find(samples, name, want)
-	var sum float64
-	for _, s := range m {
-		sum += s.value
-	}
-	return sum, len(m) > 0
+	return samples
 }

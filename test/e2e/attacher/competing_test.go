@@ -2,7 +2,6 @@ package attacher_test
 
 import (
 	"fmt"
-	"net/http"
 	"strings"
 	"sync"
 	"testing"
@@ -16,6 +15,7 @@ import (
 	"github.com/latchcsi/latch/internal/app"
 	"github.com/latchcsi/latch/internal/csimock"
 	"github.com/latchcsi/latch/internal/kube"
+	"github.com/latchcsi/latch/internal/testsupport"
 )
 
 // gauge records what a replica reports as latch_attacher_competing_instances.
@@ -101,29 +101,6 @@ func gatheredCompeting(t *testing.T) (float64, bool) {
 	return 0, false
 }
 
-// vaWrites counts one replica's writes to VolumeAttachments.
-type vaWrites struct {
-	mu sync.Mutex
-	n  int
-}
-
-func (w *vaWrites) wrap(rt http.RoundTripper) http.RoundTripper {
-	return roundTripFunc(func(r *http.Request) (*http.Response, error) {
-		if r.Method != http.MethodGet && strings.Contains(r.URL.Path, "/volumeattachments") {
-			w.mu.Lock()
-			w.n++
-			w.mu.Unlock()
-		}
-		return rt.RoundTrip(r)
-	})
-}
-
-func (w *vaWrites) get() int {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.n
-}
-
 func (e *env) competingEvents() []string {
 	e.t.Helper()
 	events, err := e.client.CoreV1().Events("default").List(e.ctx, metav1.ListOptions{FieldSelector: "involvedObject.kind=Lease,involvedObject.name=" + kube.LeaseName(e.name)})
@@ -154,9 +131,9 @@ func TestTwoAttachersWithoutLeaderElectionSecondReportsAndDoesNoWork(t *testing.
 	e.waitAttached(va0, 30*time.Second)
 
 	logsB := &errorLog{}
-	writesB := &vaWrites{}
+	writesB := testsupport.NewAPITransport()
 	cfg := cluster.RESTConfig()
-	cfg.WrapTransport = writesB.wrap
+	cfg.WrapTransport = writesB.Wrap
 	// B uses the process-wide gauge: the one --http-endpoint serves.
 	stopB := e.startAttacherAs(cfg, envOptions{logger: capturingLogger(logsB)}, "replica-b", "default")
 	t.Cleanup(stopB)
@@ -186,7 +163,7 @@ func TestTwoAttachersWithoutLeaderElectionSecondReportsAndDoesNoWork(t *testing.
 			t.Errorf("iteration %d: ControllerPublish of %s called %d times with two replicas, want 1", i, pv, n)
 		}
 	}
-	if n := writesB.get(); n != 0 {
+	if n := vaWriteCount(writesB); n != 0 {
 		t.Errorf("replica-b wrote %d times to VolumeAttachments while replica-a held the Lease, want 0", n)
 	}
 	if _, maxA := gA.get(); maxA != 0 {
@@ -202,7 +179,7 @@ func TestTwoAttachersWithoutLeaderElectionSecondReportsAndDoesNoWork(t *testing.
 	e.createPV(pvN)
 	e.createVA(e.newVA(vaN, pvN, e.node))
 	e.waitAttached(vaN, 30*time.Second)
-	if writesB.get() == 0 {
+	if vaWriteCount(writesB) == 0 {
 		t.Error("replica-b did not attach after replica-a stopped")
 	}
 	if v, _ := gatheredCompeting(t); v != 0 {
@@ -243,4 +220,16 @@ func TestTwoAttachersWithLeaderElectionReportNoCompetingInstance(t *testing.T) {
 	if n := e.driver.PublishCount(pv, e.nodeID); n != 1 {
 		t.Errorf("ControllerPublish count = %d, want 1", n)
 	}
+}
+
+// vaWriteCount counts the writes to VolumeAttachments (and their
+// subresources) a transport saw.
+func vaWriteCount(tr *testsupport.APITransport) int {
+	n := 0
+	for _, w := range tr.Writes() {
+		if w.Resource == "volumeattachments" {
+			n++
+		}
+	}
+	return n
 }

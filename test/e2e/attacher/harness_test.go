@@ -7,7 +7,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -18,7 +17,6 @@ import (
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
@@ -27,6 +25,7 @@ import (
 	"github.com/latchcsi/latch/internal/attacher"
 	"github.com/latchcsi/latch/internal/csimock"
 	"github.com/latchcsi/latch/internal/localcluster"
+	"github.com/latchcsi/latch/internal/testsupport"
 )
 
 var cluster *localcluster.Cluster
@@ -38,63 +37,8 @@ var (
 
 func TestMain(m *testing.M) {
 	code := localcluster.RunTestMain(m, &cluster)
-	removeBinaries()
+	testsupport.RemoveBinaries()
 	os.Exit(code)
-}
-
-// writeCounter counts the attacher's API writes by resource and
-// subresource, through the client's transport.
-type writeCounter struct {
-	mu     sync.Mutex
-	counts map[string]int
-}
-
-func (w *writeCounter) wrap(rt http.RoundTripper) http.RoundTripper {
-	return roundTripFunc(func(req *http.Request) (*http.Response, error) {
-		if req.Method != http.MethodGet {
-			w.mu.Lock()
-			w.counts[req.Method+" "+resourceOf(req.URL.Path)]++
-			w.mu.Unlock()
-		}
-		return rt.RoundTrip(req)
-	})
-}
-
-func (w *writeCounter) get(key string) int {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.counts[key]
-}
-
-func (w *writeCounter) snapshot() map[string]int {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	out := map[string]int{}
-	for k, v := range w.counts {
-		out[k] = v
-	}
-	return out
-}
-
-type roundTripFunc func(*http.Request) (*http.Response, error)
-
-func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
-
-// resourceOf turns /apis/storage.k8s.io/v1/volumeattachments/x/status into
-// "volumeattachments/status" and .../persistentvolumes/x into
-// "persistentvolumes".
-func resourceOf(path string) string {
-	parts := strings.Split(strings.Trim(path, "/"), "/")
-	for i, p := range parts {
-		switch p {
-		case "volumeattachments", "persistentvolumes", "events", "leases":
-			if i+2 < len(parts) {
-				return p + "/" + parts[i+2]
-			}
-			return p
-		}
-	}
-	return path
 }
 
 type env struct {
@@ -104,7 +48,7 @@ type env struct {
 	driver  *csimock.Driver
 	name    string // driver name
 	socket  string
-	writes  *writeCounter
+	writes  *testsupport.APITransport // the first replica's API writes
 	node    string
 	nodeID  string
 	prefix  string
@@ -152,7 +96,7 @@ func newEnv(t *testing.T, o envOptions) *env {
 	e := &env{
 		t: t, ctx: ctx, client: cluster.Client(),
 		name:   prefix + ".csi.latch.dev",
-		writes: &writeCounter{counts: map[string]int{}},
+		writes: testsupport.NewAPITransport(),
 		node:   prefix + "-node", nodeID: prefix + "-node-id",
 		prefix: prefix,
 	}
@@ -198,7 +142,7 @@ func newEnv(t *testing.T, o envOptions) *env {
 // waits for it to exit.
 func (e *env) startAttacher(o envOptions, identity string) func() {
 	cfg := cluster.RESTConfig()
-	cfg.WrapTransport = e.writes.wrap
+	cfg.WrapTransport = e.writes.Wrap
 	return e.startAttacherAs(cfg, o, identity, "default")
 }
 
@@ -297,19 +241,22 @@ func (e *env) getVA(name string) *storagev1.VolumeAttachment {
 	return va
 }
 
-// eventually polls cond until it holds or the timeout passes.
+// eventually polls cond until it holds or the timeout passes; on failure
+// it logs the driver's VolumeAttachments.
 func (e *env) eventually(timeout time.Duration, what string, cond func() (bool, error)) {
 	e.t.Helper()
-	err := wait.PollUntilContextTimeout(e.ctx, 20*time.Millisecond, timeout, true, func(context.Context) (bool, error) { return cond() })
-	if err != nil {
-		if vas, lerr := e.client.StorageV1().VolumeAttachments().List(e.ctx, metav1.ListOptions{}); lerr == nil {
-			for _, va := range vas.Items {
-				if va.Spec.Attacher == e.name && len(vas.Items) < 50 {
-					e.t.Logf("VA %s: attached=%v attachError=%+v detachError=%+v finalizers=%v", va.Name, va.Status.Attached, va.Status.AttachError, va.Status.DetachError, va.Finalizers)
-				}
-			}
+	testsupport.Eventually(e.t, e.ctx, timeout, what, func(context.Context) (bool, error) { return cond() }, e.logVAs)
+}
+
+func (e *env) logVAs() {
+	vas, err := e.client.StorageV1().VolumeAttachments().List(e.ctx, metav1.ListOptions{})
+	if err != nil || len(vas.Items) >= 50 {
+		return
+	}
+	for _, va := range vas.Items {
+		if va.Spec.Attacher == e.name {
+			e.t.Logf("VA %s: attached=%v attachError=%+v detachError=%+v finalizers=%v", va.Name, va.Status.Attached, va.Status.AttachError, va.Status.DetachError, va.Finalizers)
 		}
-		e.t.Fatalf("waiting for %s: %v", what, err)
 	}
 }
 

@@ -19,6 +19,7 @@ import (
 	"github.com/latchcsi/latch/internal/csimock"
 	"github.com/latchcsi/latch/internal/kube"
 	"github.com/latchcsi/latch/internal/localcluster"
+	"github.com/latchcsi/latch/internal/testsupport"
 )
 
 func TestMetricsEndpointServesCSIWorkqueueAndLatchMetricsAfterAttachAndError(t *testing.T) {
@@ -52,12 +53,12 @@ func TestMetricsEndpointServesCSIWorkqueueAndLatchMetricsAfterAttachAndError(t *
 	// The attach latency is recorded when the status write returns, which
 	// can be a moment after the test's watch saw the VA attached: scrape
 	// until the figures are there (or stop changing), then check them.
-	var samples []sample
+	var samples testsupport.Samples
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
 		samples = scrape(t, "http://"+addr+"/metrics")
 		all := true
 		for _, c := range wantSamples {
-			if got, ok := value(samples, c.name, c.labels); !ok || got != c.want {
+			if got, ok := samples.Value(c.name, c.labels); !ok || got != c.want {
 				all = false
 			}
 		}
@@ -66,24 +67,24 @@ func TestMetricsEndpointServesCSIWorkqueueAndLatchMetricsAfterAttachAndError(t *
 		}
 	}
 	for _, c := range wantSamples {
-		if got, ok := value(samples, c.name, c.labels); !ok || got != c.want {
+		if got, ok := samples.Value(c.name, c.labels); !ok || got != c.want {
 			t.Errorf("%s%v = %v (present %v), want %v", c.name, c.labels, got, ok, c.want)
 		}
 	}
-	if _, ok := value(samples, "csi_sidecar_operations_seconds_count", map[string]string{"method_name": "/csi.v1.Identity/GetPluginInfo"}); !ok {
+	if _, ok := samples.Value("csi_sidecar_operations_seconds_count", map[string]string{"method_name": "/csi.v1.Identity/GetPluginInfo"}); !ok {
 		t.Errorf("no csi_sidecar_operations_seconds for GetPluginInfo")
 	}
-	if got, _ := value(samples, "workqueue_adds_total", map[string]string{"name": "csi_attacher_attach"}); got < 2 {
+	if got, _ := samples.Value("workqueue_adds_total", map[string]string{"name": "csi_attacher_attach"}); got < 2 {
 		t.Errorf("workqueue_adds_total{name=csi_attacher_attach} = %v, want at least 2", got)
 	}
 	for _, q := range []string{"csi_attacher_attach", "csi_attacher_detach", "csi_attacher_pv"} {
 		for _, name := range []string{"workqueue_depth", "latch_workqueue_oldest_item_age_seconds"} {
-			if _, ok := value(samples, name, map[string]string{"name": q}); !ok {
+			if _, ok := samples.Value(name, map[string]string{"name": q}); !ok {
 				t.Errorf("%s{name=%q} missing", name, q)
 			}
 		}
 	}
-	if got, _ := value(samples, "workqueue_retries_total", map[string]string{"name": "csi_attacher_attach"}); got < 1 {
+	if got, _ := samples.Value("workqueue_retries_total", map[string]string{"name": "csi_attacher_attach"}); got < 1 {
 		t.Errorf("workqueue_retries_total{name=csi_attacher_attach} = %v, want the failed publish's retry", got)
 	}
 	resp, err := http.Get("http://" + addr + "/healthz")
@@ -250,10 +251,10 @@ func TestMigratedInTreeGCEPDIsTranslatedPublishedAndLabelledMigrated(t *testing.
 	}
 	samples := scrape(t, "http://"+addr+"/metrics")
 	for _, method := range []string{"/csi.v1.Controller/ControllerPublishVolume", "/csi.v1.Controller/ControllerUnpublishVolume"} {
-		if n, _ := value(samples, "csi_sidecar_operations_seconds_count", map[string]string{"driver_name": gcePD, "method_name": method, "migrated": "true"}); n != 1 {
+		if n, _ := samples.Value("csi_sidecar_operations_seconds_count", map[string]string{"driver_name": gcePD, "method_name": method, "migrated": "true"}); n != 1 {
 			t.Errorf("csi_sidecar_operations_seconds_count{%s, migrated=true} = %v, want 1", method, n)
 		}
-		if n, ok := value(samples, "csi_sidecar_operations_seconds_count", map[string]string{"driver_name": gcePD, "method_name": method, "migrated": "false"}); ok && n != 0 {
+		if n, ok := samples.Value("csi_sidecar_operations_seconds_count", map[string]string{"driver_name": gcePD, "method_name": method, "migrated": "false"}); ok && n != 0 {
 			t.Errorf("csi_sidecar_operations_seconds_count{%s, migrated=false} = %v, want none", method, n)
 		}
 	}

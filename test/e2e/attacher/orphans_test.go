@@ -3,7 +3,6 @@ package attacher_test
 import (
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"slices"
 	"strings"
@@ -21,6 +20,7 @@ import (
 	"github.com/latchcsi/latch/internal/attacher"
 	"github.com/latchcsi/latch/internal/csimock"
 	"github.com/latchcsi/latch/internal/localcluster"
+	"github.com/latchcsi/latch/internal/testsupport"
 )
 
 // publishLatency holds the driver's answer to a publish that already took
@@ -160,7 +160,7 @@ func TestOrphanSurvivesAttacherRestart(t *testing.T) {
 	cfg := cluster.AnonymousConfig()
 	cfg.BearerToken = tok.Status.Token
 	cfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper {
-		return roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		return testsupport.RoundTripFunc(func(r *http.Request) (*http.Response, error) {
 			resp, err := rt.RoundTrip(r)
 			if err == nil && resp.StatusCode == http.StatusForbidden {
 				t.Errorf("forbidden for deploy/'s RBAC: %s %s", r.Method, r.URL.Path)
@@ -227,29 +227,17 @@ func TestOrphanSurvivesAttacherRestart(t *testing.T) {
 	}
 }
 
-// forbidConfigMapWrites answers every ConfigMap write with 403, as the API
-// server does for an attacher whose RBAC lacks the orphan record.
-func forbidConfigMapWrites(rt http.RoundTripper) http.RoundTripper {
-	return roundTripFunc(func(r *http.Request) (*http.Response, error) {
-		if r.Method != http.MethodGet && strings.Contains(r.URL.Path, "/configmaps") {
-			body := `{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"Forbidden","code":403,"message":"configmaps is forbidden: the test denies it"}`
-			return &http.Response{
-				StatusCode: http.StatusForbidden, Status: "403 Forbidden", Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
-				Header: http.Header{"Content-Type": []string{"application/json"}},
-				Body:   io.NopCloser(strings.NewReader(body)), ContentLength: int64(len(body)), Request: r,
-			}, nil
-		}
-		return rt.RoundTrip(r)
-	})
-}
-
 // A record that cannot be written (missing RBAC) is reported (Warning
 // event naming volume and node ID, metric) and the orphan is still
 // unpublished from memory once the driver recovers.
 func TestOrphanRecordWriteFailureIsReportedAndKeptInMemory(t *testing.T) {
 	e := newEnv(t, envOptions{noAttacher: true})
+	// Every ConfigMap write is answered 403, as the API server does for
+	// an attacher whose RBAC lacks the orphan record.
+	tr := testsupport.NewAPITransport()
+	tr.Fail(testsupport.Match{Resource: "configmaps/*"}, 0, http.StatusForbidden, "configmaps is forbidden: the test denies it")
 	cfg := cluster.RESTConfig()
-	cfg.WrapTransport = forbidConfigMapWrites
+	cfg.WrapTransport = tr.Wrap
 	e.stopAtt = e.startAttacherAs(cfg, envOptions{}, "no-record", "default")
 
 	errorsBefore := counterValue(t, "latch_attacher_orphan_record_errors_total", "operation", "put")

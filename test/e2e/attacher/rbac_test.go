@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/latchcsi/latch/internal/localcluster"
+	"github.com/latchcsi/latch/internal/testsupport"
 )
 
 // applyRBAC creates the ServiceAccount, roles and bindings of
@@ -97,7 +98,7 @@ func TestAttacherNeedsNothingBeyondDeployRBAC(t *testing.T) {
 	cfg := cluster.AnonymousConfig()
 	cfg.BearerToken = tok.Status.Token
 	cfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper {
-		return roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		return testsupport.RoundTripFunc(func(r *http.Request) (*http.Response, error) {
 			resp, err := rt.RoundTrip(r)
 			if err == nil && (resp.StatusCode == http.StatusForbidden || resp.StatusCode == http.StatusUnauthorized) {
 				forbidden.Add(1)

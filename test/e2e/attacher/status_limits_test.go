@@ -1,11 +1,8 @@
 package attacher_test
 
 import (
-	"fmt"
-	"io"
 	"net/http"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -14,6 +11,7 @@ import (
 
 	"github.com/latchcsi/latch/internal/csimock"
 	"github.com/latchcsi/latch/internal/kube"
+	"github.com/latchcsi/latch/internal/testsupport"
 )
 
 // Failures that used to be silent because the status write showing them
@@ -109,23 +107,12 @@ func TestOversizedPublishContextIsRecordedAndNotRepublished(t *testing.T) {
 	}
 }
 
-// forbidPatches answers PATCHes whose path contains one of the substrings
-// with 403 while on is set, as an API server would for missing RBAC.
-func forbidPatches(on *atomic.Bool, substrings ...string) func(http.RoundTripper) http.RoundTripper {
-	return func(rt http.RoundTripper) http.RoundTripper {
-		return roundTripFunc(func(r *http.Request) (*http.Response, error) {
-			if r.Method == http.MethodPatch && on.Load() && !strings.HasSuffix(r.URL.Path, "/status") {
-				for _, s := range substrings {
-					if strings.Contains(r.URL.Path, s) {
-						body := fmt.Sprintf(`{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"%s is forbidden: injected: cannot patch","reason":"Forbidden","code":403}`, strings.TrimPrefix(r.URL.Path, "/"))
-						return &http.Response{StatusCode: http.StatusForbidden, Header: http.Header{"Content-Type": []string{"application/json"}},
-							Body: io.NopCloser(strings.NewReader(body)), Request: r}, nil
-					}
-				}
-			}
-			return rt.RoundTrip(r)
-		})
-	}
+// forbidPatch answers every PATCH of the named object (not its status)
+// with 403, as an API server would for missing RBAC, until the rule is
+// removed.
+func forbidPatch(tr *testsupport.APITransport, resource, name string) testsupport.Rule {
+	return tr.Fail(testsupport.Match{Method: "patch", Resource: resource, Name: name}, 0, http.StatusForbidden,
+		resource+" "+name+" is forbidden: injected: cannot patch")
 }
 
 // A PV finalizer write or a VA metadata write that keeps failing (403, as
@@ -134,19 +121,19 @@ func forbidPatches(on *atomic.Bool, substrings ...string) func(http.RoundTripper
 // attaches and the error is cleared.
 func TestFailingMetadataWritesAreShownInAttachError(t *testing.T) {
 	for _, tc := range []struct {
-		name, path, want string
+		name, resource, want string
 	}{
-		{name: "PV finalizer", path: "/persistentvolumes/", want: "add finalizer to PersistentVolume"},
-		{name: "VA finalizer and node ID", path: "/volumeattachments/", want: "add finalizer and node ID to VolumeAttachment"},
+		{name: "PV finalizer", resource: "persistentvolumes", want: "add finalizer to PersistentVolume"},
+		{name: "VA finalizer and node ID", resource: "volumeattachments", want: "add finalizer and node ID to VolumeAttachment"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newEnv(t, envOptions{noAttacher: true})
-			var on atomic.Bool
-			on.Store(true)
-			cfg := cluster.RESTConfig()
-			cfg.WrapTransport = forbidPatches(&on, tc.path+e.prefix)
-			e.stopAtt = e.startAttacherAs(cfg, envOptions{}, "", "default")
 			pv, vaName := e.prefix+"-pv", e.prefix+"-va"
+			tr := testsupport.NewAPITransport()
+			forbidden := forbidPatch(tr, tc.resource, map[string]string{"persistentvolumes": pv, "volumeattachments": vaName}[tc.resource])
+			cfg := cluster.RESTConfig()
+			cfg.WrapTransport = tr.Wrap
+			e.stopAtt = e.startAttacherAs(cfg, envOptions{}, "", "default")
 			e.createPV(pv)
 			e.createVA(e.newVA(vaName, pv, e.node))
 
@@ -160,7 +147,7 @@ func TestFailingMetadataWritesAreShownInAttachError(t *testing.T) {
 			if n := len(e.driver.CallsTo("ControllerPublishVolume")); n != 0 {
 				t.Fatalf("ControllerPublish calls = %d before the finalizers could be written, want 0", n)
 			}
-			on.Store(false)
+			tr.Remove(forbidden)
 			va = e.waitAttached(vaName, 30*time.Second)
 			if va.Status.AttachError != nil {
 				t.Fatalf("attachError %q left after the attach", va.Status.AttachError.Message)
@@ -176,16 +163,16 @@ func TestFailingMetadataWritesAreShownInAttachError(t *testing.T) {
 // DetachFailed event; once allowed, the VA goes.
 func TestFailingFinalizerRemovalIsShownInDetachError(t *testing.T) {
 	e := newEnv(t, envOptions{noAttacher: true})
-	var on atomic.Bool
+	tr := testsupport.NewAPITransport()
 	cfg := cluster.RESTConfig()
-	cfg.WrapTransport = forbidPatches(&on, "/volumeattachments/"+e.prefix)
+	cfg.WrapTransport = tr.Wrap
 	e.stopAtt = e.startAttacherAs(cfg, envOptions{}, "", "default")
 	pv, vaName := e.prefix+"-pv", e.prefix+"-va"
 	e.createPV(pv)
 	e.createVA(e.newVA(vaName, pv, e.node))
 	e.waitAttached(vaName, 30*time.Second)
 
-	on.Store(true)
+	forbidden := forbidPatch(tr, "volumeattachments", vaName)
 	e.deleteVA(vaName)
 	var msg string
 	e.eventually(30*time.Second, "detachError naming the refused finalizer removal", func() (bool, error) {
@@ -202,7 +189,7 @@ func TestFailingFinalizerRemovalIsShownInDetachError(t *testing.T) {
 	if ev := e.eventMessage(vaName, "DetachFailed"); !strings.Contains(ev, "remove finalizer from VolumeAttachment") {
 		t.Fatalf("DetachFailed event = %q, want it to name the refused write", ev)
 	}
-	on.Store(false)
+	tr.Remove(forbidden)
 	e.waitGone(vaName)
 	if got := e.driver.Published(pv); len(got) != 0 {
 		t.Fatalf("volume still published to %v", got)
