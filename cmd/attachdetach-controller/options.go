@@ -10,6 +10,7 @@ import (
 	logsapi "k8s.io/component-base/logs/api/v1"
 
 	"github.com/latchcsi/latch/internal/app"
+	"github.com/latchcsi/latch/internal/attachdetach/controller"
 	"github.com/latchcsi/latch/internal/attachdetach/volume"
 )
 
@@ -62,27 +63,30 @@ func parseOptions(args []string) (*options, error) {
 		return nil, err
 	}
 	// Go's flag package accepts -flag and --flag alike.
+	// Defaults come from controller.DefaultServeConfig, which rigs that
+	// run the controller as the binary does use too.
+	d := controller.DefaultServeConfig()
 	fs := flag.NewFlagSet("attachdetach-controller", flag.ContinueOnError)
 	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "Path to a kubeconfig file. Required only when running out of cluster.")
 	fs.BoolVar(&o.showVersion, "version", false, "Print the version and exit.")
-	fs.Float64Var(&o.kubeAPIQPS, "kube-api-qps", 500, "QPS to use while talking with the API server.")
-	fs.IntVar(&o.kubeAPIBurst, "kube-api-burst", 1000, "Burst to use while talking with the API server.")
+	fs.Float64Var(&o.kubeAPIQPS, "kube-api-qps", controller.DefaultKubeAPIQPS, "QPS to use while talking with the API server.")
+	fs.IntVar(&o.kubeAPIBurst, "kube-api-burst", controller.DefaultKubeAPIBurst, "Burst to use while talking with the API server.")
 	fs.StringVar(&o.kubeAPIContentType, "kube-api-content-type", app.DefaultContentType, "Content type of requests sent to the API server.")
-	fs.BoolVar(&o.leaderElect, "leader-elect", true, "Elect a leader on a Lease before running the controller (run more than one replica for high availability).")
-	fs.DurationVar(&o.leaseDuration, "leader-elect-lease-duration", 15*time.Second, "Duration non-leader candidates wait after observing a leadership renewal before trying to take over.")
-	fs.DurationVar(&o.renewDeadline, "leader-elect-renew-deadline", 10*time.Second, "Duration the leader retries refreshing leadership before giving it up. Must be less than the lease duration.")
-	fs.DurationVar(&o.retryPeriod, "leader-elect-retry-period", 2*time.Second, "Duration candidates wait between tries of actions.")
-	fs.StringVar(&o.leaderElectNamespace, "leader-elect-resource-namespace", "kube-system", "Namespace of the leader election Lease.")
-	fs.StringVar(&o.leaderElectName, "leader-elect-resource-name", "latch-attachdetach-controller", "Name of the leader election Lease.")
-	fs.IntVar(&o.workers, "concurrent-attach-detach-syncs", 50, "Number of (volume, node) keys reconciled in parallel.")
-	fs.DurationVar(&o.maxWaitForUnmount, "max-wait-for-unmount", 6*time.Minute, "How long a volume that no Pod wants any more but that a NotReady node still lists in volumesInUse waits before it is detached anyway.")
-	fs.BoolVar(&o.disableForceDetachOnTimeout, "disable-force-detach-on-timeout", false, "Never detach a volume still in use by a NotReady node after --max-wait-for-unmount (the out-of-service taint still detaches).")
-	fs.DurationVar(&o.reconcileSync, "reconcile-sync", time.Minute, "Period of the verify pass that compares the actual state with the VolumeAttachments; 0 disables it.")
+	fs.BoolVar(&o.leaderElect, "leader-elect", d.Leader.Enabled, "Elect a leader on a Lease before running the controller (run more than one replica for high availability).")
+	fs.DurationVar(&o.leaseDuration, "leader-elect-lease-duration", d.Leader.LeaseDuration, "Duration non-leader candidates wait after observing a leadership renewal before trying to take over.")
+	fs.DurationVar(&o.renewDeadline, "leader-elect-renew-deadline", d.Leader.RenewDeadline, "Duration the leader retries refreshing leadership before giving it up. Must be less than the lease duration.")
+	fs.DurationVar(&o.retryPeriod, "leader-elect-retry-period", d.Leader.RetryPeriod, "Duration candidates wait between tries of actions.")
+	fs.StringVar(&o.leaderElectNamespace, "leader-elect-resource-namespace", d.Leader.Namespace, "Namespace of the leader election Lease.")
+	fs.StringVar(&o.leaderElectName, "leader-elect-resource-name", d.Leader.LeaseName, "Name of the leader election Lease.")
+	fs.IntVar(&o.workers, "concurrent-attach-detach-syncs", d.Controller.Workers, "Number of (volume, node) keys reconciled in parallel.")
+	fs.DurationVar(&o.maxWaitForUnmount, "max-wait-for-unmount", d.Controller.MaxWaitForUnmount, "How long a volume that no Pod wants any more but that a NotReady node still lists in volumesInUse waits before it is detached anyway.")
+	fs.BoolVar(&o.disableForceDetachOnTimeout, "disable-force-detach-on-timeout", d.Controller.DisableForceDetachOnTimeout, "Never detach a volume still in use by a NotReady node after --max-wait-for-unmount (the out-of-service taint still detaches).")
+	fs.DurationVar(&o.reconcileSync, "reconcile-sync", d.Controller.VerifyPeriod, "Period of the verify pass that compares the actual state with the VolumeAttachments; 0 disables it.")
 	var migrationByNode string
 	fs.StringVar(&migrationByNode, "csi-migration-by-node", "", "Comma-separated in-tree volume plugin names (e.g. kubernetes.io/gce-pd) whose CSI migration is not complete: their volumes are attached through CSI only on nodes whose CSINode lists the plugin in the storage.alpha.kubernetes.io/migrated-plugins annotation. Empty: every migration is complete (kube-controller-manager 1.36).")
 	fs.StringVar(&o.httpEndpoint, "http-endpoint", DefaultHTTPEndpoint, "host:port of the HTTP server for metrics, /healthz and /healthz/leader-election; empty disables it.")
 	fs.StringVar(&o.healthEndpoint, "health-endpoint", "", "host:port of an HTTP server for /healthz and /healthz/leader-election only, no metrics (for the kubelet's probes, e.g. :8081); empty disables it.")
-	fs.StringVar(&o.metricsPath, "metrics-path", "/metrics", "HTTP path of the metrics.")
+	fs.StringVar(&o.metricsPath, "metrics-path", d.HTTP.MetricsPath, "HTTP path of the metrics.")
 	fs.Var(cliflag.NewMapStringBool(&o.featureGates), "feature-gates", "A set of key=value pairs that describe feature gates for alpha/experimental features (logging gates).")
 	logsapi.AddGoFlags(o.logging, fs)
 	if err := fs.Parse(args); err != nil {

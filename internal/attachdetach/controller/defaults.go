@@ -1,0 +1,51 @@
+package controller
+
+import (
+	"time"
+
+	"github.com/latchcsi/latch/internal/app"
+)
+
+// DefaultKubeAPIQPS and DefaultKubeAPIBurst are the client-side limits of
+// attachdetach-controller's client (--kube-api-qps, --kube-api-burst).
+const (
+	DefaultKubeAPIQPS   = 500
+	DefaultKubeAPIBurst = 1000
+)
+
+// DefaultLeaseName and DefaultLeaseNamespace name the leader election
+// Lease (--leader-elect-resource-name, --leader-elect-resource-namespace).
+const (
+	DefaultLeaseName      = "latch-attachdetach-controller"
+	DefaultLeaseNamespace = "kube-system"
+)
+
+// DefaultConfig is the controller configuration attachdetach-controller
+// runs with when no flag changes it: the one source of the flag defaults
+// (cmd/attachdetach-controller/options.go) and of every rig that runs the
+// controller "as the binary does" (bench, latch-local, internal/stack).
+func DefaultConfig() Config {
+	return Config{
+		Workers:           50,
+		MaxWaitForUnmount: 6 * time.Minute,
+		VerifyPeriod:      time.Minute,
+	}
+}
+
+// DefaultServeConfig is Serve's configuration with the binary's flag
+// defaults, apart from RESTConfig, the HTTP endpoint and Registry, which
+// the caller chooses. Leader election is on, as --leader-elect is.
+func DefaultServeConfig() ServeConfig {
+	return ServeConfig{
+		Controller: DefaultConfig(),
+		Leader: app.LeaderElection{
+			Enabled:       true,
+			LeaseName:     DefaultLeaseName,
+			Namespace:     DefaultLeaseNamespace,
+			LeaseDuration: 15 * time.Second,
+			RenewDeadline: 10 * time.Second,
+			RetryPeriod:   2 * time.Second,
+		},
+		HTTP: app.HTTPConfig{MetricsPath: "/metrics"},
+	}
+}
