@@ -64,7 +64,7 @@ func TestLeaderPartitionedFromAPIServer_standbyTakesOverWithoutDoublePublish(t *
 	}
 	e.eventually(30*time.Second, "a publish in flight", func() bool { return len(e.mock.CallsTo("ControllerPublishVolume")) > n/2 })
 	endPartition := e.disrupt("csi-attacher leader partitioned")
-	first.gate.blocked.Store(true)
+	first.api.Partition()
 	for i := range n / 2 {
 		e.deletePod(fmt.Sprintf("p%d", i))
 		e.pod(fmt.Sprintf("q%d", i), n2, pvs[i])
@@ -82,7 +82,7 @@ func TestLeaderPartitionedFromAPIServer_standbyTakesOverWithoutDoublePublish(t *
 	e.eventually(time.Minute, "the partitioned leader giving up", func() bool { return first.restarts.Load() > 0 })
 	// Heal the partition: the old leader comes back as a standby and
 	// changes nothing.
-	first.gate.blocked.Store(false)
+	first.api.Heal()
 	endPartition()
 	time.Sleep(3 * time.Second)
 	if l := e.leader(); l == first.identity {

@@ -13,7 +13,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http"
 	"os"
 	"path/filepath"
 	"sync"
@@ -38,11 +37,16 @@ import (
 	"github.com/latchcsi/latch/internal/csimock"
 	"github.com/latchcsi/latch/internal/kube"
 	"github.com/latchcsi/latch/internal/localcluster"
+	"github.com/latchcsi/latch/internal/testsupport"
 )
 
 var cluster *localcluster.Cluster
 
-func TestMain(m *testing.M) { os.Exit(localcluster.RunTestMain(m, &cluster)) }
+func TestMain(m *testing.M) {
+	code := localcluster.RunTestMain(m, &cluster)
+	testsupport.RemoveBinaries()
+	os.Exit(code)
+}
 
 var testSeq atomic.Int32
 
@@ -228,42 +232,13 @@ func (e *env) disruptedBetween(from, to time.Time) string {
 
 // --- csi-attacher ---
 
-// gate sits in a replica's API transport: blocked, every request hangs
-// and then fails, as if the network to the API server were cut.
-type gate struct{ blocked atomic.Bool }
-
-func (g *gate) wrap(rt http.RoundTripper) http.RoundTripper {
-	return roundTripFunc(func(req *http.Request) (*http.Response, error) {
-		if g.blocked.Load() {
-			// A cut connection times out eventually; client-go sets no
-			// timeout of its own, so bound the hang here.
-			select {
-			case <-req.Context().Done():
-				return nil, req.Context().Err()
-			case <-time.After(5 * time.Second):
-				return nil, errors.New("connection timed out (partitioned)")
-			}
-		}
-		resp, err := rt.RoundTrip(req)
-		if err == nil && g.blocked.Load() {
-			// Cut while the request was in flight (a watch): drop it.
-			resp.Body.Close()
-			return nil, errors.New("connection cut")
-		}
-		return resp, err
-	})
-}
-
-type roundTripFunc func(*http.Request) (*http.Response, error)
-
-func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
-
 // replica is one csi-attacher, run under a supervisor that restarts
 // RunSidecar whenever it returns (lost driver connection, lost lease) the
 // way Kubernetes restarts the container.
 type replica struct {
 	identity string
-	gate     gate
+	// api cuts the replica off the API server (Partition).
+	api      *testsupport.APITransport
 	restarts atomic.Int32
 	stop     func()
 	// kill is a SIGKILL stand-in: the replica's network dies first, then
@@ -272,11 +247,11 @@ type replica struct {
 }
 
 func (e *env) startAttacher(identity string) *replica {
-	r := &replica{identity: identity}
+	r := &replica{identity: identity, api: testsupport.NewAPITransport()}
 	ctx, cancel := context.WithCancel(e.ctx)
 	cfg := rest.CopyConfig(cluster.RESTConfig())
 	cfg.QPS, cfg.Burst = 500, 1000
-	cfg.Wrap(r.gate.wrap)
+	cfg.Wrap(r.api.Wrap)
 	cfg.Wrap(e.apiWrites.wrap("csi-attacher " + identity))
 	logger := klog.FromContext(e.ctx).WithName(identity)
 	done := make(chan struct{})
@@ -312,7 +287,7 @@ func (e *env) startAttacher(identity string) *replica {
 		}
 	}()
 	r.kill = func() {
-		r.gate.blocked.Store(true)
+		r.api.Partition()
 		cancel()
 	}
 	r.stop = sync.OnceFunc(func() {
@@ -340,7 +315,7 @@ func (e *env) killAttacher() {
 // --- attach/detach controller ---
 
 type adController struct {
-	gate  gate
+	api   *testsupport.APITransport
 	kill  func()
 	stop  func()
 	reg   metrics.KubeRegistry
@@ -351,11 +326,11 @@ type adController struct {
 // and informers.
 func (e *env) startController() {
 	e.t.Helper()
-	c := &adController{}
+	c := &adController{api: testsupport.NewAPITransport()}
 	ctx, cancel := context.WithCancel(e.ctx)
 	cfg := rest.CopyConfig(cluster.RESTConfig())
 	cfg.QPS, cfg.Burst = 1000, 2000
-	cfg.Wrap(c.gate.wrap)
+	cfg.Wrap(c.api.Wrap)
 	cfg.Wrap(e.apiWrites.wrap("attachdetach-controller"))
 	client := kubernetes.NewForConfigOrDie(cfg)
 	factory := informers.NewSharedInformerFactory(client, 0)
@@ -376,7 +351,7 @@ func (e *env) startController() {
 	// nothing is released or flushed), then its goroutines are told to
 	// stop. Nothing is awaited.
 	c.kill = func() {
-		c.gate.blocked.Store(true)
+		c.api.Partition()
 		c.alive.Store(false)
 		cancel()
 		go func() { <-done; factory.Shutdown(); stopEvents() }()
@@ -507,11 +482,7 @@ func (e *env) vaName(pv, node string) string { return kube.VolumeAttachmentName(
 
 func (e *env) eventually(timeout time.Duration, what string, cond func() bool) {
 	e.t.Helper()
-	err := wait.PollUntilContextTimeout(e.ctx, 50*time.Millisecond, timeout, true, func(context.Context) (bool, error) { return cond(), nil })
-	if err != nil {
-		e.dump()
-		e.t.Fatalf("timed out waiting for %s: %v", what, err)
-	}
+	testsupport.Eventually(e.t, e.ctx, timeout, what, func(context.Context) (bool, error) { return cond(), nil }, e.dump)
 }
 
 // dump logs the test's VolumeAttachments and the driver's publications.

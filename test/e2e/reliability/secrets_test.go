@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"github.com/latchcsi/latch/internal/testsupport"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -132,17 +133,7 @@ func TestControllerPublishSecretsNeverInLogsEventsOrStatus_bothControllersAtVerb
 }
 
 // csiAttacherBinary builds cmd/csi-attacher once per test binary.
-var csiAttacherBinary = sync.OnceValues(func() (string, error) {
-	dir, err := os.MkdirTemp("", "latch-bin")
-	if err != nil {
-		return "", err
-	}
-	path := filepath.Join(dir, "csi-attacher")
-	if out, err := exec.Command("go", "build", "-o", path, "github.com/latchcsi/latch/cmd/csi-attacher").CombinedOutput(); err != nil {
-		return "", fmt.Errorf("go build csi-attacher: %v\n%s", err, out)
-	}
-	return path, nil
-})
+func csiAttacherBinary() (string, error) { return testsupport.Binary("cmd/csi-attacher") }
 
 // The real csi-attacher binary at -v=10, in every logging mode it has:
 // text and JSON, with contextual logging on (the default) and off. With
@@ -153,7 +144,6 @@ func TestControllerPublishSecretsNeverInCsiAttacherLogs_everyLoggingFormatAndCon
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { os.RemoveAll(filepath.Dir(bin)) })
 	for _, mode := range []struct {
 		name string
 		args []string

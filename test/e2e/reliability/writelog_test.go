@@ -3,6 +3,7 @@ package reliability_test
 import (
 	"bytes"
 	"fmt"
+	"github.com/latchcsi/latch/internal/testsupport"
 	"io"
 	"net/http"
 	"sync"
@@ -43,7 +44,7 @@ var invalidCodes = map[int]bool{
 
 func (l *writeLog) wrap(component string) func(http.RoundTripper) http.RoundTripper {
 	return func(rt http.RoundTripper) http.RoundTripper {
-		return roundTripFunc(func(req *http.Request) (*http.Response, error) {
+		return testsupport.RoundTripFunc(func(req *http.Request) (*http.Response, error) {
 			resp, err := rt.RoundTrip(req)
 			if req.Method == http.MethodGet || err != nil {
 				return resp, err
