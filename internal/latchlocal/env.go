@@ -8,11 +8,7 @@ package latchlocal
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
-	"sync"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -22,6 +18,7 @@ import (
 	"github.com/latchcsi/latch/internal/attacher"
 	"github.com/latchcsi/latch/internal/csimock"
 	"github.com/latchcsi/latch/internal/localcluster"
+	"github.com/latchcsi/latch/internal/stack"
 )
 
 // Options configure Start.
@@ -53,19 +50,20 @@ type Env struct {
 	Opts    Options
 	Socket  string
 
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
-	errs   chan error
-	tmp    string
+	stack  *stack.Stack
+	binder *stack.Component
 }
 
 // NodeName is the name of simulated node i (1-based).
 func NodeName(i int) string { return fmt.Sprintf("node-%d", i) }
 
 // NodeID is the CSI node ID the mock driver reports for node i.
-func NodeID(i int) string { return fmt.Sprintf("mock-node-%d", i) }
+func NodeID(i int) string { return stack.NodeID(NodeName(i)) }
 
-// Start brings everything up and returns once the controllers run.
+// Start brings everything up and returns once the controllers run. The
+// stack (internal/stack) runs csi-attacher and the attach/detach
+// controller with their binaries' defaults, except where latch-local wants
+// a livelier demo: see attacherConfig and controllerConfig.
 func Start(ctx context.Context, opts Options) (_ *Env, err error) {
 	logger := klog.FromContext(ctx)
 	if opts.Nodes <= 0 {
@@ -74,79 +72,59 @@ func Start(ctx context.Context, opts Options) (_ *Env, err error) {
 	if opts.Driver == "" {
 		opts.Driver = "mock.csi.latch.dev"
 	}
-	e := &Env{Opts: opts, errs: make(chan error, 4)}
+	e := &Env{Opts: opts}
 	defer func() {
 		if err != nil {
 			e.Stop()
 		}
 	}()
-	runCtx, cancel := context.WithCancel(ctx)
-	e.cancel = cancel
-
 	start := time.Now()
-	e.Cluster, err = localcluster.Start(ctx, localcluster.Options{DataDir: opts.DataDir, KeepData: opts.DataDir != "", EtcdLogOutput: opts.EtcdLogOutput})
+	cluster, err := localcluster.Start(ctx, localcluster.Options{DataDir: opts.DataDir, KeepData: opts.DataDir != "", EtcdLogOutput: opts.EtcdLogOutput})
 	if err != nil {
 		return nil, err
 	}
+	e.Cluster, e.Client = cluster, cluster.Client()
 	logger.V(1).Info("Control plane ready", "took", time.Since(start).Round(time.Millisecond), "address", e.Cluster.Host())
-	e.Client = e.Cluster.Client()
 	if opts.Kubeconfig != "" {
 		if err := e.Cluster.WriteKubeconfig(opts.Kubeconfig); err != nil {
 			return nil, err
 		}
 	}
-
-	// The mock driver, on a short socket path (unix sockets are limited
-	// to ~100 bytes).
-	if e.tmp, err = os.MkdirTemp("", "latch-local"); err != nil {
-		return nil, err
-	}
-	e.Socket = filepath.Join(e.tmp, "csi.sock")
-	cfg := csimock.DefaultConfig()
-	cfg.Name = opts.Driver
-	cfg.NodeService = false
-	cfg.AutoCreateVolumes = true
-	cfg.Faults = faultRules(opts)
-	if e.Driver, err = csimock.New(cfg); err != nil {
-		return nil, err
-	}
-	if err := e.Driver.Start(ctx, e.Socket); err != nil {
-		return nil, err
-	}
-
 	// Pre-bound claims applied by hand get bound (no PV controller here).
-	e.goRun(func() error { e.runBinder(runCtx); return nil })
-
-	// Simulated nodes.
-	e.Kubelet = localcluster.NewKubelet(e.Client)
-	e.goRun(func() error { e.Kubelet.Run(runCtx, 2); return nil })
-	for i := 1; i <= opts.Nodes; i++ {
-		if err := e.Kubelet.AddNode(ctx, localcluster.NodeConfig{Name: NodeName(i), Drivers: map[string]string{opts.Driver: NodeID(i)}}); err != nil {
-			return nil, err
-		}
-	}
+	e.binder = stack.Go(ctx, "binder", func(ctx context.Context) error { e.runBinder(ctx); return nil })
 	if _, err := e.Client.StorageV1().CSIDrivers().Create(ctx, localcluster.NewCSIDriver(opts.Driver, nil), metavCreate()); err != nil && !isAlreadyExists(err) {
 		return nil, fmt.Errorf("create CSIDriver %s: %w", opts.Driver, err)
 	}
-
-	// csi-attacher, through the same entry point as the binary.
-	e.goRun(func() error {
-		return attacher.RunSidecar(klog.NewContext(runCtx, logger.WithName("csi-attacher")), attacher.SidecarConfig{
-			RESTConfig: e.Cluster.RESTConfig(), CSIAddress: e.Socket,
-			ConnectTimeout: 30 * time.Second, Resync: 10 * time.Minute, DefaultFSType: "ext4",
-			Controller: attacher.Config{
-				Workers: attacher.DefaultWorkers, Timeout: 15 * time.Second,
-				RetryIntervalStart: 500 * time.Millisecond, RetryIntervalMax: 30 * time.Second,
-				ReconcileSync: time.Minute,
-			},
-		})
-	})
-	if !opts.NoAttachDetachController {
-		if err := e.startAttachDetach(runCtx); err != nil {
-			return nil, err
-		}
+	nodes := make([]localcluster.NodeConfig, opts.Nodes)
+	for i := range nodes {
+		nodes[i] = localcluster.NodeConfig{Name: NodeName(i + 1)}
 	}
+	e.stack, err = stack.Start(ctx, stack.Options{
+		Cluster:          cluster,
+		Driver:           opts.Driver,
+		Nodes:            nodes,
+		Mock:             func(c *csimock.Config) { c.Faults = faultRules(opts) },
+		AttacherConfig:   attacherConfig,
+		NoController:     opts.NoAttachDetachController,
+		ControllerConfig: controllerConfig,
+	})
+	if err != nil {
+		return nil, err
+	}
+	e.Kubelet, e.Driver, e.Socket = e.stack.Kubelet, e.stack.Driver, e.stack.Socket
 	return e, nil
+}
+
+// attacherConfig is csi-attacher's configuration in latch-local: the
+// binary's defaults, with failed attaches retried sooner (500 ms doubling
+// to 30 s) so that --publish-failures shows the retry path quickly, a
+// shorter wait for the driver (it is in the same process) and ext4 as the
+// default filesystem.
+func attacherConfig(_ int, c *attacher.SidecarConfig) {
+	c.ConnectTimeout = 30 * time.Second
+	c.DefaultFSType = "ext4"
+	c.Controller.RetryIntervalStart = 500 * time.Millisecond
+	c.Controller.RetryIntervalMax = 30 * time.Second
 }
 
 func faultRules(opts Options) []csimock.Rule {
@@ -164,35 +142,18 @@ func faultRules(opts Options) []csimock.Rule {
 	return rules
 }
 
-func (e *Env) goRun(f func() error) {
-	e.wg.Add(1)
-	go func() {
-		defer e.wg.Done()
-		if err := f(); err != nil && !errors.Is(err, context.Canceled) {
-			select {
-			case e.errs <- err:
-			default:
-			}
-		}
-	}()
-}
-
 // Err delivers the first error of a component that stopped on its own.
-func (e *Env) Err() <-chan error { return e.errs }
+func (e *Env) Err() <-chan error { return e.stack.Err() }
 
 // Stop stops everything and removes temporary files.
 func (e *Env) Stop() {
-	if e.cancel != nil {
-		e.cancel()
+	if e.stack != nil {
+		_ = e.stack.Stop()
 	}
-	e.wg.Wait()
-	if e.Driver != nil {
-		e.Driver.Stop()
+	if e.binder != nil {
+		_ = e.binder.Stop()
 	}
 	if e.Cluster != nil {
 		e.Cluster.Stop()
-	}
-	if e.tmp != "" {
-		os.RemoveAll(e.tmp)
 	}
 }

@@ -1,0 +1,92 @@
+package stack
+
+import (
+	"context"
+	"fmt"
+
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/component-base/metrics"
+
+	"github.com/latchcsi/latch/internal/attachdetach/controller"
+	"github.com/latchcsi/latch/internal/attacher"
+	"github.com/latchcsi/latch/internal/csimock"
+)
+
+// AttacherConfig is csi-attacher's configuration with the binary's flag
+// defaults, talking to the API server through cfg (with the binary's
+// client limits) and to the driver at csiAddress.
+func AttacherConfig(cfg *rest.Config, csiAddress string) attacher.SidecarConfig {
+	c := attacher.DefaultSidecarConfig()
+	c.RESTConfig = rest.CopyConfig(cfg)
+	c.RESTConfig.QPS, c.RESTConfig.Burst = attacher.DefaultKubeAPIQPS, attacher.DefaultKubeAPIBurst
+	c.CSIAddress = csiAddress
+	return c
+}
+
+// Attacher runs csi-attacher's RunSidecar as a component named name.
+func Attacher(ctx context.Context, name string, cfg attacher.SidecarConfig) *Component {
+	return Go(ctx, name, func(ctx context.Context) error { return attacher.RunSidecar(ctx, cfg) })
+}
+
+// ControllerConfig is attachdetach-controller's configuration with the
+// binary's flag defaults and client limits, except what a rig needs
+// different: no leader election, no HTTP endpoint and a private metrics
+// registry (a process-wide one refuses a second controller's metrics).
+func ControllerConfig(cfg *rest.Config) controller.ServeConfig {
+	c := controller.DefaultServeConfig()
+	c.RESTConfig = rest.CopyConfig(cfg)
+	c.RESTConfig.QPS, c.RESTConfig.Burst = controller.DefaultKubeAPIQPS, controller.DefaultKubeAPIBurst
+	c.Leader.Enabled = false
+	c.Registry = metrics.NewKubeRegistry()
+	return c
+}
+
+// Controller runs controller.Serve as a component named name.
+func Controller(ctx context.Context, name string, cfg controller.ServeConfig) *Component {
+	return Go(ctx, name, func(ctx context.Context) error { return controller.Serve(ctx, cfg) })
+}
+
+// TrivialAttacher runs csi-attacher's controller in trivial mode for
+// driver (every VolumeAttachment of the driver is marked attached; no CSI
+// driver is called), as the binary does for a driver without
+// PUBLISH_UNPUBLISH_VOLUME.
+func TrivialAttacher(ctx context.Context, name string, client kubernetes.Interface, driver string) (*Component, error) {
+	cfg := attacher.DefaultConfig()
+	cfg.Driver = attacher.DriverInfo{Name: driver}
+	cfg.Trivial = true
+	factory := informers.NewSharedInformerFactory(client, 0)
+	recorder, stopEvents := controller.NewEventRecorder(ctx, client)
+	a, err := attacher.New(cfg, client, factory, nil, nil, recorder, nil)
+	if err != nil {
+		stopEvents()
+		return nil, fmt.Errorf("trivial attacher for %s: %w", driver, err)
+	}
+	return Go(ctx, name, func(ctx context.Context) error {
+		defer stopEvents()
+		defer factory.Shutdown()
+		factory.Start(ctx.Done())
+		return a.Run(ctx)
+	}), nil
+}
+
+// MockDriver starts the mock CSI driver named name on socket (controller
+// service only, volumes created on first use), adjusted by adjust.
+func MockDriver(ctx context.Context, name, socket string, adjust func(*csimock.Config)) (*csimock.Driver, error) {
+	cfg := csimock.DefaultConfig()
+	cfg.Name = name
+	cfg.NodeService = false
+	cfg.AutoCreateVolumes = true
+	if adjust != nil {
+		adjust(&cfg)
+	}
+	d, err := csimock.New(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("mock driver %s: %w", name, err)
+	}
+	if err := d.Start(ctx, socket); err != nil {
+		return nil, fmt.Errorf("mock driver %s on %s: %w", name, socket, err)
+	}
+	return d, nil
+}

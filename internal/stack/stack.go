@@ -1,0 +1,230 @@
+package stack
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/latchcsi/latch/internal/attachdetach/controller"
+	"github.com/latchcsi/latch/internal/attacher"
+	"github.com/latchcsi/latch/internal/csimock"
+	"github.com/latchcsi/latch/internal/localcluster"
+)
+
+// AttacherMode says how Start runs csi-attacher.
+type AttacherMode int
+
+const (
+	// AttacherInProcess runs Replicas RunSidecar goroutines against the
+	// mock driver (leader election on when more than one).
+	AttacherInProcess AttacherMode = iota
+	// AttacherTrivial runs the attacher's controller in trivial mode: no
+	// mock driver is needed, every VolumeAttachment is marked attached.
+	AttacherTrivial
+	// AttacherNone starts no attacher (the caller runs its own, e.g. the
+	// binary through Binary).
+	AttacherNone
+)
+
+// Options shape a stack. The zero value is a fresh control plane, one
+// node, a mock driver, one in-process csi-attacher and the attach/detach
+// controller, all with their binaries' defaults.
+type Options struct {
+	// Cluster is a running control plane to use (tests share one per
+	// process); nil starts one with ClusterOptions, stopped by Stop.
+	Cluster        *localcluster.Cluster
+	ClusterOptions localcluster.Options
+	// Driver is the CSI driver's name (default mock.csi.latch.dev).
+	Driver string
+	// Nodes are added to the kubelet stand-in, each with a CSINode entry
+	// for Driver (node ID NodeID(name)) unless its Drivers says otherwise.
+	Nodes []localcluster.NodeConfig
+	// KubeletWorkers is the kubelet stand-in's workers (default 2).
+	KubeletWorkers int
+	// NoKubelet leaves the kubelet stand-in out.
+	NoKubelet bool
+	// Mock adjusts the mock driver's configuration.
+	Mock func(*csimock.Config)
+	// Attacher says how csi-attacher runs; Replicas how many in-process
+	// replicas (default 1).
+	Attacher AttacherMode
+	Replicas int
+	// AttacherConfig adjusts each replica's configuration (replica is
+	// 0-based); the default is AttacherConfig's.
+	AttacherConfig func(replica int, cfg *attacher.SidecarConfig)
+	// NoController leaves the attach/detach controller out;
+	// ControllerConfig adjusts its configuration (default:
+	// ControllerConfig's).
+	NoController     bool
+	ControllerConfig func(*controller.ServeConfig)
+}
+
+// Stack is a running world.
+type Stack struct {
+	Cluster *localcluster.Cluster
+	Client  kubernetes.Interface
+	Kubelet *localcluster.Kubelet
+	Driver  *csimock.Driver // nil without a mock driver
+	// DriverName is the CSI driver's name; Socket the mock driver's.
+	DriverName string
+	Socket     string
+
+	Attachers  []*Component
+	Controller *Component
+
+	opts       Options
+	ownCluster bool
+	kubelet    *Component
+	tmp        string
+	errs       chan error
+	stopOnce   sync.Once
+}
+
+// NodeID is the CSI node ID Start gives node name.
+func NodeID(name string) string { return "mock-" + name }
+
+// Start brings the stack up; on error, what started is stopped.
+func Start(ctx context.Context, o Options) (_ *Stack, err error) {
+	if o.Driver == "" {
+		o.Driver = "mock.csi.latch.dev"
+	}
+	if o.Replicas <= 0 {
+		o.Replicas = 1
+	}
+	if o.KubeletWorkers <= 0 {
+		o.KubeletWorkers = 2
+	}
+	s := &Stack{opts: o, DriverName: o.Driver, Cluster: o.Cluster, errs: make(chan error, 8)}
+	defer func() {
+		if err != nil {
+			_ = s.Stop()
+		}
+	}()
+	if s.Cluster == nil {
+		if s.Cluster, err = localcluster.Start(ctx, o.ClusterOptions); err != nil {
+			return nil, err
+		}
+		s.ownCluster = true
+	}
+	s.Client = s.Cluster.Client()
+
+	if o.Attacher == AttacherInProcess {
+		// Unix socket paths are limited to ~100 bytes: keep it short.
+		if s.tmp, err = os.MkdirTemp("", "latch-stack"); err != nil {
+			return nil, err
+		}
+		s.Socket = filepath.Join(s.tmp, "csi.sock")
+		if s.Driver, err = MockDriver(ctx, o.Driver, s.Socket, o.Mock); err != nil {
+			return nil, err
+		}
+	}
+	if !o.NoKubelet {
+		s.Kubelet = localcluster.NewKubelet(s.Client)
+		k := s.Kubelet
+		s.kubelet = Go(ctx, "kubelet", func(ctx context.Context) error { k.Run(ctx, o.KubeletWorkers); return nil })
+		for _, n := range o.Nodes {
+			if n.Drivers == nil && !n.NoCSINode {
+				n.Drivers = map[string]string{o.Driver: NodeID(n.Name)}
+			}
+			if err := s.Kubelet.AddNode(ctx, n); err != nil {
+				return nil, fmt.Errorf("add node %s: %w", n.Name, err)
+			}
+		}
+	}
+	switch o.Attacher {
+	case AttacherInProcess:
+		for i := range o.Replicas {
+			if _, err := s.StartAttacher(ctx, i, s.Cluster.RESTConfig()); err != nil {
+				return nil, err
+			}
+		}
+	case AttacherTrivial:
+		a, err := TrivialAttacher(ctx, "csi-attacher", s.Client, o.Driver)
+		if err != nil {
+			return nil, err
+		}
+		s.watch(a)
+		s.Attachers = append(s.Attachers, a)
+	}
+	if !o.NoController {
+		cfg := ControllerConfig(s.Cluster.RESTConfig())
+		if o.ControllerConfig != nil {
+			o.ControllerConfig(&cfg)
+		}
+		s.Controller = Controller(ctx, "attachdetach-controller", cfg)
+		s.watch(s.Controller)
+	}
+	return s, nil
+}
+
+// StartAttacher starts one more in-process csi-attacher replica (replica
+// numbers its configuration) talking to the API server through cfg.
+func (s *Stack) StartAttacher(ctx context.Context, replica int, cfg *rest.Config) (*Component, error) {
+	if s.Socket == "" {
+		return nil, errors.New("no mock driver to attach with: the stack runs no in-process attacher")
+	}
+	c := AttacherConfig(cfg, s.Socket)
+	if s.opts.Replicas > 1 {
+		c.Leader.Enabled = true
+		c.Leader.Namespace = "default"
+		c.Leader.Identity = "csi-attacher-" + strconv.Itoa(replica)
+	}
+	if s.opts.AttacherConfig != nil {
+		s.opts.AttacherConfig(replica, &c)
+	}
+	a := Attacher(ctx, "csi-attacher", c)
+	s.watch(a)
+	s.Attachers = append(s.Attachers, a)
+	return a, nil
+}
+
+// watch reports a component that ends on its own through Err.
+func (s *Stack) watch(c *Component) {
+	go func() {
+		<-c.exited
+		if err := c.result; err != nil && !errors.Is(err, context.Canceled) {
+			select {
+			case s.errs <- fmt.Errorf("%s: %w", c.name, err):
+			default:
+			}
+		}
+	}()
+}
+
+// Err delivers the errors of components that stopped on their own.
+func (s *Stack) Err() <-chan error { return s.errs }
+
+// Stop stops every component (controller, attachers, kubelet, driver,
+// then the control plane if Start started it) and removes temporary files.
+// It returns the components' errors.
+func (s *Stack) Stop() error {
+	var errs []error
+	s.stopOnce.Do(func() {
+		if s.Controller != nil {
+			errs = append(errs, s.Controller.Stop())
+		}
+		for _, a := range s.Attachers {
+			errs = append(errs, a.Stop())
+		}
+		if s.kubelet != nil {
+			errs = append(errs, s.kubelet.Stop())
+		}
+		if s.Driver != nil {
+			s.Driver.Stop()
+		}
+		if s.ownCluster && s.Cluster != nil {
+			s.Cluster.Stop()
+		}
+		if s.tmp != "" {
+			os.RemoveAll(s.tmp)
+		}
+	})
+	return errors.Join(errs...)
+}
