@@ -33,17 +33,34 @@ const (
 
 // Sizes are the object counts of the scenarios.
 type Sizes struct {
-	ABurst, ANodes              int // A: VolumeAttachments created at once, on this many nodes
-	ABursts                     int // A: bursts run one after another; the rate and p99 targets are judged on the median
-	ACreators                   int // A: VolumeAttachment creates (and deletes) in flight; docs/performance.md, "How hard the harness pushes"
-	BAttach, BDetach            int // B: attaches and detaches at the same time
-	COurs, CForeignPVs, CNodes  int // C: our VAs+PVs, PVs of another driver, Nodes+CSINodes
-	DPods, DNodes               int // D: Pods with one volume each
-	DBursts                     int // D: bursts run one after another; the p99 and rate targets are judged on the median
-	DCreators                   int // D: Pod creates (and deletes) in flight; docs/performance.md, "How hard the harness pushes"
-	EVolumes, EPerPod, ENodes   int // E: attached volumes, volumes per Pod
-	ERest                       time.Duration
-	FItems, FConcurrency        int // F: objects patched (3 writes each), writers in flight
+	// Attach burst (scenario A).
+	AttachBurst    int `json:"ABurst"`    // VolumeAttachments created at once
+	AttachNodes    int `json:"ANodes"`    // on this many nodes
+	AttachBursts   int `json:"ABursts"`   // bursts run one after another; the rate and p99 targets are judged on the median
+	AttachCreators int `json:"ACreators"` // VolumeAttachment creates (and deletes) in flight; docs/performance.md, "How hard the harness pushes"
+	// Mixed attach and detach (B): attaches and detaches at the same time.
+	MixedAttaches int `json:"BAttach"`
+	MixedDetaches int `json:"BDetach"`
+	// Attacher memory (C): our VAs+PVs, PVs of another driver, Nodes+CSINodes.
+	MemoryOurVolumes int `json:"COurs"`
+	MemoryForeignPVs int `json:"CForeignPVs"`
+	MemoryNodes      int `json:"CNodes"`
+	// Pods end to end (D): Pods with one volume each, on this many nodes.
+	PodsCount    int `json:"DPods"`
+	PodsNodes    int `json:"DNodes"`
+	PodsBursts   int `json:"DBursts"`   // bursts run one after another; the p99 and rate targets are judged on the median
+	PodsCreators int `json:"DCreators"` // Pod creates (and deletes) in flight; docs/performance.md, "How hard the harness pushes"
+	// Controller idle (E): attached volumes, volumes per Pod, nodes, and
+	// how long the controller rests.
+	IdleVolumes int           `json:"EVolumes"`
+	IdlePerPod  int           `json:"EPerPod"`
+	IdleNodes   int           `json:"ENodes"`
+	IdleRest    time.Duration `json:"ERest"`
+	// API server write limit (F): objects patched (3 writes each),
+	// writers in flight.
+	LimitItems       int `json:"FItems"`
+	LimitConcurrency int `json:"FConcurrency"`
+
 	AttachTimeout, StepsTimeout time.Duration
 }
 
@@ -52,22 +69,22 @@ func SizesFor(s Scale) (Sizes, error) {
 	switch s {
 	case Full:
 		return Sizes{
-			ABurst: 2000, ANodes: 10, ABursts: 3, ACreators: 24,
-			BAttach: 1000, BDetach: 1000,
-			COurs: 5000, CForeignPVs: 50000, CNodes: 2000,
-			DPods: 1000, DNodes: 50, DBursts: 3, DCreators: 24,
-			EVolumes: 10000, EPerPod: 10, ENodes: 100, ERest: 60 * time.Second,
-			FItems: 3000, FConcurrency: 64,
+			AttachBurst: 2000, AttachNodes: 10, AttachBursts: 3, AttachCreators: 24,
+			MixedAttaches: 1000, MixedDetaches: 1000,
+			MemoryOurVolumes: 5000, MemoryForeignPVs: 50000, MemoryNodes: 2000,
+			PodsCount: 1000, PodsNodes: 50, PodsBursts: 3, PodsCreators: 24,
+			IdleVolumes: 10000, IdlePerPod: 10, IdleNodes: 100, IdleRest: 60 * time.Second,
+			LimitItems: 3000, LimitConcurrency: 64,
 			AttachTimeout: 10 * time.Minute, StepsTimeout: 15 * time.Minute,
 		}, nil
 	case Small:
 		return Sizes{
-			ABurst: 100, ANodes: 2, ABursts: 3, ACreators: 8,
-			BAttach: 50, BDetach: 50,
-			COurs: 100, CForeignPVs: 1000, CNodes: 50,
-			DPods: 40, DNodes: 4, DBursts: 3, DCreators: 8,
-			EVolumes: 100, EPerPod: 5, ENodes: 4, ERest: 3 * time.Second,
-			FItems: 200, FConcurrency: 32,
+			AttachBurst: 100, AttachNodes: 2, AttachBursts: 3, AttachCreators: 8,
+			MixedAttaches: 50, MixedDetaches: 50,
+			MemoryOurVolumes: 100, MemoryForeignPVs: 1000, MemoryNodes: 50,
+			PodsCount: 40, PodsNodes: 4, PodsBursts: 3, PodsCreators: 8,
+			IdleVolumes: 100, IdlePerPod: 5, IdleNodes: 4, IdleRest: 3 * time.Second,
+			LimitItems: 200, LimitConcurrency: 32,
 			AttachTimeout: 2 * time.Minute, StepsTimeout: 3 * time.Minute,
 		}, nil
 	}
@@ -77,7 +94,18 @@ func SizesFor(s Scale) (Sizes, error) {
 // AllScenarios are the scenario letters in the order they run: F first so
 // the others can be compared with it, C last because its tens of thousands
 // of objects stay in the cluster.
-var AllScenarios = []string{"F", "A", "B", "D", "E", "C"}
+var AllScenarios = []string{ScenarioWriteLimit, ScenarioAttachBurst, ScenarioMixedAttachDetach, ScenarioPodsEndToEnd, ScenarioControllerIdle, ScenarioAttacherMemory}
+
+// The scenarios' names in the report: the letters docs/performance.md and
+// earlier reports use.
+const (
+	ScenarioAttachBurst       = "A"
+	ScenarioMixedAttachDetach = "B"
+	ScenarioAttacherMemory    = "C"
+	ScenarioPodsEndToEnd      = "D"
+	ScenarioControllerIdle    = "E"
+	ScenarioWriteLimit        = "F"
+)
 
 // Config is one benchmark run.
 type Config struct {
@@ -192,12 +220,12 @@ type scenario struct {
 }
 
 var scenarios = map[string]scenario{
-	"A": {"attach burst", runAttachBurst},
-	"B": {"mixed attach and detach", runMixed},
-	"C": {"attacher memory", runMemory},
-	"D": {"pods end to end", runPods},
-	"E": {"controller idle", runIdle},
-	"F": {"API server write limit", runLimit},
+	ScenarioAttachBurst:       {"attach burst", runAttachBurst},
+	ScenarioMixedAttachDetach: {"mixed attach and detach", runMixedAttachDetach},
+	ScenarioAttacherMemory:    {"attacher memory", runAttacherMemory},
+	ScenarioPodsEndToEnd:      {"pods end to end", runPodsEndToEnd},
+	ScenarioControllerIdle:    {"controller idle", runControllerIdle},
+	ScenarioWriteLimit:        {"API server write limit", runWriteLimit},
 }
 
 // Run runs the selected scenarios in order. A failing scenario is

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"github.com/latchcsi/latch/internal/testsupport"
 	"math"
 	"os"
 	"runtime/debug"
@@ -73,7 +74,7 @@ func TestLimitThenAttachBurstsPublishEachVolumeOnceWithAtMostThreeWritesAndDetac
 		t.Errorf("F measured no write limit or no create rate: %v writes/s, %v creates/s", rep.LimitWritesPerSecond, rep.LimitCreatesPerSecond)
 	}
 	a := rep.Result("A")
-	bursts := rep.Sizes.ABursts
+	bursts := rep.Sizes.AttachBursts
 	if bursts < 3 || a.Figures["bursts"] != float64(bursts) {
 		t.Fatalf("A ran %v bursts, want the scale's %d (at least 3, so that a median is taken)", a.Figures["bursts"], bursts)
 	}
@@ -84,10 +85,10 @@ func TestLimitThenAttachBurstsPublishEachVolumeOnceWithAtMostThreeWritesAndDetac
 	}
 	checkNamed(t, a, "ControllerPublish calls", "VA writes per attach", "PV writes per PV", "ControllerUnpublish calls", "attach rate", "p99 created→attached")
 	// The burst's pressure on the API server is printed with it.
-	if got, want := a.Figures["va_creators"], float64(rep.Sizes.ACreators); got != want || got <= 0 {
+	if got, want := a.Figures["va_creators"], float64(rep.Sizes.AttachCreators); got != want || got <= 0 {
 		t.Errorf("va_creators = %v, want the scale's %v", got, want)
 	}
-	n := rep.Sizes.ABurst
+	n := rep.Sizes.AttachBurst
 	var pcts, p99s []float64
 	var maxWall float64
 	for b := 1; b <= bursts; b++ {
@@ -178,7 +179,7 @@ func TestMixedAttachesAndDetachesAllCompleteWithOnePublishOrUnpublishEach(t *tes
 	b := rep.Result("B")
 	checkNamed(t, b, "attached and detached", "ControllerPublish / Unpublish calls")
 	// B pushes as hard as A, whose p99 it is compared with.
-	if got, want := b.Figures["va_creators"], float64(rep.Sizes.ACreators); got != want || got <= 0 {
+	if got, want := b.Figures["va_creators"], float64(rep.Sizes.AttachCreators); got != want || got <= 0 {
 		t.Errorf("B's va_creators = %v, want A's %v", got, want)
 	}
 }
@@ -197,7 +198,7 @@ func TestPodsEndToEndBurstsAttachRunAndDetachEveryVolumeOnce(t *testing.T) {
 	}
 	noProbeObjectsLeft(t)
 	checkNamed(t, d, "Pods Running with their volume attached", "ControllerPublish calls", "VolumeAttachments gone after the Pods", "ControllerUnpublish calls", "attach rate", "p99 Pod created→attached")
-	bursts := rep.Sizes.DBursts
+	bursts := rep.Sizes.PodsBursts
 	if bursts < 3 || d.Figures["bursts"] != float64(bursts) {
 		t.Fatalf("D ran %v bursts, want the scale's %d (at least 3, so that a median is taken)", d.Figures["bursts"], bursts)
 	}
@@ -270,10 +271,10 @@ func TestMemoryScenarioAttachesOurVolumesAmongManyForeignPVsAfterClearingEarlier
 	rep := runSmall(t, "F", "C")
 	c := rep.Result("C")
 	checkNamed(t, c, "VolumeAttachments attached", "ControllerPublish calls")
-	if got, want := c.Figures["cached_objects"], float64(rep.Sizes.COurs*2+rep.Sizes.CForeignPVs+rep.Sizes.CNodes); got != want {
+	if got, want := c.Figures["cached_objects"], float64(rep.Sizes.MemoryOurVolumes*2+rep.Sizes.MemoryForeignPVs+rep.Sizes.MemoryNodes); got != want {
 		t.Errorf("cached objects = %v, want exactly C's own %v", got, want)
 	}
-	if got, min := c.Figures["cleared_objects"], float64(rep.Sizes.FItems); got < min {
+	if got, min := c.Figures["cleared_objects"], float64(rep.Sizes.LimitItems); got < min {
 		t.Errorf("cleared objects = %v, want at least F's %v PVs", got, min)
 	}
 }
@@ -315,7 +316,7 @@ func TestAPIServerRequestTotalsAreParsedByVerbAndSubresource(t *testing.T) {
 		"/api/v1/namespaces/ns/pods":                         "pods",
 		"/apis/storage.k8s.io/v1/volumeattachments":          "volumeattachments",
 	} {
-		if got := resourceOf(path); got != res {
+		if got := testsupport.ResourceOf(path); got != res {
 			t.Errorf("resourceOf(%s) = %q, want %q", path, got, res)
 		}
 	}

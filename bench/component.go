@@ -3,14 +3,12 @@ package bench
 import (
 	"bufio"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"runtime/pprof"
 	"strconv"
 	"strings"
 	"sync"
@@ -19,12 +17,9 @@ import (
 	"time"
 
 	"k8s.io/client-go/rest"
-	"k8s.io/component-base/metrics"
 	"k8s.io/klog/v2"
 
-	"github.com/latchcsi/latch/internal/app"
-	"github.com/latchcsi/latch/internal/attachdetach/controller"
-	"github.com/latchcsi/latch/internal/attacher"
+	"github.com/latchcsi/latch/internal/stack"
 )
 
 // Usage is what a component cost so far.
@@ -70,71 +65,24 @@ var _ Launcher = (*InProcess)(nil)
 // Measured is false: in-process components share the harness's usage.
 func (*InProcess) Measured() bool { return false }
 
-// StartAttacher runs attacher.RunSidecar with cmd/csi-attacher's defaults.
+// StartAttacher runs attacher.RunSidecar with cmd/csi-attacher's defaults
+// (stack.AttacherConfig).
 func (l *InProcess) StartAttacher(ctx context.Context, csiAddress string) (Component, error) {
-	cfg := rest.CopyConfig(l.RESTConfig)
-	cfg.QPS, cfg.Burst = attacher.DefaultKubeAPIQPS, attacher.DefaultKubeAPIBurst
-	return startGoroutine(ctx, "csi-attacher", func(ctx context.Context) error {
-		return attacher.RunSidecar(ctx, attacher.SidecarConfig{
-			RESTConfig: cfg, CSIAddress: csiAddress,
-			ConnectTimeout: time.Minute, Resync: 10 * time.Minute,
-			Controller: attacher.Config{
-				Workers: attacher.DefaultWorkers, Timeout: 15 * time.Second,
-				RetryIntervalStart: time.Second, RetryIntervalMax: 5 * time.Minute,
-				ReconcileSync: time.Minute, ReconcileTimeout: 2 * time.Minute,
-			},
-		})
-	}), nil
+	return goroutine{stack.Attacher(ctx, "csi-attacher", stack.AttacherConfig(l.RESTConfig, csiAddress))}, nil
 }
 
 // StartController runs controller.Serve with cmd/attachdetach-controller's
-// defaults, without leader election and HTTP endpoint.
+// defaults, without leader election and HTTP endpoint
+// (stack.ControllerConfig).
 func (l *InProcess) StartController(ctx context.Context) (Component, error) {
-	cfg := rest.CopyConfig(l.RESTConfig)
-	cfg.QPS, cfg.Burst = 500, 1000
-	return startGoroutine(ctx, "attachdetach-controller", func(ctx context.Context) error {
-		return controller.Serve(ctx, controller.ServeConfig{
-			RESTConfig: cfg,
-			Controller: controller.Config{Workers: 50, MaxWaitForUnmount: 6 * time.Minute, VerifyPeriod: time.Minute},
-			Leader:     app.LeaderElection{},
-			Registry:   metrics.NewKubeRegistry(),
-		})
-	}), nil
+	return goroutine{stack.Controller(ctx, "attachdetach-controller", stack.ControllerConfig(l.RESTConfig))}, nil
 }
 
-type goroutineComponent struct {
-	cancel context.CancelFunc
-	done   chan error
-	once   sync.Once
-	err    error
-}
+// goroutine is a component of the harness's own process: its usage is
+// the harness's.
+type goroutine struct{ *stack.Component }
 
-func startGoroutine(ctx context.Context, name string, run func(context.Context) error) *goroutineComponent {
-	ctx, cancel := context.WithCancel(ctx)
-	ctx = klog.NewContext(ctx, klog.FromContext(ctx).WithName(name))
-	g := &goroutineComponent{cancel: cancel, done: make(chan error, 1)}
-	go pprof.Do(ctx, pprof.Labels("component", name), func(ctx context.Context) {
-		g.done <- run(ctx)
-	})
-	return g
-}
-
-func (g *goroutineComponent) Usage() Usage { return Usage{} }
-
-func (g *goroutineComponent) Stop() error {
-	g.once.Do(func() {
-		g.cancel()
-		select {
-		case err := <-g.done:
-			if !errors.Is(err, context.Canceled) {
-				g.err = err
-			}
-		case <-time.After(time.Minute):
-			g.err = errors.New("did not stop within a minute")
-		}
-	})
-	return g.err
-}
+func (goroutine) Usage() Usage { return Usage{} }
 
 // Processes runs the components as child processes, so their CPU time and
 // peak RSS are their own. AttacherBinary can be any

@@ -56,11 +56,11 @@ func betterOf(before, after limitProbe) limitProbe {
 	return limitProbe{writes: max(before.writes, after.writes), creates: max(before.creates, after.creates)}
 }
 
-// runLimit is scenario F: how many writes per second the API server takes
+// runWriteLimit is scenario F: how many writes per second the API server takes
 // for the patch shapes an attach makes, sent by the harness at high
 // concurrency with no controller in between (see probeLimit). An attach
 // rate limit is this divided by writes per attach.
-func runLimit(ctx context.Context, e *env, res *Result) error {
+func runWriteLimit(ctx context.Context, e *env, res *Result) error {
 	l, phases, err := e.probeLimit(ctx)
 	res.Phases = append(res.Phases, phases...)
 	if err != nil {
@@ -72,13 +72,13 @@ func runLimit(ctx context.Context, e *env, res *Result) error {
 	res.Figures["attach_limit_per_s_at_3_writes"] = round2(l.writes / limitWritesPerAttach)
 	res.Figures["va_creates_per_s"] = round2(l.creates)
 	res.Figures["attach_ceiling_per_s_with_creates"] = round2(l.ceiling(limitWritesPerAttach))
-	writes := fmt.Sprint(limitWritesPerAttach * 2 * (e.cfg.Sizes.FItems / 2))
+	writes := fmt.Sprint(limitWritesPerAttach * 2 * (e.cfg.Sizes.LimitItems / 2))
 	res.check("patches accepted", writes, writes, true, true)
 	return nil
 }
 
 // probeLimit measures the limit once on objects of its own, which it
-// removes again (so later scenarios' caches do not hold them): FItems PVs
+// removes again (so later scenarios' caches do not hold them): LimitItems PVs
 // and VolumeAttachments are created (the VolumeAttachment creates timed),
 // then, in two rounds on fresh halves of them, each gets the writes of an
 // attach: the VA finalizer+annotations JSON patch guarded by
@@ -87,14 +87,14 @@ func runLimit(ctx context.Context, e *env, res *Result) error {
 func (e *env) probeLimit(ctx context.Context) (l limitProbe, phases []*Phase, err error) {
 	sz := e.cfg.Sizes
 	e.probes++
-	prefix, driver := e.names("F")
+	prefix, driver := e.names(ScenarioWriteLimit)
 	if e.probes > 1 {
 		prefix = fmt.Sprintf("%s-%d", prefix, e.probes)
 	}
 	name := func(i int) string { return fmt.Sprintf("%s-%05d", prefix, i) }
-	pvs := make([]*v1.PersistentVolume, sz.FItems)
-	vas := make([]*storagev1.VolumeAttachment, sz.FItems)
-	err = parallel(ctx, sz.FItems, createConcurrency, func(ctx context.Context, i int) error {
+	pvs := make([]*v1.PersistentVolume, sz.LimitItems)
+	vas := make([]*storagev1.VolumeAttachment, sz.LimitItems)
+	err = parallel(ctx, sz.LimitItems, createConcurrency, func(ctx context.Context, i int) error {
 		pv, err := e.client.CoreV1().PersistentVolumes().Create(ctx, newPV(name(i), driver), metav1.CreateOptions{})
 		pvs[i] = pv
 		return err
@@ -108,7 +108,7 @@ func (e *env) probeLimit(ctx context.Context) (l limitProbe, phases []*Phase, er
 	// whose burst the harness creates shares the API server with those
 	// creates, so its ceiling is below the patch limit (see ceiling).
 	start := time.Now()
-	err = parallel(ctx, sz.FItems, createConcurrency, func(ctx context.Context, i int) error {
+	err = parallel(ctx, sz.LimitItems, createConcurrency, func(ctx context.Context, i int) error {
 		va, err := e.client.StorageV1().VolumeAttachments().Create(ctx, newVA(name(i), driver, name(i), prefix+"-node"), metav1.CreateOptions{})
 		vas[i] = va
 		return err
@@ -117,7 +117,7 @@ func (e *env) probeLimit(ctx context.Context) (l limitProbe, phases []*Phase, er
 		return l, phases, fmt.Errorf("create VolumeAttachments: %w", err)
 	}
 	elapsed := time.Since(start)
-	creates := &Phase{Name: fmt.Sprintf("VA creates@%d", createConcurrency), Ops: sz.FItems, WallSeconds: elapsed.Seconds(), PerSecond: float64(sz.FItems) / elapsed.Seconds()}
+	creates := &Phase{Name: fmt.Sprintf("VA creates@%d", createConcurrency), Ops: sz.LimitItems, WallSeconds: elapsed.Seconds(), PerSecond: float64(sz.LimitItems) / elapsed.Seconds()}
 	phases = append(phases, creates)
 
 	finalizer, pvFinalizer := kube.AttacherFinalizer(driver), kube.PVFinalizer(driver)
@@ -154,8 +154,8 @@ func (e *env) probeLimit(ctx context.Context) (l limitProbe, phases []*Phase, er
 	// Two rounds on fresh halves of the objects, at a quarter of the
 	// concurrency and at the full one: past the API server's knee more
 	// writers only queue, so the better round is the limit.
-	half := sz.FItems / 2
-	for round, conc := range []int{max(1, sz.FConcurrency/4), sz.FConcurrency} {
+	half := sz.LimitItems / 2
+	for round, conc := range []int{max(1, sz.LimitConcurrency/4), sz.LimitConcurrency} {
 		from := round * half
 		start := time.Now()
 		err := parallel(ctx, half, conc, func(ctx context.Context, i int) error { return attach(ctx, from+i) })

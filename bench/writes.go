@@ -1,21 +1,16 @@
 package bench
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"fmt"
-	"maps"
 	"net/http"
-	"strconv"
 	"strings"
-	"sync"
 
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
 	"github.com/latchcsi/latch/internal/app"
-	"github.com/latchcsi/latch/internal/kube/kubetest"
+	"github.com/latchcsi/latch/internal/testsupport"
 )
 
 // Writes counts API writes by "VERB resource[/subresource]", e.g.
@@ -73,51 +68,22 @@ func apiWrites(ctx context.Context, client kubernetes.Interface) (Writes, error)
 
 // parseRequestTotals sums apiserver_request_total samples of write verbs.
 func parseRequestTotals(text []byte) (Writes, error) {
+	samples, err := testsupport.ParseText(text)
+	if err != nil {
+		return nil, err
+	}
 	out := Writes{}
-	sc := bufio.NewScanner(bytes.NewReader(text))
-	sc.Buffer(make([]byte, 0, 64*1024), 1024*1024)
-	for sc.Scan() {
-		line := sc.Text()
-		rest, ok := strings.CutPrefix(line, "apiserver_request_total{")
-		if !ok {
+	for _, s := range samples.Find("apiserver_request_total", nil) {
+		if !isWriteVerb(s.Labels["verb"]) {
 			continue
 		}
-		labels, value, ok := strings.Cut(rest, "} ")
-		if !ok {
-			return nil, fmt.Errorf("malformed sample %q", line)
+		res := s.Labels["resource"]
+		if s.Labels["subresource"] != "" {
+			res += "/" + s.Labels["subresource"]
 		}
-		l := parseLabels(labels)
-		if !isWriteVerb(l["verb"]) {
-			continue
-		}
-		v, err := strconv.ParseFloat(strings.TrimSpace(value), 64)
-		if err != nil {
-			return nil, fmt.Errorf("malformed value in %q: %w", line, err)
-		}
-		res := l["resource"]
-		if l["subresource"] != "" {
-			res += "/" + l["subresource"]
-		}
-		out[l["verb"]+" "+res] += int(v)
+		out[s.Labels["verb"]+" "+res] += int(s.Value)
 	}
-	return out, sc.Err()
-}
-
-func parseLabels(s string) map[string]string {
-	out := map[string]string{}
-	for s != "" {
-		name, rest, ok := strings.Cut(s, "=\"")
-		if !ok {
-			break
-		}
-		end := strings.Index(rest, "\"")
-		if end < 0 {
-			break
-		}
-		out[name] = rest[:end]
-		s = strings.TrimPrefix(rest[end+1:], ",")
-	}
-	return out
+	return out, nil
 }
 
 func isWriteVerb(v string) bool {
@@ -130,45 +96,11 @@ func isWriteVerb(v string) bool {
 
 // writeCounter counts the writes one client makes, by the same keys as the
 // API server's counter, so they can be told apart from a component's.
-type writeCounter struct {
-	mu     sync.Mutex
-	counts Writes
-}
+type writeCounter struct{ api *testsupport.APITransport }
 
-func newWriteCounter() *writeCounter { return &writeCounter{counts: Writes{}} }
+func newWriteCounter() *writeCounter { return &writeCounter{api: testsupport.NewAPITransport()} }
 
-func (w *writeCounter) wrap(rt http.RoundTripper) http.RoundTripper {
-	return roundTripFunc(func(req *http.Request) (*http.Response, error) {
-		if req.Method != http.MethodGet {
-			key := req.Method + " " + resourceOf(req.URL.Path)
-			w.mu.Lock()
-			w.counts[key]++
-			w.mu.Unlock()
-		}
-		return rt.RoundTrip(req)
-	})
-}
-
-func (w *writeCounter) snapshot() Writes {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return maps.Clone(w.counts)
-}
-
-type roundTripFunc func(*http.Request) (*http.Response, error)
-
-func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
-
-// resourceOf turns an API path into resource[/subresource]:
-// /api/v1/namespaces/ns/pods/p/status → "pods/status",
-// /apis/storage.k8s.io/v1/volumeattachments → "volumeattachments".
-func resourceOf(path string) string {
-	res, sub := kubetest.ResourceOfPath(path)
-	if sub != "" {
-		return res + "/" + sub
-	}
-	return res
-}
+func (w *writeCounter) snapshot() Writes { return Writes(w.api.Counts()) }
 
 // countingConfig returns a copy of cfg without client-side rate limits whose
 // writes are counted by c. It speaks protobuf, as the clients the harness
@@ -184,7 +116,7 @@ func countingConfig(cfg *rest.Config, c *writeCounter, userAgent string) *rest.C
 		if prev != nil {
 			rt = prev(rt)
 		}
-		return c.wrap(rt)
+		return c.api.Wrap(rt)
 	}
 	return out
 }

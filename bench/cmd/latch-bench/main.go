@@ -167,10 +167,10 @@ func benchmark(ctx context.Context, o *options) (*bench.Report, error) {
 			return nil, err
 		}
 		if o.podCreators > 0 {
-			sz.DCreators = o.podCreators
+			sz.PodsCreators = o.podCreators
 		}
 		if o.vaCreators > 0 {
-			sz.ACreators = o.vaCreators
+			sz.AttachCreators = o.vaCreators
 		}
 		cfg.Sizes = sz
 	}
