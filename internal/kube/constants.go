@@ -12,20 +12,20 @@ const (
 	// ControllerManagedAttachAnnotation marks a Node whose volumes are
 	// attached and detached by the attach/detach controller (set by the
 	// kubelet when --enable-controller-attach-detach is on, the default).
-	ControllerManagedAttachAnnotation = "volumes.kubernetes.io/controller-managed-attach-detach"
+	ControllerManagedAttachAnnotation = kubenames.ControllerManagedAttachAnnotation
 
 	// OutOfServiceTaintKey is the taint an administrator puts on a node that
 	// is known to be down; volumes on it are detached at once instead of
 	// waiting for the maximum unmount time.
-	OutOfServiceTaintKey = "node.kubernetes.io/out-of-service"
+	OutOfServiceTaintKey = kubenames.OutOfServiceTaintKey
 
 	// UniqueVolumeNamePrefix is the plugin part of the unique volume names
 	// that Node.status.volumesAttached and volumesInUse use for CSI volumes.
-	UniqueVolumeNamePrefix = "kubernetes.io/csi/"
+	UniqueVolumeNamePrefix = kubenames.UniqueVolumeNamePrefix
 
 	// UniqueVolumeNameSeparator separates driver and volume handle in a CSI
 	// unique volume name.
-	UniqueVolumeNameSeparator = "^"
+	UniqueVolumeNameSeparator = kubenames.UniqueVolumeNameSeparator
 
 	// AttacherFieldManager is the field manager of every write csi-attacher
 	// makes, so that managedFields show which component owns what.

@@ -1,8 +1,6 @@
 package kube
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"strings"
 
 	"github.com/latchcsi/latch/internal/kube/kubenames"
@@ -13,10 +11,6 @@ const (
 	// external-attacher uses; kept verbatim like the finalizer prefix
 	// (kubenames).
 	leasePrefix = "external-attacher-leader-"
-
-	// vaNamePrefix is the prefix kube-controller-manager's CSI attacher puts
-	// in front of the hash in VolumeAttachment names.
-	vaNamePrefix = "csi-"
 )
 
 // SanitizeDriverName turns a CSI driver name into something usable as a
@@ -53,15 +47,8 @@ func LeaseName(driver string) string {
 }
 
 // VolumeAttachmentName returns the name kube-controller-manager's CSI
-// attacher gives the VolumeAttachment of one volume on one node:
-// "csi-" + hex(sha256(volumeHandle + driver + node)). The three strings are
-// concatenated without a separator, exactly like upstream; this is
-// ambiguous in theory ("ab"+"c" vs "a"+"bc") but changing it would break
-// adoption of existing VolumeAttachments.
+// attacher gives the VolumeAttachment of one volume on one node; see
+// kubenames.VolumeAttachmentName.
 func VolumeAttachmentName(volumeHandle, driver, node string) string {
-	h := sha256.New()
-	h.Write([]byte(volumeHandle))
-	h.Write([]byte(driver))
-	h.Write([]byte(node))
-	return vaNamePrefix + hex.EncodeToString(h.Sum(nil))
+	return kubenames.VolumeAttachmentName(volumeHandle, driver, node)
 }

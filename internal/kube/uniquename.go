@@ -1,44 +1,23 @@
 package kube
 
 import (
-	"errors"
-	"fmt"
-	"strings"
-
 	v1 "k8s.io/api/core/v1"
+
+	"github.com/latchcsi/latch/internal/kube/kubenames"
 )
 
-// ErrInvalidUniqueVolumeName is wrapped by every ParseUniqueVolumeName error
-// so callers can tell a malformed name (e.g. an in-tree volume in
-// Node.status) from other failures with errors.Is.
-var ErrInvalidUniqueVolumeName = errors.New("invalid CSI unique volume name")
+// ErrInvalidUniqueVolumeName is wrapped by every ParseUniqueVolumeName
+// error; see kubenames.
+var ErrInvalidUniqueVolumeName = kubenames.ErrInvalidUniqueVolumeName
 
 // UniqueVolumeName returns the name under which a CSI volume appears in
-// Node.status.volumesAttached and volumesInUse:
-// "kubernetes.io/csi/<driver>^<volume handle>", as built by the kubelet and
-// kube-controller-manager.
+// Node.status.volumesAttached and volumesInUse; see kubenames.
 func UniqueVolumeName(driver, handle string) v1.UniqueVolumeName {
-	return v1.UniqueVolumeName(UniqueVolumeNamePrefix + driver + UniqueVolumeNameSeparator + handle)
+	return kubenames.UniqueVolumeName(driver, handle)
 }
 
-// ParseUniqueVolumeName splits a name built by UniqueVolumeName. The driver
-// ends at the first '^': driver names cannot contain it, volume handles can.
-// Names of other volume plugins (e.g. "kubernetes.io/aws-ebs/...") are
-// rejected, not ignored, so a caller decides explicitly what to do with them.
+// ParseUniqueVolumeName splits a name built by UniqueVolumeName; see
+// kubenames.
 func ParseUniqueVolumeName(name string) (driver, handle string, err error) {
-	rest, ok := strings.CutPrefix(name, UniqueVolumeNamePrefix)
-	if !ok {
-		return "", "", fmt.Errorf("parse unique volume name %q: %w: missing prefix %q", name, ErrInvalidUniqueVolumeName, UniqueVolumeNamePrefix)
-	}
-	driver, handle, ok = strings.Cut(rest, UniqueVolumeNameSeparator)
-	if !ok {
-		return "", "", fmt.Errorf("parse unique volume name %q: %w: missing separator %q between driver and volume handle", name, ErrInvalidUniqueVolumeName, UniqueVolumeNameSeparator)
-	}
-	if driver == "" {
-		return "", "", fmt.Errorf("parse unique volume name %q: %w: empty driver name", name, ErrInvalidUniqueVolumeName)
-	}
-	if handle == "" {
-		return "", "", fmt.Errorf("parse unique volume name %q: %w: empty volume handle", name, ErrInvalidUniqueVolumeName)
-	}
-	return driver, handle, nil
+	return kubenames.ParseUniqueVolumeName(name)
 }

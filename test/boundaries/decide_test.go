@@ -26,13 +26,7 @@ var impureDeps = []string{
 // knownImpure lists decide packages that still link one of impureDeps,
 // with the path through which they do. The test fails when such a package
 // becomes pure (remove it from here) or when another one becomes impure.
-var knownImpure = map[string]string{
-	// Through internal/kube (its event sink uses the clientset, its
-	// transform client-go's cache and with it the clock). The
-	// attach/detach controller's names can come from the leaf
-	// internal/kube/kubenames, as the attacher's do.
-	"internal/attachdetach/decide": "internal/kube",
-}
+var knownImpure = map[string]string{}
 
 // impureDepsOf lists what pkg links of impureDeps.
 func impureDepsOf(t *testing.T, root, pkg string) []string {

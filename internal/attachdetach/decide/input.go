@@ -15,7 +15,7 @@ import (
 
 	"github.com/latchcsi/latch/internal/attachdetach/state"
 	"github.com/latchcsi/latch/internal/attachdetach/volume"
-	"github.com/latchcsi/latch/internal/kube"
+	"github.com/latchcsi/latch/internal/kube/kubenames"
 )
 
 // Config holds the knobs of the detach rules.
@@ -69,7 +69,7 @@ func NodeFactsOf(node *v1.Node) NodeFacts {
 	if node == nil {
 		return NodeFacts{}
 	}
-	_, managed := node.Annotations[kube.ControllerManagedAttachAnnotation]
+	_, managed := node.Annotations[kubenames.ControllerManagedAttachAnnotation]
 	f := NodeFacts{Exists: true, Managed: managed}
 	for _, c := range node.Status.Conditions {
 		if c.Type == v1.NodeReady {
@@ -77,7 +77,7 @@ func NodeFactsOf(node *v1.Node) NodeFacts {
 		}
 	}
 	f.OutOfService = slices.ContainsFunc(node.Spec.Taints, func(t v1.Taint) bool {
-		return t.Key == kube.OutOfServiceTaintKey
+		return t.Key == kubenames.OutOfServiceTaintKey
 	})
 	return f
 }

@@ -9,7 +9,7 @@ import (
 	storagev1 "k8s.io/api/storage/v1"
 
 	"github.com/latchcsi/latch/internal/attachdetach/volume"
-	"github.com/latchcsi/latch/internal/kube"
+	"github.com/latchcsi/latch/internal/kube/kubenames"
 )
 
 // Rebuilding the actual state at start, in upstream's order: first every
@@ -21,14 +21,14 @@ import (
 // AddFromNode records node.status.volumesAttached as attached and
 // reported, and node.status.volumesInUse as mounted. Names that are not
 // CSI unique names (in-tree plugins latch does not handle) are skipped and
-// returned as errors wrapping kube.ErrInvalidUniqueVolumeName. Returns the
+// returned as errors wrapping kubenames.ErrInvalidUniqueVolumeName. Returns the
 // keys added or changed.
 func (a *Actual) AddFromNode(node *v1.Node) ([]Key, error) {
 	var errs []error
 	var keys []Key
 	a.mu.Lock()
 	for _, av := range node.Status.VolumesAttached {
-		if _, _, err := kube.ParseUniqueVolumeName(string(av.Name)); err != nil {
+		if _, _, err := kubenames.ParseUniqueVolumeName(string(av.Name)); err != nil {
 			errs = append(errs, fmt.Errorf("node %s status.volumesAttached: %w", node.Name, err))
 			continue
 		}

@@ -14,7 +14,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 
-	"github.com/latchcsi/latch/internal/kube"
+	"github.com/latchcsi/latch/internal/kube/kubenames"
 )
 
 // Attachable is a CSI volume that needs a VolumeAttachment before a pod on
@@ -53,7 +53,7 @@ type Attachable struct {
 // driver and volume handle.
 func NewAttachable(driver, handle string) Attachable {
 	return Attachable{
-		UniqueName:   kube.UniqueVolumeName(driver, handle),
+		UniqueName:   kubenames.UniqueVolumeName(driver, handle),
 		Driver:       driver,
 		VolumeHandle: handle,
 	}
@@ -80,7 +80,7 @@ func (a *Attachable) MultiAttachAllowed() bool {
 // node, the same name kube-controller-manager uses so that latch adopts
 // existing attachments.
 func (a *Attachable) AttachmentName(node string) string {
-	return kube.VolumeAttachmentName(a.VolumeHandle, a.Driver, node)
+	return kubenames.VolumeAttachmentName(a.VolumeHandle, a.Driver, node)
 }
 
 // Source is the VolumeAttachment source for this volume.
@@ -109,9 +109,9 @@ func (a *Attachable) VolumeAttachment(node string) *storagev1.VolumeAttachment {
 // AttachmentNameFor is the VolumeAttachment name for a unique volume name
 // on node, for entries whose spec is unknown (rebuilt from Node.status).
 func AttachmentNameFor(unique v1.UniqueVolumeName, node string) (string, error) {
-	driver, handle, err := kube.ParseUniqueVolumeName(string(unique))
+	driver, handle, err := kubenames.ParseUniqueVolumeName(string(unique))
 	if err != nil {
 		return "", err
 	}
-	return kube.VolumeAttachmentName(handle, driver, node), nil
+	return kubenames.VolumeAttachmentName(handle, driver, node), nil
 }

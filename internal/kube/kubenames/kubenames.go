@@ -1,8 +1,9 @@
 // Package kubenames holds the object names and keys latch shares with
-// upstream (finalizers, the node-id annotation) as a leaf: it imports
-// nothing but the standard library, so the pure decide packages can use
-// them without linking package kube's clients. Package kube re-exports
-// them.
+// upstream (finalizers, the node-id annotation, unique volume names,
+// VolumeAttachment names) as a leaf: it imports nothing but the standard
+// library and the core API types, so the pure decide packages (and the
+// state they read) can use them without linking package kube's clients.
+// Package kube re-exports them.
 package kubenames
 
 import "strings"
@@ -19,6 +20,16 @@ const (
 	// that it can still unpublish after the node's CSINode object is gone.
 	// Same key as upstream external-attacher.
 	VANodeIDAnnotation = "csi.alpha.kubernetes.io/node-id"
+
+	// ControllerManagedAttachAnnotation marks a Node whose volumes are
+	// attached and detached by the attach/detach controller (set by the
+	// kubelet when --enable-controller-attach-detach is on, the default).
+	ControllerManagedAttachAnnotation = "volumes.kubernetes.io/controller-managed-attach-detach"
+
+	// OutOfServiceTaintKey is the taint an administrator puts on a node that
+	// is known to be down; volumes on it are detached at once instead of
+	// waiting for the maximum unmount time.
+	OutOfServiceTaintKey = "node.kubernetes.io/out-of-service"
 )
 
 // SanitizeDriverName turns a CSI driver name into something usable as a
