@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -16,6 +17,7 @@ import (
 	"github.com/latchcsi/latch/internal/attacher"
 	"github.com/latchcsi/latch/internal/csimock"
 	"github.com/latchcsi/latch/internal/localcluster"
+	"github.com/latchcsi/latch/internal/testsupport"
 )
 
 // AttacherMode says how Start runs csi-attacher.
@@ -28,9 +30,12 @@ const (
 	// AttacherTrivial runs the attacher's controller in trivial mode: no
 	// mock driver is needed, every VolumeAttachment is marked attached.
 	AttacherTrivial
-	// AttacherNone starts no attacher (the caller runs its own, e.g. the
-	// binary through Binary).
+	// AttacherNone starts no attacher (the caller runs its own).
 	AttacherNone
+	// AttacherBinary runs Replicas child processes of the real
+	// csi-attacher (built once per process by testsupport.Binary) with
+	// their flag defaults and AttacherArgs, against the mock driver.
+	AttacherBinary
 )
 
 // Options shape a stack. The zero value is a fresh control plane, one
@@ -59,6 +64,10 @@ type Options struct {
 	// AttacherConfig adjusts each replica's configuration (replica is
 	// 0-based); the default is AttacherConfig's.
 	AttacherConfig func(replica int, cfg *attacher.SidecarConfig)
+	// AttacherArgs are extra flags of AttacherBinary replicas;
+	// AttacherOutput receives their output (nil: discarded).
+	AttacherArgs   []string
+	AttacherOutput io.Writer
 	// NoController leaves the attach/detach controller out;
 	// ControllerConfig adjusts its configuration (default:
 	// ControllerConfig's).
@@ -115,7 +124,7 @@ func Start(ctx context.Context, o Options) (_ *Stack, err error) {
 	}
 	s.Client = s.Cluster.Client()
 
-	if o.Attacher == AttacherInProcess {
+	if o.Attacher == AttacherInProcess || o.Attacher == AttacherBinary {
 		// Unix socket paths are limited to ~100 bytes: keep it short.
 		if s.tmp, err = os.MkdirTemp("", "latch-stack"); err != nil {
 			return nil, err
@@ -144,6 +153,10 @@ func Start(ctx context.Context, o Options) (_ *Stack, err error) {
 			if _, err := s.StartAttacher(ctx, i, s.Cluster.RESTConfig()); err != nil {
 				return nil, err
 			}
+		}
+	case AttacherBinary:
+		if err := s.startBinaryAttachers(ctx); err != nil {
+			return nil, err
 		}
 	case AttacherTrivial:
 		a, err := TrivialAttacher(ctx, "csi-attacher", s.Client, o.Driver)
@@ -227,4 +240,29 @@ func (s *Stack) Stop() error {
 		}
 	})
 	return errors.Join(errs...)
+}
+
+// startBinaryAttachers runs the csi-attacher binary, Replicas times.
+func (s *Stack) startBinaryAttachers(ctx context.Context) error {
+	bin, err := testsupport.Binary("cmd/csi-attacher")
+	if err != nil {
+		return err
+	}
+	kubeconfig := filepath.Join(s.tmp, "kubeconfig")
+	if err := s.Cluster.WriteKubeconfig(kubeconfig); err != nil {
+		return err
+	}
+	for i := range s.opts.Replicas {
+		args := []string{"--csi-address=" + s.Socket, "--kubeconfig=" + kubeconfig}
+		if s.opts.Replicas > 1 {
+			args = append(args, "--leader-election", "--leader-election-namespace=default")
+		}
+		a, err := Process(ctx, "csi-attacher-"+strconv.Itoa(i), s.opts.AttacherOutput, bin, append(args, s.opts.AttacherArgs...)...)
+		if err != nil {
+			return err
+		}
+		s.watch(a)
+		s.Attachers = append(s.Attachers, a)
+	}
+	return nil
 }
