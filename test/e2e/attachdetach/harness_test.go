@@ -22,7 +22,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/component-base/metrics"
@@ -33,6 +32,7 @@ import (
 	"github.com/latchcsi/latch/internal/csimock"
 	"github.com/latchcsi/latch/internal/kube"
 	"github.com/latchcsi/latch/internal/localcluster"
+	"github.com/latchcsi/latch/internal/stack"
 	"github.com/latchcsi/latch/internal/testsupport"
 )
 
@@ -132,18 +132,15 @@ func (e *env) startKubelet() {
 }
 
 func (e *env) startAttacher() {
-	ctx, cancel := context.WithCancel(e.ctx)
-	factory := informers.NewSharedInformerFactory(e.client, 0)
-	recorder, stopEvents := controller.NewEventRecorder(ctx, e.client)
-	a, err := attacher.New(attacher.Config{Driver: attacher.DriverInfo{Name: e.driver}, Trivial: true, Workers: 4, Timeout: 10 * time.Second},
-		e.client, factory, nil, nil, recorder, nil)
+	a, err := stack.TrivialAttacher(e.ctx, "csi-attacher", e.client, e.driver)
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	factory.Start(ctx.Done())
-	done := make(chan struct{})
-	go func() { defer close(done); _ = a.Run(ctx) }()
-	e.t.Cleanup(func() { cancel(); <-done; factory.Shutdown(); stopEvents() })
+	e.t.Cleanup(func() {
+		if err := a.Stop(); err != nil {
+			e.t.Errorf("trivial csi-attacher: %v", err)
+		}
+	})
 }
 
 // startMockDriverAndAttacher serves a mock CSI driver named e.driver on a
@@ -157,29 +154,24 @@ func (e *env) startMockDriverAndAttacher() *csimock.Driver {
 	}
 	e.t.Cleanup(func() { os.RemoveAll(dir) })
 	socket := filepath.Join(dir, "csi.sock")
-	mcfg := csimock.DefaultConfig()
-	mcfg.Name = e.driver
-	mcfg.NodeService = false
-	mcfg.AutoCreateVolumes = true
-	if e.driverConfig != nil {
-		e.driverConfig(&mcfg)
-	}
-	drv, err := csimock.New(mcfg)
+	drv, err := stack.MockDriver(e.ctx, e.driver, socket, e.driverConfig)
 	if err != nil {
-		e.t.Fatal(err)
-	}
-	if err := drv.Start(e.ctx, socket); err != nil {
 		e.t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(e.ctx)
 	done := make(chan error, 1)
 	go func() {
-		done <- attacher.RunSidecar(ctx, attacher.SidecarConfig{
-			RESTConfig: cluster.RESTConfig(), CSIAddress: socket, ConnectTimeout: 30 * time.Second,
-			Resync: 10 * time.Minute, DefaultFSType: "ext4",
-			Controller: attacher.Config{Workers: 4, Timeout: 5 * time.Second,
-				RetryIntervalStart: 100 * time.Millisecond, RetryIntervalMax: 500 * time.Millisecond},
-		})
+		// The binary's configuration, with retries fast enough for the
+		// suite's timeouts.
+		cfg := stack.AttacherConfig(cluster.RESTConfig(), socket)
+		cfg.ConnectTimeout = 30 * time.Second
+		cfg.DefaultFSType = "ext4"
+		cfg.Controller.Workers = 4
+		cfg.Controller.Timeout = 5 * time.Second
+		cfg.Controller.RetryIntervalStart = 100 * time.Millisecond
+		cfg.Controller.RetryIntervalMax = 500 * time.Millisecond
+		cfg.Controller.ReconcileSync = 0 // the suite's tests read no ListVolumes reconcile
+		done <- attacher.RunSidecar(ctx, cfg)
 	}()
 	// Cleanups run last-in first-out: the attacher stops before the
 	// driver.
@@ -197,33 +189,23 @@ func (e *env) startMockDriverAndAttacher() *csimock.Driver {
 // The client's writes are recorded in e.ctrlAPI.
 func (e *env) startController() {
 	e.t.Helper()
-	ctx, cancel := context.WithCancel(e.ctx)
 	cfg := rest.CopyConfig(cluster.RESTConfig())
 	cfg.QPS, cfg.Burst = 1000, 2000
 	cfg.Wrap(e.ctrlAPI.Wrap)
 	if e.ctrlWrap != nil {
 		cfg.Wrap(e.ctrlWrap)
 	}
-	client := kubernetes.NewForConfigOrDie(cfg)
-	factory := informers.NewSharedInformerFactory(client, 0)
-	recorder, stopEvents := controller.NewEventRecorder(ctx, client)
-	m := controller.NewMetrics()
-	e.registry = metrics.NewKubeRegistry()
-	m.Register(e.registry)
-	c, err := controller.New(e.cfg, client, factory, recorder, m)
+	c, reg, err := stack.InformerController(e.ctx, "attachdetach-controller", cfg, e.cfg)
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	factory.Start(ctx.Done())
-	done := make(chan error, 1)
-	go func() { done <- c.Run(ctx) }()
+	e.registry = reg
 	e.stopCtrl = func() {
-		cancel()
-		if err := <-done; err != nil {
+		if err := c.Stop(); err != nil {
+			e.t.Errorf("controller: %v", err)
+		} else if err := c.Result(); err != nil {
 			e.t.Errorf("controller Run: %v", err)
 		}
-		factory.Shutdown()
-		stopEvents()
 	}
 }
 
