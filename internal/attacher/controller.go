@@ -80,27 +80,23 @@ type Config struct {
 
 // Controller is the csi-attacher controller for one driver.
 type Controller struct {
-	cfg      Config
-	client   kubernetes.Interface
-	csi      CSIClient
-	tr       Translator
-	recorder record.EventRecorder
-	metrics  *Metrics
-	clock    clock.WithTicker
+	cfg   Config
+	tr    Translator
+	clock clock.WithTicker
+	// exec makes every API write and CSI call of a plan (executor.go);
+	// the Controller observes, decides and routes.
+	exec *executor
 
 	vaInformer cache.SharedIndexInformer
 	// vaCache and pvCache are the only readers of the VolumeAttachment and
 	// PV informers' stores: those hold ForeignVA/ForeignPV placeholders
 	// for other drivers' objects (see Transform), which the readers decode
 	// (decodeVA, decodePV), and every read goes through the overlay of our
-	// own writes (kube.OverlaidStore).
+	// own writes (kube.OverlaidStore), which the executor records into.
 	vaCache    *kube.OverlaidStore[*storagev1.VolumeAttachment]
 	pvCache    *kube.OverlaidStore[*v1.PersistentVolume]
 	nodeLister storagelisters.CSINodeLister
 	synced     []cache.InformerSynced
-
-	// attachSlots and detachSlots bound the CSI calls in flight per queue.
-	attachSlots, detachSlots callSlots
 
 	attach *runner.Runner[string]
 	detach *runner.Runner[string]
@@ -137,7 +133,7 @@ func New(cfg Config, client kubernetes.Interface, factory informers.SharedInform
 		cfg.ReconcileTimeout = 5 * time.Minute
 	}
 	c := &Controller{
-		cfg: cfg, client: client, csi: csiClient, tr: tr, recorder: recorder, metrics: metrics, clock: cfg.Clock,
+		cfg: cfg, tr: tr, clock: cfg.Clock,
 		orphans: map[string]orphan{},
 	}
 	if cfg.OrphanNamespace != "" && !cfg.Trivial {
@@ -188,8 +184,13 @@ func New(cfg Config, client kubernetes.Interface, factory informers.SharedInform
 	// call, so more passes run than CSI calls are allowed: the writes of
 	// some overlap the driver calls of others, while the driver still sees
 	// at most Workers calls per queue, as with upstream's worker threads.
-	c.attachSlots = newCallSlots(cfg.Workers)
-	c.detachSlots = newCallSlots(cfg.Workers)
+	c.exec = &executor{
+		driver: cfg.Driver, timeout: cfg.Timeout, secretRetryInterval: cfg.SecretRetryInterval,
+		client: client, csi: csiClient, vaCache: c.vaCache, pvCache: c.pvCache,
+		attachSlots: newCallSlots(cfg.Workers), detachSlots: newCallSlots(cfg.Workers),
+		recorder: recorder, metrics: metrics, clock: cfg.Clock,
+		orphaned: c.publishedForGone,
+	}
 	c.attach = runner.New[string](runner.ReconcilerFunc[string](c.syncAttach), opts("csi_attacher_attach", apiWorkers))
 	c.claims = newClaims(func(dir direction, name string) {
 		if dir == attachDir {

@@ -2,13 +2,13 @@ package attacher
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
@@ -53,30 +53,20 @@ func (o orphan) same(p orphan) bool {
 	return o.uid == p.uid && o.handle == p.handle && o.nodeID == p.nodeID
 }
 
-// vaGoneOrReplaced reports whether the failed status write of va (err)
-// means the object we published for no longer exists: NotFound, or the
-// answer to the UID precondition the status patch carries. The API server
-// rejects a patch whose metadata.uid differs from the stored object's with
-// 422 (metadata.uid: field is immutable); a 409 is accepted as well. Both
-// codes also have other causes, so a live read of the object decides.
-func (c *Controller) vaGoneOrReplaced(ctx context.Context, va *storagev1.VolumeAttachment, err error) bool {
-	if apierrors.IsNotFound(err) {
-		return true
+// publishedForGone makes the publication (uncertain: possible publication)
+// made for va, which is gone or replaced, an orphan and tries to undo it
+// at once; while that fails, the attach queue retries it under va's name
+// before any VolumeAttachment of that name is worked on. It is the
+// executor's orphaned hook.
+func (c *Controller) publishedForGone(ctx context.Context, va *storagev1.VolumeAttachment, plan decide.AttachPlan, secrets map[string]string, cause error, uncertain bool) (runner.Result, error) {
+	c.orphanPublished(ctx, va, orphan{uid: va.UID, handle: plan.Volume.Handle, nodeID: plan.NodeID,
+		nodeName: va.Spec.NodeName, secretRef: plan.Volume.Secret, secrets: secrets}, cause, uncertain)
+	cur, err := c.getVA(va.Name)
+	if err != nil {
+		return runner.Result{}, err
 	}
-	if !apierrors.IsInvalid(err) && !apierrors.IsConflict(err) {
-		return false
-	}
-	return c.vaLiveGoneOrReplaced(ctx, va)
-}
-
-// vaLiveGoneOrReplaced reads va's object from the API server: true when it
-// is gone or holds another UID (a failed read proves nothing: false).
-func (c *Controller) vaLiveGoneOrReplaced(ctx context.Context, va *storagev1.VolumeAttachment) bool {
-	live, gerr := c.client.StorageV1().VolumeAttachments().Get(ctx, va.Name, metav1.GetOptions{})
-	if apierrors.IsNotFound(gerr) {
-		return true
-	}
-	return gerr == nil && live.UID != va.UID
+	_, res, err := c.settleOrphan(ctx, va.Name, cur)
+	return res, err
 }
 
 // orphanPublished remembers the publication made for va, whose object is
@@ -90,7 +80,7 @@ func (c *Controller) orphanPublished(ctx context.Context, va *storagev1.VolumeAt
 	c.orphans[va.Name] = o
 	c.busyMu.Unlock()
 	if !known {
-		c.metrics.orphanAdded()
+		c.exec.metrics.orphanAdded()
 	}
 	what := "was published"
 	if uncertain {
@@ -99,7 +89,7 @@ func (c *Controller) orphanPublished(ctx context.Context, va *storagev1.VolumeAt
 	msg := fmt.Sprintf("volume %q %s to node %q (node ID %q) for this VolumeAttachment (uid %s), which was deleted or replaced while the driver published it; unpublishing it", o.handle, what, o.nodeName, o.nodeID, o.uid)
 	klog.FromContext(ctx).Info("Orphaned publication: VolumeAttachment gone or replaced during ControllerPublish; unpublishing",
 		"volumeHandle", o.handle, "nodeID", o.nodeID, "uid", o.uid, "uncertain", uncertain, "cause", cause)
-	c.recorder.Event(orphanRef(va.Name, o.uid), v1.EventTypeWarning, EventOrphanedPublication, msg)
+	c.exec.recorder.Event(orphanRef(va.Name, o.uid), v1.EventTypeWarning, EventOrphanedPublication, msg)
 	c.persistOrphan(ctx, va.Name)
 }
 
@@ -114,10 +104,10 @@ func (c *Controller) persistOrphan(ctx context.Context, name string) {
 		return
 	}
 	if err := c.records.Put(ctx, recordOf(name, o)); err != nil {
-		c.metrics.orphanRecordError("put")
+		c.exec.metrics.orphanRecordError("put")
 		klog.FromContext(ctx).Error(err, "Could not record the orphaned publication; it is kept in memory only and is lost if the attacher restarts before it is unpublished",
 			"volumeAttachment", klog.KRef("", name), "volumeHandle", o.handle, "nodeID", o.nodeID)
-		c.recorder.Event(orphanRef(name, o.uid), v1.EventTypeWarning, EventOrphanRecordFailed,
+		c.exec.recorder.Event(orphanRef(name, o.uid), v1.EventTypeWarning, EventOrphanRecordFailed,
 			fmt.Sprintf("could not record that volume %q must be unpublished from node ID %q: %v", o.handle, o.nodeID, err))
 		return
 	}
@@ -140,7 +130,7 @@ func (c *Controller) updateOrphan(name string, o orphan, f func(*orphan)) {
 func (c *Controller) dropOrphan(ctx context.Context, name string, o orphan) error {
 	if o.recorded && c.records != nil {
 		if err := c.records.Delete(ctx, name); err != nil {
-			c.metrics.orphanRecordError("delete")
+			c.exec.metrics.orphanRecordError("delete")
 			return fmt.Errorf("remove the orphaned publication of volume %q on node ID %q from the record: %w", o.handle, o.nodeID, err)
 		}
 	}
@@ -151,7 +141,7 @@ func (c *Controller) dropOrphan(ctx context.Context, name string, o orphan) erro
 	}
 	c.busyMu.Unlock()
 	if ok && p.same(o) {
-		c.metrics.orphanDropped()
+		c.exec.metrics.orphanDropped()
 	}
 	return nil
 }
@@ -195,30 +185,20 @@ func (c *Controller) settleOrphan(ctx context.Context, name string, va *storagev
 	}
 
 	c.persistOrphan(ctx, name)
-	secrets := o.secrets
-	if secrets == nil && o.secretRef != nil {
-		var facts decide.CallFacts
-		secrets, facts, err = c.secrets(ctx, o.secretRef)
-		if blocked := decide.BeforeCall(facts); err == nil && blocked != nil {
-			err = fmt.Errorf("%s", blocked.Message)
-		}
-		if err != nil {
-			c.showOrphanWait(ctx, va, o, err)
-			return false, runner.Result{}, fmt.Errorf("unpublish volume %q from node ID %q left behind by VolumeAttachment %q: %w", o.handle, o.nodeID, name, err)
-		}
-	}
-	release, err := c.detachSlots.acquire(ctx)
-	if err != nil {
+	out, err := c.exec.unpublish(ctx, unpublication{handle: o.handle, nodeID: o.nodeID, secretRef: o.secretRef, secrets: o.secrets})
+	switch {
+	case errors.Is(err, errNoSlot):
 		return false, runner.Result{}, err
+	case err == nil && out.blocked != nil:
+		err = fmt.Errorf("%s", out.blocked.Message)
 	}
-	callCtx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
-	err = c.csi.ControllerUnpublish(callCtx, o.handle, o.nodeID, secrets)
-	cancel()
-	release()
 	if err != nil {
-		c.metrics.csiError("detach", err)
 		c.showOrphanWait(ctx, va, o, err)
-		return false, runner.Result{}, fmt.Errorf("unpublish volume %q from node ID %q left behind by the deleted VolumeAttachment %q: %w", o.handle, o.nodeID, name, err)
+		return false, runner.Result{}, fmt.Errorf("unpublish volume %q from node ID %q left behind by VolumeAttachment %q: %w", o.handle, o.nodeID, name, err)
+	}
+	if out.callErr != nil {
+		c.showOrphanWait(ctx, va, o, out.callErr)
+		return false, runner.Result{}, fmt.Errorf("unpublish volume %q from node ID %q left behind by the deleted VolumeAttachment %q: %w", o.handle, o.nodeID, name, out.callErr)
 	}
 	c.updateOrphan(name, o, func(p *orphan) { p.unpublished = true })
 	o.unpublished = true
@@ -242,7 +222,7 @@ func (c *Controller) showOrphanWait(ctx context.Context, va *storagev1.VolumeAtt
 	}
 	msg := fmt.Sprintf("waiting for the publication of volume %q on node ID %q, left by a deleted VolumeAttachment of the same name (uid %s), to be unpublished; last unpublish error: %v",
 		o.handle, o.nodeID, o.uid, cause)
-	if err := c.recordError(ctx, va, true, msg, nil); err != nil {
+	if err := c.exec.recordError(ctx, va, true, msg, nil); err != nil {
 		klog.FromContext(ctx).Error(err, "Could not show on the VolumeAttachment that it waits for an orphaned publication",
 			"volumeAttachment", klog.KObj(va), "volumeHandle", o.handle, "nodeID", o.nodeID)
 	}
@@ -311,7 +291,7 @@ func (c *Controller) loadOrphansOnce(ctx context.Context) bool {
 	}
 	recs, err := c.records.Load(ctx)
 	if err != nil {
-		c.metrics.orphanRecordError("load")
+		c.exec.metrics.orphanRecordError("load")
 		klog.FromContext(ctx).Error(err, "Could not read the orphaned publications an earlier attacher recorded; retrying")
 		return false
 	}
@@ -353,7 +333,7 @@ func (c *Controller) adoptRecords(ctx context.Context, recs map[string]orphanRec
 		if known {
 			continue
 		}
-		c.metrics.orphanAdded()
+		c.exec.metrics.orphanAdded()
 		klog.FromContext(ctx).Info("Orphaned publication recorded by an earlier attacher; unpublishing",
 			"volumeAttachment", klog.KRef("", name), "volumeHandle", rec.VolumeHandle, "nodeID", rec.NodeID, "uid", rec.UID)
 		c.attach.Enqueue(name)

@@ -39,7 +39,7 @@ func (c *Controller) reconcileOnce(ctx context.Context) error {
 	}
 	orphans := c.orphanSnapshot()
 	listCtx, cancel := context.WithTimeout(ctx, c.cfg.ReconcileTimeout)
-	published, err := c.csi.ListVolumes(listCtx, int32(c.cfg.MaxEntries))
+	published, err := c.exec.csi.ListVolumes(listCtx, int32(c.cfg.MaxEntries))
 	cancel()
 	if err != nil {
 		return err
@@ -56,13 +56,13 @@ func (c *Controller) reconcileOnce(ctx context.Context) error {
 			continue
 		}
 		logger.Info("VolumeAttachment out of sync with the driver", "volumeAttachment", klog.KObj(va), "action", r.Action)
-		c.metrics.repaired(r.Action)
+		c.exec.metrics.repaired(r.Action)
 		switch r.Action {
 		case "republish":
 			// Marking it detached makes the attach queue publish again.
 			status := *va.Status.DeepCopy()
 			status.Attached = false
-			if err := c.writeStatus(ctx, va, status); err != nil {
+			if err := c.exec.writeStatus(ctx, va, status); err != nil {
 				logger.Error(err, "Mark VolumeAttachment for re-publish", "volumeAttachment", klog.KObj(va))
 				continue
 			}

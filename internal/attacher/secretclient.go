@@ -24,12 +24,12 @@ const maxSecretBytes = 3 << 20
 // and returns its data with the facts decide.BeforeCall judges: a missing
 // or forbidden secret is a fact, not an error; other read errors are
 // returned and retried.
-func (c *Controller) secrets(ctx context.Context, ref *v1.SecretReference) (map[string]string, decide.CallFacts, error) {
+func (e *executor) secrets(ctx context.Context, ref *v1.SecretReference) (map[string]string, decide.CallFacts, error) {
 	facts := decide.CallFacts{Secret: ref}
 	if ref == nil {
 		return nil, facts, nil
 	}
-	s, err := getSecret(ctx, c.client, ref.Namespace, ref.Name)
+	s, err := getSecret(ctx, e.client, ref.Namespace, ref.Name)
 	switch {
 	case apierrors.IsNotFound(err):
 		facts.SecretState = decide.SecretNotFound

@@ -2,6 +2,7 @@ package attacher
 
 import (
 	"context"
+	"errors"
 	"fmt"
 )
 
@@ -12,6 +13,10 @@ type callSlots chan struct{}
 
 func newCallSlots(n int) callSlots { return make(callSlots, max(n, 1)) }
 
+// errNoSlot is the error acquire returns (wrapping the context's cause)
+// when the context ends before a slot is free: the call was not made.
+var errNoSlot = errors.New("wait for a free CSI call slot")
+
 // acquire blocks until a slot is free or ctx ends; the returned release
 // must be called exactly once when the call is over.
 func (s callSlots) acquire(ctx context.Context) (release func(), err error) {
@@ -19,6 +24,6 @@ func (s callSlots) acquire(ctx context.Context) (release func(), err error) {
 	case s <- struct{}{}:
 		return func() { <-s }, nil
 	case <-ctx.Done():
-		return nil, fmt.Errorf("wait for a free CSI call slot: %w", context.Cause(ctx))
+		return nil, fmt.Errorf("%w: %w", errNoSlot, context.Cause(ctx))
 	}
 }

@@ -11,8 +11,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/klog/v2"
 
-	"github.com/latchcsi/latch/internal/attacher/decide"
-	"github.com/latchcsi/latch/internal/csi"
 	"github.com/latchcsi/latch/internal/runner"
 )
 
@@ -69,53 +67,12 @@ func cutUTF8(s string, n int) string {
 // not recorded: it means our cache was behind, and the next pass reads a
 // newer one. After a detach's unpublish the next pass unpublishes again
 // (idempotent) and retries the removal.
-func (c *Controller) writeFailed(ctx context.Context, va *storagev1.VolumeAttachment, attach bool, err error) (runner.Result, error) {
+func (e *executor) writeFailed(ctx context.Context, va *storagev1.VolumeAttachment, attach bool, err error) (runner.Result, error) {
 	if apierrors.IsConflict(err) || apierrors.IsNotFound(err) || apierrors.IsInvalid(err) {
 		return runner.Result{}, err
 	}
-	if rerr := c.recordError(ctx, va, attach, err.Error(), nil); rerr != nil {
+	if rerr := e.recordError(ctx, va, attach, err.Error(), nil); rerr != nil {
 		klog.FromContext(ctx).Error(rerr, "Record a refused write in the VolumeAttachment's status", "attach", attach)
 	}
 	return runner.Result{}, err
-}
-
-// unpublishRecorded undoes the publication plan.UnpublishFirst names (the
-// VA recorded another node ID than the CSINode now reports). A failure is
-// recorded in status.attachError and retried: the node ID is not rewritten
-// until the old publication is gone.
-func (c *Controller) unpublishRecorded(ctx context.Context, va *storagev1.VolumeAttachment, plan decide.AttachPlan) (runner.Result, error) {
-	u := plan.UnpublishFirst
-	secrets, facts, err := c.secrets(ctx, plan.Volume.Secret)
-	if err != nil {
-		return runner.Result{}, err
-	}
-	if blocked := decide.BeforeCall(facts); blocked != nil {
-		return c.notCalled(ctx, va, true, blocked)
-	}
-	release, err := c.detachSlots.acquire(ctx)
-	if err != nil {
-		return runner.Result{}, err
-	}
-	callCtx, cancel := context.WithTimeout(csi.WithMigrated(ctx, plan.Volume.Migrated), c.cfg.Timeout)
-	err = c.csi.ControllerUnpublish(callCtx, u.Handle, u.NodeID, secrets)
-	cancel()
-	release()
-	if err != nil {
-		c.metrics.csiError("detach", err)
-		msg, code := failure(nil, err)
-		return c.attachFailedMsg(ctx, va, fmt.Sprintf("the CSINode of node %q now reports node ID %q; the volume recorded as published to node ID %q must be unpublished first: %s",
-			va.Spec.NodeName, plan.NodeID, u.NodeID, msg), code)
-	}
-	klog.FromContext(ctx).Info("Unpublished the volume from the node ID recorded before the node's CSI node ID changed",
-		"volumeHandle", u.Handle, "recordedNodeID", u.NodeID, "nodeID", plan.NodeID)
-	return runner.Result{}, nil
-}
-
-// attachFailedMsg records msg (with the gRPC code, if any) in
-// status.attachError and returns it for backoff.
-func (c *Controller) attachFailedMsg(ctx context.Context, va *storagev1.VolumeAttachment, msg string, code *int32) (runner.Result, error) {
-	if err := c.recordError(ctx, va, true, msg, code); err != nil {
-		return runner.Result{}, err
-	}
-	return runner.Result{}, fmt.Errorf("attach VolumeAttachment %q: %s", va.Name, msg)
 }

@@ -1,0 +1,195 @@
+package attacher
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/utils/clock"
+
+	"github.com/latchcsi/latch/internal/attacher/decide"
+	"github.com/latchcsi/latch/internal/kube"
+)
+
+// Event reasons on VolumeAttachments.
+const (
+	EventAttachFailed = "AttachFailed"
+	EventDetachFailed = "DetachFailed"
+)
+
+// executor carries out the plans of package decide: every API write and
+// every CSI call an attach or detach makes goes through it, one method a
+// step (addPVFinalizer, setMetadata, publish, unpublish, writeStatus,
+// recordError), and runAttach / runDetach (executor_run.go) carry out a
+// whole plan in order. It holds no informer and no queue: the Controller
+// observes, decides and hands it the plan.
+type executor struct {
+	driver DriverInfo
+	// timeout bounds one ControllerPublish/Unpublish call (not the wait
+	// for its slot); secretRetryInterval is when a pass blocked on a
+	// Secret, which is not watched, is retried.
+	timeout, secretRetryInterval time.Duration
+
+	client kubernetes.Interface
+	csi    CSIClient
+	// vaCache and pvCache are the overlays of our own writes: every write
+	// is recorded there, so the Controller's next read sees it before the
+	// watch does.
+	vaCache *kube.OverlaidStore[*storagev1.VolumeAttachment]
+	pvCache *kube.OverlaidStore[*v1.PersistentVolume]
+	// attachSlots and detachSlots bound the CSI calls in flight per queue.
+	attachSlots, detachSlots callSlots
+	recorder                 record.EventRecorder
+	metrics                  *Metrics
+	clock                    clock.Clock
+
+	// orphaned takes over a publication made, or possibly made, for a
+	// VolumeAttachment that is gone or replaced (the Controller's orphan
+	// bookkeeping, orphans.go): uncertain when the publish failed with an
+	// unknown outcome.
+	orphaned orphanedFunc
+}
+
+// patchVA sends patch for va (a subresource when given) and records the
+// answer in the overlay of our own writes.
+func (e *executor) patchVA(ctx context.Context, va *storagev1.VolumeAttachment, pt types.PatchType, patch []byte, subresources ...string) (*storagev1.VolumeAttachment, error) {
+	updated, err := e.client.StorageV1().VolumeAttachments().Patch(ctx, va.Name, pt, patch,
+		metav1.PatchOptions{FieldManager: kube.AttacherFieldManager}, subresources...)
+	if err != nil {
+		return nil, err
+	}
+	e.vaCache.Record(va.ResourceVersion, updated)
+	return updated, nil
+}
+
+// patchPV sends the JSON patch for pv and records the answer in the
+// overlay of our own writes.
+func (e *executor) patchPV(ctx context.Context, pv *v1.PersistentVolume, patch []byte) error {
+	updated, err := e.client.CoreV1().PersistentVolumes().Patch(ctx, pv.Name, types.JSONPatchType, patch,
+		metav1.PatchOptions{FieldManager: kube.AttacherFieldManager})
+	if err != nil {
+		return err
+	}
+	e.pvCache.Record(pv.ResourceVersion, updated)
+	return nil
+}
+
+// writeStatus patches va's status to want (nothing when equal).
+func (e *executor) writeStatus(ctx context.Context, va *storagev1.VolumeAttachment, want storagev1.VolumeAttachmentStatus) error {
+	patch, err := kube.VolumeAttachmentStatusPatch(va, want)
+	if err != nil || patch == nil {
+		return err
+	}
+	if _, err := e.patchVA(ctx, va, types.MergePatchType, patch, "status"); err != nil {
+		return fmt.Errorf("update status of VolumeAttachment %q: %w", va.Name, err)
+	}
+	return nil
+}
+
+// setMetadata writes the finalizer and annotations mc names in one guarded
+// patch and returns the updated object (va itself when nothing changes).
+func (e *executor) setMetadata(ctx context.Context, va *storagev1.VolumeAttachment, mc *decide.MetadataChange) (*storagev1.VolumeAttachment, error) {
+	patch, err := metadataPatch(va, mc)
+	if err != nil || patch == nil {
+		return va, err
+	}
+	updated, err := e.patchVA(ctx, va, types.JSONPatchType, patch)
+	if err != nil {
+		return nil, fmt.Errorf("add finalizer and node ID to VolumeAttachment %q: %w", va.Name, err)
+	}
+	return updated, nil
+}
+
+// addPVFinalizer puts our finalizer on pv (nothing when it is there).
+func (e *executor) addPVFinalizer(ctx context.Context, pv *v1.PersistentVolume) error {
+	patch, err := kube.AddFinalizerPatch(pv, kube.PVFinalizer(e.driver.Name))
+	if err != nil || patch == nil {
+		return err
+	}
+	if err := e.patchPV(ctx, pv, patch); err != nil {
+		return fmt.Errorf("add finalizer to PersistentVolume %q: %w", pv.Name, err)
+	}
+	return nil
+}
+
+// releaseVA removes our finalizer after a successful unpublish. When other
+// finalizers keep the object alive, status.attached is set to false too;
+// when ours was the last, the object is gone and no status write is made.
+func (e *executor) releaseVA(ctx context.Context, va *storagev1.VolumeAttachment) error {
+	patch, err := kube.RemoveFinalizerPatch(va, kube.AttacherFinalizer(e.driver.Name))
+	if err != nil || patch == nil {
+		return err
+	}
+	updated, err := e.patchVA(ctx, va, types.JSONPatchType, patch)
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("remove finalizer from VolumeAttachment %q: %w", va.Name, err)
+	}
+	if len(updated.Finalizers) == 0 {
+		return nil
+	}
+	return e.writeStatus(ctx, updated, storagev1.VolumeAttachmentStatus{Attached: false})
+}
+
+// recordError writes status.attachError (attach) or status.detachError
+// and a Warning event, only when the message changes, so retries do not
+// rewrite them. It returns only a failure to write.
+func (e *executor) recordError(ctx context.Context, va *storagev1.VolumeAttachment, attach bool, msg string, code *int32) error {
+	prev, reason := va.Status.DetachError, EventDetachFailed
+	if attach {
+		prev, reason = va.Status.AttachError, EventAttachFailed
+	}
+	// The API server refuses a VolumeError message over its limit, and
+	// with it the whole status write: shorten it instead.
+	msg = fitMessage(msg, code, maxVolumeErrorMessageBytes)
+	if prev != nil && prev.Message == msg {
+		return nil
+	}
+	status := *va.Status.DeepCopy()
+	verr := &storagev1.VolumeError{Time: metav1.NewTime(e.clock.Now()), Message: msg, ErrorCode: code}
+	if attach {
+		status.AttachError = verr
+	} else {
+		status.DetachError = verr
+	}
+	if err := e.writeStatus(ctx, va, status); err != nil {
+		return err
+	}
+	e.recorder.Event(va, v1.EventTypeWarning, reason, msg)
+	return nil
+}
+
+// vaGoneOrReplaced reports whether the failed status write of va (err)
+// means the object we published for no longer exists: NotFound, or the
+// answer to the UID precondition the status patch carries. The API server
+// rejects a patch whose metadata.uid differs from the stored object's with
+// 422 (metadata.uid: field is immutable); a 409 is accepted as well. Both
+// codes also have other causes, so a live read of the object decides.
+func (e *executor) vaGoneOrReplaced(ctx context.Context, va *storagev1.VolumeAttachment, err error) bool {
+	if apierrors.IsNotFound(err) {
+		return true
+	}
+	if !apierrors.IsInvalid(err) && !apierrors.IsConflict(err) {
+		return false
+	}
+	return e.vaLiveGoneOrReplaced(ctx, va)
+}
+
+// vaLiveGoneOrReplaced reads va's object from the API server: true when it
+// is gone or holds another UID (a failed read proves nothing: false).
+func (e *executor) vaLiveGoneOrReplaced(ctx context.Context, va *storagev1.VolumeAttachment) bool {
+	live, gerr := e.client.StorageV1().VolumeAttachments().Get(ctx, va.Name, metav1.GetOptions{})
+	if apierrors.IsNotFound(gerr) {
+		return true
+	}
+	return gerr == nil && live.UID != va.UID
+}

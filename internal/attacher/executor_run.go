@@ -1,0 +1,284 @@
+package attacher
+
+import (
+	"context"
+	"fmt"
+
+	v1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/klog/v2"
+
+	"github.com/latchcsi/latch/internal/attacher/decide"
+	"github.com/latchcsi/latch/internal/csi"
+	"github.com/latchcsi/latch/internal/kube"
+	"github.com/latchcsi/latch/internal/runner"
+)
+
+// orphanedFunc takes over a publication made, or possibly made (uncertain),
+// for a VolumeAttachment that is gone or replaced.
+type orphanedFunc func(ctx context.Context, va *storagev1.VolumeAttachment, plan decide.AttachPlan, secrets map[string]string, cause error, uncertain bool) (runner.Result, error)
+
+// removePVFinalizer takes our finalizer off pv (a PV already gone is
+// fine).
+func (e *executor) removePVFinalizer(ctx context.Context, pv *v1.PersistentVolume) error {
+	patch, err := kube.RemoveFinalizerPatch(pv, kube.PVFinalizer(e.driver.Name))
+	if err != nil || patch == nil {
+		return err
+	}
+	err = e.patchPV(ctx, pv, patch)
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("remove finalizer from PersistentVolume %q: %w", pv.Name, err)
+	}
+	klog.FromContext(ctx).V(2).Info("Removed PersistentVolume finalizer", "persistentVolume", pv.Name)
+	return nil
+}
+
+// runAttach carries out plan for va (pv is the PV the plan was decided
+// on): the PV finalizer, the unpublication of a publication recorded under
+// an old node ID, the VA's finalizer and annotations, ControllerPublish
+// and the status; a failure is recorded in status.attachError with its
+// class deciding the retry.
+func (e *executor) runAttach(ctx context.Context, va *storagev1.VolumeAttachment, pv *v1.PersistentVolume, plan decide.AttachPlan) (runner.Result, error) {
+	switch {
+	case plan.Trivial:
+		return runner.Result{}, e.writeStatus(ctx, va, storagev1.VolumeAttachmentStatus{Attached: true, AttachmentMetadata: va.Status.AttachmentMetadata})
+	case plan.Done:
+		return runner.Result{}, nil
+	case plan.Blocked != nil:
+		return e.attachFailed(ctx, va, plan.Blocked, nil)
+	}
+
+	if plan.AddPVFinalizer != "" {
+		if err := e.addPVFinalizer(ctx, pv); err != nil {
+			return e.writeFailed(ctx, va, true, err)
+		}
+	}
+	if plan.UnpublishFirst != nil {
+		// The node ID is about to be rewritten: undo the publication
+		// recorded under the old one while the record still names it.
+		if res, err := e.unpublishRecorded(ctx, va, plan); err != nil || res.RequeueAfter > 0 {
+			return res, err
+		}
+	}
+	if plan.Metadata != nil {
+		// Finalizer and node ID go on the VA before the driver is called:
+		// once a publish may have happened, a delete must wait for us.
+		updated, err := e.setMetadata(ctx, va, plan.Metadata)
+		if err != nil {
+			return e.writeFailed(ctx, va, true, err)
+		}
+		va = updated
+	}
+	if !plan.Publish {
+		return runner.Result{}, nil
+	}
+
+	publishContext, res, err := e.publish(ctx, plan)
+	if stop, r, err := e.notMade(ctx, va, true, res, err); stop {
+		return r, err
+	}
+	switch {
+	case res.callErr != nil && !csi.IsFinalError(res.callErr):
+		// The driver may have published: if the VolumeAttachment went
+		// away meanwhile, that possible publication is an orphan.
+		return e.publishFailed(ctx, va, plan, res.secrets, nil, res.callErr)
+	case res.callErr != nil:
+		// A final code: nothing was published, whatever became of va.
+		return e.attachFailed(ctx, va, nil, res.callErr)
+	}
+	if blocked := CheckPublishContext(publishContext); blocked != nil {
+		// The API server would refuse the status write: retrying would
+		// only publish again and again. The finalizer stays, so a delete
+		// still unpublishes.
+		return e.publishFailed(ctx, va, plan, res.secrets, blocked, nil)
+	}
+	if err := e.writeStatus(ctx, va, storagev1.VolumeAttachmentStatus{Attached: true, AttachmentMetadata: publishContext}); err != nil {
+		if e.vaGoneOrReplaced(ctx, va, err) {
+			// The VolumeAttachment went away (or was replaced by a new
+			// object of the same name) while the driver published it:
+			// nothing will ever detach that publication, so undo it now
+			// (and retry until it is undone).
+			return e.orphaned(ctx, va, plan, res.secrets, err, false)
+		}
+		return runner.Result{}, err
+	}
+	e.metrics.attached(va.CreationTimestamp.Time, e.clock.Now())
+	klog.FromContext(ctx).V(2).Info("Volume attached", "volumeHandle", plan.Volume.Handle)
+	return runner.Result{}, nil
+}
+
+// runDetach carries out plan for va, which is being deleted:
+// ControllerUnpublish, then the removal of our finalizer (and
+// status.attached=false when other finalizers keep the object); a
+// failure is recorded in status.detachError.
+func (e *executor) runDetach(ctx context.Context, va *storagev1.VolumeAttachment, plan decide.DetachPlan) (runner.Result, error) {
+	switch {
+	case plan.Done:
+		return runner.Result{}, nil
+	case plan.Blocked != nil:
+		return e.detachFailed(ctx, va, plan.Blocked.Message, nil)
+	}
+	res, err := e.unpublish(ctx, unpublication{handle: plan.Volume.Handle, nodeID: plan.NodeID,
+		secretRef: plan.Volume.Secret, migrated: plan.Volume.Migrated})
+	if stop, r, err := e.notMade(ctx, va, false, res, err); stop {
+		return r, err
+	}
+	if res.callErr != nil {
+		// Whatever the code, the volume may still be attached: keep the
+		// finalizer and retry.
+		return e.detachFailed(ctx, va, "", res.callErr)
+	}
+	if err := e.releaseVA(ctx, va); err != nil {
+		return e.writeFailed(ctx, va, false, err)
+	}
+	klog.FromContext(ctx).V(2).Info("Volume detached", "volumeHandle", plan.Volume.Handle)
+	return runner.Result{}, nil
+}
+
+// unpublishRecorded undoes the publication plan.UnpublishFirst names (the
+// VA recorded another node ID than the CSINode now reports). A failure is
+// recorded in status.attachError and retried: the node ID is not rewritten
+// until the old publication is gone.
+func (e *executor) unpublishRecorded(ctx context.Context, va *storagev1.VolumeAttachment, plan decide.AttachPlan) (runner.Result, error) {
+	u := plan.UnpublishFirst
+	res, err := e.unpublish(ctx, unpublication{handle: u.Handle, nodeID: u.NodeID,
+		secretRef: plan.Volume.Secret, migrated: plan.Volume.Migrated})
+	if stop, r, err := e.notMade(ctx, va, true, res, err); stop {
+		return r, err
+	}
+	if res.callErr != nil {
+		msg, code := failure(nil, res.callErr)
+		return e.attachFailedMsg(ctx, va, fmt.Sprintf("the CSINode of node %q now reports node ID %q; the volume recorded as published to node ID %q must be unpublished first: %s",
+			va.Spec.NodeName, plan.NodeID, u.NodeID, msg), code)
+	}
+	klog.FromContext(ctx).Info("Unpublished the volume from the node ID recorded before the node's CSI node ID changed",
+		"volumeHandle", u.Handle, "recordedNodeID", u.NodeID, "nodeID", plan.NodeID)
+	return runner.Result{}, nil
+}
+
+// notMade reports whether a CSI call the executor was asked to make was
+// not made, and what the pass returns then: err (the secret read or the
+// wait for a slot failed) goes to the runner's backoff; a call
+// decide.BeforeCall blocked is recorded (notCalled).
+func (e *executor) notMade(ctx context.Context, va *storagev1.VolumeAttachment, attach bool, res callResult, err error) (bool, runner.Result, error) {
+	switch {
+	case err != nil:
+		return true, runner.Result{}, err
+	case res.blocked != nil:
+		r, err := e.notCalled(ctx, va, attach, res.blocked)
+		return true, r, err
+	}
+	return false, runner.Result{}, nil
+}
+
+// notCalled records why the driver was not called (blocked, decided by
+// decide.BeforeCall): an object latch does not watch (a Secret) is polled
+// every secretRetryInterval; anything else is an attach failure (a
+// detach's blocked reasons are only secrets).
+func (e *executor) notCalled(ctx context.Context, va *storagev1.VolumeAttachment, attach bool, blocked *Blocked) (runner.Result, error) {
+	if blocked.Reason.Class() != decide.ClassWaitForObject {
+		return e.attachFailed(ctx, va, blocked, nil)
+	}
+	if err := e.recordError(ctx, va, attach, blocked.Message, nil); err != nil {
+		return runner.Result{}, err
+	}
+	return runner.Result{RequeueAfter: e.secretRetryInterval}, nil
+}
+
+// attachFailed records a failed attach and returns the error for the
+// runner's backoff (terminal when only an edit of the VA can fix it).
+func (e *executor) attachFailed(ctx context.Context, va *storagev1.VolumeAttachment, blocked *Blocked, callErr error) (runner.Result, error) {
+	msg, code := failure(blocked, callErr)
+	if err := e.recordError(ctx, va, true, msg, code); err != nil {
+		return runner.Result{}, err
+	}
+	return attachFailure(ctx, va, blocked, msg)
+}
+
+// attachFailedMsg records msg (with the gRPC code, if any) in
+// status.attachError and returns it for backoff.
+func (e *executor) attachFailedMsg(ctx context.Context, va *storagev1.VolumeAttachment, msg string, code *int32) (runner.Result, error) {
+	if err := e.recordError(ctx, va, true, msg, code); err != nil {
+		return runner.Result{}, err
+	}
+	return runner.Result{}, fmt.Errorf("attach VolumeAttachment %q: %s", va.Name, msg)
+}
+
+// attachFailure logs a recorded attach failure and returns its error
+// (terminal when only an edit of the VA can fix it).
+func attachFailure(ctx context.Context, va *storagev1.VolumeAttachment, blocked *Blocked, msg string) (runner.Result, error) {
+	klog.FromContext(ctx).V(2).Info("Attach failed", "reason", reasonOf(blocked), "err", msg)
+	err := fmt.Errorf("attach VolumeAttachment %q: %s", va.Name, msg)
+	if blocked != nil && blocked.Reason.Class() == decide.ClassTerminal {
+		return runner.Result{}, runner.Terminal(err)
+	}
+	return runner.Result{}, err
+}
+
+// publishFailed records a failed attach (as attachFailed) after a
+// ControllerPublish that published, or may have: it failed with a code that
+// leaves its outcome unknown, or succeeded with a publish context that
+// cannot be stored. When the status write, which carries va's UID, shows
+// that va is gone or replaced — or no write was needed and a live read
+// shows it — that publication is an orphan, as after a successful publish.
+func (e *executor) publishFailed(ctx context.Context, va *storagev1.VolumeAttachment, plan decide.AttachPlan, secrets map[string]string, blocked *Blocked, callErr error) (runner.Result, error) {
+	msg, code := failure(blocked, callErr)
+	unchanged := va.Status.AttachError != nil && va.Status.AttachError.Message == fitMessage(msg, code, maxVolumeErrorMessageBytes)
+	werr := e.recordError(ctx, va, true, msg, code)
+	gone := false
+	switch {
+	case werr != nil:
+		gone = e.vaGoneOrReplaced(ctx, va, werr)
+	case unchanged:
+		// recordError wrote nothing, so nothing checked the UID.
+		gone = e.vaLiveGoneOrReplaced(ctx, va)
+	}
+	if gone {
+		cause := werr
+		if cause == nil {
+			cause = fmt.Errorf("VolumeAttachment %q (uid %s) is gone or replaced", va.Name, va.UID)
+		}
+		klog.FromContext(ctx).V(2).Info("Attach failed after a possible publication for a VolumeAttachment that is gone", "reason", reasonOf(blocked), "err", msg)
+		return e.orphaned(ctx, va, plan, secrets, fmt.Errorf("%s; then: %w", msg, cause), callErr != nil)
+	}
+	if werr != nil {
+		return runner.Result{}, werr
+	}
+	return attachFailure(ctx, va, blocked, msg)
+}
+
+// detachFailed records a failed detach and returns the error for backoff.
+func (e *executor) detachFailed(ctx context.Context, va *storagev1.VolumeAttachment, msg string, callErr error) (runner.Result, error) {
+	var code *int32
+	if callErr != nil {
+		msg, code = failure(nil, callErr)
+	}
+	if err := e.recordError(ctx, va, false, msg, code); err != nil {
+		return runner.Result{}, err
+	}
+	klog.FromContext(ctx).V(2).Info("Detach failed", "err", msg)
+	return runner.Result{}, fmt.Errorf("detach VolumeAttachment %q: %s", va.Name, msg)
+}
+
+func failure(blocked *Blocked, callErr error) (string, *int32) {
+	if blocked != nil {
+		return blocked.Message, nil
+	}
+	code, ok := grpcCode(callErr)
+	if !ok {
+		return callErr.Error(), nil
+	}
+	c := int32(code)
+	return callErr.Error(), &c
+}
+
+func reasonOf(b *Blocked) Reason {
+	if b == nil {
+		return "DriverError"
+	}
+	return b.Reason
+}
