@@ -11,7 +11,6 @@ package reliability_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -25,18 +24,16 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/component-base/metrics"
 	"k8s.io/klog/v2"
 
-	"github.com/latchcsi/latch/internal/app"
 	"github.com/latchcsi/latch/internal/attachdetach/controller"
-	"github.com/latchcsi/latch/internal/attacher"
 	"github.com/latchcsi/latch/internal/csimock"
 	"github.com/latchcsi/latch/internal/kube"
 	"github.com/latchcsi/latch/internal/localcluster"
+	"github.com/latchcsi/latch/internal/stack"
 	"github.com/latchcsi/latch/internal/testsupport"
 )
 
@@ -154,18 +151,11 @@ func newEnv(t *testing.T, o options) *env {
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	e.socket = filepath.Join(dir, "csi.sock")
-	cfg := csimock.DefaultConfig()
-	cfg.Name = e.driver
-	cfg.NodeService = false
-	cfg.AutoCreateVolumes = true
 	// The driver lets a single-node volume onto a second node and records
 	// it, so the invariant checks see what the controllers asked for
 	// rather than what the driver refused.
-	cfg.SkipSingleNodeCheck = true
-	if e.mock, err = csimock.New(cfg); err != nil {
-		t.Fatal(err)
-	}
-	if err := e.mock.Start(ctx, e.socket); err != nil {
+	e.mock, err = stack.MockDriver(ctx, e.driver, e.socket, func(cfg *csimock.Config) { cfg.SkipSingleNodeCheck = true })
+	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(e.mock.Stop)
@@ -230,88 +220,6 @@ func (e *env) disruptedBetween(from, to time.Time) string {
 	return ""
 }
 
-// --- csi-attacher ---
-
-// replica is one csi-attacher, run under a supervisor that restarts
-// RunSidecar whenever it returns (lost driver connection, lost lease) the
-// way Kubernetes restarts the container.
-type replica struct {
-	identity string
-	// api cuts the replica off the API server (Partition).
-	api      *testsupport.APITransport
-	restarts atomic.Int32
-	stop     func()
-	// kill is a SIGKILL stand-in: the replica's network dies first, then
-	// it is told to stop; nothing is awaited or released.
-	kill func()
-}
-
-func (e *env) startAttacher(identity string) *replica {
-	r := &replica{identity: identity, api: testsupport.NewAPITransport()}
-	ctx, cancel := context.WithCancel(e.ctx)
-	cfg := rest.CopyConfig(cluster.RESTConfig())
-	cfg.QPS, cfg.Burst = 500, 1000
-	cfg.Wrap(r.api.Wrap)
-	cfg.Wrap(e.apiWrites.wrap("csi-attacher " + identity))
-	logger := klog.FromContext(e.ctx).WithName(identity)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for ctx.Err() == nil {
-			err := attacher.RunSidecar(klog.NewContext(ctx, logger), attacher.SidecarConfig{
-				RESTConfig:     rest.CopyConfig(cfg),
-				CSIAddress:     e.socket,
-				ConnectTimeout: 30 * time.Second,
-				Resync:         10 * time.Minute,
-				DefaultFSType:  "ext4",
-				Controller: attacher.Config{
-					Workers: attacher.DefaultWorkers, Timeout: 3 * time.Second,
-					RetryIntervalStart: 100 * time.Millisecond, RetryIntervalMax: 2 * time.Second,
-					SecretRetryInterval: 500 * time.Millisecond,
-					ReconcileSync:       2 * time.Second, ReconcileTimeout: 3 * time.Second,
-				},
-				Leader: app.LeaderElection{
-					Enabled: e.opts.replicas > 1, Namespace: e.ns, Identity: identity,
-					LeaseDuration: 2 * time.Second, RenewDeadline: 1500 * time.Millisecond, RetryPeriod: 200 * time.Millisecond,
-				},
-			})
-			if ctx.Err() != nil {
-				return
-			}
-			logger.Info("csi-attacher exited, restarting", "err", err)
-			r.restarts.Add(1)
-			select {
-			case <-ctx.Done():
-			case <-time.After(200 * time.Millisecond):
-			}
-		}
-	}()
-	r.kill = func() {
-		r.api.Partition()
-		cancel()
-	}
-	r.stop = sync.OnceFunc(func() {
-		cancel()
-		select {
-		case <-done:
-		case <-time.After(time.Minute):
-			e.t.Errorf("csi-attacher %s did not stop within a minute", identity)
-		}
-	})
-	return r
-}
-
-// killAttacher kills the first live csi-attacher replica abruptly and
-// starts a new one in its place (a new identity, as a new Pod would have).
-func (e *env) killAttacher() {
-	e.disrupted("csi-attacher killed")
-	r := e.attachers[0]
-	r.kill()
-	e.killedAttachers++
-	e.attachers[0] = e.startAttacher(fmt.Sprintf("%s-attacher-k%d", e.prefix, e.killedAttachers))
-	e.attachers = append(e.attachers, r) // stopped (awaited) at cleanup
-}
-
 // --- attach/detach controller ---
 
 type adController struct {
@@ -327,25 +235,16 @@ type adController struct {
 func (e *env) startController() {
 	e.t.Helper()
 	c := &adController{api: testsupport.NewAPITransport()}
-	ctx, cancel := context.WithCancel(e.ctx)
 	cfg := rest.CopyConfig(cluster.RESTConfig())
 	cfg.QPS, cfg.Burst = 1000, 2000
 	cfg.Wrap(c.api.Wrap)
 	cfg.Wrap(e.apiWrites.wrap("attachdetach-controller"))
-	client := kubernetes.NewForConfigOrDie(cfg)
-	factory := informers.NewSharedInformerFactory(client, 0)
-	recorder, stopEvents := controller.NewEventRecorder(ctx, client)
-	m := controller.NewMetrics()
-	c.reg = metrics.NewKubeRegistry()
-	m.Register(c.reg)
-	ac, err := controller.New(e.opts.ctrl, client, factory, recorder, m)
+	ac, reg, err := stack.InformerController(e.ctx, "attachdetach-controller", cfg, e.opts.ctrl)
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	factory.Start(ctx.Done())
-	done := make(chan error, 1)
+	c.reg = reg
 	c.alive.Store(true)
-	go func() { done <- ac.Run(ctx) }()
 	// kill is a SIGKILL stand-in: the process's network dies first (no
 	// request of the dying process reaches the API server afterwards,
 	// nothing is released or flushed), then its goroutines are told to
@@ -353,17 +252,13 @@ func (e *env) startController() {
 	c.kill = func() {
 		c.api.Partition()
 		c.alive.Store(false)
-		cancel()
-		go func() { <-done; factory.Shutdown(); stopEvents() }()
+		ac.Kill()
 	}
 	c.stop = func() {
 		c.alive.Store(false)
-		cancel()
-		if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
+		if err := ac.Stop(); err != nil {
 			e.t.Errorf("controller Run: %v", err)
 		}
-		factory.Shutdown()
-		stopEvents()
 	}
 	e.ctrl = c
 }

@@ -1,0 +1,102 @@
+package reliability_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"k8s.io/client-go/rest"
+	"k8s.io/klog/v2"
+
+	"github.com/latchcsi/latch/internal/app"
+	"github.com/latchcsi/latch/internal/attacher"
+	"github.com/latchcsi/latch/internal/stack"
+	"github.com/latchcsi/latch/internal/testsupport"
+)
+
+// replica is one csi-attacher, run under a supervisor that restarts
+// RunSidecar whenever it returns (lost driver connection, lost lease) the
+// way Kubernetes restarts the container.
+type replica struct {
+	identity string
+	// api cuts the replica off the API server (Partition).
+	api      *testsupport.APITransport
+	restarts atomic.Int32
+	stop     func()
+	// kill is a SIGKILL stand-in: the replica's network dies first, then
+	// it is told to stop; nothing is awaited or released.
+	kill func()
+}
+
+func (e *env) startAttacher(identity string) *replica {
+	r := &replica{identity: identity, api: testsupport.NewAPITransport()}
+	ctx, cancel := context.WithCancel(e.ctx)
+	cfg := rest.CopyConfig(cluster.RESTConfig())
+	cfg.QPS, cfg.Burst = 500, 1000
+	cfg.Wrap(r.api.Wrap)
+	cfg.Wrap(e.apiWrites.wrap("csi-attacher " + identity))
+	logger := klog.FromContext(e.ctx).WithName(identity)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for ctx.Err() == nil {
+			err := attacher.RunSidecar(klog.NewContext(ctx, logger), e.attacherConfig(cfg, identity))
+			if ctx.Err() != nil {
+				return
+			}
+			logger.Info("csi-attacher exited, restarting", "err", err)
+			r.restarts.Add(1)
+			select {
+			case <-ctx.Done():
+			case <-time.After(200 * time.Millisecond):
+			}
+		}
+	}()
+	r.kill = func() {
+		r.api.Partition()
+		cancel()
+	}
+	r.stop = sync.OnceFunc(func() {
+		cancel()
+		select {
+		case <-done:
+		case <-time.After(time.Minute):
+			e.t.Errorf("csi-attacher %s did not stop within a minute", identity)
+		}
+	})
+	return r
+}
+
+// attacherConfig is the binary's configuration (stack.AttacherConfig)
+// with what the suite needs faster: short CSI timeout, retries and
+// reconcile, and a quick Lease when replicas elect a leader.
+func (e *env) attacherConfig(cfg *rest.Config, identity string) attacher.SidecarConfig {
+	c := stack.AttacherConfig(cfg, e.socket)
+	c.RESTConfig.QPS, c.RESTConfig.Burst = cfg.QPS, cfg.Burst
+	c.ConnectTimeout = 30 * time.Second
+	c.DefaultFSType = "ext4"
+	c.Controller.Timeout = 3 * time.Second
+	c.Controller.RetryIntervalStart = 100 * time.Millisecond
+	c.Controller.RetryIntervalMax = 2 * time.Second
+	c.Controller.SecretRetryInterval = 500 * time.Millisecond
+	c.Controller.ReconcileSync = 2 * time.Second
+	c.Controller.ReconcileTimeout = 3 * time.Second
+	c.Leader = app.LeaderElection{
+		Enabled: e.opts.replicas > 1, Namespace: e.ns, Identity: identity,
+		LeaseDuration: 2 * time.Second, RenewDeadline: 1500 * time.Millisecond, RetryPeriod: 200 * time.Millisecond,
+	}
+	return c
+}
+
+// killAttacher kills the first live csi-attacher replica abruptly and
+// starts a new one in its place (a new identity, as a new Pod would have).
+func (e *env) killAttacher() {
+	e.disrupted("csi-attacher killed")
+	r := e.attachers[0]
+	r.kill()
+	e.killedAttachers++
+	e.attachers[0] = e.startAttacher(fmt.Sprintf("%s-attacher-k%d", e.prefix, e.killedAttachers))
+	e.attachers = append(e.attachers, r) // stopped (awaited) at cleanup
+}
