@@ -25,6 +25,7 @@ import (
 	"github.com/latchcsi/latch/internal/attacher"
 	"github.com/latchcsi/latch/internal/csimock"
 	"github.com/latchcsi/latch/internal/localcluster"
+	"github.com/latchcsi/latch/internal/stack"
 	"github.com/latchcsi/latch/internal/testsupport"
 )
 
@@ -111,18 +112,12 @@ func newEnv(t *testing.T, o envOptions) *env {
 		e.name = o.driverName
 	}
 
-	cfg := csimock.DefaultConfig()
-	cfg.Name = e.name
-	cfg.NodeService = false
-	cfg.AutoCreateVolumes = true
-	if o.caps != nil {
-		cfg.Capabilities = *o.caps
-	}
-	e.driver, err = csimock.New(cfg)
+	e.driver, err = stack.MockDriver(ctx, e.name, e.socket, func(cfg *csimock.Config) {
+		if o.caps != nil {
+			cfg.Capabilities = *o.caps
+		}
+	})
 	if err != nil {
-		t.Fatal(err)
-	}
-	if err := e.driver.Start(ctx, e.socket); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(e.driver.Stop)
@@ -156,26 +151,7 @@ func (e *env) startAttacherAs(cfg *rest.Config, o envOptions, identity, leaseNam
 		logger = o.logger.WithName(identity)
 	}
 	go func() {
-		done <- attacher.RunSidecar(klog.NewContext(ctx, logger), attacher.SidecarConfig{
-			RESTConfig:     rest.CopyConfig(cfg),
-			CSIAddress:     e.socket,
-			ConnectTimeout: 30 * time.Second,
-			Resync:         10 * time.Minute,
-			DefaultFSType:  "ext4",
-			Controller: attacher.Config{
-				Workers: 10, Timeout: 5 * time.Second,
-				RetryIntervalStart: 100 * time.Millisecond, RetryIntervalMax: 5 * time.Minute,
-				SecretRetryInterval: 500 * time.Millisecond,
-				ReconcileSync:       o.reconcileSync,
-			},
-			Leader: app.LeaderElection{
-				Enabled: o.leader, Namespace: leaseNamespace, Identity: identity,
-				LeaseDuration: 2 * time.Second, RenewDeadline: 1500 * time.Millisecond, RetryPeriod: 200 * time.Millisecond,
-				// As the binary: without leader election, still hold
-				// the Lease and refuse work while another replica does.
-				Presence: &app.Presence{Component: "csi-attacher", Competing: o.competing},
-			},
-		})
+		done <- attacher.RunSidecar(klog.NewContext(ctx, logger), e.attacherConfig(cfg, o, identity, leaseNamespace))
 	}()
 	var once sync.Once
 	return func() {
@@ -191,6 +167,29 @@ func (e *env) startAttacherAs(cfg *rest.Config, o envOptions, identity, leaseNam
 			}
 		})
 	}
+}
+
+// attacherConfig is the binary's configuration (stack.AttacherConfig)
+// with what the suite needs faster: short CSI timeout and retries, a quick
+// Lease, and the replica's leader election.
+func (e *env) attacherConfig(cfg *rest.Config, o envOptions, identity, leaseNamespace string) attacher.SidecarConfig {
+	c := stack.AttacherConfig(cfg, e.socket)
+	c.RESTConfig.QPS, c.RESTConfig.Burst = cfg.QPS, cfg.Burst
+	c.ConnectTimeout = 30 * time.Second
+	c.DefaultFSType = "ext4"
+	c.Controller.Workers = 10
+	c.Controller.Timeout = 5 * time.Second
+	c.Controller.RetryIntervalStart = 100 * time.Millisecond
+	c.Controller.SecretRetryInterval = 500 * time.Millisecond
+	c.Controller.ReconcileSync = o.reconcileSync
+	c.Leader = app.LeaderElection{
+		Enabled: o.leader, Namespace: leaseNamespace, Identity: identity,
+		LeaseDuration: 2 * time.Second, RenewDeadline: 1500 * time.Millisecond, RetryPeriod: 200 * time.Millisecond,
+		// As the binary: without leader election, still hold the Lease
+		// and refuse work while another replica does.
+		Presence: &app.Presence{Component: "csi-attacher", Competing: o.competing},
+	}
+	return c
 }
 
 func (e *env) createCSINode(node, nodeID string) {
