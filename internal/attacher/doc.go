@@ -4,7 +4,8 @@
 //
 // The package is split the way the project splits every controller: the
 // decisions are in package decide (pure: observed objects in, plan out; no
-// clients, no gRPC, no clock, no logger), the sync passes observe the
-// caches, decide and carry the plan out against the API server and the
-// driver, and the controller owns informers, queues and event filtering.
+// clients, no gRPC, no clock, no logger), the executor (executor.go)
+// carries a plan out against the API server and the driver, and the
+// controller owns informers, queues and event filtering and runs the
+// passes: observe the caches, decide, hand the plan to the executor.
 package attacher

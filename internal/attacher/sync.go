@@ -37,19 +37,10 @@ func (c *Controller) syncAttach(ctx context.Context, name string) (runner.Result
 		c.detach.Enqueue(name)
 		return runner.Result{}, nil
 	}
-	if !c.claims.claim(attachDir, name) {
-		// The detach queue works on it; its release wakes this key.
-		return runner.Result{}, nil
-	}
-	defer c.claims.release(name)
-	ctx = klog.NewContext(ctx, klog.FromContext(ctx).WithValues("volumeAttachment", klog.KObj(va), "node", va.Spec.NodeName))
-
-	obs, err := c.observe(va)
-	if err != nil {
-		return runner.Result{}, err
-	}
-	plan := decide.Attach(obs, c.cfg.Driver, bindTranslator(c.tr, klog.FromContext(ctx)))
-	return c.exec.runAttach(ctx, va, obs.PV, plan)
+	return c.owned(ctx, attachDir, va, func(ctx context.Context, obs decide.Observed) (runner.Result, error) {
+		plan := decide.Attach(obs, c.cfg.Driver, bindTranslator(c.tr, klog.FromContext(ctx)))
+		return c.exec.runAttach(ctx, va, obs.PV, plan)
+	})
 }
 
 // syncDetach is one level-based detach pass for the VolumeAttachment name.
@@ -62,19 +53,27 @@ func (c *Controller) syncDetach(ctx context.Context, name string) (runner.Result
 		c.attach.Enqueue(name)
 		return runner.Result{}, nil
 	}
-	if !c.claims.claim(detachDir, name) {
-		// The attach queue works on it; its release wakes this key.
+	return c.owned(ctx, detachDir, va, func(ctx context.Context, obs decide.Observed) (runner.Result, error) {
+		plan := decide.Detach(obs, c.cfg.Driver, bindTranslator(c.tr, klog.FromContext(ctx)))
+		return c.exec.runDetach(ctx, va, plan)
+	})
+}
+
+// owned runs decideAndRun on what is observed of va while this pass (dir)
+// owns va's work; when the other queue owns it, the pass returns and that
+// queue's release wakes this key.
+func (c *Controller) owned(ctx context.Context, dir direction, va *storagev1.VolumeAttachment,
+	decideAndRun func(context.Context, decide.Observed) (runner.Result, error)) (runner.Result, error) {
+	if !c.claims.claim(dir, va.Name) {
 		return runner.Result{}, nil
 	}
-	defer c.claims.release(name)
+	defer c.claims.release(va.Name)
 	ctx = klog.NewContext(ctx, klog.FromContext(ctx).WithValues("volumeAttachment", klog.KObj(va), "node", va.Spec.NodeName))
-
 	obs, err := c.observe(va)
 	if err != nil {
 		return runner.Result{}, err
 	}
-	plan := decide.Detach(obs, c.cfg.Driver, bindTranslator(c.tr, klog.FromContext(ctx)))
-	return c.exec.runDetach(ctx, va, plan)
+	return decideAndRun(ctx, obs)
 }
 
 // syncPV removes our finalizer from a deleting PV once no VolumeAttachment
