@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"github.com/latchcsi/latch/internal/testsupport"
 	"math"
 	"os"
 	"runtime/debug"
@@ -17,6 +16,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/latchcsi/latch/internal/localcluster"
+	"github.com/latchcsi/latch/internal/testsupport"
 )
 
 var cluster *localcluster.Cluster

@@ -6,7 +6,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/latchcsi/latch/internal/testsupport"
 	"io"
 	"net/http"
 	"os"
@@ -31,6 +30,7 @@ import (
 	"github.com/latchcsi/latch/internal/app"
 	"github.com/latchcsi/latch/internal/attachdetach/controller"
 	"github.com/latchcsi/latch/internal/csimock"
+	"github.com/latchcsi/latch/internal/testsupport"
 )
 
 // applyDeployRBAC creates what deploy/attachdetach-controller/rbac.yaml

@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"github.com/latchcsi/latch/internal/testsupport"
 	"io"
 	"net/http"
 	"strings"
@@ -18,6 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/latchcsi/latch/internal/attachdetach/controller"
+	"github.com/latchcsi/latch/internal/testsupport"
 )
 
 // createOutcome is how an injected VolumeAttachment create ends for the

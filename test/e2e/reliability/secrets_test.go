@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
-	"github.com/latchcsi/latch/internal/testsupport"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -21,6 +20,7 @@ import (
 	"k8s.io/klog/v2/textlogger"
 
 	"github.com/latchcsi/latch/internal/csimock"
+	"github.com/latchcsi/latch/internal/testsupport"
 )
 
 // syncBuffer is a bytes.Buffer safe for concurrent writers.

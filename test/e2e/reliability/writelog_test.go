@@ -3,11 +3,12 @@ package reliability_test
 import (
 	"bytes"
 	"fmt"
-	"github.com/latchcsi/latch/internal/testsupport"
 	"io"
 	"net/http"
 	"sync"
 	"time"
+
+	"github.com/latchcsi/latch/internal/testsupport"
 )
 
 // rejectedWrite is one write of a controller that the API server refused
