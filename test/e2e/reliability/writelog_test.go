@@ -35,7 +35,8 @@ type writeLog struct {
 }
 
 // invalidCodes are the answers that mean "this write will never be
-// accepted as it is".
+// accepted as it is" (except a 422 for a failed JSON patch "test"
+// operation, which is a precondition like a 409's).
 var invalidCodes = map[int]bool{
 	http.StatusBadRequest:            true,
 	http.StatusForbidden:             true,
@@ -61,6 +62,12 @@ func (l *writeLog) wrap(component string) func(http.RoundTripper) http.RoundTrip
 			body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 			resp.Body.Close()
 			resp.Body = io.NopCloser(bytes.NewReader(body))
+			if resp.StatusCode == http.StatusUnprocessableEntity && bytes.Contains(body, []byte("test failed")) {
+				// A guarded JSON patch whose "test" operation no longer
+				// matched: the object changed since the controller read it,
+				// the same answer as a 409, retried on a fresher read.
+				return resp, nil
+			}
 			if len(body) > 600 {
 				body = append(body[:600], "…"...)
 			}
