@@ -52,15 +52,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "attachdetach-controller:", err)
 		return 2
 	}
-	logger := klog.Background()
-	ctx = klog.NewContext(ctx, logger)
-	logger.Info("Starting attachdetach-controller", "version", version.Version)
-
-	restConfig, err := app.RESTConfig(opts.kubeconfig, opts.kubeAPIQPS, opts.kubeAPIBurst, opts.kubeAPIContentType)
+	ctx, restConfig, err := app.Start(ctx, "attachdetach-controller", opts.kubeconfig, opts.kubeAPIQPS, opts.kubeAPIBurst, opts.kubeAPIContentType)
 	if err != nil {
-		logger.Error(err, "Cannot build an API client configuration")
 		return 1
 	}
+	logger := klog.FromContext(ctx)
 
 	err = controller.Serve(ctx, controller.ServeConfig{
 		RESTConfig: restConfig,

@@ -1,11 +1,9 @@
 package main
 
 import (
-	"flag"
 	"fmt"
 	"time"
 
-	cliflag "k8s.io/component-base/cli/flag"
 	"k8s.io/component-base/featuregate"
 	logsapi "k8s.io/component-base/logs/api/v1"
 
@@ -41,7 +39,6 @@ type options struct {
 	httpEndpoint   string
 	healthEndpoint string
 	metricsPath    string
-	featureGates   map[string]bool
 
 	logging *logsapi.LoggingConfiguration
 	gates   featuregate.MutableVersionedFeatureGate
@@ -54,19 +51,14 @@ type options struct {
 const DefaultHTTPEndpoint = "127.0.0.1:8080"
 
 func parseOptions(args []string) (*options, error) {
-	o := &options{
-		logging:      logsapi.NewLoggingConfiguration(),
-		gates:        featuregate.NewFeatureGate(),
-		featureGates: map[string]bool{},
-	}
-	if err := logsapi.AddFeatureGates(o.gates); err != nil {
+	fs, err := app.NewFlags("attachdetach-controller", "A set of key=value pairs that describe feature gates for alpha/experimental features (logging gates).")
+	if err != nil {
 		return nil, err
 	}
-	// Go's flag package accepts -flag and --flag alike.
+	o := &options{logging: fs.Logging, gates: fs.Gates}
 	// Defaults come from controller.DefaultServeConfig, which rigs that
 	// run the controller as the binary does use too.
 	d := controller.DefaultServeConfig()
-	fs := flag.NewFlagSet("attachdetach-controller", flag.ContinueOnError)
 	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "Path to a kubeconfig file. Required only when running out of cluster.")
 	fs.BoolVar(&o.showVersion, "version", false, "Print the version and exit.")
 	fs.Float64Var(&o.kubeAPIQPS, "kube-api-qps", controller.DefaultKubeAPIQPS, "QPS to use while talking with the API server.")
@@ -87,13 +79,8 @@ func parseOptions(args []string) (*options, error) {
 	fs.StringVar(&o.httpEndpoint, "http-endpoint", DefaultHTTPEndpoint, "host:port of the HTTP server for metrics, /healthz and /healthz/leader-election; empty disables it.")
 	fs.StringVar(&o.healthEndpoint, "health-endpoint", "", "host:port of an HTTP server for /healthz and /healthz/leader-election only, no metrics (for the kubelet's probes, e.g. :8081); empty disables it.")
 	fs.StringVar(&o.metricsPath, "metrics-path", d.HTTP.MetricsPath, "HTTP path of the metrics.")
-	fs.Var(cliflag.NewMapStringBool(&o.featureGates), "feature-gates", "A set of key=value pairs that describe feature gates for alpha/experimental features (logging gates).")
-	logsapi.AddGoFlags(o.logging, fs)
 	if err := fs.Parse(args); err != nil {
 		return nil, err
-	}
-	if fs.NArg() > 0 {
-		return nil, fmt.Errorf("unexpected arguments: %v", fs.Args())
 	}
 	switch {
 	case o.workers <= 0:
@@ -115,8 +102,8 @@ func parseOptions(args []string) (*options, error) {
 	if err := app.ValidateContentType(o.kubeAPIContentType); err != nil {
 		return nil, err
 	}
-	if err := o.gates.SetFromMap(o.featureGates); err != nil {
-		return nil, fmt.Errorf("--feature-gates: %w", err)
+	if err := fs.SetFeatureGates(); err != nil {
+		return nil, err
 	}
 	return o, nil
 }

@@ -64,15 +64,11 @@ func run(args []string) int {
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	logger := klog.Background()
-	ctx = klog.NewContext(ctx, logger)
-	logger.Info("Starting csi-attacher", "version", version.Version)
-
-	restConfig, err := app.RESTConfig(opts.kubeconfig, opts.kubeAPIQPS, opts.kubeAPIBurst, opts.kubeAPIContentType)
+	ctx, restConfig, err := app.Start(ctx, "csi-attacher", opts.kubeconfig, opts.kubeAPIQPS, opts.kubeAPIBurst, opts.kubeAPIContentType)
 	if err != nil {
-		logger.Error(err, "Cannot build an API client configuration")
 		return 1
 	}
+	logger := klog.FromContext(ctx)
 
 	httpAddr := opts.httpEndpoint
 	if httpAddr == "" {

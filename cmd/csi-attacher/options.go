@@ -1,7 +1,6 @@
 package main
 
 import (
-	"flag"
 	"fmt"
 	"time"
 
@@ -47,27 +46,21 @@ type options struct {
 	metricsPath    string
 	automaxprocs   bool
 	maxProcs       int
-	featureGates   map[string]bool
 
 	logging *logsapi.LoggingConfiguration
 	gates   featuregate.MutableVersionedFeatureGate
 }
 
 func parseOptions(args []string) (*options, error) {
-	o := &options{
-		logging:              logsapi.NewLoggingConfiguration(),
-		gates:                featuregate.NewFeatureGate(),
-		leaderElectionLabels: map[string]string{},
-		featureGates:         map[string]bool{},
-	}
-	if err := logsapi.AddFeatureGates(o.gates); err != nil {
+	// Go's flag package accepts -flag and --flag alike, as upstream does.
+	fs, err := app.NewFlags("csi-attacher", "A set of key=value pairs that describe feature gates for alpha/experimental features.")
+	if err != nil {
 		return nil, err
 	}
-	// Go's flag package accepts -flag and --flag alike, as upstream does.
+	o := &options{logging: fs.Logging, gates: fs.Gates, leaderElectionLabels: map[string]string{}}
 	// Defaults come from attacher.DefaultSidecarConfig, which rigs that
 	// run the attacher as the binary does use too.
 	d := attacher.DefaultSidecarConfig()
-	fs := flag.NewFlagSet("csi-attacher", flag.ContinueOnError)
 	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "Absolute path to the kubeconfig file. Required only when running out of cluster.")
 	fs.StringVar(&o.csiAddress, "csi-address", d.CSIAddress, "Address of the CSI driver socket.")
 	fs.BoolVar(&o.showVersion, "version", false, "Show version and exit.")
@@ -97,13 +90,8 @@ func parseOptions(args []string) (*options, error) {
 	fs.StringVar(&o.metricsPath, "metrics-path", d.HTTP.MetricsPath, "HTTP path of the metrics.")
 	fs.BoolVar(&o.automaxprocs, "automaxprocs", false, "Set GOMAXPROCS from the container's CPU quota.")
 	fs.IntVar(&o.maxProcs, "max-procs", DefaultMaxProcs, "GOMAXPROCS of the sidecar: how many cores run its Go code at once. 0 keeps Go's own default (the container's CPU limit, else every core). The GOMAXPROCS environment variable and --automaxprocs take precedence. latch only.")
-	fs.Var(cliflag.NewMapStringBool(&o.featureGates), "feature-gates", "A set of key=value pairs that describe feature gates for alpha/experimental features.")
-	logsapi.AddGoFlags(o.logging, fs)
 	if err := fs.Parse(args); err != nil {
 		return nil, err
-	}
-	if fs.NArg() > 0 {
-		return nil, fmt.Errorf("unexpected arguments: %v", fs.Args())
 	}
 	if o.httpEndpoint != "" && o.metricsAddress != "" {
 		return nil, fmt.Errorf("only one of --http-endpoint and --metrics-address may be set")
@@ -123,8 +111,8 @@ func parseOptions(args []string) (*options, error) {
 	if o.timeout <= 0 {
 		return nil, fmt.Errorf("--timeout must be positive, got %s", o.timeout)
 	}
-	if err := o.gates.SetFromMap(o.featureGates); err != nil {
-		return nil, fmt.Errorf("--feature-gates: %w", err)
+	if err := fs.SetFeatureGates(); err != nil {
+		return nil, err
 	}
 	return o, nil
 }
