@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -72,41 +74,19 @@ func read(ctx context.Context, client kubernetes.Interface, s *diagnose.Snapshot
 	var err error
 	switch ref.Kind {
 	case diagnose.RefPod:
-		err = get(s, ref, func() (runtime.Object, error) {
-			return client.CoreV1().Pods(ref.Namespace).Get(ctx, ref.Name, metav1.GetOptions{})
-		})
+		err = get(ctx, s, ref, client.CoreV1().Pods(ref.Namespace).Get)
 	case diagnose.RefPVC:
-		err = get(s, ref, func() (runtime.Object, error) {
-			return client.CoreV1().PersistentVolumeClaims(ref.Namespace).Get(ctx, ref.Name, metav1.GetOptions{})
-		})
+		err = get(ctx, s, ref, client.CoreV1().PersistentVolumeClaims(ref.Namespace).Get)
 	case diagnose.RefPV:
-		err = get(s, ref, func() (runtime.Object, error) {
-			return client.CoreV1().PersistentVolumes().Get(ctx, ref.Name, metav1.GetOptions{})
-		})
+		err = get(ctx, s, ref, client.CoreV1().PersistentVolumes().Get)
 	case diagnose.RefNode:
-		err = get(s, ref, func() (runtime.Object, error) {
-			return client.CoreV1().Nodes().Get(ctx, ref.Name, metav1.GetOptions{})
-		})
+		err = get(ctx, s, ref, client.CoreV1().Nodes().Get)
 	case diagnose.RefCSINode:
-		err = get(s, ref, func() (runtime.Object, error) {
-			return client.StorageV1().CSINodes().Get(ctx, ref.Name, metav1.GetOptions{})
-		})
+		err = get(ctx, s, ref, client.StorageV1().CSINodes().Get)
 	case diagnose.RefCSIDriver:
-		err = get(s, ref, func() (runtime.Object, error) {
-			return client.StorageV1().CSIDrivers().Get(ctx, ref.Name, metav1.GetOptions{})
-		})
+		err = get(ctx, s, ref, client.StorageV1().CSIDrivers().Get)
 	case diagnose.RefPodList:
-		err = list(ctx, s, ref, metav1.ListOptions{}, func(ctx context.Context, opts metav1.ListOptions) ([]runtime.Object, string, error) {
-			l, err := client.CoreV1().Pods(ref.Namespace).List(ctx, opts)
-			if err != nil {
-				return nil, "", err
-			}
-			objs := make([]runtime.Object, len(l.Items))
-			for i := range l.Items {
-				objs[i] = &l.Items[i]
-			}
-			return objs, l.Continue, nil
-		})
+		err = list(ctx, s, ref, metav1.ListOptions{}, pagesOf(client.CoreV1().Pods(ref.Namespace).List, func(l *corev1.PodList) []corev1.Pod { return l.Items }))
 	case diagnose.RefVAList:
 		var vas []*storagev1.VolumeAttachment
 		vas, err = VolumeAttachments(ctx, client)
@@ -120,17 +100,7 @@ func read(ctx context.Context, client kubernetes.Interface, s *diagnose.Snapshot
 	case diagnose.RefLeaseList:
 		// The attacher's namespace is a deployment choice: search all.
 		sel := fields.OneTermEqualSelector("metadata.name", ref.Name).String()
-		err = list(ctx, s, ref, metav1.ListOptions{FieldSelector: sel}, func(ctx context.Context, opts metav1.ListOptions) ([]runtime.Object, string, error) {
-			l, err := client.CoordinationV1().Leases(metav1.NamespaceAll).List(ctx, opts)
-			if err != nil {
-				return nil, "", err
-			}
-			objs := make([]runtime.Object, len(l.Items))
-			for i := range l.Items {
-				objs[i] = &l.Items[i]
-			}
-			return objs, l.Continue, nil
-		})
+		err = list(ctx, s, ref, metav1.ListOptions{FieldSelector: sel}, pagesOf(client.CoordinationV1().Leases(metav1.NamespaceAll).List, func(l *coordinationv1.LeaseList) []coordinationv1.Lease { return l.Items }))
 	case diagnose.RefEventList:
 		sel := fields.Set{"involvedObject.kind": string(ref.Of), "involvedObject.name": ref.Name}
 		// Events about cluster-scoped objects may be in any namespace.
@@ -138,25 +108,16 @@ func read(ctx context.Context, client kubernetes.Interface, s *diagnose.Snapshot
 		if ns != "" {
 			sel["involvedObject.namespace"] = ns
 		}
-		err = list(ctx, s, ref, metav1.ListOptions{FieldSelector: sel.AsSelector().String()}, func(ctx context.Context, opts metav1.ListOptions) ([]runtime.Object, string, error) {
-			l, err := client.CoreV1().Events(ns).List(ctx, opts)
-			if err != nil {
-				return nil, "", err
-			}
-			objs := make([]runtime.Object, len(l.Items))
-			for i := range l.Items {
-				objs[i] = &l.Items[i]
-			}
-			return objs, l.Continue, nil
-		})
+		err = list(ctx, s, ref, metav1.ListOptions{FieldSelector: sel.AsSelector().String()}, pagesOf(client.CoreV1().Events(ns).List, func(l *corev1.EventList) []corev1.Event { return l.Items }))
 	default:
 		return fmt.Errorf("read %s: unknown kind", ref)
 	}
 	return err
 }
 
-func get(s *diagnose.Snapshot, ref diagnose.Ref, fn func() (runtime.Object, error)) error {
-	obj, err := fn()
+// get reads one object with a typed client's Get.
+func get[T runtime.Object](ctx context.Context, s *diagnose.Snapshot, ref diagnose.Ref, getFn func(context.Context, string, metav1.GetOptions) (T, error)) error {
+	obj, err := getFn(ctx, ref.Name, metav1.GetOptions{})
 	if err == nil {
 		s.Add(obj)
 		s.MarkRead(ref)
@@ -166,6 +127,26 @@ func get(s *diagnose.Snapshot, ref diagnose.Ref, fn func() (runtime.Object, erro
 }
 
 type pageFunc func(ctx context.Context, opts metav1.ListOptions) ([]runtime.Object, string, error)
+
+// pagesOf is the pageFunc of a typed client's List: items takes the list's
+// items, which the page returns as pointers into the list.
+func pagesOf[L metav1.ListInterface, T any, PT interface {
+	*T
+	runtime.Object
+}](listFn func(context.Context, metav1.ListOptions) (L, error), items func(L) []T) pageFunc {
+	return func(ctx context.Context, opts metav1.ListOptions) ([]runtime.Object, string, error) {
+		l, err := listFn(ctx, opts)
+		if err != nil {
+			return nil, "", err
+		}
+		its := items(l)
+		objs := make([]runtime.Object, len(its))
+		for i := range its {
+			objs[i] = PT(&its[i])
+		}
+		return objs, l.GetContinue(), nil
+	}
+}
 
 func list(ctx context.Context, s *diagnose.Snapshot, ref diagnose.Ref, opts metav1.ListOptions, page pageFunc) error {
 	opts.Limit = pageSize
