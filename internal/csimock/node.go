@@ -67,12 +67,32 @@ func (s *nodeServer) NodeGetCapabilities(ctx context.Context, _ *csi.NodeGetCapa
 	return resp, nil
 }
 
+// requireVolumeAndPath refuses a node request that lacks its volume ID
+// or the path pathName names.
+func requireVolumeAndPath(volID, pathName, path string) error {
+	switch {
+	case volID == "":
+		return status.Error(codes.InvalidArgument, "volume ID is required")
+	case path == "":
+		return status.Errorf(codes.InvalidArgument, "%s is required", pathName)
+	}
+	return nil
+}
+
+// volumeMustExist is NotFound for a volume the driver does not have.
+func (s *nodeServer) volumeMustExist(volID string) error {
+	if !s.d.state.volumeExists(volID) {
+		return status.Errorf(codes.NotFound, "volume %q does not exist", volID)
+	}
+	return nil
+}
+
 // checkAttached refuses node operations on a volume that is unknown, or
 // that the controller has not published to this node: a kubelet that
 // stages before the attach finished is a bug the mock should expose.
 func (s *nodeServer) checkAttached(volumeID string) error {
-	if !s.d.state.volumeExists(volumeID) {
-		return status.Errorf(codes.NotFound, "volume %q does not exist", volumeID)
+	if err := s.volumeMustExist(volumeID); err != nil {
+		return err
 	}
 	c := s.d.cfg.Capabilities
 	if c.ControllerService && c.PublishUnpublishVolume && !s.d.state.isPublishedTo(volumeID, s.d.cfg.NodeID) {
@@ -82,11 +102,8 @@ func (s *nodeServer) checkAttached(volumeID string) error {
 }
 
 func (s *nodeServer) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRequest) (*csi.NodeStageVolumeResponse, error) {
-	switch {
-	case req.GetVolumeId() == "":
-		return nil, status.Error(codes.InvalidArgument, "volume ID is required")
-	case req.GetStagingTargetPath() == "":
-		return nil, status.Error(codes.InvalidArgument, "staging target path is required")
+	if err := requireVolumeAndPath(req.GetVolumeId(), "staging target path", req.GetStagingTargetPath()); err != nil {
+		return nil, err
 	}
 	if err := validateCapability(req.GetVolumeCapability(), s.d.cfg.Capabilities); err != nil {
 		return nil, err
@@ -108,18 +125,15 @@ func (s *nodeServer) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolu
 }
 
 func (s *nodeServer) NodeUnstageVolume(ctx context.Context, req *csi.NodeUnstageVolumeRequest) (*csi.NodeUnstageVolumeResponse, error) {
-	switch {
-	case req.GetVolumeId() == "":
-		return nil, status.Error(codes.InvalidArgument, "volume ID is required")
-	case req.GetStagingTargetPath() == "":
-		return nil, status.Error(codes.InvalidArgument, "staging target path is required")
+	if err := requireVolumeAndPath(req.GetVolumeId(), "staging target path", req.GetStagingTargetPath()); err != nil {
+		return nil, err
 	}
 	n := s.d.node
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if _, ok := n.staged[req.GetVolumeId()]; !ok {
-		if !s.d.state.volumeExists(req.GetVolumeId()) {
-			return nil, status.Errorf(codes.NotFound, "volume %q does not exist", req.GetVolumeId())
+		if err := s.volumeMustExist(req.GetVolumeId()); err != nil {
+			return nil, err
 		}
 		return &csi.NodeUnstageVolumeResponse{}, nil // idempotent
 	}
@@ -132,11 +146,8 @@ func (s *nodeServer) NodeUnstageVolume(ctx context.Context, req *csi.NodeUnstage
 
 func (s *nodeServer) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolumeRequest) (*csi.NodePublishVolumeResponse, error) {
 	volID, target := req.GetVolumeId(), req.GetTargetPath()
-	switch {
-	case volID == "":
-		return nil, status.Error(codes.InvalidArgument, "volume ID is required")
-	case target == "":
-		return nil, status.Error(codes.InvalidArgument, "target path is required")
+	if err := requireVolumeAndPath(volID, "target path", target); err != nil {
+		return nil, err
 	}
 	capability := req.GetVolumeCapability()
 	if err := validateCapability(capability, s.d.cfg.Capabilities); err != nil {
@@ -145,8 +156,8 @@ func (s *nodeServer) NodePublishVolume(ctx context.Context, req *csi.NodePublish
 	if req.GetStagingTargetPath() == "" {
 		return nil, status.Error(codes.FailedPrecondition, "staging target path is required: STAGE_UNSTAGE_VOLUME is advertised")
 	}
-	if !s.d.state.volumeExists(volID) {
-		return nil, status.Errorf(codes.NotFound, "volume %q does not exist", volID)
+	if err := s.volumeMustExist(volID); err != nil {
+		return nil, err
 	}
 	want := nodePublish{stagingPath: req.GetStagingTargetPath(), readonly: req.GetReadonly(), capability: capability}
 	n := s.d.node
@@ -191,19 +202,16 @@ func makeTarget(path string, block bool) error {
 
 func (s *nodeServer) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpublishVolumeRequest) (*csi.NodeUnpublishVolumeResponse, error) {
 	volID, target := req.GetVolumeId(), req.GetTargetPath()
-	switch {
-	case volID == "":
-		return nil, status.Error(codes.InvalidArgument, "volume ID is required")
-	case target == "":
-		return nil, status.Error(codes.InvalidArgument, "target path is required")
+	if err := requireVolumeAndPath(volID, "target path", target); err != nil {
+		return nil, err
 	}
 	n := s.d.node
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	targets := n.published[volID]
 	if _, ok := targets[target]; !ok {
-		if !s.d.state.volumeExists(volID) {
-			return nil, status.Errorf(codes.NotFound, "volume %q does not exist", volID)
+		if err := s.volumeMustExist(volID); err != nil {
+			return nil, err
 		}
 		return &csi.NodeUnpublishVolumeResponse{}, nil // idempotent
 	}
