@@ -28,9 +28,8 @@ import (
 type ownWrites struct {
 	mu sync.Mutex
 	// created holds VAs created by us that no pass has found in the
-	// informer cache yet, and createdAt when each create returned.
-	created   map[string]*storagev1.VolumeAttachment
-	createdAt map[string]time.Time
+	// informer cache yet, and when each create returned.
+	created timedVAs
 	// deleted holds the UIDs of VAs deleted by us that the informer still
 	// shows.
 	deleted map[string]types.UID
@@ -43,8 +42,7 @@ type ownWrites struct {
 	// entry ends when the informer shows an object of that name (from then
 	// on the cache tells), reports that object deleted, or the verify pass
 	// finds it gone from the API server.
-	deletedUnseen   map[string]*storagev1.VolumeAttachment
-	deletedUnseenAt map[string]time.Time
+	deletedUnseen timedVAs
 	// creating holds, per name whose create call has not returned, the
 	// UIDs of objects of that name the informer reported deleted
 	// meanwhile. The creates of one name never overlap: a name belongs to
@@ -60,10 +58,49 @@ type ownWrites struct {
 }
 
 func newOwnWrites() *ownWrites {
-	return &ownWrites{created: map[string]*storagev1.VolumeAttachment{}, createdAt: map[string]time.Time{},
-		deleted: map[string]types.UID{}, creating: map[string]map[types.UID]bool{},
-		deletedUnseen: map[string]*storagev1.VolumeAttachment{}, deletedUnseenAt: map[string]time.Time{},
+	return &ownWrites{created: timedVAs{}, deleted: map[string]types.UID{},
+		creating: map[string]map[types.UID]bool{}, deletedUnseen: timedVAs{},
 		uncertain: map[string]struct{}{}}
+}
+
+// timedVAs holds VolumeAttachments by name, each with the time it was
+// recorded: the shape of both overlays of our writes (created,
+// deletedUnseen).
+type timedVAs map[string]timedVA
+
+type timedVA struct {
+	va *storagev1.VolumeAttachment
+	at time.Time
+}
+
+// get is the VA of name; nil when there is none.
+func (m timedVAs) get(name string) *storagev1.VolumeAttachment {
+	return m[name].va
+}
+
+// dropIf ends the entry of name if it is the object uid, and reports
+// whether it did.
+func (m timedVAs) dropIf(name string, uid types.UID) bool {
+	if e, ok := m[name]; ok && e.va.UID == uid {
+		delete(m, name)
+		return true
+	}
+	return false
+}
+
+// older returns name → UID of the entries recorded longer than age before
+// now; nil when there are none.
+func (m timedVAs) older(now time.Time, age time.Duration) map[string]types.UID {
+	var out map[string]types.UID
+	for name, e := range m {
+		if now.Sub(e.at) > age {
+			if out == nil {
+				out = map[string]types.UID{}
+			}
+			out[name] = e.va.UID
+		}
+	}
+	return out
 }
 
 // createUncertain records that the create of name ended without a clear
@@ -112,15 +149,8 @@ func (w *ownWrites) createDone(name string, va *storagev1.VolumeAttachment, now 
 	if va == nil || goneMeanwhile[va.UID] {
 		return
 	}
-	w.created[name] = va
-	w.createdAt[name] = now
+	w.created[name] = timedVA{va: va, at: now}
 	delete(w.deleted, name)
-}
-
-// dropCreated ends the entry of name; a helper for the map pair.
-func (w *ownWrites) dropCreated(name string) {
-	delete(w.created, name)
-	delete(w.createdAt, name)
 }
 
 // staleCreates returns our created VAs that no pass has found in the
@@ -129,7 +159,7 @@ func (w *ownWrites) dropCreated(name string) {
 func (w *ownWrites) staleCreates(now time.Time, age time.Duration) map[string]types.UID {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return olderEntries(w.createdAt, now, age, func(name string) types.UID { return w.created[name].UID })
+	return w.created.older(now, age)
 }
 
 // forgetCreate ends the entry of name if it still is the object uid: the
@@ -138,11 +168,7 @@ func (w *ownWrites) staleCreates(now time.Time, age time.Duration) map[string]ty
 func (w *ownWrites) forgetCreate(name string, uid types.UID) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if c, ok := w.created[name]; ok && c.UID == uid {
-		w.dropCreated(name)
-		return true
-	}
-	return false
+	return w.created.dropIf(name, uid)
 }
 
 // recordDelete is called after our delete of the VA name (uid) returned;
@@ -151,18 +177,12 @@ func (w *ownWrites) recordDelete(name string, uid types.UID, alreadyGone bool, n
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.deleted[name] = uid
-	if c, ok := w.created[name]; ok && c.UID == uid && !alreadyGone {
+	if c := w.created.get(name); c != nil && c.UID == uid && !alreadyGone {
 		deleting := c.DeepCopy()
 		deleting.DeletionTimestamp = &metav1.Time{Time: now}
-		w.deletedUnseen[name] = deleting
-		w.deletedUnseenAt[name] = now
+		w.deletedUnseen[name] = timedVA{va: deleting, at: now}
 	}
-	w.dropCreated(name)
-}
-
-func (w *ownWrites) dropUnseen(name string) {
-	delete(w.deletedUnseen, name)
-	delete(w.deletedUnseenAt, name)
+	delete(w.created, name)
 }
 
 // staleUnseenDeletes returns the VAs we deleted before the informer showed
@@ -170,22 +190,7 @@ func (w *ownWrites) dropUnseen(name string) {
 func (w *ownWrites) staleUnseenDeletes(now time.Time, age time.Duration) map[string]types.UID {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return olderEntries(w.deletedUnseenAt, now, age, func(name string) types.UID { return w.deletedUnseen[name].UID })
-}
-
-// olderEntries returns name → uid(name) for the entries of at older than
-// age; nil when there are none.
-func olderEntries(at map[string]time.Time, now time.Time, age time.Duration, uid func(string) types.UID) map[string]types.UID {
-	var out map[string]types.UID
-	for name, t := range at {
-		if now.Sub(t) > age {
-			if out == nil {
-				out = map[string]types.UID{}
-			}
-			out[name] = uid(name)
-		}
-	}
-	return out
+	return w.deletedUnseen.older(now, age)
 }
 
 // forgetUnseenDelete ends the entry of name if it still is the object
@@ -193,11 +198,7 @@ func olderEntries(at map[string]time.Time, now time.Time, age time.Duration, uid
 func (w *ownWrites) forgetUnseenDelete(name string, uid types.UID) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if d, ok := w.deletedUnseen[name]; ok && d.UID == uid {
-		w.dropUnseen(name)
-		return true
-	}
-	return false
+	return w.deletedUnseen.dropIf(name, uid)
 }
 
 // gone is called for every informer delete.
@@ -205,15 +206,11 @@ func (w *ownWrites) gone(va *storagev1.VolumeAttachment) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	delete(w.deleted, va.Name)
-	if d, ok := w.deletedUnseen[va.Name]; ok && d.UID == va.UID {
-		w.dropUnseen(va.Name)
-	}
-	if c, ok := w.created[va.Name]; ok && c.UID == va.UID {
-		// Deleted by someone else: the key must create it again. The
-		// delete of an older object of the same name (detached and
-		// attached again) leaves the new one's entry alone.
-		w.dropCreated(va.Name)
-	}
+	w.deletedUnseen.dropIf(va.Name, va.UID)
+	// Deleted by someone else: the key must create it again. The delete
+	// of an older object of the same name (detached and attached again)
+	// leaves the new one's entry alone.
+	w.created.dropIf(va.Name, va.UID)
 	if meanwhile, ok := w.creating[va.Name]; ok {
 		meanwhile[va.UID] = true
 	}
@@ -226,7 +223,7 @@ func (w *ownWrites) view(name string, listed *storagev1.VolumeAttachment) *stora
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if listed == nil {
-		if d, ok := w.deletedUnseen[name]; ok {
+		if d := w.deletedUnseen.get(name); d != nil {
 			// Deleted by us before the informer ever showed it: absent
 			// from the cache is not gone (see deletedUnseen).
 			return d
@@ -234,14 +231,14 @@ func (w *ownWrites) view(name string, listed *storagev1.VolumeAttachment) *stora
 		// A delete the informer has already shown (or never will: the
 		// object was gone before our delete) needs no overlay.
 		delete(w.deleted, name)
-		return w.created[name]
+		return w.created.get(name)
 	}
 	// The cache has caught up with a create; from now on it is the truth.
 	// An object of this name in the cache is also either the one we
 	// deleted unseen or proof that it is gone, and it settles a create
 	// of unknown outcome.
-	w.dropCreated(name)
-	w.dropUnseen(name)
+	delete(w.created, name)
+	delete(w.deletedUnseen, name)
 	delete(w.uncertain, name)
 	if uid, ok := w.deleted[name]; ok && uid == listed.UID && listed.DeletionTimestamp == nil {
 		// We deleted it; the informer has not caught up. It is being
