@@ -161,20 +161,19 @@ func (r *attachRig) latencies(idx []int, since []time.Time, seen func(string) (t
 }
 
 func (r *attachRig) allAttached(idx []int) func() bool {
-	return func() bool {
-		for _, i := range idx {
-			if _, ok := r.tracker.attachedAt(r.pv(i)); !ok {
-				return false
-			}
-		}
-		return true
-	}
+	return r.all(idx, r.tracker.attachedAt)
 }
 
 func (r *attachRig) allGone(idx []int) func() bool {
+	return r.all(idx, r.tracker.goneAt)
+}
+
+// all is a condition: the tracker has a time from at for the VA of every
+// PV of idx.
+func (r *attachRig) all(idx []int, at func(name string) (time.Time, bool)) func() bool {
 	return func() bool {
 		for _, i := range idx {
-			if _, ok := r.tracker.goneAt(r.pv(i)); !ok {
+			if _, ok := at(r.pv(i)); !ok {
 				return false
 			}
 		}

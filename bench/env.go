@@ -231,24 +231,23 @@ func (t *vaTracker) counts() (exist, attached int) {
 }
 
 func (t *vaTracker) attachedAt(name string) (time.Time, bool) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	at, ok := t.attached[name]
-	return at, ok
+	return t.timeOf(t.attached, name)
 }
 
 // seenAt returns when the VA named name was first observed.
 func (t *vaTracker) seenAt(name string) (time.Time, bool) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	at, ok := t.seen[name]
-	return at, ok
+	return t.timeOf(t.seen, name)
 }
 
 func (t *vaTracker) goneAt(name string) (time.Time, bool) {
+	return t.timeOf(t.gone, name)
+}
+
+// timeOf reads the time of name in one of t's maps.
+func (t *vaTracker) timeOf(m map[string]time.Time, name string) (time.Time, bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	at, ok := t.gone[name]
+	at, ok := m[name]
 	return at, ok
 }
 
