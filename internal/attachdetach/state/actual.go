@@ -116,23 +116,28 @@ func (a *Actual) Get(key Key) (Attachment, bool) {
 func (a *Actual) ForVolume(vol v1.UniqueVolumeName) []Attachment {
 	a.mu.RLock()
 	defer a.mu.RUnlock()
-	out := make([]Attachment, 0, len(a.byVolume[vol]))
-	for node := range a.byVolume[vol] {
-		out = append(out, a.viewLocked(a.entries[Key{Volume: vol, Node: node}]))
-	}
-	slices.SortFunc(out, func(x, y Attachment) int { return cmp.Compare(x.Node, y.Node) })
-	return out
+	return sortedViewsLocked(a, a.byVolume[vol],
+		func(node string) Key { return Key{Volume: vol, Node: node} },
+		func(x Attachment) string { return x.Node })
 }
 
 // ForNode returns the entries on node, sorted by volume.
 func (a *Actual) ForNode(node string) []Attachment {
 	a.mu.RLock()
 	defer a.mu.RUnlock()
-	out := make([]Attachment, 0, len(a.byNode[node]))
-	for vol := range a.byNode[node] {
-		out = append(out, a.viewLocked(a.entries[Key{Volume: vol, Node: node}]))
+	return sortedViewsLocked(a, a.byNode[node],
+		func(vol v1.UniqueVolumeName) Key { return Key{Volume: vol, Node: node} },
+		func(x Attachment) string { return string(x.Volume) })
+}
+
+// sortedViewsLocked returns the views of the entries of the members of
+// one index set (key makes a member's Key), sorted by sortKey.
+func sortedViewsLocked[M comparable](a *Actual, set map[M]struct{}, key func(M) Key, sortKey func(Attachment) string) []Attachment {
+	out := make([]Attachment, 0, len(set))
+	for m := range set {
+		out = append(out, a.viewLocked(a.entries[key(m)]))
 	}
-	slices.SortFunc(out, func(x, y Attachment) int { return cmp.Compare(x.Volume, y.Volume) })
+	slices.SortFunc(out, func(x, y Attachment) int { return cmp.Compare(sortKey(x), sortKey(y)) })
 	return out
 }
 
