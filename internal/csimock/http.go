@@ -57,33 +57,15 @@ func (d *Driver) HTTPHandler() http.Handler {
 		}
 		w.WriteHeader(http.StatusNoContent)
 	})
-	mux.HandleFunc("POST /ready", func(w http.ResponseWriter, r *http.Request) {
-		ready, err := boolParam(r, "ready", true)
-		if err != nil {
-			writeError(w, http.StatusBadRequest, err)
-			return
-		}
+	mux.HandleFunc("POST /ready", withBoolParam("ready", true, func(w http.ResponseWriter, ready bool) {
 		d.SetReady(ready)
 		w.WriteHeader(http.StatusNoContent)
-	})
-	mux.HandleFunc("POST /crash", func(w http.ResponseWriter, r *http.Request) {
-		keep, err := boolParam(r, "keepState", true)
-		if err != nil {
-			writeError(w, http.StatusBadRequest, err)
-			return
-		}
-		if err := d.Crash(keep); err != nil {
-			writeError(w, http.StatusConflict, err)
-			return
-		}
-		w.WriteHeader(http.StatusNoContent)
-	})
+	}))
+	mux.HandleFunc("POST /crash", withBoolParam("keepState", true, func(w http.ResponseWriter, keep bool) {
+		writeDone(w, http.StatusConflict, d.Crash(keep))
+	}))
 	mux.HandleFunc("POST /restart", func(w http.ResponseWriter, r *http.Request) {
-		if err := d.Restart(); err != nil {
-			writeError(w, http.StatusConflict, err)
-			return
-		}
-		w.WriteHeader(http.StatusNoContent)
+		writeDone(w, http.StatusConflict, d.Restart())
 	})
 	return mux
 }
@@ -132,6 +114,28 @@ func parseRulesBody(body []byte) ([]Rule, error) {
 		}
 	}
 	return ParseRules(body)
+}
+
+// withBoolParam is a handler that hands the boolean query parameter name
+// (def when absent) to fn; a value that is no boolean is 400 Bad Request.
+func withBoolParam(name string, def bool, fn func(w http.ResponseWriter, v bool)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		v, err := boolParam(r, name, def)
+		if err != nil {
+			writeError(w, http.StatusBadRequest, err)
+			return
+		}
+		fn(w, v)
+	}
+}
+
+// writeDone answers 204 No Content, or err with the status code.
+func writeDone(w http.ResponseWriter, code int, err error) {
+	if err != nil {
+		writeError(w, code, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
 }
 
 func boolParam(r *http.Request, name string, def bool) (bool, error) {
