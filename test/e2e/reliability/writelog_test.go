@@ -62,7 +62,7 @@ func (l *writeLog) wrap(component string) func(http.RoundTripper) http.RoundTrip
 			body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 			resp.Body.Close()
 			resp.Body = io.NopCloser(bytes.NewReader(body))
-			if resp.StatusCode == http.StatusUnprocessableEntity && bytes.Contains(body, []byte("test failed")) {
+			if resp.StatusCode == http.StatusUnprocessableEntity && patchNotApplicable(body) {
 				// A guarded JSON patch whose "test" operation no longer
 				// matched: the object changed since the controller read it,
 				// the same answer as a 409, retried on a fresher read.
@@ -94,4 +94,18 @@ func (l *writeLog) problems(max int) (total int, out []string) {
 		out = append(out, fmt.Sprintf("%s %s %s at %s: %d %s", r.component, r.method, r.path, r.at.Format(time.StampMicro), r.code, r.body))
 	}
 	return len(l.rejected), out
+}
+
+// patchNotApplicable reports whether a 422's body is the API server's
+// answer to a JSON patch it could not apply (a "test" operation that no
+// longer matches the object): the generic "rejected our request" message
+// with no field errors, unlike a validation failure, whose message names
+// the object and says it "is invalid". Bodies come as JSON or protobuf;
+// both carry the messages as plain text.
+func patchNotApplicable(body []byte) bool {
+	if bytes.Contains(body, []byte("test failed")) {
+		return true
+	}
+	return bytes.Contains(body, []byte("the server rejected our request due to an error in our request")) &&
+		!bytes.Contains(body, []byte("is invalid"))
 }
