@@ -154,3 +154,14 @@ func (c *GRPCClient) callContext(ctx context.Context) (context.Context, context.
 	}
 	return context.WithCancel(ctx)
 }
+
+// call makes one CSI call, method, of c: with c's per-call timeout, logged
+// (logCall) with its request and answer.
+func call[Req, Rsp any](ctx context.Context, c *GRPCClient, method string, req Req, rpc func(context.Context, Req, ...grpc.CallOption) (Rsp, error)) (Rsp, error) {
+	ctx, cancel := c.callContext(ctx)
+	defer cancel()
+	done := logCall(ctx, method, req)
+	rsp, err := rpc(ctx, req)
+	done(rsp, err)
+	return rsp, err
+}

@@ -23,8 +23,6 @@ type PublishRequest struct {
 
 // ControllerPublish calls ControllerPublishVolume.
 func (c *GRPCClient) ControllerPublish(ctx context.Context, req PublishRequest) (map[string]string, error) {
-	ctx, cancel := c.callContext(ctx)
-	defer cancel()
 	pbReq := &csipb.ControllerPublishVolumeRequest{
 		VolumeId:         req.VolumeID,
 		NodeId:           req.NodeID,
@@ -33,9 +31,7 @@ func (c *GRPCClient) ControllerPublish(ctx context.Context, req PublishRequest) 
 		Secrets:          req.Secrets,
 		VolumeContext:    req.VolumeContext,
 	}
-	done := logCall(ctx, "ControllerPublishVolume", pbReq)
-	rsp, err := c.controller.ControllerPublishVolume(ctx, pbReq)
-	done(rsp, err)
+	rsp, err := call(ctx, c, "ControllerPublishVolume", pbReq, c.controller.ControllerPublishVolume)
 	if err != nil {
 		return nil, fmt.Errorf("ControllerPublishVolume volume %q on node %q: %w", req.VolumeID, req.NodeID, err)
 	}
@@ -44,12 +40,8 @@ func (c *GRPCClient) ControllerPublish(ctx context.Context, req PublishRequest) 
 
 // ControllerUnpublish calls ControllerUnpublishVolume.
 func (c *GRPCClient) ControllerUnpublish(ctx context.Context, volumeID, nodeID string, secrets map[string]string) error {
-	ctx, cancel := c.callContext(ctx)
-	defer cancel()
 	pbReq := &csipb.ControllerUnpublishVolumeRequest{VolumeId: volumeID, NodeId: nodeID, Secrets: secrets}
-	done := logCall(ctx, "ControllerUnpublishVolume", pbReq)
-	rsp, err := c.controller.ControllerUnpublishVolume(ctx, pbReq)
-	done(rsp, err)
+	_, err := call(ctx, c, "ControllerUnpublishVolume", pbReq, c.controller.ControllerUnpublishVolume)
 	if err != nil {
 		return fmt.Errorf("ControllerUnpublishVolume volume %q from node %q: %w", volumeID, nodeID, err)
 	}
@@ -90,13 +82,8 @@ func (c *GRPCClient) ListVolumes(ctx context.Context, maxEntries int32) (map[str
 }
 
 func (c *GRPCClient) listVolumesPage(ctx context.Context, maxEntries int32, token string) (*csipb.ListVolumesResponse, error) {
-	ctx, cancel := c.callContext(ctx)
-	defer cancel()
 	req := &csipb.ListVolumesRequest{MaxEntries: maxEntries, StartingToken: token}
-	done := logCall(ctx, "ListVolumes", req)
-	rsp, err := c.controller.ListVolumes(ctx, req)
-	done(rsp, err)
-	return rsp, err
+	return call(ctx, c, "ListVolumes", req, c.controller.ListVolumes)
 }
 
 // WithMigrated marks the calls made with the returned context as made for

@@ -63,12 +63,8 @@ func (c *GRPCClient) Probe(ctx context.Context) error {
 }
 
 func (c *GRPCClient) probeOnce(ctx context.Context) (bool, error) {
-	ctx, cancel := c.callContext(ctx)
-	defer cancel()
 	req := &csipb.ProbeRequest{}
-	done := logCall(ctx, "Probe", req)
-	rsp, err := c.identity.Probe(ctx, req)
-	done(rsp, err)
+	rsp, err := call(ctx, c, "Probe", req, c.identity.Probe)
 	if err != nil {
 		return false, err
 	}
@@ -82,12 +78,8 @@ func (c *GRPCClient) probeOnce(ctx context.Context) (bool, error) {
 
 // DriverName returns the name from GetPluginInfo.
 func (c *GRPCClient) DriverName(ctx context.Context) (string, error) {
-	ctx, cancel := c.callContext(ctx)
-	defer cancel()
 	req := &csipb.GetPluginInfoRequest{}
-	done := logCall(ctx, "GetPluginInfo", req)
-	rsp, err := c.identity.GetPluginInfo(ctx, req)
-	done(rsp, err)
+	rsp, err := call(ctx, c, "GetPluginInfo", req, c.identity.GetPluginInfo)
 	if err != nil {
 		return "", fmt.Errorf("get CSI driver name: %w", err)
 	}
@@ -99,12 +91,8 @@ func (c *GRPCClient) DriverName(ctx context.Context) (string, error) {
 
 // PluginCapabilities returns the set of plugin service capabilities.
 func (c *GRPCClient) PluginCapabilities(ctx context.Context) (rpc.PluginCapabilitySet, error) {
-	ctx, cancel := c.callContext(ctx)
-	defer cancel()
 	req := &csipb.GetPluginCapabilitiesRequest{}
-	done := logCall(ctx, "GetPluginCapabilities", req)
-	rsp, err := c.identity.GetPluginCapabilities(ctx, req)
-	done(rsp, err)
+	rsp, err := call(ctx, c, "GetPluginCapabilities", req, c.identity.GetPluginCapabilities)
 	if err != nil {
 		return nil, fmt.Errorf("get CSI plugin capabilities: %w", err)
 	}
@@ -119,12 +107,8 @@ func (c *GRPCClient) PluginCapabilities(ctx context.Context) (rpc.PluginCapabili
 
 // ControllerCapabilities returns the set of controller RPC capabilities.
 func (c *GRPCClient) ControllerCapabilities(ctx context.Context) (rpc.ControllerCapabilitySet, error) {
-	ctx, cancel := c.callContext(ctx)
-	defer cancel()
 	req := &csipb.ControllerGetCapabilitiesRequest{}
-	done := logCall(ctx, "ControllerGetCapabilities", req)
-	rsp, err := c.controller.ControllerGetCapabilities(ctx, req)
-	done(rsp, err)
+	rsp, err := call(ctx, c, "ControllerGetCapabilities", req, c.controller.ControllerGetCapabilities)
 	if err != nil {
 		return nil, fmt.Errorf("get CSI controller capabilities: %w", err)
 	}
