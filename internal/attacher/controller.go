@@ -202,24 +202,13 @@ func New(cfg Config, client kubernetes.Interface, factory informers.SharedInform
 	c.detach = runner.New[string](runner.ReconcilerFunc[string](c.syncDetach), opts("csi_attacher_detach", apiWorkers))
 	c.pvs = runner.New[string](runner.ReconcilerFunc[string](c.syncPV), opts("csi_attacher_pv", cfg.Workers))
 
-	if _, err := c.vaInformer.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj any) { c.vaChanged(nil, obj) },
-		UpdateFunc: c.vaChanged,
-		DeleteFunc: c.vaDeleted,
-	}); err != nil {
+	if _, err := c.vaInformer.AddEventHandler(kube.ChangeHandlers(c.vaChanged, c.vaDeleted)); err != nil {
 		return nil, err
 	}
-	if _, err := pvs.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj any) { c.pvChanged(nil, obj) },
-		UpdateFunc: c.pvChanged,
-		DeleteFunc: c.pvDeleted,
-	}); err != nil {
+	if _, err := pvs.Informer().AddEventHandler(kube.ChangeHandlers(c.pvChanged, c.pvDeleted)); err != nil {
 		return nil, err
 	}
-	if _, err := csiNodes.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj any) { c.csiNodeChanged(nil, obj) },
-		UpdateFunc: c.csiNodeChanged,
-	}); err != nil {
+	if _, err := csiNodes.Informer().AddEventHandler(kube.ChangeHandlers(c.csiNodeChanged, nil)); err != nil {
 		return nil, err
 	}
 	return c, nil

@@ -24,41 +24,13 @@ func (c *Controller) addHandlers(nodes, pvcs, drivers, vas, csiNodes cache.Share
 		inf cache.SharedIndexInformer
 		h   cache.ResourceEventHandler
 	}{
-		{c.pods, cache.ResourceEventHandlerFuncs{
-			AddFunc:    func(obj any) { c.podChanged(nil, obj) },
-			UpdateFunc: c.podChanged,
-			DeleteFunc: c.podDeleted,
-		}},
-		{nodes, cache.ResourceEventHandlerFuncs{
-			AddFunc:    func(obj any) { c.nodeChanged(nil, obj) },
-			UpdateFunc: c.nodeChanged,
-			DeleteFunc: c.nodeDeleted,
-		}},
-		{pvcs, cache.ResourceEventHandlerFuncs{
-			AddFunc:    func(obj any) { c.pvcChanged(nil, obj) },
-			UpdateFunc: c.pvcChanged,
-			DeleteFunc: func(obj any) { c.pvcChanged(nil, tombstone(obj)) },
-		}},
-		{c.pvs, cache.ResourceEventHandlerFuncs{
-			AddFunc:    func(obj any) { c.pvChanged(nil, obj) },
-			UpdateFunc: c.pvChanged,
-			DeleteFunc: func(obj any) { c.pvChanged(nil, tombstone(obj)) },
-		}},
-		{drivers, cache.ResourceEventHandlerFuncs{
-			AddFunc:    func(obj any) { c.csiDriverChanged(nil, obj) },
-			UpdateFunc: c.csiDriverChanged,
-			DeleteFunc: func(obj any) { c.csiDriverChanged(nil, tombstone(obj)) },
-		}},
-		{vas, cache.ResourceEventHandlerFuncs{
-			AddFunc:    func(obj any) { c.vaChanged(nil, obj) },
-			UpdateFunc: c.vaChanged,
-			DeleteFunc: c.vaDeleted,
-		}},
-		{csiNodes, cache.ResourceEventHandlerFuncs{
-			AddFunc:    func(obj any) { c.csiNodeChanged(nil, obj) },
-			UpdateFunc: c.csiNodeChanged,
-			DeleteFunc: c.csiNodeDeleted,
-		}},
+		{c.pods, kube.ChangeHandlers(c.podChanged, c.podDeleted)},
+		{nodes, kube.ChangeHandlers(c.nodeChanged, c.nodeDeleted)},
+		{pvcs, kube.ChangeHandlers(c.pvcChanged, deleteAsChange(c.pvcChanged))},
+		{c.pvs, kube.ChangeHandlers(c.pvChanged, deleteAsChange(c.pvChanged))},
+		{drivers, kube.ChangeHandlers(c.csiDriverChanged, deleteAsChange(c.csiDriverChanged))},
+		{vas, kube.ChangeHandlers(c.vaChanged, c.vaDeleted)},
+		{csiNodes, kube.ChangeHandlers(c.csiNodeChanged, c.csiNodeDeleted)},
 	}
 	for _, h := range handlers {
 		if _, err := h.inf.AddEventHandler(h.h); err != nil {
@@ -66,6 +38,12 @@ func (c *Controller) addHandlers(nodes, pvcs, drivers, vas, csiNodes cache.Share
 		}
 	}
 	return nil
+}
+
+// deleteAsChange is the delete handler of kinds whose delete is handled
+// as a change to nothing; a tombstone is unwrapped.
+func deleteAsChange(changed func(old, new any)) func(obj any) {
+	return func(obj any) { changed(nil, tombstone(obj)) }
 }
 
 func tombstone(obj any) any {
