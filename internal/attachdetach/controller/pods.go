@@ -7,7 +7,6 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
 
@@ -32,8 +31,8 @@ func scheduledAt(pod *v1.Pod) time.Time {
 // desired state and enqueues the keys that changed.
 func (c *Controller) syncPod(ctx context.Context, key string) (runner.Result, error) {
 	ns, name, _ := strings.Cut(key, "/")
-	pod, err := c.podLister.Pods(ns).Get(name)
-	if err != nil && !apierrors.IsNotFound(err) {
+	pod, err := listed(c.podLister.Pods(ns).Get, name)
+	if err != nil {
 		return runner.Result{}, fmt.Errorf("get pod %s: %w", key, err)
 	}
 	rec, known := c.podRec.Get(key)

@@ -33,30 +33,21 @@ func (c *Controller) syncKey(ctx context.Context, key state.Key) (runner.Result,
 	}
 	c.names.Set(name, key)
 	in := decide.Gather(key, c.dsw, c.asw)
-	node, err := c.nodeLister.Get(key.Node)
-	if err != nil && !apierrors.IsNotFound(err) {
-		return runner.Result{}, fmt.Errorf("get node %s: %w", key.Node, err)
-	}
+	node, err := listed(c.nodeLister.Get, key.Node)
 	if err != nil {
-		node = nil
+		return runner.Result{}, fmt.Errorf("get node %s: %w", key.Node, err)
 	}
 	in.Node = decide.NodeFactsOf(node)
 	if in.Wanted != nil && c.decide.MigrationByNode[in.Wanted.Volume.MigratedFrom] {
-		csiNode, err := c.csiNodeLister.Get(key.Node)
-		if err != nil && !apierrors.IsNotFound(err) {
-			return runner.Result{}, fmt.Errorf("get CSINode %s: %w", key.Node, err)
-		}
+		csiNode, err := listed(c.csiNodeLister.Get, key.Node)
 		if err != nil {
-			csiNode = nil
+			return runner.Result{}, fmt.Errorf("get CSINode %s: %w", key.Node, err)
 		}
 		in.CSINode = decide.CSINodeFactsOf(csiNode)
 	}
-	va, err := c.vaLister.Get(name)
-	if err != nil && !apierrors.IsNotFound(err) {
-		return runner.Result{}, fmt.Errorf("get VolumeAttachment %s: %w", name, err)
-	}
+	va, err := listed(c.vaLister.Get, name)
 	if err != nil {
-		va = nil
+		return runner.Result{}, fmt.Errorf("get VolumeAttachment %s: %w", name, err)
 	}
 	va = c.writes.view(name, va)
 	var settleErr error
@@ -280,4 +271,13 @@ func (c *Controller) nodeListing(key state.Key, node *v1.Node) *decide.NodeListi
 		Attached: slices.ContainsFunc(node.Status.VolumesAttached, func(av v1.AttachedVolume) bool { return av.Name == key.Volume }),
 		Written:  c.status.MayBeListed(key.Node, key.Volume),
 	}
+}
+
+// listed reads name with a lister's Get; not found is (nil, nil).
+func listed[T any](get func(string) (*T, error), name string) (*T, error) {
+	obj, err := get(name)
+	if apierrors.IsNotFound(err) {
+		return nil, nil
+	}
+	return obj, err
 }
