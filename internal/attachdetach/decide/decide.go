@@ -68,6 +68,15 @@ func changed(in Input, u state.Update) *state.Update {
 	return &u
 }
 
+// changedIfRecorded is changed for a key the actual state has an entry
+// of; for a node the volume never reached there is nothing to record.
+func changedIfRecorded(in Input, u state.Update) *state.Update {
+	if in.Actual == nil {
+		return nil
+	}
+	return changed(in, u)
+}
+
 func decideWanted(in Input) Plan {
 	p := Plan{Key: in.Key}
 	spec := in.Wanted.Volume
@@ -112,19 +121,12 @@ func decideWanted(in Input) Plan {
 			}
 			p.Kind, p.Why = KindConflict, "volume is exclusively attached to another node"
 			p.Events = conflictEvents(in, others)
-			p.Actual = changed(in, u)
-			if in.Actual == nil {
-				// Nothing to record for a node the volume never reached.
-				p.Actual = nil
-			}
+			p.Actual = changedIfRecorded(in, u)
 			return p
 		}
 		if detaching {
 			p.Kind, p.Why = KindWait, "waiting for the volume to be detached from another node"
-			p.Actual = changed(in, u)
-			if in.Actual == nil {
-				p.Actual = nil
-			}
+			p.Actual = changedIfRecorded(in, u)
 			return p
 		}
 	}
@@ -169,10 +171,7 @@ func decideWanted(in Input) Plan {
 		// detach a volume because its node stops being migrated either).
 		p.Kind, p.Why = KindNodeNotMigrated, "node has not migrated the volume's in-tree plugin to CSI"
 		p.Events = notMigratedEvents(in, plugin)
-		p.Actual = changed(in, u)
-		if in.Actual == nil {
-			p.Actual = nil
-		}
+		p.Actual = changedIfRecorded(in, u)
 		return p
 	}
 	// Record "attaching" before creating, so that a concurrent decision
