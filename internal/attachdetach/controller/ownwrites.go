@@ -153,22 +153,25 @@ func (w *ownWrites) createDone(name string, va *storagev1.VolumeAttachment, now 
 	delete(w.deleted, name)
 }
 
-// staleCreates returns our created VAs that no pass has found in the
-// informer cache for longer than age (name → UID). Normally there are
-// none: the informer shows a new object within moments.
-func (w *ownWrites) staleCreates(now time.Time, age time.Duration) map[string]types.UID {
+// stale returns the entries of overlay (w.created or w.deletedUnseen)
+// that the informer has not settled for longer than age (name → UID):
+// created VAs no pass has found in the cache (normally none: the informer
+// shows a new object within moments), or VAs we deleted before the
+// informer showed them that it still has not reported gone.
+func (w *ownWrites) stale(overlay timedVAs, now time.Time, age time.Duration) map[string]types.UID {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return w.created.older(now, age)
+	return overlay.older(now, age)
 }
 
-// forgetCreate ends the entry of name if it still is the object uid: the
-// API server no longer has it, and the informer will not say so (it never
-// showed the object, e.g. when it was deleted during a watch gap).
-func (w *ownWrites) forgetCreate(name string, uid types.UID) bool {
+// forget ends the entry of name in overlay (w.created or w.deletedUnseen)
+// if it still is the object uid: the API server no longer has it, and the
+// informer will not say so (it never showed the object, e.g. when it was
+// deleted during a watch gap).
+func (w *ownWrites) forget(overlay timedVAs, name string, uid types.UID) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return w.created.dropIf(name, uid)
+	return overlay.dropIf(name, uid)
 }
 
 // recordDelete is called after our delete of the VA name (uid) returned;
@@ -183,22 +186,6 @@ func (w *ownWrites) recordDelete(name string, uid types.UID, alreadyGone bool, n
 		w.deletedUnseen[name] = timedVA{va: deleting, at: now}
 	}
 	delete(w.created, name)
-}
-
-// staleUnseenDeletes returns the VAs we deleted before the informer showed
-// them, and that it still has not reported gone after age (name → UID).
-func (w *ownWrites) staleUnseenDeletes(now time.Time, age time.Duration) map[string]types.UID {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.deletedUnseen.older(now, age)
-}
-
-// forgetUnseenDelete ends the entry of name if it still is the object
-// uid: the API server no longer has it.
-func (w *ownWrites) forgetUnseenDelete(name string, uid types.UID) bool {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.deletedUnseen.dropIf(name, uid)
 }
 
 // gone is called for every informer delete.

@@ -75,33 +75,32 @@ func (c *Controller) verify(ctx context.Context) {
 // the API server (normally there are none); an object it no longer has is
 // forgotten and its key passes again, which creates it anew.
 func (c *Controller) verifyOwnCreates(ctx context.Context) int {
-	drift := 0
 	// Likewise for our deletes of VAs the informer never showed: until it
 	// reports them gone they count as being deleted and block an exclusive
 	// volume's attach elsewhere; if the informer missed their deletion
-	// too, only the API server can tell.
-	for name, uid := range c.writes.staleUnseenDeletes(c.clock.Now(), c.cfg.VerifyPeriod) {
-		// Still there: csi-attacher has not detached it yet.
-		if !c.goneFromAPIServer(ctx, name, uid) {
-			continue
-		}
-		if c.writes.forgetUnseenDelete(name, uid) {
-			drift++
-			if key, ok := c.names.Get(name); ok {
-				c.wake.Key(key)
-			}
-		}
-	}
-	for name, uid := range c.writes.staleCreates(c.clock.Now(), c.cfg.VerifyPeriod) {
-		// It exists: the informer is only slow.
-		if !c.goneFromAPIServer(ctx, name, uid) {
-			continue
-		}
-		if !c.writes.forgetCreate(name, uid) {
+	// too, only the API server can tell. One still there: csi-attacher has
+	// not detached it yet.
+	drift := c.forgetGone(ctx, c.writes.deletedUnseen, func(string) {})
+	// A created one that exists: the informer is only slow.
+	drift += c.forgetGone(ctx, c.writes.created, func(name string) {
+		klog.FromContext(ctx).Info("VolumeAttachment created by the controller is gone without the informer showing it; attaching again", "volumeAttachment", klog.KRef("", name))
+	})
+	return drift
+}
+
+// forgetGone asks the API server about the entries of one overlay of our
+// writes that the informer has not settled for a verify period, forgets
+// those it no longer has (calling forgotten) and wakes their keys. It
+// returns how many it forgot. The overlay maps are never replaced, so
+// handing one over needs no lock; ownWrites locks to use it.
+func (c *Controller) forgetGone(ctx context.Context, overlay timedVAs, forgotten func(name string)) int {
+	drift := 0
+	for name, uid := range c.writes.stale(overlay, c.clock.Now(), c.cfg.VerifyPeriod) {
+		if !c.goneFromAPIServer(ctx, name, uid) || !c.writes.forget(overlay, name, uid) {
 			continue
 		}
 		drift++
-		klog.FromContext(ctx).Info("VolumeAttachment created by the controller is gone without the informer showing it; attaching again", "volumeAttachment", klog.KRef("", name))
+		forgotten(name)
 		if key, ok := c.names.Get(name); ok {
 			c.wake.Key(key)
 		}
