@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -14,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/latchcsi/latch/internal/testsupport"
 )
 
 // runAsBinary makes the test binary run the controller's run() with its
@@ -34,18 +35,6 @@ func TestMain(m *testing.M) {
 func lastLines(s string, n int) string {
 	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
 	return strings.Join(lines[max(0, len(lines)-n):], "\n")
-}
-
-// freeAddr returns a loopback address with a port nobody listens on.
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	return addr
 }
 
 // get returns the status code and body of GET url, or 0 when nothing answers.
@@ -79,7 +68,7 @@ current-context: c
 `), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	health, metrics := freeAddr(t), freeAddr(t)
+	health, metrics := testsupport.FreeAddr(t), testsupport.FreeAddr(t)
 	// A process of its own: logging configuration and the legacy metrics
 	// registry are per process, as in the real binary.
 	cmd := exec.Command(os.Args[0], "--kubeconfig="+kubeconfig, "--leader-elect-resource-namespace=default",

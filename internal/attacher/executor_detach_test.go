@@ -10,7 +10,6 @@ import (
 	"google.golang.org/grpc/codes"
 	v1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	clienttesting "k8s.io/client-go/testing"
@@ -157,15 +156,7 @@ func drainEvents(r *record.FakeRecorder) []string {
 // status write finds the VA gone, and the attach queue unpublishes it.
 func TestExecutorVADeletedDuringPublishIsUnpublishedAgain(t *testing.T) {
 	f := newExecFixture(t, execPV("pv-a"), execVA("va-a", "pv-a"), execCSINode())
-	f.client.PrependReactor("patch", "volumeattachments", func(action clienttesting.Action) (bool, runtime.Object, error) {
-		if action.GetSubresource() != "status" {
-			return false, nil, nil
-		}
-		if err := f.tracker.Delete(vaGVR, "", "va-a"); err != nil {
-			return true, nil, err
-		}
-		return true, nil, apierrors.NewNotFound(vaGVR.GroupResource(), "va-a")
-	})
+	deleteOnStatusPatch(f, "va-a")
 	// The first unpublish fails: the key is retried until it succeeds.
 	if _, err := f.driver.AddFault(csimock.Rule{Method: "ControllerUnpublishVolume", Once: true, Code: codes.Unavailable, Message: "busy"}); err != nil {
 		t.Fatal(err)

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/codes"
 	v1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -410,4 +411,18 @@ func TestExecutorAttachFailureRecordsAttachErrorWithCodeAndOneEvent(t *testing.T
 	if ev := drainEvents(f.recorder); len(ev) != 0 {
 		t.Errorf("retry with the same error recorded events %q", ev)
 	}
+}
+
+// deleteOnStatusPatch makes the first status write of va delete it and
+// answer NotFound, as for a VolumeAttachment force-deleted during the call.
+func deleteOnStatusPatch(f *execFixture, va string) {
+	f.client.PrependReactor("patch", "volumeattachments", func(action clienttesting.Action) (bool, runtime.Object, error) {
+		if action.GetSubresource() != "status" {
+			return false, nil, nil
+		}
+		if err := f.tracker.Delete(vaGVR, "", va); err != nil {
+			return true, nil, err
+		}
+		return true, nil, apierrors.NewNotFound(vaGVR.GroupResource(), va)
+	})
 }

@@ -8,25 +8,9 @@ import (
 
 	"google.golang.org/grpc/codes"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/runtime"
-	clienttesting "k8s.io/client-go/testing"
 
 	"github.com/latchcsi/latch/internal/csimock"
 )
-
-// deleteOnStatusPatch makes the first status write of va delete it and
-// answer NotFound, as for a VolumeAttachment force-deleted during the call.
-func deleteOnStatusPatch(f *execFixture, va string) {
-	f.client.PrependReactor("patch", "volumeattachments", func(action clienttesting.Action) (bool, runtime.Object, error) {
-		if action.GetSubresource() != "status" {
-			return false, nil, nil
-		}
-		if err := f.tracker.Delete(vaGVR, "", va); err != nil {
-			return true, nil, err
-		}
-		return true, nil, apierrors.NewNotFound(vaGVR.GroupResource(), va)
-	})
-}
 
 // A ControllerPublish that fails with a final code published nothing: when
 // its VolumeAttachment is gone by the time attachError is written, no

@@ -12,8 +12,6 @@ import (
 	"google.golang.org/grpc/codes"
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/runtime"
-	clienttesting "k8s.io/client-go/testing"
 
 	"github.com/latchcsi/latch/internal/csi"
 	"github.com/latchcsi/latch/internal/csimock"
@@ -88,15 +86,7 @@ func TestOrphanRecordedBeforeUnpublishAndRemovedAfter(t *testing.T) {
 			t.Errorf("record written after %d unpublish calls, want before any", n)
 		}
 	}
-	f.client.PrependReactor("patch", "volumeattachments", func(action clienttesting.Action) (bool, runtime.Object, error) {
-		if action.GetSubresource() != "status" {
-			return false, nil, nil
-		}
-		if err := f.tracker.Delete(vaGVR, "", "va-a"); err != nil {
-			return true, nil, err
-		}
-		return true, nil, apierrors.NewNotFound(vaGVR.GroupResource(), "va-a")
-	})
+	deleteOnStatusPatch(f, "va-a")
 	if _, err := f.driver.AddFault(csimock.Rule{Method: "ControllerUnpublishVolume", Once: true, Code: codes.Unavailable, Message: "busy"}); err != nil {
 		t.Fatal(err)
 	}

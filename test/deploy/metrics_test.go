@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"maps"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -15,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/latchcsi/latch/internal/testsupport"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc"
@@ -62,17 +63,6 @@ func startProcess(t *testing.T, dir, bin string, args ...string) *process {
 		}
 	})
 	return p
-}
-
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
-	return addr
 }
 
 // scrape returns the names of the samples an endpoint exposes.
@@ -138,7 +128,7 @@ func TestDashboardQueriesOnlyMetricsTheBinariesExport(t *testing.T) {
 	startProcess(t, dir, "csi-mock-driver", "--csi-address="+socket, "--driver-name="+driver,
 		"--node-service=false", "--auto-create-volumes=true", "--known-nodes="+nodes["dash-node-1"])
 	waitFor(ctx, t, "the mock driver's socket", func() (bool, error) { _, err := os.Stat(socket); return err == nil, nil })
-	attacherAddr, controllerAddr := freeAddr(t), freeAddr(t)
+	attacherAddr, controllerAddr := testsupport.FreeAddr(t), testsupport.FreeAddr(t)
 	startProcess(t, dir, "csi-attacher", "--kubeconfig="+kubeconfig, "--csi-address="+socket,
 		"--http-endpoint="+attacherAddr, "--reconcile-sync=1s", "--retry-interval-start=200ms", "--v=4")
 	startProcess(t, dir, "attachdetach-controller", "--kubeconfig="+kubeconfig, "--leader-elect=false",

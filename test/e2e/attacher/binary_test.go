@@ -3,7 +3,6 @@ package attacher_test
 import (
 	"bytes"
 	"context"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -176,18 +175,6 @@ func (e *env) callsFor(method, volumeID string) []csimock.Call {
 		}
 	}
 	return out
-}
-
-// freeAddress returns a loopback address nobody listens on right now.
-func freeAddress(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	return addr
 }
 
 // scrape fetches url and parses its samples.

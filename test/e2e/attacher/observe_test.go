@@ -24,7 +24,7 @@ import (
 
 func TestMetricsEndpointServesCSIWorkqueueAndLatchMetricsAfterAttachAndError(t *testing.T) {
 	e := newEnv(t, envOptions{noAttacher: true})
-	addr := freeAddress(t)
+	addr := testsupport.FreeAddr(t)
 	e.startBinary("metrics", "--http-endpoint="+addr)
 	pv1, va1, pv2, va2 := e.prefix+"-pv1", e.prefix+"-va1", e.prefix+"-pv2", e.prefix+"-va2"
 	e.createPV(pv1)
@@ -198,7 +198,7 @@ func randomHex(t *testing.T, n int) string {
 func TestMigratedInTreeGCEPDIsTranslatedPublishedAndLabelledMigrated(t *testing.T) {
 	const gcePD = "pd.csi.storage.gke.io"
 	e := newEnv(t, envOptions{noAttacher: true, driverName: gcePD})
-	addr := freeAddress(t)
+	addr := testsupport.FreeAddr(t)
 	e.startBinary("migration", "--http-endpoint="+addr)
 	pvName, vaName, disk := e.prefix+"-pv", e.prefix+"-va", e.prefix+"-disk"
 	pv := &v1.PersistentVolume{
