@@ -14,9 +14,6 @@ const (
 	AnnVolumeHandle = decide.AnnVolumeHandle
 	// AnnSecretRef is "namespace/name" of the controller-publish secret, if any.
 	AnnSecretRef = decide.AnnSecretRef
-	// MaxAttachmentMetadataBytes is the API server's limit on
-	// status.attachmentMetadata.
-	MaxAttachmentMetadataBytes = decide.MaxAttachmentMetadataBytes
 )
 
 // DriverInfo is what the decisions need to know about the driver.
@@ -27,25 +24,6 @@ type Reason = decide.Reason
 
 // Blocked says why nothing can be done yet.
 type Blocked = decide.Blocked
-
-// Reasons, as in package decide.
-const (
-	ReasonInvalidSource          = decide.ReasonInvalidSource
-	ReasonWaitingForPV           = decide.ReasonWaitingForPV
-	ReasonPVDeleting             = decide.ReasonPVDeleting
-	ReasonUnsupportedVolume      = decide.ReasonUnsupportedVolume
-	ReasonWaitingForCSINode      = decide.ReasonWaitingForCSINode
-	ReasonNoVolumeHandle         = decide.ReasonNoVolumeHandle
-	ReasonTranslationFailed      = decide.ReasonTranslationFailed
-	ReasonInvalidCapabilities    = decide.ReasonInvalidCapabilities
-	ReasonPublishContextTooLarge = decide.ReasonPublishContextTooLarge
-	ReasonWaitingForSecret       = decide.ReasonWaitingForSecret
-	ReasonSecretForbidden        = decide.ReasonSecretForbidden
-)
-
-// CheckPublishContext says why a publish context cannot be stored in
-// status.attachmentMetadata, or returns nil when it can.
-func CheckPublishContext(pc map[string]string) *Blocked { return decide.CheckPublishContext(pc) }
 
 // Translator turns in-tree volume specs into CSI ones (CSI migration);
 // csi-translation-lib's CSITranslator is one.

@@ -90,7 +90,7 @@ func (e *executor) runAttach(ctx context.Context, va *storagev1.VolumeAttachment
 		// A final code: nothing was published, whatever became of va.
 		return e.attachFailed(ctx, va, nil, res.callErr)
 	}
-	if blocked := CheckPublishContext(publishContext); blocked != nil {
+	if blocked := decide.CheckPublishContext(publishContext); blocked != nil {
 		// The API server would refuse the status write: retrying would
 		// only publish again and again. The finalizer stays, so a delete
 		// still unpublishes.

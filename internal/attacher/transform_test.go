@@ -86,8 +86,8 @@ func TestLookupPVOfAPlaceholderTellsAVolumeAttachmentWhoseItIs(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, blocked := decide.ResolveVolume(other, DriverInfo{Name: memDriver}, nil, "VolumeAttachment \"va\"")
-	if blocked == nil || blocked.Reason != ReasonUnsupportedVolume || !strings.Contains(blocked.Message, memOtherDriver) {
-		t.Fatalf("blocked = %+v, want %s naming %s", blocked, ReasonUnsupportedVolume, memOtherDriver)
+	if blocked == nil || blocked.Reason != decide.ReasonUnsupportedVolume || !strings.Contains(blocked.Message, memOtherDriver) {
+		t.Fatalf("blocked = %+v, want %s naming %s", blocked, decide.ReasonUnsupportedVolume, memOtherDriver)
 	}
 
 	ours, err := LookupPV(store, "pv-ours")
