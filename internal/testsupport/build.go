@@ -31,30 +31,39 @@ type build struct {
 // Extra go build flags (e.g. "-tags", "grpcnotrace") make a build of their
 // own. RemoveBinaries deletes them (call it from TestMain).
 func Binary(pkg string, flags ...string) (string, error) {
-	key := strings.Join(append([]string{pkg}, flags...), " ")
+	return buildOnce("", Module+"/"+strings.TrimPrefix(pkg, "./"), flags...)
+}
+
+// buildOnce builds importPath once per process (per importPath and flags)
+// with the go command run in dir ("" = the current directory, i.e. inside
+// latch's module) and returns the binary's path.
+func buildOnce(dir, importPath string, flags ...string) (string, error) {
+	key := strings.Join(append([]string{dir, importPath}, flags...), " ")
 	builds.mu.Lock()
 	if builds.done == nil {
 		builds.done = map[string]*build{}
 	}
 	if builds.dir == "" {
-		dir, err := os.MkdirTemp("", "latch-bin")
+		tmp, err := os.MkdirTemp("", "latch-bin")
 		if err != nil {
 			builds.mu.Unlock()
-			return "", fmt.Errorf("build %s: %w", pkg, err)
+			return "", fmt.Errorf("build %s: %w", importPath, err)
 		}
-		builds.dir = dir
+		builds.dir = tmp
 	}
 	b := builds.done[key]
 	if b == nil {
-		b = &build{out: filepath.Join(builds.dir, fmt.Sprintf("%d", len(builds.done)), path.Base(pkg))}
+		b = &build{out: filepath.Join(builds.dir, fmt.Sprintf("%d", len(builds.done)), path.Base(importPath))}
 		builds.done[key] = b
 	}
 	builds.mu.Unlock()
 	b.once.Do(func() {
 		args := append([]string{"build"}, flags...)
-		args = append(args, "-o", b.out, Module+"/"+strings.TrimPrefix(pkg, "./"))
-		if msg, err := exec.Command("go", args...).CombinedOutput(); err != nil {
-			b.err = fmt.Errorf("go %s: %v\n%s", strings.Join(args, " "), err, msg)
+		args = append(args, "-o", b.out, importPath)
+		cmd := exec.Command("go", args...)
+		cmd.Dir = dir
+		if msg, err := cmd.CombinedOutput(); err != nil {
+			b.err = fmt.Errorf("go %s (in %q): %v\n%s", strings.Join(args, " "), dir, err, msg)
 			return
 		}
 		b.path = b.out

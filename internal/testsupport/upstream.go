@@ -1,0 +1,66 @@
+package testsupport
+
+import (
+	"fmt"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+)
+
+// An upstream component is a released Kubernetes binary that latch's tests
+// run beside (or instead of) latch's own, built from Go modules at the
+// exact version its module under test/upstream pins. Each module there is
+// separate from latch's own go.mod, so the component builds with the
+// dependency versions its own release uses, and nothing of it can reach a
+// latch binary.
+type upstream struct {
+	module     string // directory under test/upstream
+	importPath string
+}
+
+// The upstream components tests can build, by the name their docs use.
+var upstreamComponents = map[string]upstream{
+	// external-attacher v4.13.0: the CSI external-attacher sidecar that
+	// csi-attacher replaces.
+	"external-attacher": {"external-attacher", "github.com/kubernetes-csi/external-attacher/v4/cmd/csi-attacher"},
+	// kube-controller-manager v1.36.3: its attach/detach controller is the
+	// one attachdetach-controller replaces.
+	"kube-controller-manager": {"kubernetes", "k8s.io/kubernetes/cmd/kube-controller-manager"},
+	"kube-scheduler":          {"kubernetes", "k8s.io/kubernetes/cmd/kube-scheduler"},
+	// kubemark: the hollow kubelet (a real kubelet with a fake runtime).
+	"kubemark": {"kubernetes", "k8s.io/kubernetes/cmd/kubemark"},
+}
+
+// UpstreamBinary builds an upstream component (a key of the list above, e.g.
+// "external-attacher" or "kube-controller-manager") once per test process
+// and returns its path. A cold build takes minutes (kube-controller-manager
+// links most of Kubernetes); later ones come from the Go build cache.
+func UpstreamBinary(component string) (string, error) {
+	u, ok := upstreamComponents[component]
+	if !ok {
+		names := make([]string, 0, len(upstreamComponents))
+		for n := range upstreamComponents {
+			names = append(names, n)
+		}
+		slices.Sort(names)
+		return "", fmt.Errorf("no upstream component %q (known: %s)", component, strings.Join(names, ", "))
+	}
+	return buildOnce(filepath.Join(upstreamRoot(), u.module), u.importPath)
+}
+
+// MustUpstreamBinary is UpstreamBinary that fails the test.
+func MustUpstreamBinary(t TB, component string) string {
+	t.Helper()
+	p, err := UpstreamBinary(component)
+	if err != nil {
+		t.Fatalf("%v", err)
+	}
+	return p
+}
+
+// upstreamRoot is test/upstream in this checkout.
+func upstreamRoot() string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Join(filepath.Dir(file), "..", "..", "test", "upstream")
+}
