@@ -1,6 +1,7 @@
 package testsupport
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -9,6 +10,10 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes/scheme"
 )
 
 // RoundTripFunc is an http.RoundTripper made of a function.
@@ -34,6 +39,14 @@ type Write struct {
 	Err  error
 	// Injected is true when a fault rule answered instead of the server.
 	Injected bool
+	// At is when the answer came.
+	At time.Time
+	// For a failed write (Code 400 or more): Reason and Message of the
+	// answer's metav1.Status (JSON or protobuf; empty when the body is
+	// none), and Body, the answer's first 64 KiB as sent.
+	Reason  metav1.StatusReason
+	Message string
+	Body    []byte
 }
 
 // Key is "METHOD resource[/subresource]", e.g. "PATCH
@@ -219,7 +232,7 @@ func (t *APITransport) Wrap(rt http.RoundTripper) http.RoundTripper {
 			}
 		} else if before != nil {
 			resp := statusResponse(req, before.code, before.message)
-			t.record(req, p, resp.StatusCode, nil, true)
+			t.record(req, p, resp.StatusCode, nil, true, peekBody(resp))
 			return resp, nil
 		}
 		resp, err := rt.RoundTrip(req)
@@ -229,10 +242,14 @@ func (t *APITransport) Wrap(rt http.RoundTripper) http.RoundTripper {
 			err, resp = errors.New("connection cut"), nil
 		}
 		code := 0
+		var body []byte
 		if err == nil {
 			code = resp.StatusCode
+			if code >= 400 && req.Method != http.MethodGet {
+				body = peekBody(resp)
+			}
 		}
-		t.record(req, p, code, err, false)
+		t.record(req, p, code, err, false, body)
 		if after != nil && err == nil {
 			resp.Body.Close()
 			if after.code == 0 {
@@ -269,17 +286,61 @@ func (t *APITransport) pick(method string, p parsedPath) (before, after *rule) {
 	return before, after
 }
 
-func (t *APITransport) record(req *http.Request, p parsedPath, code int, err error, injected bool) {
+func (t *APITransport) record(req *http.Request, p parsedPath, code int, err error, injected bool, body []byte) {
 	if req.Method == http.MethodGet {
 		return
 	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.writes = append(t.writes, Write{
+	w := Write{
 		Method: req.Method, Resource: p.resource, Subresource: p.subresource,
 		Namespace: p.namespace, Name: p.name, Path: req.URL.Path,
-		Code: code, Err: err, Injected: injected,
-	})
+		Code: code, Err: err, Injected: injected, At: time.Now(), Body: body,
+	}
+	if st := decodeStatus(body); st != nil {
+		w.Reason, w.Message = st.Reason, st.Message
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.writes = append(t.writes, w)
+}
+
+// maxBody bounds the part of a failed write's answer a Write keeps.
+const maxBody = 64 << 10
+
+// peekBody returns the first maxBody bytes of resp's body and leaves the
+// body whole for the client to read.
+func peekBody(resp *http.Response) []byte {
+	head, err := io.ReadAll(io.LimitReader(resp.Body, maxBody))
+	if err != nil {
+		// The client reads what there was and the same error.
+		resp.Body = struct {
+			io.Reader
+			io.Closer
+		}{io.MultiReader(bytes.NewReader(head), errReader{err}), resp.Body}
+		return head
+	}
+	resp.Body = struct {
+		io.Reader
+		io.Closer
+	}{io.MultiReader(bytes.NewReader(head), resp.Body), resp.Body}
+	return head
+}
+
+type errReader struct{ err error }
+
+func (r errReader) Read([]byte) (int, error) { return 0, r.err }
+
+// decodeStatus reads the metav1.Status of an API error answer, as
+// client-go does (JSON or protobuf); nil when body is not one.
+func decodeStatus(body []byte) *metav1.Status {
+	if len(body) == 0 {
+		return nil
+	}
+	obj, err := runtime.Decode(scheme.Codecs.UniversalDeserializer(), body)
+	if err != nil {
+		return nil
+	}
+	st, _ := obj.(*metav1.Status)
+	return st
 }
 
 // Writes returns the writes so far, in order.
