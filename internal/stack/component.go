@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"runtime/pprof"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"k8s.io/klog/v2"
@@ -21,6 +22,10 @@ type Component struct {
 	result error
 	once   sync.Once
 	err    error
+	// killed: Kill ended it; what it returns is no error of the stack's.
+	killed atomic.Bool
+	// restarts counts a supervised component's restarts (nil: none).
+	restarts *atomic.Int32
 	// StopTimeout bounds Stop's wait (a minute unless set).
 	StopTimeout time.Duration
 }
@@ -50,8 +55,22 @@ func (c *Component) Exited() <-chan struct{} { return c.exited }
 func (c *Component) Result() error { return c.result }
 
 // Kill ends the component's context without waiting for it (a SIGKILL
-// stand-in when its network was cut first).
-func (c *Component) Kill() { c.cancel() }
+// stand-in when its network was cut first). What a killed component
+// returns is not reported (by Stop or Stack.Err): a killed process's
+// exit status is no failure.
+func (c *Component) Kill() {
+	c.killed.Store(true)
+	c.cancel()
+}
+
+// Restarts is how often a supervised component (RestartingAttacher)
+// restarted; 0 for the others.
+func (c *Component) Restarts() int {
+	if c.restarts == nil {
+		return 0
+	}
+	return int(c.restarts.Load())
+}
 
 // Stop ends the component and waits for it; the error is run's, if it
 // failed with anything but a cancellation, or a timeout.
@@ -64,7 +83,7 @@ func (c *Component) Stop() error {
 		}
 		select {
 		case <-c.exited:
-			if err := c.result; err != nil && !errors.Is(err, context.Canceled) {
+			if err := c.result; err != nil && !errors.Is(err, context.Canceled) && !c.killed.Load() {
 				c.err = fmt.Errorf("%s: %w", c.name, err)
 			}
 		case <-time.After(timeout):

@@ -3,11 +3,14 @@ package stack
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
+	"time"
 
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/component-base/metrics"
+	"k8s.io/klog/v2"
 
 	"github.com/latchcsi/latch/internal/attachdetach/controller"
 	"github.com/latchcsi/latch/internal/attacher"
@@ -28,6 +31,32 @@ func AttacherConfig(cfg *rest.Config, csiAddress string) attacher.SidecarConfig 
 // Attacher runs csi-attacher's RunSidecar as a component named name.
 func Attacher(ctx context.Context, name string, cfg attacher.SidecarConfig) *Component {
 	return Go(ctx, name, func(ctx context.Context) error { return attacher.RunSidecar(ctx, cfg) })
+}
+
+// RestartingAttacher is Attacher under a supervisor that restarts
+// RunSidecar 200ms after it returns on its own (lost driver connection,
+// lost Lease), as Kubernetes restarts the container; Restarts counts the
+// restarts.
+func RestartingAttacher(ctx context.Context, name string, cfg attacher.SidecarConfig) *Component {
+	restarts := new(atomic.Int32)
+	c := Go(ctx, name, func(ctx context.Context) error {
+		logger := klog.FromContext(ctx)
+		for {
+			err := attacher.RunSidecar(ctx, cfg)
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			logger.Info("csi-attacher exited, restarting", "err", err)
+			restarts.Add(1)
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(200 * time.Millisecond):
+			}
+		}
+	})
+	c.restarts = restarts
+	return c
 }
 
 // ControllerConfig is attachdetach-controller's configuration with the

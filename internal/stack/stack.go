@@ -36,6 +36,10 @@ const (
 	// csi-attacher (built once per process by testsupport.Binary) with
 	// their flag defaults and AttacherArgs, against the mock driver.
 	AttacherBinary
+	// AttacherOnDemand runs the mock driver but starts no attacher: the
+	// caller starts replicas when it wants them (StartAttacher,
+	// RunAttacher, or the binary against Socket and Kubeconfig).
+	AttacherOnDemand
 )
 
 // Options shape a stack. The zero value is a fresh control plane, one
@@ -64,13 +68,18 @@ type Options struct {
 	// AttacherConfig adjusts each replica's configuration (replica is
 	// 0-based); the default is AttacherConfig's.
 	AttacherConfig func(replica int, cfg *attacher.SidecarConfig)
+	// RestartAttachers runs every in-process replica under a supervisor
+	// that restarts RunSidecar when it returns (lost driver connection,
+	// lost Lease), as Kubernetes restarts the container
+	// (Component.Restarts counts).
+	RestartAttachers bool
 	// AttacherArgs are extra flags of AttacherBinary replicas;
 	// AttacherOutput receives their output (nil: discarded).
 	AttacherArgs   []string
 	AttacherOutput io.Writer
-	// NoController leaves the attach/detach controller out;
-	// ControllerConfig adjusts its configuration (default:
-	// ControllerConfig's).
+	// NoController leaves the attach/detach controller out (the caller
+	// may start it later with StartController); ControllerConfig adjusts
+	// its configuration (default: ControllerConfig's) on every start.
 	NoController     bool
 	ControllerConfig func(*controller.ServeConfig)
 }
@@ -94,6 +103,11 @@ type Stack struct {
 	tmp        string
 	errs       chan error
 	stopOnce   sync.Once
+
+	// mu guards Attachers and Controller once Start returned.
+	mu sync.Mutex
+	// controllers are every controller StartController started.
+	controllers []*Component
 }
 
 // NodeID is the CSI node ID Start gives node name.
@@ -124,7 +138,7 @@ func Start(ctx context.Context, o Options) (_ *Stack, err error) {
 	}
 	s.Client = s.Cluster.Client()
 
-	if o.Attacher == AttacherInProcess || o.Attacher == AttacherBinary {
+	if o.Attacher == AttacherInProcess || o.Attacher == AttacherBinary || o.Attacher == AttacherOnDemand {
 		// Unix socket paths are limited to ~100 bytes: keep it short.
 		if s.tmp, err = os.MkdirTemp("", "latch-stack"); err != nil {
 			return nil, err
@@ -163,18 +177,40 @@ func Start(ctx context.Context, o Options) (_ *Stack, err error) {
 		if err != nil {
 			return nil, err
 		}
-		s.watch(a)
-		s.Attachers = append(s.Attachers, a)
+		s.track(a)
 	}
 	if !o.NoController {
-		cfg := ControllerConfig(s.Cluster.RESTConfig())
-		if o.ControllerConfig != nil {
-			o.ControllerConfig(&cfg)
-		}
-		s.Controller = Controller(ctx, "attachdetach-controller", cfg)
-		s.watch(s.Controller)
+		s.StartController(ctx)
 	}
 	return s, nil
+}
+
+// StartController starts an attach/detach controller with
+// ControllerConfig adjusted by Options.ControllerConfig (called again on
+// every start): after Start (with NoController), or again after the
+// previous one stopped or was killed. It becomes s.Controller; Stop stops
+// every controller started.
+func (s *Stack) StartController(ctx context.Context) *Component {
+	cfg := ControllerConfig(s.Cluster.RESTConfig())
+	if s.opts.ControllerConfig != nil {
+		s.opts.ControllerConfig(&cfg)
+	}
+	c := Controller(ctx, "attachdetach-controller", cfg)
+	s.watch(c)
+	s.mu.Lock()
+	s.Controller = c
+	s.controllers = append(s.controllers, c)
+	s.mu.Unlock()
+	return c
+}
+
+// StopKubelet stops the kubelet stand-in (its nodes stay, no longer
+// updated: a node whose kubelet died).
+func (s *Stack) StopKubelet() error {
+	if s.kubelet == nil {
+		return nil
+	}
+	return s.kubelet.Stop()
 }
 
 // StartAttacher starts one more in-process csi-attacher replica (replica
@@ -192,17 +228,36 @@ func (s *Stack) StartAttacher(ctx context.Context, replica int, cfg *rest.Config
 	if s.opts.AttacherConfig != nil {
 		s.opts.AttacherConfig(replica, &c)
 	}
-	a := Attacher(ctx, "csi-attacher", c)
+	return s.RunAttacher(ctx, "csi-attacher", c), nil
+}
+
+// RunAttacher runs csi-attacher with cfg as a component named name (its
+// logger's name), under a supervisor when Options.RestartAttachers, and
+// stops it at Stop. cfg usually starts as AttacherConfig(rest, s.Socket).
+func (s *Stack) RunAttacher(ctx context.Context, name string, cfg attacher.SidecarConfig) *Component {
+	var a *Component
+	if s.opts.RestartAttachers {
+		a = RestartingAttacher(ctx, name, cfg)
+	} else {
+		a = Attacher(ctx, name, cfg)
+	}
+	s.track(a)
+	return a
+}
+
+// track watches an attacher and stops it at Stop.
+func (s *Stack) track(a *Component) {
 	s.watch(a)
+	s.mu.Lock()
 	s.Attachers = append(s.Attachers, a)
-	return a, nil
+	s.mu.Unlock()
 }
 
 // watch reports a component that ends on its own through Err.
 func (s *Stack) watch(c *Component) {
 	go func() {
 		<-c.exited
-		if err := c.result; err != nil && !errors.Is(err, context.Canceled) {
+		if err := c.result; err != nil && !errors.Is(err, context.Canceled) && !c.killed.Load() {
 			select {
 			case s.errs <- fmt.Errorf("%s: %w", c.name, err):
 			default:
@@ -220,10 +275,13 @@ func (s *Stack) Err() <-chan error { return s.errs }
 func (s *Stack) Stop() error {
 	var errs []error
 	s.stopOnce.Do(func() {
-		if s.Controller != nil {
-			errs = append(errs, s.Controller.Stop())
+		s.mu.Lock()
+		controllers, attachers := s.controllers, s.Attachers
+		s.mu.Unlock()
+		for _, c := range controllers {
+			errs = append(errs, c.Stop())
 		}
-		for _, a := range s.Attachers {
+		for _, a := range attachers {
 			errs = append(errs, a.Stop())
 		}
 		if s.kubelet != nil {
@@ -261,8 +319,7 @@ func (s *Stack) startBinaryAttachers(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		s.watch(a)
-		s.Attachers = append(s.Attachers, a)
+		s.track(a)
 	}
 	return nil
 }
