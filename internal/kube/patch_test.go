@@ -42,39 +42,54 @@ func applyJSONPatch(t *testing.T, obj any, patch []byte, into any) error {
 
 const fin = "external-attacher/csi-test"
 
-func TestAddFinalizerPatch(t *testing.T) {
-	tests := []struct {
-		name       string
-		finalizers []string
-		wantNil    bool
-		want       []string
-	}{
-		{name: "no finalizers field → list created", finalizers: nil, want: []string{fin}},
-		{name: "other finalizers kept, ours appended", finalizers: []string{"other"}, want: []string{"other", fin}},
-		{name: "already present → no patch", finalizers: []string{"other", fin}, wantNil: true},
+// appliedPatch checks what a patch builder returned for va: no patch when
+// wantNil (then ok is false), else the object the API server makes of va
+// with the patch.
+func appliedPatch(t *testing.T, va *storagev1.VolumeAttachment, patch []byte, err error, wantNil bool) (got storagev1.VolumeAttachment, ok bool) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
 	}
+	if wantNil {
+		if patch != nil {
+			t.Fatalf("want no patch, got %s", patch)
+		}
+		return got, false
+	}
+	if err := applyJSONPatch(t, va, patch, &got); err != nil {
+		t.Fatalf("apply %s: %v", patch, err)
+	}
+	return got, true
+}
+
+// finalizerCase is one row for a finalizer patch builder: the VA's
+// finalizers, and the list after the patch (or no patch at all).
+type finalizerCase struct {
+	name       string
+	finalizers []string
+	wantNil    bool
+	want       []string
+}
+
+func runFinalizerPatch(t *testing.T, rv string, build func(metav1.Object, string) ([]byte, error), tests []finalizerCase) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			va := testVA("7", tt.finalizers, nil)
-			patch, err := AddFinalizerPatch(va, fin)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if tt.wantNil {
-				if patch != nil {
-					t.Fatalf("want no patch, got %s", patch)
-				}
-				return
-			}
-			var got storagev1.VolumeAttachment
-			if err := applyJSONPatch(t, va, patch, &got); err != nil {
-				t.Fatalf("apply %s: %v", patch, err)
-			}
-			if strings.Join(got.Finalizers, ",") != strings.Join(tt.want, ",") {
+			va := testVA(rv, tt.finalizers, nil)
+			patch, err := build(va, fin)
+			got, ok := appliedPatch(t, va, patch, err, tt.wantNil)
+			if ok && strings.Join(got.Finalizers, ",") != strings.Join(tt.want, ",") {
 				t.Fatalf("finalizers after patch = %v, want %v", got.Finalizers, tt.want)
 			}
 		})
 	}
+}
+
+func TestAddFinalizerPatch(t *testing.T) {
+	runFinalizerPatch(t, "7", AddFinalizerPatch, []finalizerCase{
+		{name: "no finalizers field → list created", finalizers: nil, want: []string{fin}},
+		{name: "other finalizers kept, ours appended", finalizers: []string{"other"}, want: []string{"other", fin}},
+		{name: "already present → no patch", finalizers: []string{"other", fin}, wantNil: true},
+	})
 }
 
 func TestRemoveFinalizerPatch_concurrentFinalizerChangeIsRejected(t *testing.T) {
@@ -109,40 +124,13 @@ func TestRemoveFinalizerPatch_otherChangesSinceTheReadDoNotBlockIt(t *testing.T)
 }
 
 func TestRemoveFinalizerPatch(t *testing.T) {
-	tests := []struct {
-		name       string
-		finalizers []string
-		wantNil    bool
-		want       []string
-	}{
+	runFinalizerPatch(t, "3", RemoveFinalizerPatch, []finalizerCase{
 		{name: "only ours → empty list", finalizers: []string{fin}, want: nil},
 		{name: "others kept in order", finalizers: []string{"a", fin, "b"}, want: []string{"a", "b"}},
 		{name: "duplicates all removed", finalizers: []string{fin, "a", fin}, want: []string{"a"}},
 		{name: "absent → no patch", finalizers: []string{"a"}, wantNil: true},
 		{name: "nil list → no patch", wantNil: true},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			va := testVA("3", tt.finalizers, nil)
-			patch, err := RemoveFinalizerPatch(va, fin)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if tt.wantNil {
-				if patch != nil {
-					t.Fatalf("want no patch, got %s", patch)
-				}
-				return
-			}
-			var got storagev1.VolumeAttachment
-			if err := applyJSONPatch(t, va, patch, &got); err != nil {
-				t.Fatalf("apply %s: %v", patch, err)
-			}
-			if strings.Join(got.Finalizers, ",") != strings.Join(tt.want, ",") {
-				t.Fatalf("finalizers after patch = %v, want %v", got.Finalizers, tt.want)
-			}
-		})
-	}
+	})
 }
 
 func TestPatchWithoutResourceVersionIsRefused(t *testing.T) {
@@ -174,18 +162,9 @@ func TestSetAnnotationsPatch(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			va := testVA("5", nil, tt.current)
 			patch, err := SetAnnotationsPatch(va, tt.set)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if tt.wantNil {
-				if patch != nil {
-					t.Fatalf("want no patch, got %s", patch)
-				}
+			got, ok := appliedPatch(t, va, patch, err, tt.wantNil)
+			if !ok {
 				return
-			}
-			var got storagev1.VolumeAttachment
-			if err := applyJSONPatch(t, va, patch, &got); err != nil {
-				t.Fatalf("apply %s: %v", patch, err)
 			}
 			if len(got.Annotations) != len(tt.want) {
 				t.Fatalf("annotations after patch = %v, want %v", got.Annotations, tt.want)
@@ -202,13 +181,7 @@ func TestSetAnnotationsPatch(t *testing.T) {
 func TestRemoveAnnotationsPatch(t *testing.T) {
 	va := testVA("5", nil, map[string]string{VANodeIDAnnotation: "n1", "keep": "me"})
 	patch, err := RemoveAnnotationsPatch(va, VANodeIDAnnotation, "absent", VANodeIDAnnotation)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var got storagev1.VolumeAttachment
-	if err := applyJSONPatch(t, va, patch, &got); err != nil {
-		t.Fatalf("apply %s: %v", patch, err)
-	}
+	got, _ := appliedPatch(t, va, patch, err, false)
 	if len(got.Annotations) != 1 || got.Annotations["keep"] != "me" {
 		t.Fatalf("annotations after patch = %v, want only keep=me", got.Annotations)
 	}
