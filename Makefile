@@ -42,14 +42,14 @@ demo:
 up:
 	$(GO) run ./cmd/latch-local up
 
-## image: one container image per released binary (build/<binary>/Dockerfile; needs docker with BuildKit)
+## image: one container image per released binary (the targets of build/Dockerfile; needs docker with BuildKit)
 IMAGE_REGISTRY ?= ghcr.io/latchcsi
 IMAGE_TAG ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
-IMAGE_BINARIES := $(notdir $(wildcard build/*))
+IMAGE_BINARIES := $(shell sed -n 's/^FROM runtime AS //p' build/Dockerfile)
 image:
 	for b in $(IMAGE_BINARIES); do \
-		DOCKER_BUILDKIT=1 docker build -f build/$$b/Dockerfile --build-arg VERSION=$(IMAGE_TAG) \
-			-t $(IMAGE_REGISTRY)/$$b:$(IMAGE_TAG) . || exit 1; \
+		DOCKER_BUILDKIT=1 docker build -f build/Dockerfile --build-arg BINARY=$$b --target $$b \
+			--build-arg VERSION=$(IMAGE_TAG) -t $(IMAGE_REGISTRY)/$$b:$(IMAGE_TAG) . || exit 1; \
 	done
 
 ## lint: gofmt, go vet and staticcheck (installed from the Go module proxy)

@@ -2,7 +2,7 @@
 // under deploy/ and the Helm chart under charts/ render, pass the real API
 // server's validation and admission (server-side dry-run on the in-process
 // kube-apiserver), follow the security baseline, and only use flags the
-// binaries have; the Dockerfiles build real binaries; the Grafana dashboard
+// binaries have; build/Dockerfile builds real binaries; the Grafana dashboard
 // only queries metrics the binaries export.
 package deploy_test
 

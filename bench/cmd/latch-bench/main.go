@@ -224,7 +224,7 @@ func childProcesses(ctx context.Context, o *options, cluster *localcluster.Clust
 		pkgs = append(pkgs, "./cmd/csi-attacher")
 	}
 	fmt.Printf("building %s\n", strings.Join(pkgs, " "))
-	// Built as the images build them (build/*/Dockerfile): static, with
+	// Built as the images build them (build/Dockerfile): static, with
 	// the grpcnotrace tag, which keeps csi-attacher's binary (and its
 	// resident code pages) small.
 	build := exec.CommandContext(ctx, "go", append([]string{"build", "-tags", "grpcnotrace", "-o", binDir + "/"}, pkgs...)...)
