@@ -91,34 +91,36 @@ func (c *GRPCClient) DriverName(ctx context.Context) (string, error) {
 
 // PluginCapabilities returns the set of plugin service capabilities.
 func (c *GRPCClient) PluginCapabilities(ctx context.Context) (rpc.PluginCapabilitySet, error) {
-	req := &csipb.GetPluginCapabilitiesRequest{}
-	rsp, err := call(ctx, c, "GetPluginCapabilities", req, c.identity.GetPluginCapabilities)
+	rsp, err := call(ctx, c, "GetPluginCapabilities", &csipb.GetPluginCapabilitiesRequest{}, c.identity.GetPluginCapabilities)
 	if err != nil {
 		return nil, fmt.Errorf("get CSI plugin capabilities: %w", err)
 	}
-	set := rpc.PluginCapabilitySet{}
-	for _, capability := range rsp.GetCapabilities() {
-		if svc := capability.GetService(); svc != nil {
-			set[svc.GetType()] = true
-		}
-	}
-	return set, nil
+	return typeSet(rsp.GetCapabilities(), func(p *csipb.PluginCapability) (csipb.PluginCapability_Service_Type, bool) {
+		return p.GetService().GetType(), p.GetService() != nil
+	}), nil
 }
 
 // ControllerCapabilities returns the set of controller RPC capabilities.
 func (c *GRPCClient) ControllerCapabilities(ctx context.Context) (rpc.ControllerCapabilitySet, error) {
-	req := &csipb.ControllerGetCapabilitiesRequest{}
-	rsp, err := call(ctx, c, "ControllerGetCapabilities", req, c.controller.ControllerGetCapabilities)
+	rsp, err := call(ctx, c, "ControllerGetCapabilities", &csipb.ControllerGetCapabilitiesRequest{}, c.controller.ControllerGetCapabilities)
 	if err != nil {
 		return nil, fmt.Errorf("get CSI controller capabilities: %w", err)
 	}
-	set := rpc.ControllerCapabilitySet{}
-	for _, capability := range rsp.GetCapabilities() {
-		if r := capability.GetRpc(); r != nil {
-			set[r.GetType()] = true
+	return typeSet(rsp.GetCapabilities(), func(r *csipb.ControllerServiceCapability) (csipb.ControllerServiceCapability_RPC_Type, bool) {
+		return r.GetRpc().GetType(), r.GetRpc() != nil
+	}), nil
+}
+
+// typeSet is the set of the types of capabilities, skipping those typeOf
+// does not know (a capability of another kind: ok false).
+func typeSet[C any, T comparable](capabilities []C, typeOf func(C) (T, bool)) map[T]bool {
+	set := map[T]bool{}
+	for _, c := range capabilities {
+		if t, ok := typeOf(c); ok {
+			set[t] = true
 		}
 	}
-	return set, nil
+	return set
 }
 
 // Capabilities asks for plugin capabilities and, only when the driver has a
