@@ -1,0 +1,421 @@
+package stack
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/latchcsi/latch/internal/testsupport"
+)
+
+// The real upstream peers, run as child processes next to (or instead of)
+// latch's own: the CSI external-attacher sidecar and kube-controller-manager
+// running only its attach/detach controller. Both are built by
+// testsupport.UpstreamBinary from the modules under test/upstream (the
+// first build of kube-controller-manager takes minutes).
+//
+// Each is started with the flags its own deployment uses, an HTTP(S)
+// endpoint on a free loopback port that serves /metrics, and the caller's
+// extra flags last (a later flag overrides an earlier one).
+
+// Upstream is a running upstream process.
+type Upstream struct {
+	*Component
+	// Args are the flags it was started with.
+	Args []string
+	// MetricsURL is its /metrics (http for the external-attacher, https
+	// for kube-controller-manager).
+	MetricsURL string
+	// HealthURL answers 200 once it serves (the attacher's /metrics,
+	// kube-controller-manager's /healthz).
+	HealthURL string
+	client    *http.Client
+	crash     func()
+}
+
+// Crash kills the process with SIGKILL (no Lease release, nothing
+// finished) and waits for it to be gone.
+func (u *Upstream) Crash() error {
+	u.crash()
+	return u.Stop()
+}
+
+// UpstreamAttacherConfig configures the upstream external-attacher.
+type UpstreamAttacherConfig struct {
+	// Name is the component's name (default "external-attacher").
+	Name       string
+	CSIAddress string
+	Kubeconfig string
+	// V is --v (default 5, as upstream's deploy example).
+	V int
+	// Timeout is --timeout (0: upstream's default, 15s).
+	Timeout time.Duration
+	// LeaderElection turns --leader-election on, with the Lease in
+	// LeaderElectionNamespace (default "default": out of a cluster upstream
+	// has no Pod namespace to default to).
+	LeaderElection          bool
+	LeaderElectionNamespace string
+	// HTTPEndpoint is --http-endpoint (default: a free loopback port).
+	HTTPEndpoint string
+	// Args are extra flags, after the ones above.
+	Args []string
+	// Output receives stdout and stderr (nil: discarded).
+	Output io.Writer
+}
+
+// UpstreamAttacherArgs are the flags StartUpstreamAttacher passes for c
+// (HTTPEndpoint must be set).
+func UpstreamAttacherArgs(c UpstreamAttacherConfig) []string {
+	v := c.V
+	if v == 0 {
+		v = 5
+	}
+	args := []string{
+		"--v=" + strconv.Itoa(v),
+		"--csi-address=" + c.CSIAddress,
+		"--kubeconfig=" + c.Kubeconfig,
+		"--http-endpoint=" + c.HTTPEndpoint,
+	}
+	if c.Timeout > 0 {
+		args = append(args, "--timeout="+c.Timeout.String())
+	}
+	if c.LeaderElection {
+		ns := c.LeaderElectionNamespace
+		if ns == "" {
+			ns = "default"
+		}
+		args = append(args, "--leader-election", "--leader-election-namespace="+ns)
+	}
+	return append(args, c.Args...)
+}
+
+// StartUpstreamAttacher builds (once per process) and starts the upstream
+// external-attacher v4.13.0 and waits until its HTTP endpoint answers.
+func StartUpstreamAttacher(ctx context.Context, c UpstreamAttacherConfig) (*Upstream, error) {
+	bin, err := testsupport.UpstreamBinary("external-attacher")
+	if err != nil {
+		return nil, err
+	}
+	if c.Name == "" {
+		c.Name = "external-attacher"
+	}
+	if c.HTTPEndpoint == "" {
+		if c.HTTPEndpoint, err = freeLoopbackAddr(); err != nil {
+			return nil, fmt.Errorf("%s: %w", c.Name, err)
+		}
+	}
+	u := &Upstream{
+		Args:       UpstreamAttacherArgs(c),
+		MetricsURL: "http://" + c.HTTPEndpoint + "/metrics",
+		client:     &http.Client{Timeout: 5 * time.Second},
+	}
+	u.HealthURL = u.MetricsURL
+	return u.start(ctx, c.Name, c.Output, bin)
+}
+
+// KubeControllerManagerConfig configures kube-controller-manager.
+type KubeControllerManagerConfig struct {
+	// Name is the component's name (default "kube-controller-manager").
+	Name       string
+	Kubeconfig string
+	// Controllers is --controllers (default: "attachdetach" only).
+	Controllers []string
+	// LeaderElect is --leader-elect (Lease kube-controller-manager in
+	// kube-system, upstream's defaults).
+	LeaderElect bool
+	// V is --v (default 2).
+	V int
+	// SecureAddr is the loopback host:port of its HTTPS endpoint (default:
+	// a free one); /metrics, /healthz, /readyz and /livez are served
+	// without authorization.
+	SecureAddr string
+	// CertDir holds its self-signed serving certificate (default: a new
+	// temporary directory, removed at Stop).
+	CertDir string
+	// Args are extra flags, after the ones above.
+	Args   []string
+	Output io.Writer
+}
+
+// KubeControllerManagerArgs are the flags StartKubeControllerManager
+// passes for c (SecureAddr and CertDir must be set).
+func KubeControllerManagerArgs(c KubeControllerManagerConfig) []string {
+	controllers := c.Controllers
+	if len(controllers) == 0 {
+		controllers = []string{"attachdetach"}
+	}
+	v := c.V
+	if v == 0 {
+		v = 2
+	}
+	host, port, _ := net.SplitHostPort(c.SecureAddr)
+	args := []string{
+		"--kubeconfig=" + c.Kubeconfig,
+		"--controllers=" + strings.Join(controllers, ","),
+		"--leader-elect=" + strconv.FormatBool(c.LeaderElect),
+		"--v=" + strconv.Itoa(v),
+		"--bind-address=" + host,
+		"--secure-port=" + port,
+		"--cert-dir=" + c.CertDir,
+		"--authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics",
+		// No cloud: the attach/detach controller needs none.
+		"--cloud-provider=",
+		"--use-service-account-credentials=false",
+	}
+	return append(args, c.Args...)
+}
+
+// StartKubeControllerManager builds (once per process) and starts
+// kube-controller-manager v1.36.3 and waits until its /healthz answers.
+func StartKubeControllerManager(ctx context.Context, c KubeControllerManagerConfig) (*Upstream, error) {
+	bin, err := testsupport.UpstreamBinary("kube-controller-manager")
+	if err != nil {
+		return nil, err
+	}
+	if c.Name == "" {
+		c.Name = "kube-controller-manager"
+	}
+	if c.SecureAddr == "" {
+		if c.SecureAddr, err = freeLoopbackAddr(); err != nil {
+			return nil, fmt.Errorf("%s: %w", c.Name, err)
+		}
+	}
+	var tmp string
+	if c.CertDir == "" {
+		if tmp, err = os.MkdirTemp("", "latch-kcm"); err != nil {
+			return nil, fmt.Errorf("%s: %w", c.Name, err)
+		}
+		c.CertDir = tmp
+	}
+	u := &Upstream{
+		Args:       KubeControllerManagerArgs(c),
+		MetricsURL: "https://" + c.SecureAddr + "/metrics",
+		HealthURL:  "https://" + c.SecureAddr + "/healthz",
+		// The serving certificate is self-signed and written to CertDir
+		// when the process starts: trust what it wrote there.
+		client: &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{
+			InsecureSkipVerify: true, //nolint:gosec // verified against the generated certificate below
+			VerifyPeerCertificate: func(raw [][]byte, _ [][]*x509.Certificate) error {
+				return verifyAgainstCertDir(c.CertDir, raw)
+			},
+		}}},
+	}
+	started, err := u.start(ctx, c.Name, c.Output, bin)
+	if err != nil {
+		if tmp != "" {
+			os.RemoveAll(tmp)
+		}
+		return nil, err
+	}
+	if tmp != "" {
+		go func() { <-started.Exited(); os.RemoveAll(tmp) }()
+	}
+	return started, nil
+}
+
+// verifyAgainstCertDir accepts a serving chain whose leaf is the
+// certificate kube-controller-manager generated in dir.
+func verifyAgainstCertDir(dir string, raw [][]byte) error {
+	if len(raw) == 0 {
+		return errors.New("no certificate presented")
+	}
+	pem, err := os.ReadFile(filepath.Join(dir, "kube-controller-manager.crt"))
+	if err != nil {
+		return fmt.Errorf("read the generated serving certificate: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return fmt.Errorf("no certificate in %s", filepath.Join(dir, "kube-controller-manager.crt"))
+	}
+	leaf, err := x509.ParseCertificate(raw[0])
+	if err != nil {
+		return err
+	}
+	inter := x509.NewCertPool()
+	for _, r := range raw[1:] {
+		if c, err := x509.ParseCertificate(r); err == nil {
+			inter.AddCert(c)
+		}
+	}
+	_, err = leaf.Verify(x509.VerifyOptions{Roots: pool, Intermediates: inter})
+	return err
+}
+
+// start runs the binary and waits for HealthURL; on failure the process
+// is stopped and the error carries the end of its output when Output
+// was nil.
+func (u *Upstream) start(ctx context.Context, name string, out io.Writer, bin string) (*Upstream, error) {
+	tail := &tailWriter{max: 8 << 10}
+	w := io.Writer(tail)
+	if out != nil {
+		w = io.MultiWriter(out, tail)
+	}
+	c, crash, err := upstreamProcess(ctx, name, w, bin, u.Args...)
+	if err != nil {
+		return nil, err
+	}
+	u.Component, u.crash = c, crash
+	if err := u.waitHealthy(ctx, 2*time.Minute); err != nil {
+		_ = c.Stop()
+		return nil, fmt.Errorf("%s (%s): %w\n%s", name, strings.Join(u.Args, " "), err, tail.String())
+	}
+	return u, nil
+}
+
+// waitHealthy polls HealthURL until it answers 200, the process exits or
+// timeout passes.
+func (u *Upstream) waitHealthy(ctx context.Context, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	var last error
+	for {
+		if last = u.get(ctx, u.HealthURL); last == nil {
+			return nil
+		}
+		select {
+		case <-u.Exited():
+			return fmt.Errorf("exited before it served: %v", u.Result())
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s did not answer within %s: %w", u.HealthURL, timeout, last)
+		}
+	}
+}
+
+func (u *Upstream) get(ctx context.Context, url string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := u.client.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	_, _ = io.Copy(io.Discard, resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("GET %s: status %d", url, resp.StatusCode)
+	}
+	return nil
+}
+
+// Scrape reads its /metrics.
+func (u *Upstream) Scrape(ctx context.Context) (testsupport.Samples, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.MetricsURL, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := u.client.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("scrape %s: %w", u.MetricsURL, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, fmt.Errorf("scrape %s: %w", u.MetricsURL, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("scrape %s: status %d: %s", u.MetricsURL, resp.StatusCode, body)
+	}
+	return testsupport.ParseText(body)
+}
+
+// freeLoopbackAddr is a loopback host:port nothing listens on right now.
+func freeLoopbackAddr() (string, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", fmt.Errorf("find a free loopback port: %w", err)
+	}
+	defer ln.Close()
+	return ln.Addr().String(), nil
+}
+
+// tailWriter keeps the last max bytes written to it.
+type tailWriter struct {
+	mu  sync.Mutex
+	max int
+	buf []byte
+}
+
+func (w *tailWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.buf = append(w.buf, p...)
+	if len(w.buf) > w.max {
+		w.buf = append([]byte(nil), w.buf[len(w.buf)-w.max:]...)
+	}
+	return len(p), nil
+}
+
+func (w *tailWriter) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return string(w.buf)
+}
+
+// upstreamProcess is Process for an upstream binary: neither the
+// external-attacher nor kube-controller-manager catches SIGTERM, so dying
+// of it is how they stop, not a failure. Stop sends SIGTERM, then SIGKILL
+// after 30 seconds; crash (Upstream.Crash) sends SIGKILL at once.
+func upstreamProcess(ctx context.Context, name string, out io.Writer, binary string, args ...string) (*Component, func(), error) {
+	cmd := exec.Command(binary, args...)
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		return nil, nil, fmt.Errorf("start %s (%s): %w", name, binary, err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	var crashed atomic.Bool
+	crash := func() {
+		crashed.Store(true)
+		_ = cmd.Process.Kill()
+	}
+	return Go(ctx, name, func(ctx context.Context) error {
+		select {
+		case err := <-exited:
+			if crashed.Load() {
+				return nil
+			}
+			return fmt.Errorf("exited early: %v", err)
+		case <-ctx.Done():
+		}
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case err := <-exited:
+			if err != nil && !diedOf(err, syscall.SIGTERM) && !diedOf(err, syscall.SIGKILL) {
+				return fmt.Errorf("exited after SIGTERM: %v", err)
+			}
+		case <-time.After(30 * time.Second):
+			_ = cmd.Process.Kill()
+			<-exited
+			return errors.New("killed: did not exit within 30s of SIGTERM")
+		}
+		return ctx.Err()
+	}), crash, nil
+}
+
+// diedOf reports whether err is the exit of a process killed by sig.
+func diedOf(err error, sig syscall.Signal) bool {
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) {
+		return false
+	}
+	ws, ok := exit.Sys().(syscall.WaitStatus)
+	return ok && ws.Signaled() && ws.Signal() == sig
+}
