@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 
@@ -317,12 +318,7 @@ func (c *Controller) loadOrphans(ctx context.Context) {
 }
 
 func (c *Controller) adoptRecords(ctx context.Context, recs map[string]orphanRecord) {
-	names := make([]string, 0, len(recs))
-	for name := range recs {
-		names = append(names, name)
-	}
-	slices.Sort(names)
-	for _, name := range names {
+	for _, name := range slices.Sorted(maps.Keys(recs)) {
 		rec := recs[name]
 		c.busyMu.Lock()
 		_, known := c.orphans[name]
