@@ -197,14 +197,11 @@ func LookupPV(store cache.Store, name string) (*v1.PersistentVolume, error) {
 	if !exists {
 		return nil, apierrors.NewNotFound(v1.Resource("persistentvolumes"), name)
 	}
-	switch o := obj.(type) {
-	case *v1.PersistentVolume:
-		return o, nil
-	case *ForeignPV:
-		return o.PV(), nil
-	default:
-		return nil, fmt.Errorf("unexpected %T in the PersistentVolume cache under %q", obj, name)
+	pv, _, err := decodePV(obj)
+	if err != nil {
+		return nil, fmt.Errorf("%w under %q", err, name)
 	}
+	return pv, nil
 }
 
 // ForeignVA stands in the VolumeAttachment informer's store for a
@@ -231,14 +228,11 @@ func LookupVA(store cache.Store, name string) (*storagev1.VolumeAttachment, erro
 	if err != nil || !exists {
 		return nil, err
 	}
-	switch o := obj.(type) {
-	case *storagev1.VolumeAttachment:
-		return o, nil
-	case *ForeignVA:
-		return nil, nil
-	default:
-		return nil, fmt.Errorf("unexpected %T in the VolumeAttachment cache under %q", obj, name)
+	va, _, err := decodeVA(obj)
+	if err != nil {
+		return nil, fmt.Errorf("%w under %q", err, name)
 	}
+	return va, nil
 }
 
 // decodeVA is the kube.Decoder of the VolumeAttachment store: a
