@@ -4,6 +4,7 @@ import (
 	"sync"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/resourceversion"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/client-go/tools/cache"
@@ -31,12 +32,25 @@ import (
 // apimachinery's resourceversion.CompareResourceVersion defines that
 // ordering for kube-apiserver's integer resourceVersions; one that is not
 // well formed falls back to equality only.
-type OwnWrites[T metav1.Object] struct {
-	mu sync.Mutex
-	m  map[string]*ownWrite[T]
+//
+// The same overlay also holds creates and deletes the informer has not
+// shown yet (ownwrites_unseen.go): the attach/detach controller creates
+// and deletes VolumeAttachments, the attacher only updates objects. One
+// lock guards both parts.
+type OwnWrites[T Object] struct {
+	mu     sync.Mutex
+	m      map[string]*ownWrite[T] // updates, by name
+	unseen unseenWrites[T]
 }
 
-type ownWrite[T metav1.Object] struct {
+// Object is what the overlay holds: an API object it can read the
+// metadata of and copy (to mark a copy as being deleted).
+type Object interface {
+	metav1.Object
+	runtime.Object
+}
+
+type ownWrite[T Object] struct {
 	written T
 	stale   sets.Set[string] // resourceVersions older than written
 	// ours: the stale versions that our own earlier writes of this chain
@@ -61,8 +75,8 @@ func deletedBy[T metav1.Object](written T) bool {
 	return written.GetDeletionTimestamp() != nil && len(written.GetFinalizers()) == 0
 }
 
-func NewOwnWrites[T metav1.Object]() *OwnWrites[T] {
-	return &OwnWrites[T]{m: map[string]*ownWrite[T]{}}
+func NewOwnWrites[T Object]() *OwnWrites[T] {
+	return &OwnWrites[T]{m: map[string]*ownWrite[T]{}, unseen: newUnseenWrites[T]()}
 }
 
 // Record notes that the object at resourceVersion before was replaced by
@@ -103,6 +117,10 @@ func (w *OwnWrites[T]) RecordIn(store cache.Store, before string, written T) {
 func (w *OwnWrites[T]) Resolve(cached T) T {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	return w.resolveLocked(cached)
+}
+
+func (w *OwnWrites[T]) resolveLocked(cached T) T {
 	e, ok := w.m[cached.GetName()]
 	if !ok {
 		return cached
@@ -145,7 +163,9 @@ func (w *OwnWrites[T]) IsOwn(obj T) bool {
 	return true
 }
 
-// Forget drops everything known about name (the object was deleted).
+// Forget drops the update entry of name (the object was deleted). The
+// entries of creates and deletes the informer has not shown end by their
+// own rules (Gone, View).
 func (w *OwnWrites[T]) Forget(name string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -159,10 +179,11 @@ func olderThan(a, b string) bool {
 	return err == nil && c < 0
 }
 
-// Len returns how many objects have an entry: writes the cache has not
-// shown yet, and deletions not delivered yet. A volume at rest has none.
+// Len returns how many entries the overlay holds: writes the cache has
+// not shown yet, deletions not delivered yet, and creates and deletes the
+// informer has not settled. A volume at rest has none.
 func (w *OwnWrites[T]) Len() int {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return len(w.m)
+	return len(w.m) + w.unseen.len()
 }

@@ -1,7 +1,8 @@
 package kube
 
 import (
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"fmt"
+
 	"k8s.io/client-go/tools/cache"
 )
 
@@ -10,32 +11,45 @@ import (
 // controller never acts on (another driver's): Decode returns ok=false
 // for those, or the stand-in T the controller's decisions need. An object
 // of an unexpected type is an error.
-type Decoder[T metav1.Object] func(obj any) (t T, ok bool, err error)
+type Decoder[T Object] func(obj any) (t T, ok bool, err error)
+
+// Typed is the Decoder of a store that holds only whole objects of type T
+// (no placeholders).
+func Typed[T Object](obj any) (T, bool, error) {
+	t, ok := obj.(T)
+	if !ok {
+		var zero T
+		return zero, false, fmt.Errorf("store holds a %T, want a %T", obj, zero)
+	}
+	return t, true, nil
+}
 
 // OverlaidStore is the one way a controller reads an informer's store: by
 // key, through its Decoder (so no placeholder reaches code that expects a
 // whole object, as a generated lister's typed Get would hand it) and
 // through an OwnWrites overlay (so a pass reads the controller's own
 // writes before the watch delivers them). Writes are recorded through it
-// too.
-//
-// The overlay records updates of existing objects; an overlay of creates
-// and deletes would add Record variants here (a create has no version
-// before it, a delete no version after), with the same readers.
-type OverlaidStore[T metav1.Object] struct {
+// too: updates (Record), and creates and deletes the informer has not
+// shown yet (the OwnWrites methods of ownwrites_unseen.go: CreateStarted,
+// CreateDone, Deleted, Gone, …).
+type OverlaidStore[T Object] struct {
 	store  cache.Store
 	decode Decoder[T]
-	writes *OwnWrites[T]
+	// The overlay: IsOwn, Forget, Len, Resolve and the create and delete
+	// bookkeeping are its methods.
+	*OwnWrites[T]
 }
 
 // NewOverlaidStore reads store through decode and a new overlay.
-func NewOverlaidStore[T metav1.Object](store cache.Store, decode Decoder[T]) *OverlaidStore[T] {
-	return &OverlaidStore[T]{store: store, decode: decode, writes: NewOwnWrites[T]()}
+func NewOverlaidStore[T Object](store cache.Store, decode Decoder[T]) *OverlaidStore[T] {
+	return &OverlaidStore[T]{store: store, decode: decode, OwnWrites: NewOwnWrites[T]()}
 }
 
 // Get returns the freshest known version of the object name: false when
-// the store has no object of that name (its overlay entry is dropped then:
-// the object is gone) or only a placeholder.
+// neither the store nor the overlay has an object of that name (the
+// update entry of a name the store no longer has is dropped: the object
+// is gone), or the store has only a placeholder. OwnWrites.View says how
+// our creates and deletes the store has not shown count.
 func (s *OverlaidStore[T]) Get(name string) (T, bool, error) {
 	var zero T
 	obj, exists, err := s.store.GetByKey(name)
@@ -43,23 +57,26 @@ func (s *OverlaidStore[T]) Get(name string) (T, bool, error) {
 		return zero, false, err
 	}
 	if !exists {
-		s.writes.Forget(name)
-		return zero, false, nil
+		t, ok := s.View(name, zero, false)
+		return t, ok, nil
 	}
 	t, ok, err := s.decode(obj)
 	if err != nil || !ok {
 		return zero, false, err
 	}
-	return s.writes.Resolve(t), true, nil
+	t, _ = s.View(name, t, true)
+	return t, true, nil
 }
 
-// List returns every object that is not a placeholder, each in its
-// freshest known version; what does not decode is left out.
+// List returns every object the store holds that is not a placeholder,
+// each in its freshest known version (updates only: creates and deletes
+// the store has not shown are not listed); what does not decode is left
+// out.
 func (s *OverlaidStore[T]) List() []T {
 	var out []T
 	for _, obj := range s.store.List() {
 		if t, ok, err := s.decode(obj); err == nil && ok {
-			out = append(out, s.writes.Resolve(t))
+			out = append(out, s.Resolve(t))
 		}
 	}
 	return out
@@ -69,19 +86,5 @@ func (s *OverlaidStore[T]) List() []T {
 // write written (OwnWrites.RecordIn: a write that deleted the object is
 // forgotten at once when the store no longer has it).
 func (s *OverlaidStore[T]) Record(before string, written T) {
-	s.writes.RecordIn(s.store, before, written)
+	s.RecordIn(s.store, before, written)
 }
-
-// IsOwn reports whether obj, delivered by the watch, is exactly a version
-// we wrote (OwnWrites.IsOwn).
-func (s *OverlaidStore[T]) IsOwn(obj T) bool { return s.writes.IsOwn(obj) }
-
-// Forget drops the overlay's entry for name (the object was deleted).
-func (s *OverlaidStore[T]) Forget(name string) { s.writes.Forget(name) }
-
-// Len is the number of overlay entries (OwnWrites.Len).
-func (s *OverlaidStore[T]) Len() int { return s.writes.Len() }
-
-// Resolve returns the freshest known version of t, an object read from
-// the same informer's indexes (which hold what the store holds).
-func (s *OverlaidStore[T]) Resolve(t T) T { return s.writes.Resolve(t) }

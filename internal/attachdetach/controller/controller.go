@@ -91,7 +91,10 @@ type Controller struct {
 	pvs        cache.SharedIndexInformer
 	pvLister   corelisters.PersistentVolumeLister
 	drvLister  storagelisters.CSIDriverLister
-	vaLister   storagelisters.VolumeAttachmentLister
+	// vaCache is the only reader of the VolumeAttachment informer: its
+	// store overlaid with our creates and deletes it has not shown yet
+	// (kube.OverlaidStore).
+	vaCache *kube.OverlaidStore[*storagev1.VolumeAttachment]
 	// csiNodeLister holds trimmed CSINodes (name and the migrated-plugins
 	// annotation only; see trimCSINode).
 	csiNodeLister storagelisters.CSINodeLister
@@ -100,14 +103,27 @@ type Controller struct {
 	// wake owns the four queues and every wake-up (see wake.go).
 	wake *wake
 
-	status *nodestatus.Book
-	writes *ownWrites
-	podRec *state.Pods
-	names  *state.Names
-	timing *opTimes
-	// waits counts the keys waiting for their node's CSI migration.
-	waits *migrationWaits
-	// volumeLocks serializes the passes of one volume's keys.
+	// The bookkeeping, each piece a type that owns its lock and locks only
+	// inside its own methods. Where one lock is held across another's
+	// calls, the order is volumeLocks (a whole key pass) → status (runs
+	// the pass's actual state change, and reads it for a node status
+	// write, under its lock: ApplyAndCheck, Snapshot) → the states' own
+	// locks.
+	//   vaCache      our VolumeAttachment creates and deletes the informer
+	//                has not shown (kube.OverlaidStore, above)
+	//   status       what each node's status.volumesAttached holds and the
+	//                write in flight (nodestatus.Book)
+	//   podRec       the Pods recorded in the desired state (state.Pods)
+	//   names        VolumeAttachment name → key (state.Names)
+	//   timing       when attaches and detaches started (opTimes, metrics.go)
+	//   waits        the keys waiting for their node's CSI migration
+	//                (migrationWaits, migrationwaits.go)
+	//   volumeLocks  one pass at a time per volume (volumelocks.go)
+	status      *nodestatus.Book
+	podRec      *state.Pods
+	names       *state.Names
+	timing      *opTimes
+	waits       *migrationWaits
 	volumeLocks volumeLocks
 }
 
@@ -142,7 +158,6 @@ func New(cfg Config, client kubernetes.Interface, factory informers.SharedInform
 		dsw:    state.NewDesired(),
 		asw:    state.NewActual(),
 		status: nodestatus.NewBook(),
-		writes: newOwnWrites(),
 		podRec: state.NewPods(),
 		names:  state.NewNames(),
 		timing: newOpTimes(),
@@ -155,7 +170,8 @@ func New(cfg Config, client kubernetes.Interface, factory informers.SharedInform
 	drivers, vas := storage.CSIDrivers().Informer(), storage.VolumeAttachments().Informer()
 	csiNodes := storage.CSINodes().Informer()
 	c.podLister, c.nodeLister, c.pvcLister = core.Pods().Lister(), core.Nodes().Lister(), core.PersistentVolumeClaims().Lister()
-	c.pvLister, c.drvLister, c.vaLister = core.PersistentVolumes().Lister(), storage.CSIDrivers().Lister(), storage.VolumeAttachments().Lister()
+	c.pvLister, c.drvLister = core.PersistentVolumes().Lister(), storage.CSIDrivers().Lister()
+	c.vaCache = kube.NewOverlaidStore(vas.GetStore(), kube.Typed[*storagev1.VolumeAttachment])
 	c.csiNodeLister = storage.CSINodes().Lister()
 	informersUsed := []cache.SharedIndexInformer{c.pods, nodes, pvcs, c.pvs, drivers, vas}
 	for _, inf := range informersUsed {

@@ -132,7 +132,7 @@ func newFakeWorld(t *testing.T, cfg Config, objs ...runtime.Object) *fakeWorld {
 
 // newFakeWorldWith is newFakeWorld with beforeStart called once the
 // controller is built and before anything runs: the place to prepend
-// reactors, wrap a lister or mark watch events to be missed.
+// reactors, wrap a store or mark watch events to be missed.
 func newFakeWorldWith(t *testing.T, cfg Config, beforeStart func(*fakeWorld), objs ...runtime.Object) *fakeWorld {
 	t.Helper()
 	_, ctx := ktesting.NewTestContext(t)

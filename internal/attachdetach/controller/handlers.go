@@ -183,7 +183,7 @@ func (c *Controller) vaDeleted(obj any) {
 	if !ok {
 		return
 	}
-	c.writes.gone(va)
+	c.vaCache.Gone(va)
 	c.wake.VolumeAttachment(va.Name)
 	c.timing.detached(va.Name, c.clock.Now(), c.metrics)
 }

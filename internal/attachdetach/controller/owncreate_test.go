@@ -12,10 +12,11 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	storagelisters "k8s.io/client-go/listers/storage/v1"
 	clienttesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/cache"
 
 	"github.com/latchcsi/latch/internal/attachdetach/state"
+	"github.com/latchcsi/latch/internal/kube"
 )
 
 // The controller's own VolumeAttachment creates against an informer that
@@ -33,42 +34,42 @@ func (w *fakeWorld) informerCatchesUp(va *storagev1.VolumeAttachment) {
 	w.c.vaChanged(nil, va)
 }
 
-// lateInformerLister is the controller's VolumeAttachment lister with
-// one unlucky read: the first Get of name that finds nothing although
-// the server already holds the object returns "not found" — the cache
-// was read just before the informer stored the object — and before it
+// lateInformerStore is the controller's VolumeAttachment store with one
+// unlucky read: the first read of name that finds nothing although the
+// server already holds the object returns "not found" — the store was
+// read just before the informer stored the object — and before it
 // returns, the informer stores the object and runs its add handler.
-type lateInformerLister struct {
-	storagelisters.VolumeAttachmentLister
+type lateInformerStore struct {
+	cache.Store
 	w     *fakeWorld
 	name  string
 	fired atomic.Bool
 }
 
-func (l *lateInformerLister) Get(name string) (*storagev1.VolumeAttachment, error) {
-	va, err := l.VolumeAttachmentLister.Get(name)
-	if name != l.name || !apierrors.IsNotFound(err) || l.fired.Load() {
-		return va, err
+func (l *lateInformerStore) GetByKey(name string) (any, bool, error) {
+	obj, exists, err := l.Store.GetByKey(name)
+	if name != l.name || exists || err != nil || l.fired.Load() {
+		return obj, exists, err
 	}
 	stored, ok := l.w.va(name)
 	if !ok {
-		return va, err
+		return obj, exists, err
 	}
 	l.fired.Store(true)
 	l.w.informerCatchesUp(stored)
-	return va, err
+	return obj, exists, err
 }
 
 func TestCreate_informerShowsTheNewVolumeAttachmentBetweenAPassCacheReadAndItsOverlayRead_noSecondCreate(t *testing.T) {
 	pv, pvc := boundClaim("vol-1", v1.ReadWriteOnce)
 	name := upstreamVAName("vol-1", testDriver, "node-a")
-	var late *lateInformerLister
+	var late *lateInformerStore
 	w := newFakeWorldWith(t, Config{Workers: 2}, func(w *fakeWorld) {
 		// The informer gets the create's event only through the unlucky
 		// read.
 		w.missNext(name)
-		late = &lateInformerLister{VolumeAttachmentLister: w.c.vaLister, w: w, name: name}
-		w.c.vaLister = late
+		late = &lateInformerStore{Store: w.vaCache(), w: w, name: name}
+		w.c.vaCache = kube.NewOverlaidStore(late, kube.Typed[*storagev1.VolumeAttachment])
 	}, managedNode("node-a"), pv, pvc, podUsing("app", "node-a", "vol-1"))
 
 	w.waitWrites(1)

@@ -39,7 +39,7 @@ func (c *Controller) rebuild(ctx context.Context) {
 			logger.V(2).Info("Skipping node status entries that are not CSI volumes", "node", klog.KObj(node), "err", err)
 		}
 	}
-	vas, _ := c.vaLister.List(everything())
+	vas := c.vaCache.List()
 	_, err := c.asw.AddFromVolumeAttachments(ctx, vas, c.resolver, objects{c})
 	if err != nil {
 		// VolumeAttachments whose PV is gone cannot be keyed here; the VA

@@ -45,19 +45,18 @@ func (c *Controller) syncKey(ctx context.Context, key state.Key) (runner.Result,
 		}
 		in.CSINode = decide.CSINodeFactsOf(csiNode)
 	}
-	va, err := listed(c.vaLister.Get, name)
+	va, _, err := c.vaCache.Get(name)
 	if err != nil {
 		return runner.Result{}, fmt.Errorf("get VolumeAttachment %s: %w", name, err)
 	}
-	va = c.writes.view(name, va)
 	var settleErr error
-	if va == nil && c.writes.isUncertain(name) {
+	if va == nil && c.vaCache.IsCreateUncertain(name) {
 		if va, settleErr = c.settleUncertainCreate(ctx, key, name); settleErr != nil {
 			klog.FromContext(ctx).V(2).Info("Outcome of a VolumeAttachment create still unknown", "volumeAttachment", klog.KRef("", name), "err", settleErr)
 		}
 	}
 	in.VA = decide.VAFactsOf(va)
-	in.VA.MayExist = va == nil && c.writes.isUncertain(name)
+	in.VA.MayExist = va == nil && c.vaCache.IsCreateUncertain(name)
 	in.Config = c.decide
 	in.Now = c.clock.Now()
 	in.Listing = c.nodeListing(key, node)
@@ -92,11 +91,8 @@ func (c *Controller) forgetNameIfUnused(name string, key state.Key) {
 		if _, ok := c.dsw.Get(key); ok {
 			return false
 		}
-		listed, err := c.vaLister.Get(name)
-		if err != nil {
-			listed = nil
-		}
-		return c.writes.view(name, listed) == nil
+		_, exists, _ := c.vaCache.Get(name)
+		return !exists
 	})
 }
 
@@ -150,19 +146,18 @@ func (c *Controller) createVA(ctx context.Context, plan decide.Plan) error {
 	logger := klog.FromContext(ctx)
 	c.timing.attachStarted(plan.Key, c.clock.Now())
 	name := plan.Create.Name
-	c.writes.createStarted(name)
+	c.vaCache.CreateStarted(name)
 	created, err := c.client.StorageV1().VolumeAttachments().Create(ctx, plan.Create,
 		metav1.CreateOptions{FieldManager: kube.AttachDetachFieldManager})
 	if err != nil {
-		created = nil
-	}
-	c.writes.createDone(name, created, c.clock.Now())
-	if err != nil {
+		c.vaCache.CreateFailed(name)
 		// The API server may have stored the object although the answer
 		// says otherwise (a 500 or a timeout after the write, a lost
 		// answer followed by AlreadyExists): until it tells, the object
 		// may exist and an exclusive volume stays blocked elsewhere.
-		c.writes.createUncertain(name)
+		c.vaCache.CreateUncertain(name)
+	} else {
+		c.vaCache.CreateDone(name, created, c.clock.Now())
 	}
 	if apierrors.IsAlreadyExists(err) {
 		// Our own creates are overlaid until a pass sees them, so this is
@@ -196,7 +191,7 @@ func (c *Controller) deleteVA(ctx context.Context, plan decide.Plan, va *storage
 	switch {
 	case apierrors.IsNotFound(err):
 		c.timing.detachCancelled(name)
-		c.writes.recordDelete(name, uid, true, c.clock.Now())
+		c.vaCache.Deleted(name, uid, true, c.clock.Now())
 		return nil
 	case err != nil:
 		c.timing.detachCancelled(name)
@@ -209,7 +204,7 @@ func (c *Controller) deleteVA(ctx context.Context, plan decide.Plan, va *storage
 	case err != nil:
 		return fmt.Errorf("delete VolumeAttachment %s for volume %s on node %s: %w", name, plan.Key.Volume, plan.Key.Node, err)
 	}
-	c.writes.recordDelete(name, uid, false, c.clock.Now())
+	c.vaCache.Deleted(name, uid, false, c.clock.Now())
 	if plan.Detach.Reason.Forced() {
 		c.metrics.forcedDetaches.WithLabelValues(string(plan.Detach.Reason)).Inc()
 	}

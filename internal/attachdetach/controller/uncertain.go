@@ -25,27 +25,24 @@ import (
 // processing after our call gave up may be stored after the NotFound.
 // The informer then shows it, and an object nothing wants is detached.
 func (c *Controller) settleUncertainCreate(ctx context.Context, key state.Key, name string) (*storagev1.VolumeAttachment, error) {
-	// createStarted/createDone bracket the read as they bracket a create:
+	// CreateStarted/CreateDone bracket the read as they bracket a create:
 	// if the informer reports the object deleted before the answer is
 	// used, it is not overlaid.
-	c.writes.createStarted(name)
+	c.vaCache.CreateStarted(name)
 	got, err := c.client.StorageV1().VolumeAttachments().Get(ctx, name, metav1.GetOptions{})
 	switch {
 	case apierrors.IsNotFound(err):
-		c.writes.createDone(name, nil, c.clock.Now())
-		c.writes.settled(name)
+		c.vaCache.CreateFailed(name)
+		c.vaCache.CreateSettled(name)
 		klog.FromContext(ctx).V(2).Info("VolumeAttachment create of unknown outcome did not store it", "volumeAttachment", klog.KRef("", name), "volume", key.Volume, "node", key.Node)
 		return nil, nil
 	case err != nil:
-		c.writes.createDone(name, nil, c.clock.Now())
+		c.vaCache.CreateFailed(name)
 		return nil, fmt.Errorf("get VolumeAttachment %s for volume %s on node %s, whose create had an unknown outcome: %w", name, key.Volume, key.Node, err)
 	}
-	c.writes.createDone(name, got, c.clock.Now())
-	c.writes.settled(name)
+	c.vaCache.CreateDone(name, got, c.clock.Now())
+	c.vaCache.CreateSettled(name)
 	klog.FromContext(ctx).Info("VolumeAttachment create of unknown outcome stored it", "volumeAttachment", klog.KObj(got), "volume", key.Volume, "node", key.Node)
-	listed, err := c.vaLister.Get(name)
-	if err != nil {
-		listed = nil
-	}
-	return c.writes.view(name, listed), nil
+	va, _, err := c.vaCache.Get(name)
+	return va, err
 }

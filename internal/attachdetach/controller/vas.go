@@ -28,15 +28,11 @@ func (c *Controller) syncVA(ctx context.Context, name string) (runner.Result, er
 		c.wake.Key(key)
 		return runner.Result{}, nil
 	}
-	va, err := c.vaLister.Get(name)
-	if apierrors.IsNotFound(err) {
-		return runner.Result{}, nil
-	}
+	va, exists, err := c.vaCache.Get(name)
 	if err != nil {
 		return runner.Result{}, fmt.Errorf("get VolumeAttachment %s: %w", name, err)
 	}
-	va = c.writes.view(name, va)
-	if va == nil {
+	if !exists {
 		return runner.Result{}, nil
 	}
 	a, err := c.resolver.FromVolumeAttachment(ctx, va, objects{c})
@@ -70,7 +66,7 @@ func (c *Controller) syncVA(ctx context.Context, name string) (runner.Result, er
 	if err != nil && !apierrors.IsNotFound(err) {
 		return runner.Result{}, fmt.Errorf("delete VolumeAttachment %s of deleted PV: %w", name, err)
 	}
-	c.writes.recordDelete(name, uid, apierrors.IsNotFound(err), c.clock.Now())
+	c.vaCache.Deleted(name, uid, apierrors.IsNotFound(err), c.clock.Now())
 	logger.Info("Deleted VolumeAttachment of a deleted PV that nothing wants", "volumeAttachment", klog.KObj(va), "node", va.Spec.NodeName)
 	return runner.Result{}, nil
 }

@@ -6,6 +6,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/klog/v2"
 
 	"github.com/latchcsi/latch/internal/attachdetach/decide"
@@ -17,8 +18,8 @@ import (
 // informer cache every VerifyPeriod until ctx is done. It is a safety net
 // for drift (a missed event, a VolumeAttachment created or deleted behind
 // the controller's back), not the way work gets done: it reads memory
-// (plus, rarely, our own creates the informer has not shown for a whole
-// period, see verifyOwnCreates) and enqueues only the keys that disagree.
+// (plus, rarely, our own creates and deletes the informer has not shown
+// for a whole period, see verifyOwnWrites) and enqueues only the keys that disagree.
 func (c *Controller) runVerify(ctx context.Context) {
 	t := c.clock.NewTicker(c.cfg.VerifyPeriod)
 	defer t.Stop()
@@ -36,8 +37,10 @@ func (c *Controller) verify(ctx context.Context) {
 	start := c.clock.Now()
 	drift := 0
 	// Every VolumeAttachment must be known to the actual state.
-	vas, _ := c.vaLister.List(everything())
+	vas := c.vaCache.List()
+	listed := make(sets.Set[string], len(vas))
 	for _, va := range vas {
+		listed.Insert(va.Name)
 		key, ok := c.names.Get(va.Name)
 		if !ok {
 			drift++
@@ -58,50 +61,39 @@ func (c *Controller) verify(ctx context.Context) {
 		if err != nil {
 			continue
 		}
-		if _, err := c.vaLister.Get(name); err != nil {
+		if !listed.Has(name) {
 			drift++
 			c.wake.Key(k)
 		}
 	}
-	drift += c.verifyOwnCreates(ctx)
+	drift += c.verifyOwnWrites(ctx)
 	klog.FromContext(ctx).V(3).Info("Verified the actual state against VolumeAttachments", "volumeAttachments", len(vas), "drift", drift, "duration", c.clock.Since(start))
 }
 
-// verifyOwnCreates checks the VolumeAttachments we created that the
-// informer has not shown for a whole verify period. Such an entry keeps
+// verifyOwnWrites checks the VolumeAttachments we created or deleted that
+// the informer has not settled for a whole verify period
+// (kube.OwnWrites.Unseen; normally there are none). A created one keeps
 // its key waiting for the object; if the object was deleted while the
-// watch was down (so the informer never saw it at all), nothing else would
-// end the wait and the volume would never be attached. These are asked of
-// the API server (normally there are none); an object it no longer has is
-// forgotten and its key passes again, which creates it anew.
-func (c *Controller) verifyOwnCreates(ctx context.Context) int {
-	// Likewise for our deletes of VAs the informer never showed: until it
-	// reports them gone they count as being deleted and block an exclusive
-	// volume's attach elsewhere; if the informer missed their deletion
-	// too, only the API server can tell. One still there: csi-attacher has
-	// not detached it yet.
-	drift := c.forgetGone(ctx, c.writes.deletedUnseen, func(string) {})
-	// A created one that exists: the informer is only slow.
-	drift += c.forgetGone(ctx, c.writes.created, func(name string) {
-		klog.FromContext(ctx).Info("VolumeAttachment created by the controller is gone without the informer showing it; attaching again", "volumeAttachment", klog.KRef("", name))
-	})
-	return drift
-}
-
-// forgetGone asks the API server about the entries of one overlay of our
-// writes that the informer has not settled for a verify period, forgets
-// those it no longer has (calling forgotten) and wakes their keys. It
-// returns how many it forgot. The overlay maps are never replaced, so
-// handing one over needs no lock; ownWrites locks to use it.
-func (c *Controller) forgetGone(ctx context.Context, overlay timedVAs, forgotten func(name string)) int {
+// watch was down (so the informer never saw it at all), nothing else
+// would end the wait and the volume would never be attached. A deleted
+// one counts as being deleted and blocks an exclusive volume's attach
+// elsewhere until the informer reports it gone; if the informer missed
+// its deletion too, only the API server can tell. An object the API
+// server no longer has is forgotten and its key passes again (which
+// creates it anew where it is wanted). One still there: the informer is
+// only slow, or csi-attacher has not detached it yet. It returns how many
+// it forgot.
+func (c *Controller) verifyOwnWrites(ctx context.Context) int {
 	drift := 0
-	for name, uid := range c.writes.stale(overlay, c.clock.Now(), c.cfg.VerifyPeriod) {
-		if !c.goneFromAPIServer(ctx, name, uid) || !c.writes.forget(overlay, name, uid) {
+	for _, uw := range c.vaCache.Unseen(c.clock.Now(), c.cfg.VerifyPeriod) {
+		if !c.goneFromAPIServer(ctx, uw.Name, uw.UID) || !c.vaCache.ForgetUnseen(uw) {
 			continue
 		}
 		drift++
-		forgotten(name)
-		if key, ok := c.names.Get(name); ok {
+		if !uw.Deleted {
+			klog.FromContext(ctx).Info("VolumeAttachment created by the controller is gone without the informer showing it; attaching again", "volumeAttachment", klog.KRef("", uw.Name))
+		}
+		if key, ok := c.names.Get(uw.Name); ok {
 			c.wake.Key(key)
 		}
 	}
