@@ -1,16 +1,12 @@
 package controller
 
 import (
-	"sync"
-
 	v1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/component-base/metrics"
 
 	"github.com/latchcsi/latch/internal/attachdetach/decide"
-	"github.com/latchcsi/latch/internal/attachdetach/state"
 )
 
 // CSINodes are read for one thing only: the migrated-plugins annotation
@@ -57,34 +53,4 @@ func (c *Controller) csiNodeDeleted(obj any) {
 		return
 	}
 	c.wake.MigrationKeys(cn.Name)
-}
-
-// migrationWaits tracks the keys whose last pass waited for their node to
-// migrate the volume's in-tree plugin, for the waiting gauge. A key leaves
-// it on its next pass that decides anything else (attached, no longer
-// wanted, node deleted: each of these runs a pass).
-type migrationWaits struct {
-	mu    sync.Mutex
-	keys  map[state.Key]string // → in-tree plugin
-	gauge *metrics.GaugeVec
-}
-
-func newMigrationWaits(gauge *metrics.GaugeVec) *migrationWaits {
-	return &migrationWaits{keys: map[state.Key]string{}, gauge: gauge}
-}
-
-// record notes the outcome of a pass of key; plugin is the in-tree plugin
-// of the key's volume ("" for native CSI volumes or unknown).
-func (m *migrationWaits) record(key state.Key, plugin string, waiting bool) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	prev, was := m.keys[key]
-	switch {
-	case waiting && !was:
-		m.keys[key] = plugin
-		m.gauge.WithLabelValues(plugin).Inc()
-	case !waiting && was:
-		delete(m.keys, key)
-		m.gauge.WithLabelValues(prev).Dec()
-	}
 }
