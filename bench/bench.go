@@ -64,31 +64,31 @@ type Sizes struct {
 	AttachTimeout, StepsTimeout time.Duration
 }
 
-// SizesFor returns the sizes of a scale.
+// SizesFor returns the sizes of a scale. Each size is written
+// scaled(full, small), so the two scales read side by side.
 func SizesFor(s Scale) (Sizes, error) {
-	switch s {
-	case Full:
-		return Sizes{
-			AttachBurst: 2000, AttachNodes: 10, AttachBursts: 3, AttachCreators: 24,
-			MixedAttaches: 1000, MixedDetaches: 1000,
-			MemoryOurVolumes: 5000, MemoryForeignPVs: 50000, MemoryNodes: 2000,
-			PodsCount: 1000, PodsNodes: 50, PodsBursts: 3, PodsCreators: 24,
-			IdleVolumes: 10000, IdlePerPod: 10, IdleNodes: 100, IdleRest: 60 * time.Second,
-			LimitItems: 3000, LimitConcurrency: 64,
-			AttachTimeout: 10 * time.Minute, StepsTimeout: 15 * time.Minute,
-		}, nil
-	case Small:
-		return Sizes{
-			AttachBurst: 100, AttachNodes: 2, AttachBursts: 3, AttachCreators: 8,
-			MixedAttaches: 50, MixedDetaches: 50,
-			MemoryOurVolumes: 100, MemoryForeignPVs: 1000, MemoryNodes: 50,
-			PodsCount: 40, PodsNodes: 4, PodsBursts: 3, PodsCreators: 8,
-			IdleVolumes: 100, IdlePerPod: 5, IdleNodes: 4, IdleRest: 3 * time.Second,
-			LimitItems: 200, LimitConcurrency: 32,
-			AttachTimeout: 2 * time.Minute, StepsTimeout: 3 * time.Minute,
-		}, nil
+	if s != Full && s != Small {
+		return Sizes{}, fmt.Errorf("unknown scale %q (want small or full)", s)
 	}
-	return Sizes{}, fmt.Errorf("unknown scale %q (want small or full)", s)
+	n := func(full, small int) int { return scaled(s, full, small) }
+	d := func(full, small time.Duration) time.Duration { return scaled(s, full, small) }
+	return Sizes{
+		AttachBurst: n(2000, 100), AttachNodes: n(10, 2), AttachBursts: n(3, 3), AttachCreators: n(24, 8),
+		MixedAttaches: n(1000, 50), MixedDetaches: n(1000, 50),
+		MemoryOurVolumes: n(5000, 100), MemoryForeignPVs: n(50000, 1000), MemoryNodes: n(2000, 50),
+		PodsCount: n(1000, 40), PodsNodes: n(50, 4), PodsBursts: n(3, 3), PodsCreators: n(24, 8),
+		IdleVolumes: n(10000, 100), IdlePerPod: n(10, 5), IdleNodes: n(100, 4), IdleRest: d(60*time.Second, 3*time.Second),
+		LimitItems: n(3000, 200), LimitConcurrency: n(64, 32),
+		AttachTimeout: d(10*time.Minute, 2*time.Minute), StepsTimeout: d(15*time.Minute, 3*time.Minute),
+	}, nil
+}
+
+// scaled is full at the Full scale, small at the Small one.
+func scaled[T any](s Scale, full, small T) T {
+	if s == Full {
+		return full
+	}
+	return small
 }
 
 // AllScenarios are the scenario letters in the order they run: F first so
