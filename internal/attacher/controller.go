@@ -113,6 +113,9 @@ type Controller struct {
 	// records keeps the orphans where a restart finds them; nil when
 	// Config.OrphanNamespace is empty.
 	records orphanStore
+	// stillPublished: deleting VAs without our finalizer that the driver
+	// still lists as published (reconcile.go).
+	stillPublished stillPublished
 }
 
 const (

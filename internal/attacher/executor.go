@@ -124,8 +124,16 @@ func (e *executor) addPVFinalizer(ctx context.Context, pv *v1.PersistentVolume) 
 // when ours was the last, the object is gone and no status write is made.
 func (e *executor) releaseVA(ctx context.Context, va *storagev1.VolumeAttachment) error {
 	patch, err := kube.RemoveFinalizerPatch(va, kube.AttacherFinalizer(e.driver.Name))
-	if err != nil || patch == nil {
+	if err != nil {
 		return err
+	}
+	if patch == nil {
+		// Our finalizer was gone already (an unpublish the ListVolumes
+		// reconcile asked for): only the status is left to say detached.
+		if !va.Status.Attached && va.Status.DetachError == nil {
+			return nil
+		}
+		return e.writeStatus(ctx, va, storagev1.VolumeAttachmentStatus{Attached: false})
 	}
 	updated, err := e.patchVA(ctx, va, types.JSONPatchType, patch)
 	if apierrors.IsNotFound(err) {

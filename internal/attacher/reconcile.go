@@ -2,6 +2,11 @@ package attacher
 
 import (
 	"context"
+	"slices"
+	"sync"
+
+	"github.com/latchcsi/latch/internal/kube"
+	"k8s.io/apimachinery/pkg/types"
 
 	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/klog/v2"
@@ -45,6 +50,7 @@ func (c *Controller) reconcileOnce(ctx context.Context) error {
 		return err
 	}
 	c.dropUnlisted(ctx, orphans, published)
+	marked := map[string]types.UID{}
 	for _, r := range decide.Repairs(before, published, c.cfg.Driver.Name) {
 		va, err := c.getVA(r.VA)
 		if err != nil || va == nil {
@@ -68,8 +74,45 @@ func (c *Controller) reconcileOnce(ctx context.Context) error {
 			}
 			c.attach.ForgetAndEnqueue(va.Name)
 		case "unpublish":
+			if !slices.Contains(va.Finalizers, kube.AttacherFinalizer(c.cfg.Driver.Name)) {
+				// No detach of ours is coming for it: tell the detach pass.
+				marked[va.Name] = va.UID
+			}
 			c.detach.ForgetAndEnqueue(va.Name)
 		}
 	}
+	c.stillPublished.set(marked)
 	return nil
+}
+
+// stillPublished holds the deleting VolumeAttachments without our
+// finalizer that the last ListVolumes reconcile found still published on
+// their node, by name and UID: the detach pass unpublishes them
+// (decide.Observed.StillPublished). Each reconcile replaces the set, so a
+// VA that is gone or no longer listed drops out; a successful unpublish
+// drops it at once.
+type stillPublished struct {
+	mu     sync.Mutex
+	byName map[string]types.UID
+}
+
+func (s *stillPublished) set(m map[string]types.UID) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.byName = m
+}
+
+func (s *stillPublished) has(va *storagev1.VolumeAttachment) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	uid, ok := s.byName[va.Name]
+	return ok && uid == va.UID
+}
+
+func (s *stillPublished) done(va *storagev1.VolumeAttachment) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if uid, ok := s.byName[va.Name]; ok && uid == va.UID {
+		delete(s.byName, va.Name)
+	}
 }

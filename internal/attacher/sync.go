@@ -54,8 +54,13 @@ func (c *Controller) syncDetach(ctx context.Context, name string) (runner.Result
 		return runner.Result{}, nil
 	}
 	return c.owned(ctx, detachDir, va, func(ctx context.Context, obs decide.Observed) (runner.Result, error) {
+		obs.StillPublished = c.stillPublished.has(va)
 		plan := decide.Detach(obs, c.cfg.Driver, bindTranslator(c.tr, klog.FromContext(ctx)))
-		return c.exec.runDetach(ctx, va, plan)
+		res, err := c.exec.runDetach(ctx, va, plan)
+		if err == nil && obs.StillPublished {
+			c.stillPublished.done(va)
+		}
+		return res, err
 	})
 }
 

@@ -20,7 +20,9 @@ type DetachPlan struct {
 	NodeID string
 }
 
-// Detach decides how to detach obs.VA, which is being deleted. The
+// Detach decides how to detach obs.VA, which is being deleted: nothing
+// once our finalizer is gone, unless the driver still lists the volume as
+// published on the node (obs.StillPublished). The
 // volume comes from the live PV or inline spec, falling back to the
 // annotations written at attach time, so a VA whose PV is gone can still be
 // unpublished and released; the node ID comes from the node-id annotation
@@ -32,7 +34,7 @@ func Detach(obs Observed, drv DriverInfo, tr Translator) DetachPlan {
 		// Nothing was published and no finalizer was added.
 		return DetachPlan{Done: true}
 	}
-	if !slices.Contains(va.Finalizers, kube.AttacherFinalizer(drv.Name)) {
+	if !slices.Contains(va.Finalizers, kube.AttacherFinalizer(drv.Name)) && !obs.StillPublished {
 		return DetachPlan{Done: true}
 	}
 	var vol Volume

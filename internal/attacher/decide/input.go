@@ -36,6 +36,11 @@ type Observed struct {
 	// Trivial: the driver has no PUBLISH_UNPUBLISH_VOLUME (Config.Trivial).
 	// An attach only marks the VA attached; a detach has nothing to do.
 	Trivial bool
+	// StillPublished (detach only): the ListVolumes reconcile found the
+	// volume of this deleting VA published on its node although our
+	// finalizer is gone, so no detach of ours is coming: unpublish it
+	// anyway (RepairFor).
+	StillPublished bool
 }
 
 // Volume is what ControllerPublish/Unpublish need, resolved from the PV, the

@@ -46,6 +46,13 @@ func RepairFor(va *storagev1.VolumeAttachment, published bool, driver string) st
 		// is queued or in flight already; every deleting VA is still
 		// published until its detach ends.
 		return "unpublish"
+	case va.DeletionTimestamp != nil && !slices.Contains(va.Finalizers, kube.AttacherFinalizer(driver)) && published:
+		// Our detach ended (or our finalizer was removed by hand) and
+		// another finalizer keeps the object, yet the driver lists the
+		// volume on the node: no detach of ours will come, so unpublish
+		// it now (Observed.StillPublished). Upstream's reconcile does the
+		// same for a VA marked detached.
+		return "unpublish"
 	}
 	return ""
 }
