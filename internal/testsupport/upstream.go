@@ -28,8 +28,14 @@ var upstreamComponents = map[string]upstream{
 	// one attachdetach-controller replaces.
 	"kube-controller-manager": {"kubernetes", "k8s.io/kubernetes/cmd/kube-controller-manager"},
 	"kube-scheduler":          {"kubernetes", "k8s.io/kubernetes/cmd/kube-scheduler"},
-	// kubemark: the hollow kubelet (a real kubelet with a fake runtime).
+	// kubemark: kubemark's hollow node as released (its kubelet attaches
+	// volumes itself: EnableControllerAttachDetach is off).
 	"kubemark": {"kubernetes", "k8s.io/kubernetes/cmd/kubemark"},
+	// hollow-kubelet: the real kubelet code of v1.36.3 with kubemark's fake
+	// container runtime and mounter, started by a small program of ours
+	// (test/upstream/kubernetes/hollowkubelet) that keeps attach/detach
+	// controller-managed, serves on loopback and takes a root directory.
+	"hollow-kubelet": {"kubernetes", "github.com/latchcsi/latch/test/upstream/kubernetes/hollowkubelet"},
 }
 
 // UpstreamBinary builds an upstream component (a key of the list above, e.g.
