@@ -52,7 +52,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "attachdetach-controller:", err)
 		return 2
 	}
-	ctx, restConfig, err := app.Start(ctx, "attachdetach-controller", opts.kubeconfig, opts.kubeAPIQPS, opts.kubeAPIBurst, opts.kubeAPIContentType)
+	ctx, restConfig, err := app.Start(ctx, "attachdetach-controller", opts.client)
 	if err != nil {
 		return 1
 	}
@@ -67,14 +67,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			VerifyPeriod:                opts.reconcileSync,
 			MigrationByNode:             opts.csiMigrationByNode,
 		},
-		Leader: app.LeaderElection{
-			Enabled:       opts.leaderElect,
-			LeaseName:     opts.leaderElectName,
-			Namespace:     opts.leaderElectNamespace,
-			LeaseDuration: opts.leaseDuration,
-			RenewDeadline: opts.renewDeadline,
-			RetryPeriod:   opts.retryPeriod,
-		},
+		Leader:        opts.leader,
 		HTTP:          app.HTTPConfig{Address: opts.httpEndpoint, MetricsPath: opts.metricsPath},
 		HealthAddress: opts.healthEndpoint,
 		Registry:      controller.LegacyRegistry{},

@@ -15,18 +15,11 @@ import (
 // options are the command line, named like kube-controller-manager's
 // flags for the same knobs. See docs/attachdetach-controller.md.
 type options struct {
-	kubeconfig         string
-	showVersion        bool
-	kubeAPIQPS         float64
-	kubeAPIBurst       int
-	kubeAPIContentType string
+	client      app.ClientOptions
+	showVersion bool
 
-	leaderElect          bool
-	leaseDuration        time.Duration
-	renewDeadline        time.Duration
-	retryPeriod          time.Duration
-	leaderElectNamespace string
-	leaderElectName      string
+	// leader holds --leader-elect and its timing, namespace and name.
+	leader app.LeaderElection
 
 	workers                     int
 	maxWaitForUnmount           time.Duration
@@ -55,21 +48,20 @@ func parseOptions(args []string) (*options, error) {
 	if err != nil {
 		return nil, err
 	}
-	o := &options{logging: fs.Logging, gates: fs.Gates}
 	// Defaults come from controller.DefaultServeConfig, which rigs that
 	// run the controller as the binary does use too.
 	d := controller.DefaultServeConfig()
-	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "Path to a kubeconfig file. Required only when running out of cluster.")
-	fs.BoolVar(&o.showVersion, "version", false, "Print the version and exit.")
-	fs.Float64Var(&o.kubeAPIQPS, "kube-api-qps", controller.DefaultKubeAPIQPS, "QPS to use while talking with the API server.")
-	fs.IntVar(&o.kubeAPIBurst, "kube-api-burst", controller.DefaultKubeAPIBurst, "Burst to use while talking with the API server.")
-	fs.StringVar(&o.kubeAPIContentType, "kube-api-content-type", app.DefaultContentType, "Content type of requests sent to the API server.")
-	fs.BoolVar(&o.leaderElect, "leader-elect", d.Leader.Enabled, "Elect a leader on a Lease before running the controller (run more than one replica for high availability).")
-	fs.DurationVar(&o.leaseDuration, "leader-elect-lease-duration", d.Leader.LeaseDuration, "Duration non-leader candidates wait after observing a leadership renewal before trying to take over.")
-	fs.DurationVar(&o.renewDeadline, "leader-elect-renew-deadline", d.Leader.RenewDeadline, "Duration the leader retries refreshing leadership before giving it up. Must be less than the lease duration.")
-	fs.DurationVar(&o.retryPeriod, "leader-elect-retry-period", d.Leader.RetryPeriod, "Duration candidates wait between tries of actions.")
-	fs.StringVar(&o.leaderElectNamespace, "leader-elect-resource-namespace", d.Leader.Namespace, "Namespace of the leader election Lease.")
-	fs.StringVar(&o.leaderElectName, "leader-elect-resource-name", d.Leader.LeaseName, "Name of the leader election Lease.")
+	o := &options{
+		logging: fs.Logging, gates: fs.Gates,
+		client: app.ClientOptions{QPS: controller.DefaultKubeAPIQPS, Burst: controller.DefaultKubeAPIBurst},
+		leader: d.Leader, metricsPath: d.HTTP.MetricsPath,
+	}
+	fs.AddClientFlags(&o.client)
+	fs.AddVersionFlag(&o.showVersion)
+	fs.AddMetricsPathFlag(&o.metricsPath)
+	fs.AddLeaderFlags("leader-elect", &o.leader)
+	fs.StringVar(&o.leader.Namespace, "leader-elect-resource-namespace", d.Leader.Namespace, "Namespace of the leader election Lease.")
+	fs.StringVar(&o.leader.LeaseName, "leader-elect-resource-name", d.Leader.LeaseName, "Name of the leader election Lease.")
 	fs.IntVar(&o.workers, "concurrent-attach-detach-syncs", d.Controller.Workers, "Number of (volume, node) keys reconciled in parallel.")
 	fs.DurationVar(&o.maxWaitForUnmount, "max-wait-for-unmount", d.Controller.MaxWaitForUnmount, "How long a volume that no Pod wants any more but that a NotReady node still lists in volumesInUse waits before it is detached anyway.")
 	fs.BoolVar(&o.disableForceDetachOnTimeout, "disable-force-detach-on-timeout", d.Controller.DisableForceDetachOnTimeout, "Never detach a volume still in use by a NotReady node after --max-wait-for-unmount (the out-of-service taint still detaches).")
@@ -78,7 +70,6 @@ func parseOptions(args []string) (*options, error) {
 	fs.StringVar(&migrationByNode, "csi-migration-by-node", "", "Comma-separated in-tree volume plugin names (e.g. kubernetes.io/gce-pd) whose CSI migration is not complete: their volumes are attached through CSI only on nodes whose CSINode lists the plugin in the storage.alpha.kubernetes.io/migrated-plugins annotation. Empty: every migration is complete (kube-controller-manager 1.36).")
 	fs.StringVar(&o.httpEndpoint, "http-endpoint", DefaultHTTPEndpoint, "host:port of the HTTP server for metrics, /healthz and /healthz/leader-election; empty disables it.")
 	fs.StringVar(&o.healthEndpoint, "health-endpoint", "", "host:port of an HTTP server for /healthz and /healthz/leader-election only, no metrics (for the kubelet's probes, e.g. :8081); empty disables it.")
-	fs.StringVar(&o.metricsPath, "metrics-path", d.HTTP.MetricsPath, "HTTP path of the metrics.")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -91,17 +82,12 @@ func parseOptions(args []string) (*options, error) {
 		return nil, fmt.Errorf("--reconcile-sync must not be negative, got %s", o.reconcileSync)
 	case o.healthEndpoint != "" && o.healthEndpoint == o.httpEndpoint:
 		return nil, fmt.Errorf("--health-endpoint and --http-endpoint must differ, both are %s", o.httpEndpoint)
-	case o.leaderElect && o.renewDeadline >= o.leaseDuration:
-		return nil, fmt.Errorf("--leader-elect-renew-deadline (%s) must be less than --leader-elect-lease-duration (%s)", o.renewDeadline, o.leaseDuration)
 	}
 	plugins, err := volume.ParseInTreePlugins(migrationByNode)
 	if err != nil {
 		return nil, fmt.Errorf("--csi-migration-by-node: %w", err)
 	}
 	o.csiMigrationByNode = plugins
-	if err := app.ValidateContentType(o.kubeAPIContentType); err != nil {
-		return nil, err
-	}
 	if err := fs.SetFeatureGates(); err != nil {
 		return nil, err
 	}

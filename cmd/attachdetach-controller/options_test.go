@@ -16,15 +16,15 @@ func TestParseOptions_defaultsMatchKubeControllerManager(t *testing.T) {
 		name      string
 		got, want any
 	}{
-		{"kube-api-qps", o.kubeAPIQPS, 500.0},
-		{"kube-api-burst", o.kubeAPIBurst, 1000},
-		{"kube-api-content-type", o.kubeAPIContentType, "application/vnd.kubernetes.protobuf"},
-		{"leader-elect", o.leaderElect, true},
-		{"leader-elect-lease-duration", o.leaseDuration, 15 * time.Second},
-		{"leader-elect-renew-deadline", o.renewDeadline, 10 * time.Second},
-		{"leader-elect-retry-period", o.retryPeriod, 2 * time.Second},
-		{"leader-elect-resource-namespace", o.leaderElectNamespace, "kube-system"},
-		{"leader-elect-resource-name", o.leaderElectName, "latch-attachdetach-controller"},
+		{"kube-api-qps", o.client.QPS, 500.0},
+		{"kube-api-burst", o.client.Burst, 1000},
+		{"kube-api-content-type", o.client.ContentType, "application/vnd.kubernetes.protobuf"},
+		{"leader-elect", o.leader.Enabled, true},
+		{"leader-elect-lease-duration", o.leader.LeaseDuration, 15 * time.Second},
+		{"leader-elect-renew-deadline", o.leader.RenewDeadline, 10 * time.Second},
+		{"leader-elect-retry-period", o.leader.RetryPeriod, 2 * time.Second},
+		{"leader-elect-resource-namespace", o.leader.Namespace, "kube-system"},
+		{"leader-elect-resource-name", o.leader.LeaseName, "latch-attachdetach-controller"},
 		{"concurrent-attach-detach-syncs", o.workers, 50},
 		{"max-wait-for-unmount", o.maxWaitForUnmount, 6 * time.Minute},
 		{"disable-force-detach-on-timeout", o.disableForceDetachOnTimeout, false},
@@ -65,8 +65,8 @@ func TestParseOptions_loggingFlags(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if o.logging.Format != "json" || o.logging.Verbosity != 4 || o.leaderElect {
-		t.Errorf("options = format %q, v %d, leaderElect %v", o.logging.Format, o.logging.Verbosity, o.leaderElect)
+	if o.logging.Format != "json" || o.logging.Verbosity != 4 || o.leader.Enabled {
+		t.Errorf("options = format %q, v %d, leaderElect %v", o.logging.Format, o.logging.Verbosity, o.leader.Enabled)
 	}
 }
 
@@ -82,7 +82,7 @@ func TestParseOptions_csiMigrationByNode(t *testing.T) {
 
 func TestParseOptions_kubeAPIContentTypeAcceptsJSONAndRejectsOthers(t *testing.T) {
 	o, err := parseOptions([]string{"--kube-api-content-type=application/json"})
-	if err != nil || o.kubeAPIContentType != "application/json" {
+	if err != nil || o.client.ContentType != "application/json" {
 		t.Fatalf("--kube-api-content-type=application/json: options %+v, error %v", o, err)
 	}
 	_, err = parseOptions([]string{"--kube-api-content-type=application/yaml"})

@@ -61,10 +61,11 @@ func run(args []string) int {
 		klog.V(2).InfoS("Kept GOMAXPROCS", "gomaxprocs", runtime.GOMAXPROCS(0), "from", source)
 	}
 	connection.SetMaxGRPCLogLength(opts.maxGRPCLogLength)
+	logUpstreamGates(klog.Background(), opts.gatesSet)
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	ctx, restConfig, err := app.Start(ctx, "csi-attacher", opts.kubeconfig, opts.kubeAPIQPS, opts.kubeAPIBurst, opts.kubeAPIContentType)
+	ctx, restConfig, err := app.Start(ctx, "csi-attacher", opts.client)
 	if err != nil {
 		return 1
 	}
@@ -105,13 +106,7 @@ func run(args []string) int {
 // works and refuses to work while another identity holds it
 // (app.Presence; docs/csi-attacher.md, "Leader election").
 func leaderConfig(opts *options) app.LeaderElection {
-	return app.LeaderElection{
-		Enabled:       opts.leaderElection,
-		Namespace:     opts.leaderElectionNamespace,
-		Labels:        opts.leaderElectionLabels,
-		LeaseDuration: opts.leaseDuration,
-		RenewDeadline: opts.renewDeadline,
-		RetryPeriod:   opts.retryPeriod,
-		Presence:      &app.Presence{Component: "csi-attacher"},
-	}
+	le := opts.leader
+	le.Presence = &app.Presence{Component: "csi-attacher"}
+	return le
 }

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"time"
 
-	cliflag "k8s.io/component-base/cli/flag"
 	"k8s.io/component-base/featuregate"
 	logsapi "k8s.io/component-base/logs/api/v1"
 
@@ -15,7 +14,7 @@ import (
 // options are the command line, with upstream external-attacher's flag
 // names and meanings. Defaults differ only where docs/csi-attacher.md says so.
 type options struct {
-	kubeconfig         string
+	client             app.ClientOptions
 	csiAddress         string
 	showVersion        bool
 	resync             time.Duration
@@ -29,17 +28,10 @@ type options struct {
 	reconcileTimeout   time.Duration
 	defaultFSType      string
 	maxGRPCLogLength   int
-	kubeAPIQPS         float64
-	kubeAPIBurst       int
-	kubeAPIContentType string
 	connectTimeout     time.Duration
 
-	leaderElection          bool
-	leaderElectionNamespace string
-	leaseDuration           time.Duration
-	renewDeadline           time.Duration
-	retryPeriod             time.Duration
-	leaderElectionLabels    map[string]string
+	// leader holds --leader-election and its timing, namespace and labels.
+	leader app.LeaderElection
 
 	httpEndpoint   string
 	metricsAddress string
@@ -49,6 +41,8 @@ type options struct {
 
 	logging *logsapi.LoggingConfiguration
 	gates   featuregate.MutableVersionedFeatureGate
+	// gatesSet are the gates --feature-gates named (logUpstreamGates).
+	gatesSet map[string]bool
 }
 
 func parseOptions(args []string) (*options, error) {
@@ -57,13 +51,24 @@ func parseOptions(args []string) (*options, error) {
 	if err != nil {
 		return nil, err
 	}
-	o := &options{logging: fs.Logging, gates: fs.Gates, leaderElectionLabels: map[string]string{}}
 	// Defaults come from attacher.DefaultSidecarConfig, which rigs that
 	// run the attacher as the binary does use too.
 	d := attacher.DefaultSidecarConfig()
-	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "Absolute path to the kubeconfig file. Required only when running out of cluster.")
+	labels := app.LabelsValue{}
+	o := &options{
+		logging: fs.Logging, gates: fs.Gates,
+		client: app.ClientOptions{QPS: attacher.DefaultKubeAPIQPS, Burst: attacher.DefaultKubeAPIBurst},
+		leader: d.Leader, metricsPath: d.HTTP.MetricsPath,
+	}
+	o.leader.Labels = labels
+	if err := fs.Gates.Add(upstreamGates); err != nil {
+		return nil, err
+	}
+	fs.AddClientFlags(&o.client)
+	fs.AddVersionFlag(&o.showVersion)
+	fs.AddMetricsPathFlag(&o.metricsPath)
+	fs.AddLeaderFlags("leader-election", &o.leader)
 	fs.StringVar(&o.csiAddress, "csi-address", d.CSIAddress, "Address of the CSI driver socket.")
-	fs.BoolVar(&o.showVersion, "version", false, "Show version and exit.")
 	fs.DurationVar(&o.resync, "resync", d.Resync, "Resync interval of the informers: every VolumeAttachment is re-checked this often.")
 	fs.DurationVar(&o.timeout, "timeout", d.Controller.Timeout, "Timeout of one ControllerPublish/ControllerUnpublish call.")
 	fs.IntVar(&o.workerThreads, "worker-threads", d.Controller.Workers, "CSI calls in flight per queue: at most this many ControllerPublish and this many ControllerUnpublish calls at once; also the PV queue's workers (upstream default: 10).")
@@ -75,19 +80,11 @@ func parseOptions(args []string) (*options, error) {
 	fs.DurationVar(&o.reconcileTimeout, "reconcile-timeout", d.Controller.ReconcileTimeout, "Timeout of one whole ListVolumes reconcile (all pages). latch only.")
 	fs.StringVar(&o.defaultFSType, "default-fstype", d.DefaultFSType, "Filesystem type used when a PV names none (mount volumes only).")
 	fs.IntVar(&o.maxGRPCLogLength, "max-grpc-log-length", -1, "Maximum length of logged gRPC requests and responses; negative means no limit.")
-	fs.Float64Var(&o.kubeAPIQPS, "kube-api-qps", attacher.DefaultKubeAPIQPS, "Client-side QPS limit towards the API server (upstream default: 5). The API server's Priority and Fairness protects it.")
-	fs.IntVar(&o.kubeAPIBurst, "kube-api-burst", attacher.DefaultKubeAPIBurst, "Client-side burst towards the API server (upstream default: 10).")
-	fs.StringVar(&o.kubeAPIContentType, "kube-api-content-type", app.DefaultContentType, "Wire format of requests to the API server: application/vnd.kubernetes.protobuf or application/json (upstream speaks JSON). latch only.")
 	fs.DurationVar(&o.connectTimeout, "csi-connect-timeout", d.ConnectTimeout, "How long to keep trying to connect to the driver at start-up. latch only.")
-	fs.BoolVar(&o.leaderElection, "leader-election", d.Leader.Enabled, "Enable leader election on a Lease.")
-	fs.StringVar(&o.leaderElectionNamespace, "leader-election-namespace", "", "Namespace of the leader election Lease; default: the Pod's namespace.")
-	fs.DurationVar(&o.leaseDuration, "leader-election-lease-duration", d.Leader.LeaseDuration, "Duration non-leader candidates wait before forcing to acquire leadership.")
-	fs.DurationVar(&o.renewDeadline, "leader-election-renew-deadline", d.Leader.RenewDeadline, "Duration the leader retries refreshing leadership before giving up.")
-	fs.DurationVar(&o.retryPeriod, "leader-election-retry-period", d.Leader.RetryPeriod, "Duration candidates wait between tries of actions.")
-	fs.Var(cliflag.NewMapStringString(&o.leaderElectionLabels), "leader-election-labels", "Labels for the Lease, as key=value,key2=value2.")
+	fs.StringVar(&o.leader.Namespace, "leader-election-namespace", "", "Namespace of the leader election Lease; default: the Pod's namespace.")
+	fs.Var(labels, "leader-election-labels", "Labels for the Lease, as key:value pairs separated by commas (external-attacher's form, e.g. 'my-label:my-value,my-second-label:my-second-value'); key=value is accepted too.")
 	fs.StringVar(&o.httpEndpoint, "http-endpoint", "", "host:port of the HTTP server for metrics and /healthz/leader-election; empty disables it.")
 	fs.StringVar(&o.metricsAddress, "metrics-address", "", "(deprecated) host:port for metrics only; use --http-endpoint.")
-	fs.StringVar(&o.metricsPath, "metrics-path", d.HTTP.MetricsPath, "HTTP path of the metrics.")
 	fs.BoolVar(&o.automaxprocs, "automaxprocs", false, "Set GOMAXPROCS from the container's CPU quota.")
 	fs.IntVar(&o.maxProcs, "max-procs", DefaultMaxProcs, "GOMAXPROCS of the sidecar: how many cores run its Go code at once. 0 keeps Go's own default (the container's CPU limit, else every core). The GOMAXPROCS environment variable and --automaxprocs take precedence. latch only.")
 	if err := fs.Parse(args); err != nil {
@@ -98,9 +95,6 @@ func parseOptions(args []string) (*options, error) {
 	}
 	if o.apiWorkers < 0 {
 		return nil, fmt.Errorf("--api-worker-threads must not be negative, got %d", o.apiWorkers)
-	}
-	if err := app.ValidateContentType(o.kubeAPIContentType); err != nil {
-		return nil, err
 	}
 	if o.maxProcs < 0 {
 		return nil, fmt.Errorf("--max-procs must not be negative, got %d", o.maxProcs)
@@ -114,5 +108,6 @@ func parseOptions(args []string) (*options, error) {
 	if err := fs.SetFeatureGates(); err != nil {
 		return nil, err
 	}
+	o.gatesSet = fs.FeatureGatesSet()
 	return o, nil
 }

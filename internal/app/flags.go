@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"maps"
 
 	"k8s.io/client-go/rest"
 	cliflag "k8s.io/component-base/cli/flag"
@@ -25,6 +26,8 @@ type Flags struct {
 	// Gates knows the logging feature gates; SetFeatureGates sets them.
 	Gates        featuregate.MutableVersionedFeatureGate
 	featureGates map[string]bool
+	// checks run after parsing, in registration order (Add…Flags).
+	checks []func() error
 }
 
 // NewFlags is the flag set of the binary name, with --feature-gates
@@ -44,7 +47,8 @@ func NewFlags(name, featureGatesHelp string) (*Flags, error) {
 }
 
 // Parse adds the logging flags, parses args (Go's flag package accepts
-// -flag and --flag alike) and refuses positional arguments. It returns
+// -flag and --flag alike), refuses positional arguments and runs the
+// checks of the shared flags (AddClientFlags, AddLeaderFlags). It returns
 // flag.ErrHelp for -h.
 func (f *Flags) Parse(args []string) error {
 	logsapi.AddGoFlags(f.Logging, f.FlagSet)
@@ -54,7 +58,18 @@ func (f *Flags) Parse(args []string) error {
 	if f.NArg() > 0 {
 		return fmt.Errorf("unexpected arguments: %v", f.Args())
 	}
+	for _, check := range f.checks {
+		if err := check(); err != nil {
+			return err
+		}
+	}
 	return nil
+}
+
+// FeatureGatesSet are the gates --feature-gates named, with their values
+// (a copy).
+func (f *Flags) FeatureGatesSet() map[string]bool {
+	return maps.Clone(f.featureGates)
 }
 
 // SetFeatureGates applies --feature-gates to Gates. Binaries call it after
@@ -71,11 +86,11 @@ func (f *Flags) SetFeatureGates() error {
 // starts, with the build's version, and builds the API client
 // configuration (RESTConfig). An error is logged too; the binary then
 // exits 1.
-func Start(ctx context.Context, component, kubeconfig string, qps float64, burst int, contentType string) (context.Context, *rest.Config, error) {
+func Start(ctx context.Context, component string, c ClientOptions) (context.Context, *rest.Config, error) {
 	logger := klog.Background()
 	ctx = klog.NewContext(ctx, logger)
 	logger.Info("Starting "+component, "version", version.Version)
-	restConfig, err := RESTConfig(kubeconfig, qps, burst, contentType)
+	restConfig, err := RESTConfig(c.Kubeconfig, c.QPS, c.Burst, c.ContentType)
 	if err != nil {
 		logger.Error(err, "Cannot build an API client configuration")
 		return ctx, nil, err

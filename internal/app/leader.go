@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"sync"
 	"time"
 
@@ -169,9 +170,22 @@ func RunAsLeader(ctx context.Context, client kubernetes.Interface, cfg LeaderEle
 	return runErr
 }
 
+// inClusterNamespace is the Lease's namespace when no flag names one, as
+// csi-lib-utils' leader election finds it for external-attacher: the
+// POD_NAMESPACE environment variable, else the ServiceAccount's namespace,
+// else "default".
 func inClusterNamespace() string {
-	if ns, err := os.ReadFile("/var/run/secrets/kubernetes.io/serviceaccount/namespace"); err == nil && len(ns) > 0 {
-		return string(ns)
+	return namespaceFrom(os.Getenv("POD_NAMESPACE"), "/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+}
+
+func namespaceFrom(env, serviceAccountFile string) string {
+	if env != "" {
+		return env
+	}
+	if ns, err := os.ReadFile(serviceAccountFile); err == nil {
+		if ns := strings.TrimSpace(string(ns)); ns != "" {
+			return ns
+		}
 	}
 	return "default"
 }
