@@ -82,22 +82,14 @@ func TestDecideAttachRecordedAndForeign(t *testing.T) {
 			obs: Observed{VA: testVA(foreignAttached, func(va *storagev1.VolumeAttachment) {
 				va.Finalizers = []string{kube.AttacherFinalizer(testDriver)}
 			}), PV: testPV(withFinalizerPV), CSINode: testCSINode(testDriver)},
-			check: func(t *testing.T, p AttachPlan) {
-				if p.Done || !p.Publish {
-					t.Fatalf("plan = %+v, want a publish", p)
-				}
-			},
+			check: wantPublish,
 		},
 		{
 			name: "attached=true with node-id annotation but no finalizer: still foreign, publish",
 			obs: Observed{VA: testVA(foreignAttached, func(va *storagev1.VolumeAttachment) {
 				va.Annotations = map[string]string{kube.VANodeIDAnnotation: "node-1-id"}
 			}), PV: testPV(withFinalizerPV), CSINode: testCSINode(testDriver)},
-			check: func(t *testing.T, p AttachPlan) {
-				if p.Done || !p.Publish {
-					t.Fatalf("plan = %+v, want a publish", p)
-				}
-			},
+			check: wantPublish,
 		},
 		{
 			name: "attached by upstream's external-attacher before the swap (finalizer + node-id, no handle annotation): believed, handle recorded, no publish",
@@ -167,5 +159,13 @@ func TestDecideAttachRecordedAndForeign(t *testing.T) {
 			}
 			tc.check(t, p)
 		})
+	}
+}
+
+// wantPublish is a row's check: the plan publishes.
+func wantPublish(t *testing.T, p AttachPlan) {
+	t.Helper()
+	if p.Done || !p.Publish {
+		t.Fatalf("plan = %+v, want a publish", p)
 	}
 }
