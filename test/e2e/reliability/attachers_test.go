@@ -1,14 +1,10 @@
 package reliability_test
 
 import (
-	"context"
 	"fmt"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"k8s.io/client-go/rest"
-	"k8s.io/klog/v2"
 
 	"github.com/latchcsi/latch/internal/app"
 	"github.com/latchcsi/latch/internal/attacher"
@@ -18,54 +14,31 @@ import (
 
 // replica is one csi-attacher, run under a supervisor that restarts
 // RunSidecar whenever it returns (lost driver connection, lost lease) the
-// way Kubernetes restarts the container.
+// way Kubernetes restarts the container (stack.RestartAttachers).
 type replica struct {
 	identity string
 	// api cuts the replica off the API server (Partition).
-	api      *testsupport.APITransport
-	restarts atomic.Int32
-	stop     func()
-	// kill is a SIGKILL stand-in: the replica's network dies first, then
-	// it is told to stop; nothing is awaited or released.
-	kill func()
+	api *testsupport.APITransport
+	c   *stack.Component
 }
+
+// kill is a SIGKILL stand-in: the replica's network dies first, then it
+// is told to stop; nothing is awaited or released.
+func (r *replica) kill() {
+	r.api.Partition()
+	r.c.Kill()
+}
+
+// restarts is how often the supervisor restarted the replica.
+func (r *replica) restarts() int { return r.c.Restarts() }
 
 func (e *env) startAttacher(identity string) *replica {
 	r := &replica{identity: identity, api: testsupport.NewAPITransport()}
-	ctx, cancel := context.WithCancel(e.ctx)
+	e.apiWrites.add("csi-attacher "+identity, r.api)
 	cfg := rest.CopyConfig(cluster.RESTConfig())
 	cfg.QPS, cfg.Burst = 500, 1000
 	cfg.Wrap(r.api.Wrap)
-	cfg.Wrap(e.apiWrites.wrap("csi-attacher " + identity))
-	logger := klog.FromContext(e.ctx).WithName(identity)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for ctx.Err() == nil {
-			err := attacher.RunSidecar(klog.NewContext(ctx, logger), e.attacherConfig(cfg, identity))
-			if ctx.Err() != nil {
-				return
-			}
-			logger.Info("csi-attacher exited, restarting", "err", err)
-			r.restarts.Add(1)
-			select {
-			case <-ctx.Done():
-			case <-time.After(200 * time.Millisecond):
-			}
-		}
-	}()
-	r.kill = func() {
-		r.api.Partition()
-		cancel()
-	}
-	r.stop = sync.OnceFunc(func() {
-		cancel()
-		select {
-		case <-done:
-		case <-time.After(time.Minute):
-			e.t.Errorf("csi-attacher %s did not stop within a minute", identity)
-		}
-	})
+	r.c = e.stack.RunAttacher(e.ctx, identity, e.attacherConfig(cfg, identity))
 	return r
 }
 
@@ -98,5 +71,5 @@ func (e *env) killAttacher() {
 	r.kill()
 	e.killedAttachers++
 	e.attachers[0] = e.startAttacher(fmt.Sprintf("%s-attacher-k%d", e.prefix, e.killedAttachers))
-	e.attachers = append(e.attachers, r) // stopped (awaited) at cleanup
+	e.attachers = append(e.attachers, r)
 }

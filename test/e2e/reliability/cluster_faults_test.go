@@ -79,7 +79,7 @@ func TestLeaderPartitionedFromAPIServer_standbyTakesOverWithoutDoublePublish(t *
 	}
 	// The partitioned leader notices it cannot renew, stops and exits (and
 	// is restarted as a candidate).
-	e.eventually(time.Minute, "the partitioned leader giving up", func() bool { return first.restarts.Load() > 0 })
+	e.eventually(time.Minute, "the partitioned leader giving up", func() bool { return first.restarts() > 0 })
 	// Heal the partition: the old leader comes back as a standby and
 	// changes nothing.
 	first.api.Heal()

@@ -126,7 +126,7 @@ func (e *env) crashDriver(keepState bool, down time.Duration) {
 func (e *env) attacherRestarts() int {
 	n := 0
 	for _, r := range e.attachers {
-		n += int(r.restarts.Load())
+		n += r.restarts()
 	}
 	return n
 }

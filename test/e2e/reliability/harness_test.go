@@ -13,7 +13,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -25,8 +24,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
-	"k8s.io/component-base/metrics"
 	"k8s.io/klog/v2"
 
 	"github.com/latchcsi/latch/internal/attachdetach/controller"
@@ -80,6 +77,7 @@ type env struct {
 	prefix string
 	socket string
 
+	stack   *stack.Stack
 	mock    *csimock.Driver
 	kubelet *localcluster.Kubelet
 	nodes   []string
@@ -95,8 +93,8 @@ type env struct {
 	ctrl      *adController
 	// killedAttachers counts killAttacher calls (for fresh identities).
 	killedAttachers int
-	// apiWrites records the controllers' writes the API server rejected
-	// as invalid (invariant 6).
+	// apiWrites holds every controller's API transport, to find the
+	// writes the API server rejected as invalid (invariant 6).
 	apiWrites writeLog
 	// repeats counts, by disruption, the repeated successful publishes
 	// the last history check accepted because of it.
@@ -145,25 +143,25 @@ func newEnv(t *testing.T, o options) *env {
 		}
 	}
 
-	dir, err := os.MkdirTemp("", "rl")
+	// csi-attacher replicas are supervised (restarted when RunSidecar
+	// returns) and started below, each with its own identity and API
+	// transport; so is the (killable) controller.
+	s, err := stack.Start(ctx, stack.Options{
+		Cluster: cluster, Driver: e.driver, KubeletWorkers: 4,
+		// The driver lets a single-node volume onto a second node and
+		// records it, so the invariant checks see what the controllers
+		// asked for rather than what the driver refused.
+		Mock:     func(cfg *csimock.Config) { cfg.SkipSingleNodeCheck = true },
+		Attacher: stack.AttacherOnDemand, RestartAttachers: true,
+		NoController: true,
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	e.socket = filepath.Join(dir, "csi.sock")
-	// The driver lets a single-node volume onto a second node and records
-	// it, so the invariant checks see what the controllers asked for
-	// rather than what the driver refused.
-	e.mock, err = stack.MockDriver(ctx, e.driver, e.socket, func(cfg *csimock.Config) { cfg.SkipSingleNodeCheck = true })
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(e.mock.Stop)
-
-	kctx, kcancel := context.WithCancel(ctx)
-	e.kubelet = localcluster.NewKubelet(e.client)
-	kdone := make(chan struct{})
-	go func() { defer close(kdone); e.kubelet.Run(kctx, 4) }()
+	e.stack, e.mock, e.kubelet, e.socket = s, s.Driver, s.Kubelet, s.Socket
+	// Cleanup runs last-registered first: e.cleanup tears down the world
+	// (the stack included) with the controllers still running.
+	t.Cleanup(e.cleanup)
 
 	for i := range o.replicas {
 		if o.noAttacher {
@@ -174,10 +172,6 @@ func newEnv(t *testing.T, o options) *env {
 	if !o.noController {
 		e.startController()
 	}
-	// Cleanup runs last-registered first: tear down the world before the
-	// kubelet stand-in and the driver stop.
-	t.Cleanup(func() { kcancel(); <-kdone })
-	t.Cleanup(e.cleanup)
 	return e
 }
 
@@ -223,43 +217,30 @@ func (e *env) disruptedBetween(from, to time.Time) string {
 // --- attach/detach controller ---
 
 type adController struct {
-	api   *testsupport.APITransport
-	kill  func()
-	stop  func()
-	reg   metrics.KubeRegistry
-	alive atomic.Bool
+	api *testsupport.APITransport
+	c   *stack.Component
 }
 
-// startController starts an attach/detach controller with its own client
-// and informers.
+// kill is a SIGKILL stand-in: the process's network dies first (no
+// request of the dying process reaches the API server afterwards, nothing
+// is released or flushed), then its goroutines are told to stop. Nothing
+// is awaited.
+func (c *adController) kill() {
+	c.api.Partition()
+	c.c.Kill()
+}
+
+// startController starts an attach/detach controller (the binary's Serve)
+// with its own client, API transport and informers.
 func (e *env) startController() {
 	e.t.Helper()
 	c := &adController{api: testsupport.NewAPITransport()}
-	cfg := rest.CopyConfig(cluster.RESTConfig())
-	cfg.QPS, cfg.Burst = 1000, 2000
-	cfg.Wrap(c.api.Wrap)
-	cfg.Wrap(e.apiWrites.wrap("attachdetach-controller"))
-	ac, reg, err := stack.InformerController(e.ctx, "attachdetach-controller", cfg, e.opts.ctrl)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	c.reg = reg
-	c.alive.Store(true)
-	// kill is a SIGKILL stand-in: the process's network dies first (no
-	// request of the dying process reaches the API server afterwards,
-	// nothing is released or flushed), then its goroutines are told to
-	// stop. Nothing is awaited.
-	c.kill = func() {
-		c.api.Partition()
-		c.alive.Store(false)
-		ac.Kill()
-	}
-	c.stop = func() {
-		c.alive.Store(false)
-		if err := ac.Stop(); err != nil {
-			e.t.Errorf("controller Run: %v", err)
-		}
-	}
+	e.apiWrites.add("attachdetach-controller", c.api)
+	c.c = e.stack.StartController(e.ctx, func(cfg *controller.ServeConfig) {
+		cfg.RESTConfig.QPS, cfg.RESTConfig.Burst = 1000, 2000
+		cfg.RESTConfig.Wrap(c.api.Wrap)
+		cfg.Controller = e.opts.ctrl
+	})
 	e.ctrl = c
 }
 
@@ -287,11 +268,10 @@ func (e *env) cleanup() {
 	_ = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
 		return len(e.vas()) == 0, nil
 	})
-	if e.ctrl != nil && e.ctrl.alive.Load() {
-		e.ctrl.stop()
-	}
-	for _, r := range e.attachers {
-		r.stop()
+	// Stops every controller and replica (a killed one's end is no
+	// error), the kubelet stand-in and the driver.
+	if err := e.stack.Stop(); err != nil {
+		e.t.Errorf("stopping the controllers: %v", err)
 	}
 	for _, n := range e.nodes {
 		_ = e.kubelet.DeleteNode(ctx, n)

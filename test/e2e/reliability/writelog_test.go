@@ -3,35 +3,31 @@ package reliability_test
 import (
 	"bytes"
 	"fmt"
-	"io"
 	"net/http"
+	"slices"
 	"sync"
 	"time"
 
 	"github.com/latchcsi/latch/internal/testsupport"
 )
 
-// rejectedWrite is one write of a controller that the API server refused
-// as invalid: the kind of failure a retry never fixes, so unless the
-// controller shows it somewhere else (an attachError, an event), nobody
-// ever learns of it.
-type rejectedWrite struct {
-	component, method, path string
-	code                    int
-	body                    string
-	at                      time.Time
+// writeLog holds the API transports of every controller the test starts
+// (each transport records its client's writes with the API server's
+// answer) and finds, over the whole run, the writes the API server
+// rejected with 400, 403, 413 or 422: the kind of failure a retry never
+// fixes, so unless the controller shows it somewhere else (an
+// attachError, an event), nobody ever learns of it. Conflicts (409) and
+// NotFound (404) are the normal answers of optimistic concurrency and do
+// not count; neither do failures without an answer (a restarting API
+// server, a cut connection), which the controllers retry.
+type writeLog struct {
+	mu      sync.Mutex
+	sources []writeSource
 }
 
-// writeLog sits in the controllers' API transports (behind their gates)
-// and keeps every write the API server rejected with 400, 403, 413 or
-// 422. Conflicts (409) and NotFound (404) are the normal answers of
-// optimistic concurrency and are not kept; neither are failures without
-// an answer (a restarting API server, a cut connection), which the
-// controllers retry.
-type writeLog struct {
-	mu       sync.Mutex
-	rejected []rejectedWrite
-	writes   int
+type writeSource struct {
+	component string
+	api       *testsupport.APITransport
 }
 
 // invalidCodes are the answers that mean "this write will never be
@@ -44,56 +40,58 @@ var invalidCodes = map[int]bool{
 	http.StatusUnprocessableEntity:   true,
 }
 
-func (l *writeLog) wrap(component string) func(http.RoundTripper) http.RoundTripper {
-	return func(rt http.RoundTripper) http.RoundTripper {
-		return testsupport.RoundTripFunc(func(req *http.Request) (*http.Response, error) {
-			resp, err := rt.RoundTrip(req)
-			if req.Method == http.MethodGet || err != nil {
-				return resp, err
+// add watches the writes of component through api.
+func (l *writeLog) add(component string, api *testsupport.APITransport) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.sources = append(l.sources, writeSource{component, api})
+}
+
+// rejected is one write the API server refused as invalid.
+type rejected struct {
+	component string
+	testsupport.Write
+}
+
+// rejected returns the writes refused as invalid, in the order answered.
+func (l *writeLog) rejected() []rejected {
+	l.mu.Lock()
+	sources := slices.Clone(l.sources)
+	l.mu.Unlock()
+	var out []rejected
+	for _, s := range sources {
+		for _, w := range s.api.Writes() {
+			if w.Err != nil || !invalidCodes[w.Code] {
+				continue
 			}
-			l.mu.Lock()
-			l.writes++
-			l.mu.Unlock()
-			if !invalidCodes[resp.StatusCode] {
-				return resp, err
-			}
-			// Keep the API server's answer for the report, and give the
-			// client an identical body to read.
-			body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
-			resp.Body.Close()
-			resp.Body = io.NopCloser(bytes.NewReader(body))
-			if resp.StatusCode == http.StatusUnprocessableEntity && patchNotApplicable(body) {
+			if w.Code == http.StatusUnprocessableEntity && patchNotApplicable(w.Body) {
 				// A guarded JSON patch whose "test" operation no longer
-				// matched: the object changed since the controller read it,
-				// the same answer as a 409, retried on a fresher read.
-				return resp, nil
+				// matched: the object changed since the controller read
+				// it, the same answer as a 409, retried on a fresher read.
+				continue
 			}
-			if len(body) > 600 {
-				body = append(body[:600], "…"...)
-			}
-			l.mu.Lock()
-			l.rejected = append(l.rejected, rejectedWrite{
-				component: component, method: req.Method, path: req.URL.Path,
-				code: resp.StatusCode, body: string(body), at: time.Now(),
-			})
-			l.mu.Unlock()
-			return resp, nil
-		})
+			out = append(out, rejected{s.component, w})
+		}
 	}
+	slices.SortStableFunc(out, func(a, b rejected) int { return a.At.Compare(b.At) })
+	return out
 }
 
 // problems lists the rejected writes, at most max of them.
 func (l *writeLog) problems(max int) (total int, out []string) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	for i, r := range l.rejected {
+	all := l.rejected()
+	for i, r := range all {
 		if i == max {
-			out = append(out, fmt.Sprintf("... and %d more", len(l.rejected)-max))
+			out = append(out, fmt.Sprintf("... and %d more", len(all)-max))
 			break
 		}
-		out = append(out, fmt.Sprintf("%s %s %s at %s: %d %s", r.component, r.method, r.path, r.at.Format(time.StampMicro), r.code, r.body))
+		body := r.Body
+		if len(body) > 600 {
+			body = append(body[:600:600], "…"...)
+		}
+		out = append(out, fmt.Sprintf("%s %s %s at %s: %d %s", r.component, r.Method, r.Path, r.At.Format(time.StampMicro), r.Code, body))
 	}
-	return len(l.rejected), out
+	return len(all), out
 }
 
 // patchNotApplicable reports whether a 422's body is the API server's
