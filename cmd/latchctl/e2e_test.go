@@ -47,9 +47,7 @@ func TestExplainPodWithUnboundPVCWaitsAndNamesThePVC(t *testing.T) {
 
 func TestExplainAttachErrorIsAProblemWithTheDriversMessage(t *testing.T) {
 	f := newFixture(t, "atterr")
-	node := f.node("a", true)
-	pv := f.volume("data")
-	f.pod("app", node, pv.Name)
+	node, pv := f.appOnNode(true)
 	code9 := int32(9)
 	f.va(pv, node, storagev1.VolumeAttachmentStatus{AttachError: &storagev1.VolumeError{
 		Time: metav1.NewTime(time.Now().Add(-2 * time.Minute)), Message: "rpc error: code = FailedPrecondition desc = volume is busy", ErrorCode: &code9}})
@@ -106,9 +104,7 @@ func TestExplainPVTerminatingHeldByAttacherFinalizerNamesTheVA(t *testing.T) {
 
 func TestExplainCSINodeWithoutTheDriver(t *testing.T) {
 	f := newFixture(t, "csinode")
-	node := f.node("a", false)
-	pv := f.volume("data")
-	f.pod("app", node, pv.Name)
+	node, pv := f.appOnNode(false)
 	f.va(pv, node, storagev1.VolumeAttachmentStatus{})
 
 	out, code := f.latchctl("explain", "pod", f.ns+"/app")
@@ -121,9 +117,7 @@ func TestExplainCSINodeWithoutTheDriver(t *testing.T) {
 
 func TestExplainStaleAttacherLease(t *testing.T) {
 	f := newFixture(t, "stale")
-	node := f.node("a", true)
-	pv := f.volume("data")
-	f.pod("app", node, pv.Name)
+	node, pv := f.appOnNode(true)
 	f.va(pv, node, storagev1.VolumeAttachmentStatus{})
 	f.lease(f.ns, 10*time.Minute) // the attacher's namespace is searched, wherever it is
 
@@ -157,9 +151,7 @@ func TestExplainMultiAttachNamesTheConflictingPodAndNode(t *testing.T) {
 
 func TestExplainOutOfServiceTaint(t *testing.T) {
 	f := newFixture(t, "oos")
-	node := f.node("a", true)
-	pv := f.volume("data")
-	f.pod("app", node, pv.Name)
+	node, pv := f.appOnNode(true)
 	f.va(pv, node, storagev1.VolumeAttachmentStatus{Attached: true})
 	if err := f.kubelet.Taint(f.ctx, node, v1.Taint{Key: localcluster.OutOfServiceTaint, Value: "nodeshutdown", Effect: v1.TaintEffectNoExecute}); err != nil {
 		t.Fatal(err)
@@ -266,4 +258,13 @@ func TestKubectlPluginNameOnlyChangesUsage(t *testing.T) {
 		t.Fatalf("--help exit %d", code)
 	}
 	mustSay(t, errOut.String(), "kubectl latch explain pod")
+}
+
+// appOnNode is where most scenarios start: node "a" (its CSINode lists the
+// driver when withDriver), volume "data" and Pod "app" using it on node "a".
+func (f *fixture) appOnNode(withDriver bool) (node string, pv *v1.PersistentVolume) {
+	node = f.node("a", withDriver)
+	pv = f.volume("data")
+	f.pod("app", node, pv.Name)
+	return node, pv
 }
