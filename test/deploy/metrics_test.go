@@ -7,11 +7,9 @@ import (
 	"maps"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -27,42 +25,33 @@ import (
 
 	"github.com/latchcsi/latch/internal/kube"
 	"github.com/latchcsi/latch/internal/localcluster"
+	"github.com/latchcsi/latch/internal/stack"
 )
 
-// process is a binary started by a test; Stop sends SIGTERM and waits.
-type process struct {
-	cmd  *exec.Cmd
-	log  string
-	done chan error
-}
-
-func startProcess(t *testing.T, dir, bin string, args ...string) *process {
+// startProcess runs one of the released binaries as a stack component,
+// its output in dir/<bin>.log. Cleanup stops it (SIGTERM, SIGKILL 30s
+// later) and, if the test failed, shows the end of its log; how it exited
+// is not what these tests check.
+func startProcess(t *testing.T, dir, bin string, args ...string) {
 	t.Helper()
 	logPath := filepath.Join(dir, bin+".log")
 	logFile, err := os.Create(logPath)
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &process{cmd: exec.Command(filepath.Join(binaries(t), bin), args...), log: logPath, done: make(chan error, 1)}
-	p.cmd.Stdout, p.cmd.Stderr = logFile, logFile
-	if err := p.cmd.Start(); err != nil {
-		t.Fatalf("start %s: %v", bin, err)
+	c, err := stack.Process(context.Background(), bin, logFile, filepath.Join(binaries(t), bin), args...)
+	if err != nil {
+		logFile.Close()
+		t.Fatal(err)
 	}
-	go func() { p.done <- p.cmd.Wait(); logFile.Close() }()
 	t.Cleanup(func() {
-		_ = p.cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-p.done:
-		case <-time.After(30 * time.Second):
-			_ = p.cmd.Process.Kill()
-			<-p.done
-		}
+		_ = c.Stop()
+		logFile.Close()
 		if t.Failed() {
 			raw, _ := os.ReadFile(logPath)
 			t.Logf("%s log (last lines):\n%s", bin, lastLines(string(raw), 20))
 		}
 	})
-	return p
 }
 
 // scrape returns the names of the samples an endpoint exposes.
