@@ -209,20 +209,22 @@ func (f *execFixture) requireCSICalls(want ...string) {
 
 func (f *execFixture) va(name string) *storagev1.VolumeAttachment {
 	f.t.Helper()
-	obj, err := f.tracker.Get(vaGVR, "", name)
-	if err != nil {
-		f.t.Fatalf("get VolumeAttachment %s: %v", name, err)
-	}
-	return obj.(*storagev1.VolumeAttachment)
+	return tracked[*storagev1.VolumeAttachment](f, vaGVR, "VolumeAttachment", name)
 }
 
 func (f *execFixture) pv(name string) *v1.PersistentVolume {
 	f.t.Helper()
-	obj, err := f.tracker.Get(pvGVR, "", name)
+	return tracked[*v1.PersistentVolume](f, pvGVR, "PersistentVolume", name)
+}
+
+// tracked is the object the fake API server holds under name.
+func tracked[T any](f *execFixture, gvr schema.GroupVersionResource, kind, name string) T {
+	f.t.Helper()
+	obj, err := f.tracker.Get(gvr, "", name)
 	if err != nil {
-		f.t.Fatalf("get PersistentVolume %s: %v", name, err)
+		f.t.Fatalf("get %s %s: %v", kind, name, err)
 	}
-	return obj.(*v1.PersistentVolume)
+	return obj.(T)
 }
 
 // updateVA replaces a VA in the tracker (not through the client, so it
