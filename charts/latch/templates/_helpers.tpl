@@ -44,6 +44,10 @@ tolerations:
 affinity:
 {{- toYaml . | nindent 2 }}
 {{- end }}
+{{- with .topologySpreadConstraints }}
+topologySpreadConstraints:
+{{- toYaml . | nindent 2 }}
+{{- end }}
 {{- end -}}
 
 {{/*
