@@ -47,10 +47,6 @@ func (c *Controller) csiNodeChanged(oldObj, obj any) {
 	c.wake.MigrationKeys(cn.Name)
 }
 
-func (c *Controller) csiNodeDeleted(obj any) {
-	cn, ok := tombstone(obj).(*storagev1.CSINode)
-	if !ok {
-		return
-	}
+func (c *Controller) csiNodeDeleted(cn *storagev1.CSINode) {
 	c.wake.MigrationKeys(cn.Name)
 }

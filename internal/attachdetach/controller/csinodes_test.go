@@ -146,17 +146,8 @@ func TestMigrationByNode_nodeWithoutAnnotationWaitsWithOneWarning_annotationAdde
 	if va.Spec.Attacher != gcePDDriver || va.Spec.NodeName != "node-a" || va.Spec.Source.PersistentVolumeName == nil || *va.Spec.Source.PersistentVolumeName != "disk-1" {
 		t.Errorf("VolumeAttachment spec = %+v", va.Spec)
 	}
-	w.attach(name)
-	w.waitWrites(2)
 	vol := v1.UniqueVolumeName("kubernetes.io/csi/" + gcePDDriver + "^" + handle)
-	if got := w.nodePatches("node-a"); !slices.EqualFunc(got, [][]v1.UniqueVolumeName{{vol}}, slices.Equal) {
-		t.Fatalf("node status patches = %v, want one listing %s", got, vol)
-	}
-	w.eventually("SuccessfulAttachVolume", func() bool { return len(w.events.Events) > 0 })
-	if evs := w.recorded(); !slices.Equal(evs, []string{`Normal SuccessfulAttachVolume AttachVolume.Attach succeeded for volume "disk-1" `}) {
-		t.Errorf("events = %q", evs)
-	}
-	w.setInUseSeen("node-a", vol)
+	w.attachConfirmed(name, "node-a", vol, "disk-1")
 	if got := w.waitingForMigration(); len(got) != 0 {
 		t.Errorf("%s after the attach = %v, want none", WaitingForMigrationMetric, got)
 	}

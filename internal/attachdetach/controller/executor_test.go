@@ -105,16 +105,7 @@ func TestExecutor_podAttachesThenDetaches_exactOrderedWrites(t *testing.T) {
 	}
 	w.noNewWrites(1, 300*time.Millisecond, "not attached yet")
 
-	w.attach(name)
-	w.waitWrites(2)
-	if got := w.nodePatches("node-a"); !slices.EqualFunc(got, [][]v1.UniqueVolumeName{{vol}}, slices.Equal) {
-		t.Fatalf("node status patches = %v, want one listing %s", got, vol)
-	}
-	w.eventually("SuccessfulAttachVolume", func() bool { return len(w.events.Events) > 0 })
-	if evs := w.recorded(); !slices.Equal(evs, []string{`Normal SuccessfulAttachVolume AttachVolume.Attach succeeded for volume "vol-1" `}) {
-		t.Errorf("events = %q", evs)
-	}
-	w.setInUseSeen("node-a", vol)
+	w.attachConfirmed(name, "node-a", vol, "vol-1")
 	if got := w.totalVolumes(); got["desired_state_of_world"] != 1 || got["actual_state_of_world"] != 1 {
 		t.Errorf("%s = %v, want 1 desired and 1 actual", TotalVolumesMetric, got)
 	}
@@ -164,15 +155,22 @@ func TestExecutor_podAttachesThenDetaches_exactOrderedWrites(t *testing.T) {
 	w.noNewWrites(4, 200*time.Millisecond, "after detach")
 }
 
-func TestExecutor_multiAttachConflict_oneEventThenAttachAfterRelease(t *testing.T) {
+// rwoInUseOnNodeA starts a controller with two managed nodes and the Pod
+// "first" on node-a using the ReadWriteOnce volume vol-1, and brings vol-1
+// to attached and in use there. It returns the names of vol-1's
+// VolumeAttachments on both nodes.
+func rwoInUseOnNodeA(t *testing.T) (w *fakeWorld, nameA, nameB string, vol v1.UniqueVolumeName) {
+	t.Helper()
 	pv, pvc := boundClaim("vol-1", v1.ReadWriteOnce)
-	w := newFakeWorld(t, Config{Workers: 2}, managedNode("node-a"), managedNode("node-b"), pv, pvc, podUsing("first", "node-a", "vol-1"))
-	nameA, nameB := upstreamVAName("vol-1", testDriver, "node-a"), upstreamVAName("vol-1", testDriver, "node-b")
-	vol := uniqueName("vol-1")
-	w.waitWrites(1)
-	w.attach(nameA)
-	w.waitWrites(2)
-	w.setInUseSeen("node-a", vol)
+	w = newFakeWorld(t, Config{Workers: 2}, managedNode("node-a"), managedNode("node-b"), pv, pvc, podUsing("first", "node-a", "vol-1"))
+	nameA, nameB = upstreamVAName("vol-1", testDriver, "node-a"), upstreamVAName("vol-1", testDriver, "node-b")
+	vol = uniqueName("vol-1")
+	w.attachedInUse(nameA, "node-a", vol)
+	return w, nameA, nameB, vol
+}
+
+func TestExecutor_multiAttachConflict_oneEventThenAttachAfterRelease(t *testing.T) {
+	w, nameA, nameB, vol := rwoInUseOnNodeA(t)
 	w.eventually("SuccessfulAttachVolume", func() bool { return len(w.events.Events) > 0 })
 	w.recorded()
 
@@ -220,10 +218,7 @@ func driftWorld(t *testing.T, verify time.Duration) (*fakeWorld, string) {
 	pv, pvc := boundClaim("vol-1", v1.ReadWriteOnce)
 	w := newFakeWorld(t, Config{Workers: 2, VerifyPeriod: verify}, managedNode("node-a"), pv, pvc, podUsing("app", "node-a", "vol-1"))
 	name := upstreamVAName("vol-1", testDriver, "node-a")
-	w.waitWrites(1)
-	w.attach(name)
-	w.waitWrites(2)
-	w.setInUseSeen("node-a", uniqueName("vol-1"))
+	w.attachedInUse(name, "node-a", uniqueName("vol-1"))
 	return w, name
 }
 
@@ -252,10 +247,7 @@ func (w *fakeWorld) deleteBehindTheController(name string) {
 	if !ok {
 		w.t.Fatalf("VolumeAttachment %s not found", name)
 	}
-	w.missNext(name)
-	if err := w.tracker.Delete(vaResource, "", name); err != nil {
-		w.t.Fatal(err)
-	}
+	w.vaGone(name, true)
 	if err := w.vaCache().Delete(va); err != nil {
 		w.t.Fatal(err)
 	}
@@ -351,14 +343,7 @@ func TestNodeStatus_informerNotShowingOurWriteYet_noRepeatedWrite(t *testing.T) 
 }
 
 func TestExecutor_ownDeleteNotYetInTheInformer_exclusiveVolumeStillBlocksTheOtherNode(t *testing.T) {
-	pv, pvc := boundClaim("vol-1", v1.ReadWriteOnce)
-	w := newFakeWorld(t, Config{Workers: 2}, managedNode("node-a"), managedNode("node-b"), pv, pvc, podUsing("first", "node-a", "vol-1"))
-	nameA, nameB := upstreamVAName("vol-1", testDriver, "node-a"), upstreamVAName("vol-1", testDriver, "node-b")
-	vol := uniqueName("vol-1")
-	w.waitWrites(1)
-	w.attach(nameA)
-	w.waitWrites(2)
-	w.setInUseSeen("node-a", vol)
+	w, nameA, nameB, vol := rwoInUseOnNodeA(t)
 	w.addPod(podUsing("second", "node-b", "vol-1"))
 	w.settle()
 

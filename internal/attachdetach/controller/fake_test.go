@@ -347,6 +347,69 @@ func (w *fakeWorld) setInUse(node string, vols ...v1.UniqueVolumeName) {
 	}
 }
 
+// attachedInUse waits for the controller's create of the VolumeAttachment
+// name (its first write), plays csi-attacher attaching it, waits for the
+// node status write that follows, and plays node's kubelet mounting vol.
+func (w *fakeWorld) attachedInUse(name, node string, vol v1.UniqueVolumeName) {
+	w.t.Helper()
+	w.waitWrites(1)
+	w.attach(name)
+	w.waitWrites(2)
+	w.setInUseSeen(node, vol)
+}
+
+// attachConfirmed plays csi-attacher attaching the VolumeAttachment name
+// the controller created on node, and checks what follows: one node
+// status patch listing vol and SuccessfulAttachVolume for the Pod volume
+// spec. Then node's kubelet mounts vol.
+func (w *fakeWorld) attachConfirmed(name, node string, vol v1.UniqueVolumeName, spec string) {
+	w.t.Helper()
+	w.attach(name)
+	w.waitWrites(2)
+	if got := w.nodePatches(node); !slices.EqualFunc(got, [][]v1.UniqueVolumeName{{vol}}, slices.Equal) {
+		w.t.Fatalf("node status patches = %v, want one listing %s", got, vol)
+	}
+	w.eventually("SuccessfulAttachVolume", func() bool { return len(w.events.Events) > 0 })
+	want := `Normal SuccessfulAttachVolume AttachVolume.Attach succeeded for volume "` + spec + `" `
+	if evs := w.recorded(); !slices.Equal(evs, []string{want}) {
+		w.t.Errorf("events = %q, want %q", evs, want)
+	}
+	w.setInUseSeen(node, vol)
+}
+
+// vaGone removes the VolumeAttachment name from the API server, as
+// csi-attacher does once it has let it go. missed: the controller's
+// informer misses the deletion (a watch gap).
+func (w *fakeWorld) vaGone(name string, missed bool) {
+	w.t.Helper()
+	if missed {
+		w.missNext(name)
+	}
+	if err := w.tracker.Delete(vaResource, "", name); err != nil {
+		w.t.Fatal(err)
+	}
+}
+
+// finalizerHoldsDeleteOf makes the controller's deletes of the
+// VolumeAttachment name find csi-attacher's finalizer: the object stays,
+// being deleted, and the informer misses that update.
+func (w *fakeWorld) finalizerHoldsDeleteOf(name string) {
+	w.client.PrependReactor("delete", "volumeattachments", func(action clienttesting.Action) (bool, runtime.Object, error) {
+		if action.(clienttesting.DeleteActionImpl).GetName() != name {
+			return false, nil, nil
+		}
+		va, ok := w.va(name)
+		if !ok {
+			return false, nil, nil
+		}
+		va = va.DeepCopy()
+		now := metav1.Now()
+		va.DeletionTimestamp, va.Finalizers = &now, []string{"external-attacher/" + testDriver}
+		w.missNext(name)
+		return true, nil, w.tracker.Update(vaResource, va, "")
+	})
+}
+
 // setInUseSeen is setInUse, then waits until the controller has handled
 // the node update: the kubelet reports a volume in use before anything
 // can make the controller want to detach it.

@@ -24,13 +24,13 @@ func (c *Controller) addHandlers(nodes, pvcs, drivers, vas, csiNodes cache.Share
 		inf cache.SharedIndexInformer
 		h   cache.ResourceEventHandler
 	}{
-		{c.pods, kube.ChangeHandlers(c.podChanged, c.podDeleted)},
-		{nodes, kube.ChangeHandlers(c.nodeChanged, c.nodeDeleted)},
+		{c.pods, kube.ChangeHandlers(c.podChanged, onDelete(c.podDeleted))},
+		{nodes, kube.ChangeHandlers(c.nodeChanged, onDelete(c.nodeDeleted))},
 		{pvcs, kube.ChangeHandlers(c.pvcChanged, deleteAsChange(c.pvcChanged))},
 		{c.pvs, kube.ChangeHandlers(c.pvChanged, deleteAsChange(c.pvChanged))},
 		{drivers, kube.ChangeHandlers(c.csiDriverChanged, deleteAsChange(c.csiDriverChanged))},
-		{vas, kube.ChangeHandlers(c.vaChanged, c.vaDeleted)},
-		{csiNodes, kube.ChangeHandlers(c.csiNodeChanged, c.csiNodeDeleted)},
+		{vas, kube.ChangeHandlers(c.vaChanged, onDelete(c.vaDeleted))},
+		{csiNodes, kube.ChangeHandlers(c.csiNodeChanged, onDelete(c.csiNodeDeleted))},
 	}
 	for _, h := range handlers {
 		if _, err := h.inf.AddEventHandler(h.h); err != nil {
@@ -44,6 +44,17 @@ func (c *Controller) addHandlers(nodes, pvcs, drivers, vas, csiNodes cache.Share
 // as a change to nothing; a tombstone is unwrapped.
 func deleteAsChange(changed func(old, new any)) func(obj any) {
 	return func(obj any) { changed(nil, tombstone(obj)) }
+}
+
+// onDelete is the delete handler of a kind whose delete handler takes the
+// deleted object: a tombstone is unwrapped, an object of another type
+// ignored.
+func onDelete[T any](deleted func(T)) func(obj any) {
+	return func(obj any) {
+		if t, ok := tombstone(obj).(T); ok {
+			deleted(t)
+		}
+	}
 }
 
 func tombstone(obj any) any {
@@ -74,11 +85,7 @@ func podVolumesUnchanged(old, pod *v1.Pod) bool {
 	return old.Spec.NodeName == pod.Spec.NodeName && podNeedsVolumes(old) == podNeedsVolumes(pod)
 }
 
-func (c *Controller) podDeleted(obj any) {
-	pod, ok := tombstone(obj).(*v1.Pod)
-	if !ok {
-		return
-	}
+func (c *Controller) podDeleted(pod *v1.Pod) {
 	c.wake.Pod(pod.Namespace, pod.Name)
 }
 
@@ -152,11 +159,7 @@ func (c *Controller) nodeChanged(oldObj, obj any) {
 	}
 }
 
-func (c *Controller) nodeDeleted(obj any) {
-	node, ok := tombstone(obj).(*v1.Node)
-	if !ok {
-		return
-	}
+func (c *Controller) nodeDeleted(node *v1.Node) {
 	c.wake.Volumes(c.dsw.DeleteNode(node.Name))
 	c.asw.DeleteNode(node.Name)
 	c.wake.NodeKeys(node.Name)
@@ -178,11 +181,7 @@ func (c *Controller) vaChanged(oldObj, obj any) {
 	c.wake.VolumeAttachment(va.Name)
 }
 
-func (c *Controller) vaDeleted(obj any) {
-	va, ok := tombstone(obj).(*storagev1.VolumeAttachment)
-	if !ok {
-		return
-	}
+func (c *Controller) vaDeleted(va *storagev1.VolumeAttachment) {
 	c.vaCache.Gone(va)
 	c.wake.VolumeAttachment(va.Name)
 	c.timing.detached(va.Name, c.clock.Now(), c.metrics)

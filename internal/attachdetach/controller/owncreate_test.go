@@ -10,7 +10,6 @@ import (
 	v1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	clienttesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/cache"
@@ -99,10 +98,7 @@ func TestCreate_deleteEventOfThePreviousVolumeAttachmentArrivesAfterTheNewCreate
 	name := upstreamVAName("vol-1", testDriver, "node-a")
 	vol := uniqueName("vol-1")
 	key := state.Key{Volume: vol, Node: "node-a"}
-	w.waitWrites(1)
-	w.attach(name)
-	w.waitWrites(2)
-	w.setInUseSeen("node-a", vol)
+	w.attachedInUse(name, "node-a", vol)
 
 	old, _ := w.va(name)
 	w.missNext(name) // the delete event
@@ -253,9 +249,7 @@ func ownCreateLostInAWatchGap(t *testing.T, verify time.Duration) (*fakeWorld, s
 		w.missNext(name) // the delete
 	}, managedNode("node-a"), pv, pvc, podUsing("app", "node-a", "vol-1"))
 	w.waitWrites(1)
-	if err := w.tracker.Delete(vaResource, "", name); err != nil {
-		t.Fatal(err)
-	}
+	w.vaGone(name, false)
 	return w, name
 }
 
@@ -321,20 +315,7 @@ func unseenDeleteWorld(t *testing.T, verify time.Duration) (w *fakeWorld, nameA,
 		w.missNext(nameA) // the add
 		// The delete finds csi-attacher's finalizer: the object stays,
 		// being deleted, and the informer misses that update too.
-		w.client.PrependReactor("delete", "volumeattachments", func(action clienttesting.Action) (bool, runtime.Object, error) {
-			if action.(clienttesting.DeleteActionImpl).GetName() != nameA {
-				return false, nil, nil
-			}
-			va, ok := w.va(nameA)
-			if !ok {
-				return false, nil, nil
-			}
-			va = va.DeepCopy()
-			now := metav1.Now()
-			va.DeletionTimestamp, va.Finalizers = &now, []string{"external-attacher/" + testDriver}
-			w.missNext(nameA)
-			return true, nil, w.tracker.Update(vaResource, va, "")
-		})
+		w.finalizerHoldsDeleteOf(nameA)
 	}, managedNode("node-a"), managedNode("node-b"), pv, pvc, podUsing("app-a", "node-a", "vol-1"))
 
 	w.waitWrites(1) // create on node-a
@@ -351,9 +332,7 @@ func unseenDeleteWorld(t *testing.T, verify time.Duration) (w *fakeWorld, nameA,
 func TestDelete_ownVolumeAttachmentDeletedBeforeTheInformerShowedIt_blocksTheOtherNodeUntilGone(t *testing.T) {
 	w, nameA, nameB := unseenDeleteWorld(t, 0)
 	// csi-attacher unpublishes and lets it go; the informer reports that.
-	if err := w.tracker.Delete(vaResource, "", nameA); err != nil {
-		t.Fatal(err)
-	}
+	w.vaGone(nameA, false)
 	got := w.waitWrites(3)
 	if got[2] != "create volumeattachments "+nameB {
 		t.Fatalf("writes = %q, want node-b's create once node-a's VolumeAttachment is gone", got)
@@ -365,10 +344,7 @@ func TestVerify_ownDeleteNeverShownByTheInformerAndGone_otherNodeAttaches(t *tes
 	// verify pass asks the API server, finds it gone and lets node-b
 	// attach.
 	w, nameA, nameB := unseenDeleteWorld(t, 100*time.Millisecond)
-	w.missNext(nameA)
-	if err := w.tracker.Delete(vaResource, "", nameA); err != nil {
-		t.Fatal(err)
-	}
+	w.vaGone(nameA, true)
 	got := w.waitWrites(3)
 	if got[2] != "create volumeattachments "+nameB {
 		t.Fatalf("writes = %q, want node-b's create once the verify pass found node-a's VolumeAttachment gone", got)
@@ -379,9 +355,6 @@ func TestVerify_disabled_ownDeleteLostInAWatchGapKeepsBlocking(t *testing.T) {
 	// The control: without the verify pass nothing tells the controller
 	// that the VolumeAttachment is gone.
 	w, nameA, _ := unseenDeleteWorld(t, 0)
-	w.missNext(nameA)
-	if err := w.tracker.Delete(vaResource, "", nameA); err != nil {
-		t.Fatal(err)
-	}
+	w.vaGone(nameA, true)
 	w.noNewWrites(2, 500*time.Millisecond, "verify pass disabled")
 }

@@ -10,7 +10,6 @@ import (
 	v1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	clienttesting "k8s.io/client-go/testing"
@@ -49,20 +48,7 @@ func uncertainCreateWorld(t *testing.T, stored bool, answer error, getErrs int32
 		})
 		// The delete finds csi-attacher's finalizer: the object stays,
 		// being deleted, and the informer misses that update too.
-		w.client.PrependReactor("delete", "volumeattachments", func(action clienttesting.Action) (bool, runtime.Object, error) {
-			if action.(clienttesting.DeleteActionImpl).GetName() != nameA {
-				return false, nil, nil
-			}
-			va, ok := w.va(nameA)
-			if !ok {
-				return false, nil, nil
-			}
-			va = va.DeepCopy()
-			now := metav1.Now()
-			va.DeletionTimestamp, va.Finalizers = &now, []string{"external-attacher/" + testDriver}
-			w.missNext(nameA)
-			return true, nil, w.tracker.Update(vaResource, va, "")
-		})
+		w.finalizerHoldsDeleteOf(nameA)
 		w.client.PrependReactor("get", "volumeattachments", func(action clienttesting.Action) (bool, runtime.Object, error) {
 			if action.(clienttesting.GetActionImpl).GetName() == nameA && gets.Add(1) <= getErrs {
 				return true, nil, apierrors.NewServiceUnavailable("injected: API server unavailable")
@@ -103,9 +89,7 @@ func TestCreate_outcomeUnknownAndStored_podGone_theAPIServerIsAsked_deletedBefor
 				t.Error("the controller never asked the API server about the VolumeAttachment")
 			}
 			// csi-attacher unpublishes and lets it go.
-			if err := w.tracker.Delete(vaResource, "", nameA); err != nil {
-				t.Fatal(err)
-			}
+			w.vaGone(nameA, false)
 			if got := w.waitWrites(3); got[2] != "create volumeattachments "+nameB {
 				t.Fatalf("writes = %q, want node-b's create once node-a's VolumeAttachment is gone", got)
 			}
@@ -133,9 +117,7 @@ func TestCreate_outcomeUnknown_readsFail_keepsBlockingUntilTheAPIServerAnswers(t
 	if got[1] != "delete volumeattachments "+nameA {
 		t.Fatalf("writes = %q, want node-a's VolumeAttachment deleted once the API server answered", got)
 	}
-	if err := w.tracker.Delete(vaResource, "", nameA); err != nil {
-		t.Fatal(err)
-	}
+	w.vaGone(nameA, false)
 	if got := w.waitWrites(3); got[2] != "create volumeattachments "+nameB {
 		t.Fatalf("writes = %q, want node-b's create last", got)
 	}

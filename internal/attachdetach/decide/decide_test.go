@@ -78,17 +78,53 @@ func event(pod state.PodRef, typ, reason, msg, dedupe string) decide.Event {
 	return decide.Event{Pod: pod, Type: typ, Reason: reason, Message: msg, DedupeKey: dedupe}
 }
 
+// attachedOnA is the plan that confirms podA's attachment of pv1 on node
+// A, with its SuccessfulAttachVolume event.
+func attachedOnA() decide.Plan {
+	return decide.Plan{Kind: decide.KindMarkAttached, Actual: upd(state.StateAttached, true, time.Time{}, nil), Events: []decide.Event{
+		event(podA, v1.EventTypeNormal, "SuccessfulAttachVolume", `AttachVolume.Attach succeeded for volume "pv1" `, "attached/"+keyOn(nodeA).String()),
+	}}
+}
+
+// planCase is one row of a Decide table: the input (completed by the
+// table's defaults) and the plan wanted (Key and Why are not compared).
+type planCase struct {
+	name string
+	in   decide.Input
+	want decide.Plan
+}
+
+// checkPlans runs Decide on each case's input, completed by fill, and
+// compares the plan with the one wanted; every plan must carry the input's
+// key and say why.
+func checkPlans(t *testing.T, cases []planCase, fill func(*decide.Input)) {
+	t.Helper()
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			in := tc.in
+			fill(&in)
+			got := decide.Decide(in)
+			if got.Key != in.Key {
+				t.Errorf("plan key = %v, want %v", got.Key, in.Key)
+			}
+			if got.Why == "" {
+				t.Error("plan without Why")
+			}
+			if diff := cmp.Diff(tc.want, got, cmpopts.IgnoreFields(decide.Plan{}, "Key", "Why"), cmpopts.EquateEmpty()); diff != "" {
+				t.Errorf("plan mismatch (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
 func TestDecide(t *testing.T) {
 	cfg := decide.DefaultConfig()
 	noForce := cfg
 	noForce.DisableForceDetachOnTimeout = true
 	multiAttachB := "multi-attach/" + keyOn(nodeB).String()
 
-	tests := []struct {
-		name string
-		in   decide.Input // Key defaults to keyOn(nodeA), Config to cfg, Now to t0
-		want decide.Plan  // Key and Why are not compared
-	}{
+	// Key defaults to keyOn(nodeA), Config to cfg, Now is t0.
+	tests := []planCase{
 		// Attach.
 		{
 			name: "RWO pod on node A, no VolumeAttachment → record attaching, create it",
@@ -98,9 +134,7 @@ func TestDecide(t *testing.T) {
 		{
 			name: "RWO pod on node A, VolumeAttachment attached → mark attached, into node status, SuccessfulAttachVolume",
 			in:   decide.Input{Wanted: wants(rwo, podA), Actual: entry(state.StateAttaching, false, true), Node: ready, VA: vaAttached},
-			want: decide.Plan{Kind: decide.KindMarkAttached, Actual: upd(state.StateAttached, true, time.Time{}, nil), Events: []decide.Event{
-				event(podA, v1.EventTypeNormal, "SuccessfulAttachVolume", `AttachVolume.Attach succeeded for volume "pv1" `, "attached/"+keyOn(nodeA).String()),
-			}},
+			want: attachedOnA(),
 		},
 		{
 			name: "RWO pod on node A, attached and reported → nothing",
@@ -115,9 +149,7 @@ func TestDecide(t *testing.T) {
 		{
 			name: "VolumeAttachment found at start (uncertain) is attached and wanted → confirmed, reported",
 			in:   decide.Input{Wanted: wants(rwo, podA), Actual: entry(state.StateUncertain, false, true), Node: ready, VA: vaAttached},
-			want: decide.Plan{Kind: decide.KindMarkAttached, Actual: upd(state.StateAttached, true, time.Time{}, nil), Events: []decide.Event{
-				event(podA, v1.EventTypeNormal, "SuccessfulAttachVolume", `AttachVolume.Attach succeeded for volume "pv1" `, "attached/"+keyOn(nodeA).String()),
-			}},
+			want: attachedOnA(),
 		},
 		{
 			name: "VolumeAttachment not attached yet → wait for the attacher",
@@ -220,9 +252,7 @@ func TestDecide(t *testing.T) {
 			name: "RWO attached on both nodes (found so) → this node's attachment is confirmed anyway",
 			in: decide.Input{Wanted: wants(rwo, podA), Actual: entry(state.StateUncertain, false, true), Node: ready, VA: vaAttached,
 				Peers: []decide.Peer{{Node: nodeB, State: state.StateAttached}}},
-			want: decide.Plan{Kind: decide.KindMarkAttached, Actual: upd(state.StateAttached, true, time.Time{}, nil), Events: []decide.Event{
-				event(podA, v1.EventTypeNormal, "SuccessfulAttachVolume", `AttachVolume.Attach succeeded for volume "pv1" `, "attached/"+keyOn(nodeA).String()),
-			}},
+			want: attachedOnA(),
 		},
 
 		// Detach.
@@ -355,28 +385,15 @@ func TestDecide(t *testing.T) {
 			want: decide.Plan{Kind: decide.KindWait, Actual: upd(state.StateAttached, true, t0, nil)},
 		},
 	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			in := tc.in
-			if in.Key == (state.Key{}) {
-				in.Key = keyOn(nodeA)
-			}
-			if in.Config.MaxWaitForUnmount == 0 {
-				in.Config = cfg
-			}
-			in.Now = t0
-			got := decide.Decide(in)
-			if got.Key != in.Key {
-				t.Errorf("plan key = %v, want %v", got.Key, in.Key)
-			}
-			if got.Why == "" {
-				t.Error("plan without Why")
-			}
-			if diff := cmp.Diff(tc.want, got, cmpopts.IgnoreFields(decide.Plan{}, "Key", "Why"), cmpopts.EquateEmpty()); diff != "" {
-				t.Errorf("plan mismatch (-want +got):\n%s", diff)
-			}
-		})
-	}
+	checkPlans(t, tests, func(in *decide.Input) {
+		if in.Key == (state.Key{}) {
+			in.Key = keyOn(nodeA)
+		}
+		if in.Config.MaxWaitForUnmount == 0 {
+			in.Config = cfg
+		}
+		in.Now = t0
+	})
 }
 
 func TestMultiAttachMessage(t *testing.T) {

@@ -4,8 +4,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/go-cmp/cmp"
-	"github.com/google/go-cmp/cmp/cmpopts"
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/latchcsi/latch/internal/attachdetach/decide"
@@ -39,33 +37,23 @@ func TestDecideExclusivePerUniqueVolume(t *testing.T) {
 		return []decide.Event{event(podB, v1.EventTypeWarning, "FailedAttachVolume",
 			`Multi-Attach error for volume "`+spec+`" Volume is already used by pod(s) web-0`, multiAttachB)}
 	}
+	// conflictsWithRWOOnA: podB wants alias on node B while podA has the
+	// RWO PV of the same handle (at st) on node A.
+	conflictsWithRWOOnA := func(name string, alias volume.Attachable, st state.AttachState) planCase {
+		return planCase{name: name,
+			in: decide.Input{Wanted: wants(alias, podB),
+				Peers: []decide.Peer{{Node: nodeA, State: st, Pods: []state.PodRef{podA}, Specs: specs(rwo)}}},
+			want: decide.Plan{Kind: decide.KindConflict, Events: usedByWeb0("pv2")}}
+	}
 	create := func(v volume.Attachable) decide.Plan {
 		return decide.Plan{Kind: decide.KindCreate, Actual: upd(state.StateAttaching, false, time.Time{}, &v), Create: v.VolumeAttachment(nodeB)}
 	}
 
-	tests := []struct {
-		name string
-		in   decide.Input // Key is keyOn(nodeB), Node ready, Config default, Now t0
-		want decide.Plan
-	}{
-		{
-			name: "RWX alias on node B while the RWO PV of the handle is attached on node A → conflict naming the pod, no VA",
-			in: decide.Input{Wanted: wants(rwx, podB),
-				Peers: []decide.Peer{{Node: nodeA, State: state.StateAttached, Pods: []state.PodRef{podA}, Specs: specs(rwo)}}},
-			want: decide.Plan{Kind: decide.KindConflict, Events: usedByWeb0("pv2")},
-		},
-		{
-			name: "ROX alias on node B while the RWO PV is still attaching on node A → conflict",
-			in: decide.Input{Wanted: wants(rox, podB),
-				Peers: []decide.Peer{{Node: nodeA, State: state.StateAttaching, Pods: []state.PodRef{podA}, Specs: specs(rwo)}}},
-			want: decide.Plan{Kind: decide.KindConflict, Events: usedByWeb0("pv2")},
-		},
-		{
-			name: "alias without access modes on node B while the RWO PV is attached on node A → conflict",
-			in: decide.Input{Wanted: wants(inline, podB),
-				Peers: []decide.Peer{{Node: nodeA, State: state.StateAttached, Pods: []state.PodRef{podA}, Specs: specs(rwo)}}},
-			want: decide.Plan{Kind: decide.KindConflict, Events: usedByWeb0("pv2")},
-		},
+	// Key is keyOn(nodeB), Node ready, Config default, Now t0.
+	tests := []planCase{
+		conflictsWithRWOOnA("RWX alias on node B while the RWO PV of the handle is attached on node A → conflict naming the pod, no VA", rwx, state.StateAttached),
+		conflictsWithRWOOnA("ROX alias on node B while the RWO PV is still attaching on node A → conflict", rox, state.StateAttaching),
+		conflictsWithRWOOnA("alias without access modes on node B while the RWO PV is attached on node A → conflict", inline, state.StateAttached),
 		{
 			name: "RWX alias on node B, node A's pod is gone but its attachment was made through the RWO PV → conflict, exclusively-attached text",
 			in: decide.Input{Wanted: wants(rwx, podB),
@@ -119,19 +107,9 @@ func TestDecideExclusivePerUniqueVolume(t *testing.T) {
 			want: decide.Plan{Kind: decide.KindConflict, Events: usedByWeb0("pv1")},
 		},
 	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			in := tc.in
-			in.Key, in.Node, in.Config, in.Now = keyOn(nodeB), ready, decide.DefaultConfig(), t0
-			got := decide.Decide(in)
-			if got.Why == "" {
-				t.Error("plan without Why")
-			}
-			if diff := cmp.Diff(tc.want, got, cmpopts.IgnoreFields(decide.Plan{}, "Key", "Why"), cmpopts.EquateEmpty()); diff != "" {
-				t.Errorf("plan mismatch (-want +got):\n%s", diff)
-			}
-		})
-	}
+	checkPlans(t, tests, func(in *decide.Input) {
+		in.Key, in.Node, in.Config, in.Now = keyOn(nodeB), ready, decide.DefaultConfig(), t0
+	})
 }
 
 // TestDecideUnknownCreateOutcome: a VolumeAttachment whose create ended
@@ -140,11 +118,8 @@ func TestDecideExclusivePerUniqueVolume(t *testing.T) {
 // elsewhere) and neither forgets it nor creates it again.
 func TestDecideUnknownCreateOutcome(t *testing.T) {
 	mayExist := decide.VAFacts{MayExist: true}
-	tests := []struct {
-		name string
-		in   decide.Input // Key is keyOn(nodeA), Config default, Now t0
-		want decide.Plan
-	}{
+	// Key is keyOn(nodeA), Config default, Now t0.
+	tests := []planCase{
 		{
 			name: "Pod gone while our create's outcome is unknown and the informer shows nothing → keep attaching, wait (not forgotten)",
 			in:   decide.Input{Actual: entry(state.StateAttaching, false, false), Node: ready, VA: mayExist},
@@ -176,19 +151,9 @@ func TestDecideUnknownCreateOutcome(t *testing.T) {
 			want: decide.Plan{Kind: decide.KindForget, Actual: &state.Update{Remove: true}},
 		},
 	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			in := tc.in
-			in.Key, in.Config, in.Now = keyOn(nodeA), decide.DefaultConfig(), t0
-			got := decide.Decide(in)
-			if got.Why == "" {
-				t.Error("plan without Why")
-			}
-			if diff := cmp.Diff(tc.want, got, cmpopts.IgnoreFields(decide.Plan{}, "Key", "Why"), cmpopts.EquateEmpty()); diff != "" {
-				t.Errorf("plan mismatch (-want +got):\n%s", diff)
-			}
-		})
-	}
+	checkPlans(t, tests, func(in *decide.Input) {
+		in.Key, in.Config, in.Now = keyOn(nodeA), decide.DefaultConfig(), t0
+	})
 }
 
 // TestScenarioAliasPVsOfOneHandle tells the red team's story through the
@@ -209,13 +174,7 @@ func TestScenarioAliasPVsOfOneHandle(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			w := newWorld(t, nodeA, nodeB)
 			vol := rwo.UniqueName
-			w.addPod(podA, nodeA, tc.first)
-			w.sync(vol)
-			w.attach(nodeA)
-			w.sync(vol)
-			w.expectWrites("create VA on node-a", "node node-a volumesAttached=1")
-			w.expectEvents(`web-0: AttachVolume.Attach succeeded for volume "` + tc.first.SpecName + `" `)
-			w.asw.SetVolumesInUse(nodeA, []v1.UniqueVolumeName{vol})
+			w.attachedAndMounted(podA, nodeA, tc.first)
 
 			w.addPod(podB, nodeB, tc.later)
 			w.sync(vol)
@@ -224,12 +183,7 @@ func TestScenarioAliasPVsOfOneHandle(t *testing.T) {
 			w.expectEvents(tc.event)
 
 			w.dsw.DeletePod(podA.UID)
-			w.asw.SetVolumesInUse(nodeA, nil)
-			w.sync(vol)
-			w.expectWrites("node node-a volumesAttached=0", "delete VA on node-a (unmounted)")
-			w.finishDetach(nodeA)
-			w.sync(vol)
-			w.expectWrites("create VA on node-b")
+			w.movesOnceUnmounted(vol, nodeA, nodeB)
 		})
 	}
 }

@@ -146,6 +146,35 @@ func (w *world) expectWrites(want ...string) {
 	w.writes = nil
 }
 
+// attachedAndMounted plays pod p getting volume v on node: the create, the
+// attacher's attach, the node status write and the event, then the
+// kubelet's mount. Writes and events are checked on the way.
+func (w *world) attachedAndMounted(p state.PodRef, node string, v volume.Attachable) {
+	w.t.Helper()
+	w.addPod(p, node, v)
+	w.sync(v.UniqueName)
+	w.expectWrites("create VA on " + node)
+	w.attach(node)
+	w.sync(v.UniqueName)
+	w.expectWrites("node " + node + " volumesAttached=1")
+	w.expectEvents(p.Name + `: AttachVolume.Attach succeeded for volume "` + v.SpecName + `" `)
+	w.asw.SetVolumesInUse(node, []v1.UniqueVolumeName{v.UniqueName})
+}
+
+// movesOnceUnmounted plays from's kubelet unmounting vol, whose last Pod
+// there is gone: the volume leaves from's node status, its
+// VolumeAttachment is deleted, csi-attacher finishes the detach, and the
+// VolumeAttachment on to (which waited) is created.
+func (w *world) movesOnceUnmounted(vol v1.UniqueVolumeName, from, to string) {
+	w.t.Helper()
+	w.asw.SetVolumesInUse(from, nil)
+	w.sync(vol)
+	w.expectWrites("node "+from+" volumesAttached=0", "delete VA on "+from+" (unmounted)")
+	w.finishDetach(from)
+	w.sync(vol)
+	w.expectWrites("create VA on " + to)
+}
+
 func (w *world) expectEvents(want ...string) {
 	w.t.Helper()
 	if !slices.Equal(w.events, want) {
@@ -157,15 +186,7 @@ func (w *world) expectEvents(want ...string) {
 func TestScenarioRWOConflictThenRelease(t *testing.T) {
 	w := newWorld(t, nodeA, nodeB)
 	vol := rwo.UniqueName
-
-	w.addPod(podA, nodeA, rwo)
-	w.sync(vol)
-	w.expectWrites("create VA on node-a")
-	w.attach(nodeA)
-	w.sync(vol)
-	w.expectWrites("node node-a volumesAttached=1")
-	w.expectEvents(`web-0: AttachVolume.Attach succeeded for volume "pv1" `)
-	w.asw.SetVolumesInUse(nodeA, []v1.UniqueVolumeName{vol}) // the kubelet mounts it
+	w.attachedAndMounted(podA, nodeA, rwo)
 
 	// A second pod on node B: conflict, reported once however often it runs.
 	w.addPod(podB, nodeB, rwo)
@@ -180,15 +201,9 @@ func TestScenarioRWOConflictThenRelease(t *testing.T) {
 	w.expectWrites()
 	w.expectEvents()
 
-	// Node A unmounts: volume leaves A's node status, then its VA is deleted.
-	w.asw.SetVolumesInUse(nodeA, nil)
-	w.sync(vol)
-	w.expectWrites("node node-a volumesAttached=0", "delete VA on node-a (unmounted)")
-
-	// csi-attacher finishes the detach; B attaches.
-	w.finishDetach(nodeA)
-	w.sync(vol)
-	w.expectWrites("create VA on node-b")
+	// Node A unmounts: volume leaves A's node status, then its VA is
+	// deleted; csi-attacher finishes the detach; B attaches.
+	w.movesOnceUnmounted(vol, nodeA, nodeB)
 	w.attach(nodeB)
 	w.sync(vol)
 	w.expectWrites("node node-b volumesAttached=1")

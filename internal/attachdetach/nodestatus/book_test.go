@@ -18,6 +18,13 @@ func list(names ...v1.UniqueVolumeName) []v1.AttachedVolume {
 
 func noInformer() []v1.AttachedVolume { return nil }
 
+// write plays one node status pass of node "n": snapshot vols, then
+// finish the write of that list (ok: the write succeeded) at rv.
+func write(b *Book, ok bool, rv string, vols ...v1.UniqueVolumeName) {
+	b.Snapshot("n", func() []v1.AttachedVolume { return list(vols...) })
+	b.Finish("n", list(vols...), ok, rv)
+}
+
 func TestStatusBook_detachWaitsForAWriteComputedBeforeIt(t *testing.T) {
 	b := NewBook()
 	// The node status worker snapshots the actual state (volume still
@@ -33,8 +40,7 @@ func TestStatusBook_detachWaitsForAWriteComputedBeforeIt(t *testing.T) {
 		t.Fatal("the last write lists the volume; detach must wait")
 	}
 	// The next pass writes the list without the volume.
-	b.Snapshot("n", func() []v1.AttachedVolume { return nil })
-	b.Finish("n", nil, true, "1")
+	write(b, true, "1")
 	if b.ApplyAndCheck("n", vol, func() {}, noInformer) {
 		t.Fatal("the volume is off the list; detach must go ahead")
 	}
@@ -42,10 +48,8 @@ func TestStatusBook_detachWaitsForAWriteComputedBeforeIt(t *testing.T) {
 
 func TestStatusBook_failedWriteKeepsTheLastSuccessfulList(t *testing.T) {
 	b := NewBook()
-	b.Snapshot("n", func() []v1.AttachedVolume { return list(vol) })
-	b.Finish("n", list(vol), true, "1")
-	b.Snapshot("n", func() []v1.AttachedVolume { return nil })
-	b.Finish("n", nil, false, "1") // the write failed: the server still lists vol
+	write(b, true, "1", vol)
+	write(b, false, "1") // the write failed: the server still lists vol
 	if !b.ApplyAndCheck("n", vol, func() {}, noInformer) {
 		t.Fatal("a failed write must not count as having removed the volume")
 	}
@@ -63,8 +67,7 @@ func TestStatusBook_beforeAnyWriteTheInformerDecides(t *testing.T) {
 
 func TestStatusBook_deletedNodeListsNothing(t *testing.T) {
 	b := NewBook()
-	b.Snapshot("n", func() []v1.AttachedVolume { return list(vol) })
-	b.Finish("n", list(vol), true, "1")
+	write(b, true, "1", vol)
 	b.NodeGone("n")
 	if b.ApplyAndCheck("n", vol, func() {}, func() []v1.AttachedVolume { return list(vol) }) {
 		t.Fatal("a deleted node has no status to wait for")
@@ -86,8 +89,7 @@ func TestStatusBook_applyRunsUnderTheLock(t *testing.T) {
 
 func TestStatusBook_deletedNodeForgottenOnceEmpty(t *testing.T) {
 	b := NewBook()
-	b.Snapshot("n", func() []v1.AttachedVolume { return list(vol) })
-	b.Finish("n", list(vol), true, "1")
+	write(b, true, "1", vol)
 	b.NodeGone("n")
 	b.ForgetNode("n")
 	if len(b.gone) != 0 || len(b.written) != 0 || len(b.inflight) != 0 {
@@ -112,10 +114,8 @@ func TestStatusBook_informerBehindUntilItShowsOurLastWrite(t *testing.T) {
 	if b.InformerBehind("n", "5") {
 		t.Fatal("nothing written: the informer is the truth")
 	}
-	b.Snapshot("n", func() []v1.AttachedVolume { return list(vol) })
-	b.Finish("n", list(vol), true, "10")
-	b.Snapshot("n", func() []v1.AttachedVolume { return nil })
-	b.Finish("n", nil, true, "12")
+	write(b, true, "10", vol)
+	write(b, true, "12")
 	for rv, behind := range map[string]bool{"9": true, "10": true, "11": true, "12": false, "13": false, "not-a-number": false} {
 		if got := b.InformerBehind("n", rv); got != behind {
 			t.Errorf("informer at %s after writes up to 12: behind = %v, want %v", rv, got, behind)

@@ -29,11 +29,11 @@ type PodRecord struct {
 // keeps it.
 type Pods struct {
 	mu   sync.Mutex
-	pods map[string]*PodRecord
+	pods map[string]PodRecord
 }
 
 // NewPods returns an empty index.
-func NewPods() *Pods { return &Pods{pods: map[string]*PodRecord{}} }
+func NewPods() *Pods { return &Pods{pods: map[string]PodRecord{}} }
 
 // PodKey is the index key of a Pod: "namespace/name".
 func PodKey(namespace, name string) string { return namespace + "/" + name }
@@ -43,17 +43,14 @@ func (p *Pods) Get(key string) (PodRecord, bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	r, ok := p.pods[key]
-	if !ok {
-		return PodRecord{}, false
-	}
-	return *r, true
+	return r, ok
 }
 
 // Set records r for the Pod key.
 func (p *Pods) Set(key string, r PodRecord) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.pods[key] = &r
+	p.pods[key] = r
 }
 
 // Forget drops the record of the Pod key.
