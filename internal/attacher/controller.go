@@ -3,7 +3,6 @@ package attacher
 import (
 	"context"
 	"fmt"
-	"slices"
 	"sync"
 	"time"
 
@@ -315,7 +314,7 @@ func (c *Controller) pvChanged(oldObj, obj any) {
 		if c.pvCache.IsOwn(pv) {
 			return
 		}
-		if pv.DeletionTimestamp != nil && slices.Contains(pv.Finalizers, kube.PVFinalizer(c.cfg.Driver.Name)) {
+		if c.releasablePV(pv) {
 			c.pvs.Enqueue(pv.Name)
 		}
 		name = pv.Name

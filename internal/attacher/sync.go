@@ -81,14 +81,15 @@ func (c *Controller) owned(ctx context.Context, dir direction, va *storagev1.Vol
 	return decideAndRun(ctx, obs)
 }
 
-// syncPV removes our finalizer from a deleting PV once no VolumeAttachment
-// refers to it. The check uses the VA informer's PV index, not a scan.
+// syncPV removes our finalizer from a PV that no longer needs it (see
+// releasablePV) once no VolumeAttachment refers to it. The check uses the
+// VA informer's PV index, not a scan.
 func (c *Controller) syncPV(ctx context.Context, name string) (runner.Result, error) {
 	pv, err := c.getPV(name)
 	if err != nil || pv == nil {
 		return runner.Result{}, err
 	}
-	if pv.DeletionTimestamp == nil || !slices.Contains(pv.Finalizers, kube.PVFinalizer(c.cfg.Driver.Name)) {
+	if !c.releasablePV(pv) {
 		return runner.Result{}, nil
 	}
 	objs, err := c.vaInformer.GetIndexer().ByIndex(vaByPVIndex, name)
@@ -144,4 +145,24 @@ func (c *Controller) getCSINode(name string) (*storagev1.CSINode, error) {
 		return nil, nil
 	}
 	return n, err
+}
+
+// annMigratedTo is the annotation kube-controller-manager's PV controller
+// keeps on an in-tree PV while CSI migration is on for its plugin.
+const annMigratedTo = "pv.kubernetes.io/migrated-to"
+
+// releasablePV reports whether pv carries our finalizer and no longer
+// needs it once no VolumeAttachment refers to it: pv is being deleted, or
+// it is an in-tree PV of a plugin migrated to our driver that is not (or
+// no longer) annotated as migrated to it — CSI migration was rolled back,
+// the in-tree plugin handles it again, and the finalizer must not outlive
+// our driver (as upstream's attacher does).
+func (c *Controller) releasablePV(pv *v1.PersistentVolume) bool {
+	if !slices.Contains(pv.Finalizers, kube.PVFinalizer(c.cfg.Driver.Name)) {
+		return false
+	}
+	if pv.DeletionTimestamp != nil {
+		return true
+	}
+	return pv.Spec.CSI == nil && c.tr != nil && c.tr.IsPVMigratable(pv) && pv.Annotations[annMigratedTo] != c.cfg.Driver.Name
 }
