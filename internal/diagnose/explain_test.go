@@ -436,6 +436,10 @@ func TestExplainMultiAttach(t *testing.T) {
 		return edit(objs, pvName, func(p *v1.PersistentVolume) { p.Spec.AccessModes = modes })
 	}
 	web2 := Target{Kind: TargetPod, Namespace: ns, Name: "web-2"}
+	// noConflict: no multiattach finding, and nothing else wrong either.
+	noConflict := func(name string, target Target, objs []runtime.Object) scenario {
+		return scenario{name: name, target: target, objs: objs, absent: []string{"multiattach"}, healthy: true}
+	}
 	runScenarios(t, []scenario{
 		{
 			name:   "RWO volume attached on node-a, second pod on node-b → problem naming the conflicting pod and node",
@@ -452,41 +456,22 @@ func TestExplainMultiAttach(t *testing.T) {
 			objs:   conflict(v1.ReadWriteOncePod),
 			want:   []expect{{"multiattach", StatusProblem, []string{"ReadWriteOncePod"}}},
 		},
-		{
-			name:   "RWX volume may be attached to both nodes → no conflict",
-			target: web2,
-			objs:   conflict(v1.ReadWriteMany),
-			absent: []string{"multiattach"}, healthy: true,
-		},
-		{
-			name:   "ROX volume → no conflict",
-			target: web2,
-			objs:   conflict(v1.ReadOnlyMany, v1.ReadWriteOnce),
-			absent: []string{"multiattach"}, healthy: true,
-		},
+		noConflict("RWX volume may be attached to both nodes → no conflict", web2, conflict(v1.ReadWriteMany)),
+		noConflict("ROX volume → no conflict", web2, conflict(v1.ReadOnlyMany, v1.ReadWriteOnce)),
 		{
 			name:   "no VolumeAttachment yet anywhere but pods on two nodes → problem on the pod that waits",
 			target: web2,
 			objs:   edit(drop[*storagev1.VolumeAttachment](conflict(v1.ReadWriteOnce), ""), nodeA, func(n *v1.Node) { n.Status = v1.NodeStatus{} }),
 			want:   []expect{{"multiattach", StatusProblem, []string{"used by Pod app/web on node node-a"}}},
 		},
-		{
-			name:   "the node that holds the volume sees no conflict",
-			target: podWeb,
-			objs:   conflict(v1.ReadWriteOnce),
-			absent: []string{"multiattach"}, healthy: true,
-		},
+		noConflict("the node that holds the volume sees no conflict", podWeb, conflict(v1.ReadWriteOnce)),
 		{
 			name:   "pvc target walks every node: conflict reported for node-b",
 			target: Target{Kind: TargetPVC, Namespace: ns, Name: "data"},
 			objs:   conflict(v1.ReadWriteOnce),
 			want:   []expect{{"multiattach", StatusProblem, []string{"node-b"}}, {"va.attached", StatusOK, []string{nodeA}}},
 		},
-		{
-			name:   "terminated pod on node-a does not count as a user",
-			target: web2,
-			objs:   edit(drop[*storagev1.VolumeAttachment](conflict(v1.ReadWriteOnce), ""), "web", func(p *v1.Pod) { p.Status.Phase = v1.PodSucceeded }),
-			absent: []string{"multiattach"}, healthy: true,
-		},
+		noConflict("terminated pod on node-a does not count as a user", web2,
+			edit(drop[*storagev1.VolumeAttachment](conflict(v1.ReadWriteOnce), ""), "web", func(p *v1.Pod) { p.Status.Phase = v1.PodSucceeded })),
 	})
 }

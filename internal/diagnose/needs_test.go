@@ -1,8 +1,12 @@
 package diagnose
 
 import (
+	"iter"
+	"maps"
 	"slices"
 	"testing"
+
+	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/latchcsi/latch/internal/attacher"
 )
@@ -23,53 +27,50 @@ func fetchLike(target Target, server *Snapshot) *Snapshot {
 	panic("Needs did not reach a fixed point in 10 rounds")
 }
 
+// serve answers one read from the server's snapshot into s, as the API
+// server would.
 func serve(server, s *Snapshot, ref Ref) {
 	k := key(ref.Namespace, ref.Name)
-	switch ref.Kind {
-	case RefPod:
-		if o := server.Pods[k]; o != nil {
-			s.Add(o)
-		}
-	case RefPVC:
-		if o := server.PVCs[k]; o != nil {
-			s.Add(o)
-		}
-	case RefPV:
-		if o := server.PVs[k]; o != nil {
-			s.Add(o)
-		}
-	case RefNode:
-		if o := server.Nodes[k]; o != nil {
-			s.Add(o)
-		}
-	case RefCSINode:
-		if o := server.CSINodes[k]; o != nil {
-			s.Add(o)
-		}
-	case RefCSIDriver:
-		if o := server.CSIDrivers[k]; o != nil {
-			s.Add(o)
-		}
-	case RefPodList:
-		for _, p := range server.Pods {
-			if p != nil && p.Namespace == ref.Namespace {
-				s.Add(p)
+	answer := map[RefKind]func(){
+		RefPod:       func() { addFound(s, server.Pods, k) },
+		RefPVC:       func() { addFound(s, server.PVCs, k) },
+		RefPV:        func() { addFound(s, server.PVs, k) },
+		RefNode:      func() { addFound(s, server.Nodes, k) },
+		RefCSINode:   func() { addFound(s, server.CSINodes, k) },
+		RefCSIDriver: func() { addFound(s, server.CSIDrivers, k) },
+		RefPodList: func() {
+			for _, p := range server.Pods {
+				if p != nil && p.Namespace == ref.Namespace {
+					s.Add(p)
+				}
 			}
-		}
-	case RefVAList:
-		for _, va := range server.VAs {
-			s.Add(va)
-		}
-	case RefLeaseList:
-		for _, l := range server.Leases[ref.Name] {
-			s.Add(l)
-		}
-	case RefEventList:
-		for _, e := range server.Events[eventKey(ref.Of, ref.Namespace, ref.Name)] {
-			s.Add(e)
-		}
+		},
+		RefVAList:    func() { addAll(s, maps.Values(server.VAs)) },
+		RefLeaseList: func() { addAll(s, slices.Values(server.Leases[ref.Name])) },
+		RefEventList: func() { addAll(s, slices.Values(server.Events[eventKey(ref.Of, ref.Namespace, ref.Name)])) },
+	}
+	if read, ok := answer[ref.Kind]; ok {
+		read()
 	}
 	s.MarkRead(ref)
+}
+
+// addFound adds the object the server holds under k, if it holds one (a
+// nil entry is a "not found" the server remembers).
+func addFound[T interface {
+	comparable
+	runtime.Object
+}](s *Snapshot, server map[string]T, k string) {
+	var none T
+	if o := server[k]; o != none {
+		s.Add(o)
+	}
+}
+
+func addAll[T runtime.Object](s *Snapshot, objs iter.Seq[T]) {
+	for o := range objs {
+		s.Add(o)
+	}
 }
 
 func TestNeedsStartsFromTheTargetAndFollowsOneLinkPerRound(t *testing.T) {
