@@ -1,0 +1,40 @@
+package attacher_test
+
+import (
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/latchcsi/latch/internal/testsupport"
+)
+
+// upstream: TestCSIHandler "failed write with attached=true -> controller
+// retries". The status write that marks the VA attached after a
+// successful ControllerPublish is refused once: the attach is retried and
+// the VA ends attached with no attachError. Upstream calls
+// ControllerPublish again on the retry; so does latch (the publish is
+// idempotent and its publish context is what the status must carry).
+func TestFailedAttachedStatusWriteIsRetriedUntilTheVAIsAttached(t *testing.T) {
+	for i := range 3 {
+		e := newEnv(t, envOptions{noAttacher: true})
+		tr := testsupport.NewAPITransport()
+		cfg := cluster.RESTConfig()
+		cfg.WrapTransport = tr.Wrap
+		e.stopAtt = e.startAttacherAs(cfg, envOptions{}, "", "default")
+		pv, vaName := e.prefix+"-pv", e.prefix+"-va"
+		tr.FailNth(testsupport.Match{Method: "patch", Resource: "volumeattachments/status", Name: vaName}, 1, http.StatusInternalServerError, "injected: status write lost")
+		e.createPV(pv)
+		e.createVA(e.newVA(vaName, pv, e.node))
+		va := e.waitAttached(vaName, 30*time.Second)
+		if va.Status.AttachError != nil {
+			t.Fatalf("run %d: attachError %q left after the attach", i, va.Status.AttachError.Message)
+		}
+		if got := len(e.driver.CallsTo(publishMethod)); got != 2 {
+			t.Fatalf("run %d: ControllerPublish calls = %d, want 2 (the first, and the retry after the refused status write)", i, got)
+		}
+		if got := tr.Count("PATCH volumeattachments/status"); got != 2 {
+			t.Fatalf("run %d: status writes = %d, want 2 (refused, then attached)", i, got)
+		}
+		e.stopAtt()
+	}
+}
