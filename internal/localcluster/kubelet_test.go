@@ -97,125 +97,132 @@ func TestKubeletRegistersManagedReadyNodeAndCSINode(t *testing.T) {
 	}
 }
 
-func TestKubeletStartsPodOnlyAfterAttachAndReleasesVolumeOnDelete(t *testing.T) {
+// podScene is one test's namespace and node on a running kubelet
+// stand-in, where the test's Pod is called "app".
+type podScene struct {
+	t        *testing.T
+	ctx      context.Context
+	k        *Kubelet
+	client   kubernetes.Interface
+	ns, node string
+}
+
+func newPodScene(t *testing.T, ns, node string, drivers map[string]string) *podScene {
+	t.Helper()
 	ctx := testContext(t)
 	k, client := startKubelet(t, ctx)
-	const ns, node, driver = "kubelet-attach", "attach-node", "attach.csi.test"
 	if err := CreateNamespace(ctx, client, ns); err != nil {
 		t.Fatal(err)
 	}
-	if err := k.AddNode(ctx, NodeConfig{Name: node, Drivers: map[string]string{driver: "n1"}}); err != nil {
+	if err := k.AddNode(ctx, NodeConfig{Name: node, Drivers: drivers}); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := CreateBoundVolume(ctx, client, VolumeSpec{Namespace: ns, Name: "pv-attach", Driver: driver}); err != nil {
-		t.Fatal(err)
+	return &podScene{t: t, ctx: ctx, k: k, client: client, ns: ns, node: node}
+}
+
+func (s *podScene) boundVolume(driver, pv string) {
+	s.t.Helper()
+	if _, _, err := CreateBoundVolume(s.ctx, s.client, VolumeSpec{Namespace: s.ns, Name: pv, Driver: driver}); err != nil {
+		s.t.Fatal(err)
 	}
-	if _, err := client.CoreV1().Pods(ns).Create(ctx, NewPod(ns, "app", node, "pv-attach"), metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
+}
+
+func (s *podScene) createPod(pod *v1.Pod) {
+	s.t.Helper()
+	if _, err := s.client.CoreV1().Pods(s.ns).Create(s.ctx, pod, metav1.CreateOptions{}); err != nil {
+		s.t.Fatal(err)
 	}
+}
+
+func (s *podScene) waitRunning(what string) {
+	s.t.Helper()
+	eventually(s.t, s.ctx, what, func(ctx context.Context) (bool, error) {
+		pod, err := s.client.CoreV1().Pods(s.ns).Get(ctx, "app", metav1.GetOptions{})
+		return err == nil && pod.Status.Phase == v1.PodRunning, nil
+	})
+}
+
+// stillNotRunning lets a pass of the node run and fails if the Pod is
+// Running after it: it must still wait for why.
+func (s *podScene) stillNotRunning(why string) {
+	s.t.Helper()
+	s.k.queue.Add(s.node)
+	time.Sleep(200 * time.Millisecond) // let a pass run; nothing may change
+	pod, err := s.client.CoreV1().Pods(s.ns).Get(s.ctx, "app", metav1.GetOptions{})
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	if pod.Status.Phase == v1.PodRunning {
+		s.t.Fatalf("pod %s/app is Running, want it waiting for %s", s.ns, why)
+	}
+}
+
+func (s *podScene) volumesInUse() []v1.UniqueVolumeName {
+	s.t.Helper()
+	n, err := s.client.CoreV1().Nodes().Get(s.ctx, s.node, metav1.GetOptions{})
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	return n.Status.VolumesInUse
+}
+
+func TestKubeletStartsPodOnlyAfterAttachAndReleasesVolumeOnDelete(t *testing.T) {
+	const driver = "attach.csi.test"
+	s := newPodScene(t, "kubelet-attach", "attach-node", map[string]string{driver: "n1"})
+	s.boundVolume(driver, "pv-attach")
+	s.createPod(NewPod(s.ns, "app", s.node, "pv-attach"))
 	unique := UniqueVolumeName(driver, "pv-attach")
 
 	// Unrelated node status churn makes the stand-in re-sync the node; the
 	// Pod must still wait for its own volume.
-	setVolumesAttached(t, ctx, client, node, UniqueVolumeName(driver, "someone-else"))
-	eventually(t, ctx, "node synced with the unrelated volume", func(ctx context.Context) (bool, error) {
-		n, err := k.nodes.Get(node)
+	setVolumesAttached(t, s.ctx, s.client, s.node, UniqueVolumeName(driver, "someone-else"))
+	eventually(t, s.ctx, "node synced with the unrelated volume", func(ctx context.Context) (bool, error) {
+		n, err := s.k.nodes.Get(s.node)
 		return err == nil && len(n.Status.VolumesAttached) == 1, nil
 	})
-	k.queue.Add(node)
-	time.Sleep(200 * time.Millisecond) // let a pass run; nothing may change
-	pod, err := client.CoreV1().Pods(ns).Get(ctx, "app", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if pod.Status.Phase == v1.PodRunning {
-		t.Fatalf("pod Running before its volume is attached")
-	}
-	if n, _ := client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{}); len(n.Status.VolumesInUse) != 0 {
-		t.Fatalf("volumesInUse = %v before attach, want empty", n.Status.VolumesInUse)
+	s.stillNotRunning("its volume to be attached")
+	if inUse := s.volumesInUse(); len(inUse) != 0 {
+		t.Fatalf("volumesInUse = %v before attach, want empty", inUse)
 	}
 
-	setVolumesAttached(t, ctx, client, node, unique)
-	eventually(t, ctx, "pod Running after attach", func(ctx context.Context) (bool, error) {
-		pod, err := client.CoreV1().Pods(ns).Get(ctx, "app", metav1.GetOptions{})
-		return err == nil && pod.Status.Phase == v1.PodRunning, nil
-	})
-	n, err := client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !slices.Equal(n.Status.VolumesInUse, []v1.UniqueVolumeName{unique}) {
-		t.Fatalf("volumesInUse = %v, want [%s]", n.Status.VolumesInUse, unique)
+	setVolumesAttached(t, s.ctx, s.client, s.node, unique)
+	s.waitRunning("pod Running after attach")
+	if inUse := s.volumesInUse(); !slices.Equal(inUse, []v1.UniqueVolumeName{unique}) {
+		t.Fatalf("volumesInUse = %v, want [%s]", inUse, unique)
 	}
 
 	// Graceful delete: the stand-in releases the volume, then removes the Pod.
-	if err := client.CoreV1().Pods(ns).Delete(ctx, "app", metav1.DeleteOptions{}); err != nil {
+	if err := s.client.CoreV1().Pods(s.ns).Delete(s.ctx, "app", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, ctx, "pod gone after delete", func(ctx context.Context) (bool, error) {
-		_, err := client.CoreV1().Pods(ns).Get(ctx, "app", metav1.GetOptions{})
+	eventually(t, s.ctx, "pod gone after delete", func(ctx context.Context) (bool, error) {
+		_, err := s.client.CoreV1().Pods(s.ns).Get(ctx, "app", metav1.GetOptions{})
 		return apierrors.IsNotFound(err), nil
 	})
-	n, err = client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(n.Status.VolumesInUse) != 0 {
-		t.Fatalf("volumesInUse = %v after the pod is gone, want empty", n.Status.VolumesInUse)
+	if inUse := s.volumesInUse(); len(inUse) != 0 {
+		t.Fatalf("volumesInUse = %v after the pod is gone, want empty", inUse)
 	}
 }
 
 func TestKubeletSkipsVolumesThatNeedNoAttach(t *testing.T) {
-	ctx := testContext(t)
-	k, client := startKubelet(t, ctx)
-	const ns, node, driver = "kubelet-noattach", "noattach-node", "noattach.csi.test"
-	if err := CreateNamespace(ctx, client, ns); err != nil {
+	const driver = "noattach.csi.test"
+	s := newPodScene(t, "kubelet-noattach", "noattach-node", map[string]string{driver: "n1"})
+	if _, err := s.client.StorageV1().CSIDrivers().Create(s.ctx, NewCSIDriver(driver, new(bool)), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := client.StorageV1().CSIDrivers().Create(ctx, NewCSIDriver(driver, new(bool)), metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	if err := k.AddNode(ctx, NodeConfig{Name: node, Drivers: map[string]string{driver: "n1"}}); err != nil {
-		t.Fatal(err)
-	}
-	if _, _, err := CreateBoundVolume(ctx, client, VolumeSpec{Namespace: ns, Name: "pv-noattach", Driver: driver}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := client.CoreV1().Pods(ns).Create(ctx, NewPod(ns, "app", node, "pv-noattach"), metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	eventually(t, ctx, "pod Running without any attach", func(ctx context.Context) (bool, error) {
-		pod, err := client.CoreV1().Pods(ns).Get(ctx, "app", metav1.GetOptions{})
-		return err == nil && pod.Status.Phase == v1.PodRunning, nil
-	})
+	s.boundVolume(driver, "pv-noattach")
+	s.createPod(NewPod(s.ns, "app", s.node, "pv-noattach"))
+	s.waitRunning("pod Running without any attach")
 }
 
 func TestKubeletKeepsPodWithUnboundClaimPending(t *testing.T) {
-	ctx := testContext(t)
-	k, client := startKubelet(t, ctx)
-	const ns, node = "kubelet-unbound", "unbound-node"
-	if err := CreateNamespace(ctx, client, ns); err != nil {
-		t.Fatal(err)
-	}
-	if err := k.AddNode(ctx, NodeConfig{Name: node}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := client.CoreV1().Pods(ns).Create(ctx, NewPod(ns, "app", node, "missing-claim"), metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	eventually(t, ctx, "pod seen by the stand-in", func(ctx context.Context) (bool, error) {
-		objs, _ := k.pods.GetIndexer().ByIndex(podNodeIndex, node)
+	s := newPodScene(t, "kubelet-unbound", "unbound-node", nil)
+	s.createPod(NewPod(s.ns, "app", s.node, "missing-claim"))
+	eventually(t, s.ctx, "pod seen by the stand-in", func(ctx context.Context) (bool, error) {
+		objs, _ := s.k.pods.GetIndexer().ByIndex(podNodeIndex, s.node)
 		return len(objs) == 1, nil
 	})
-	k.queue.Add(node)
-	time.Sleep(200 * time.Millisecond)
-	pod, err := client.CoreV1().Pods(ns).Get(ctx, "app", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if pod.Status.Phase == v1.PodRunning {
-		t.Fatalf("pod with a missing PVC is Running")
-	}
+	s.stillNotRunning("its missing PVC")
 }
 
 func nodeReady(node *v1.Node) bool {
@@ -228,31 +235,14 @@ func nodeReady(node *v1.Node) bool {
 }
 
 func TestKubeletWaitsForTheCSITranslationOfAMigratedInlineVolume(t *testing.T) {
-	ctx := testContext(t)
-	k, client := startKubelet(t, ctx)
-	const ns, node = "kubelet-inline-gce", "inline-gce-node"
-	if err := CreateNamespace(ctx, client, ns); err != nil {
-		t.Fatal(err)
-	}
-	if err := k.AddNode(ctx, NodeConfig{Name: node, Drivers: map[string]string{"pd.csi.storage.gke.io": "n1"}}); err != nil {
-		t.Fatal(err)
-	}
-	pod := NewPod(ns, "app", node)
+	s := newPodScene(t, "kubelet-inline-gce", "inline-gce-node", map[string]string{"pd.csi.storage.gke.io": "n1"})
+	pod := NewPod(s.ns, "app", s.node)
 	pod.Spec.Volumes = append(pod.Spec.Volumes, v1.Volume{Name: "disk", VolumeSource: v1.VolumeSource{
 		GCEPersistentDisk: &v1.GCEPersistentDiskVolumeSource{PDName: "disk-1", FSType: "ext4"},
 	}})
-	if _, err := client.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	k.queue.Add(node)
-	time.Sleep(200 * time.Millisecond) // let a pass run; the Pod must wait
-	if p, err := client.CoreV1().Pods(ns).Get(ctx, "app", metav1.GetOptions{}); err != nil || p.Status.Phase == v1.PodRunning {
-		t.Fatalf("pod = %v, %v; want it waiting for its in-tree GCE PD volume", p.Status.Phase, err)
-	}
+	s.createPod(pod)
+	s.stillNotRunning("its in-tree GCE PD volume")
 	// csi-translation-lib's handle for an inline GCE PD volume without a zone.
-	setVolumesAttached(t, ctx, client, node, UniqueVolumeName("pd.csi.storage.gke.io", "projects/UNSPECIFIED/zones/UNSPECIFIED/disks/disk-1"))
-	eventually(t, ctx, "pod Running once the translated volume is attached", func(ctx context.Context) (bool, error) {
-		p, err := client.CoreV1().Pods(ns).Get(ctx, "app", metav1.GetOptions{})
-		return err == nil && p.Status.Phase == v1.PodRunning, nil
-	})
+	setVolumesAttached(t, s.ctx, s.client, s.node, UniqueVolumeName("pd.csi.storage.gke.io", "projects/UNSPECIFIED/zones/UNSPECIFIED/disks/disk-1"))
+	s.waitRunning("pod Running once the translated volume is attached")
 }
