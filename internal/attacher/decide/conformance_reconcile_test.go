@@ -2,6 +2,7 @@ package decide
 
 import (
 	"reflect"
+	"strings"
 	"testing"
 
 	storagev1 "k8s.io/api/storage/v1"
@@ -77,5 +78,35 @@ func TestConformanceDetachStillPublishedWithoutOurFinalizer(t *testing.T) {
 	}
 	if p := Detach(Observed{VA: va, StillPublished: true, Trivial: true}, drv, nil); !p.Done {
 		t.Fatalf("trivial plan = %+v, want done", p)
+	}
+}
+
+// upstream: TestCSIHandler "detach VA with neither / both PV and
+// InlineCSIVolumeSource reference -> error". Deliberate difference: with
+// the handle latch recorded at attach the volume is unpublished anyway;
+// without it, the detach is blocked with a message naming the source
+// problem, as upstream's detachError does.
+func TestConformanceDetachInvalidSource(t *testing.T) {
+	now := metav1.Now()
+	pv := "pv-1"
+	for name, src := range map[string]storagev1.VolumeAttachmentSource{
+		"neither": {},
+		"both":    {PersistentVolumeName: &pv, InlineVolumeSpec: &testPV().Spec},
+	} {
+		t.Run(name, func(t *testing.T) {
+			va := testVA(recorded, func(va *storagev1.VolumeAttachment) {
+				va.DeletionTimestamp = &now
+				va.Spec.Source = src
+			})
+			p := Detach(Observed{VA: va, PV: testPV(), CSINode: testCSINode(testDriver)}, drv, nil)
+			if p.Blocked != nil || p.Done || p.Volume.Handle != "vol-1" || p.NodeID != "node-1-id" {
+				t.Fatalf("plan with a recorded handle = %+v, want unpublish vol-1 from node-1-id", p)
+			}
+			delete(va.Annotations, AnnVolumeHandle)
+			p = Detach(Observed{VA: va, PV: testPV(), CSINode: testCSINode(testDriver)}, drv, nil)
+			if p.Blocked == nil || p.Blocked.Reason != ReasonNoVolumeHandle || !strings.Contains(p.Blocked.Message, "spec.source") {
+				t.Fatalf("plan without a recorded handle = %+v, want NoVolumeHandle naming spec.source", p)
+			}
+		})
 	}
 }
