@@ -12,6 +12,7 @@ import (
 	"k8s.io/component-base/metrics"
 	"k8s.io/klog/v2"
 
+	"github.com/latchcsi/latch/internal/app"
 	"github.com/latchcsi/latch/internal/attachdetach/controller"
 	"github.com/latchcsi/latch/internal/attacher"
 	"github.com/latchcsi/latch/internal/csimock"
@@ -31,6 +32,24 @@ func AttacherConfig(cfg *rest.Config, csiAddress string) attacher.SidecarConfig 
 // Attacher runs csi-attacher's RunSidecar as a component named name.
 func Attacher(ctx context.Context, name string, cfg attacher.SidecarConfig) *Component {
 	return Go(ctx, name, func(ctx context.Context) error { return attacher.RunSidecar(ctx, cfg) })
+}
+
+// QuickAttacher shortens what csi-attacher makes a test wait: a CSI call
+// times out after 5s, a failed attach is retried from 100ms, a missing
+// secret looked for again every 500ms, and the driver connection is
+// given 30s. Volumes without an fsType get ext4.
+func QuickAttacher(c *attacher.SidecarConfig) {
+	c.ConnectTimeout = 30 * time.Second
+	c.DefaultFSType = "ext4"
+	c.Controller.Timeout = 5 * time.Second
+	c.Controller.RetryIntervalStart = 100 * time.Millisecond
+	c.Controller.SecretRetryInterval = 500 * time.Millisecond
+}
+
+// QuickLease makes leader election hand over within seconds: a 2s Lease,
+// renewed within 1.5s, tried every 200ms.
+func QuickLease(l *app.LeaderElection) {
+	l.LeaseDuration, l.RenewDeadline, l.RetryPeriod = 2*time.Second, 1500*time.Millisecond, 200*time.Millisecond
 }
 
 // RestartingAttacher is Attacher under a supervisor that restarts

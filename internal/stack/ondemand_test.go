@@ -110,16 +110,5 @@ func TestOnDemandAttacherAndRestartedController(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	testsupport.Eventually(t, ctx, time.Minute, "the VolumeAttachments gone after the Pods", func(ctx context.Context) (bool, error) {
-		vas, err := s.Client.StorageV1().VolumeAttachments().List(ctx, metav1.ListOptions{})
-		if err != nil {
-			return false, err
-		}
-		for _, va := range vas.Items {
-			if va.Spec.Attacher == driver {
-				return false, nil
-			}
-		}
-		return true, nil
-	})
+	waitNoVolumeAttachments(t, ctx, s, driver)
 }

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
+	"testing"
 
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -187,13 +188,17 @@ func Start(ctx context.Context, o Options) (_ *Stack, err error) {
 
 // StartController starts an attach/detach controller with
 // ControllerConfig adjusted by Options.ControllerConfig (called again on
-// every start): after Start (with NoController), or again after the
-// previous one stopped or was killed. It becomes s.Controller; Stop stops
-// every controller started.
-func (s *Stack) StartController(ctx context.Context) *Component {
+// every start), then by adjust (this start only: its own API transport,
+// say): after Start (with NoController), or again after the previous one
+// stopped or was killed. It becomes s.Controller; Stop stops every
+// controller started.
+func (s *Stack) StartController(ctx context.Context, adjust ...func(*controller.ServeConfig)) *Component {
 	cfg := ControllerConfig(s.Cluster.RESTConfig())
 	if s.opts.ControllerConfig != nil {
 		s.opts.ControllerConfig(&cfg)
+	}
+	for _, f := range adjust {
+		f(&cfg)
 	}
 	c := Controller(ctx, "attachdetach-controller", cfg)
 	s.watch(c)
@@ -322,4 +327,17 @@ func (s *Stack) startBinaryAttachers(ctx context.Context) error {
 		s.track(a)
 	}
 	return nil
+}
+
+// RunTestMain is a test package's TestMain body for suites on one shared
+// control plane: localcluster.RunTestMain (one cluster for the package,
+// in *shared), then the binaries testsupport.Binary built are removed and
+// the process exits with the tests' code.
+//
+//	var cluster *localcluster.Cluster
+//	func TestMain(m *testing.M) { stack.RunTestMain(m, &cluster) }
+func RunTestMain(m *testing.M, shared **localcluster.Cluster) {
+	code := localcluster.RunTestMain(m, shared)
+	testsupport.RemoveBinaries()
+	os.Exit(code)
 }

@@ -3,7 +3,6 @@ package stack
 import (
 	"context"
 	"fmt"
-	"os"
 	"testing"
 	"time"
 
@@ -16,11 +15,7 @@ import (
 
 var cluster *localcluster.Cluster
 
-func TestMain(m *testing.M) {
-	code := localcluster.RunTestMain(m, &cluster)
-	testsupport.RemoveBinaries()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { RunTestMain(m, &cluster) }
 
 // Each attacher mode brings a Pod's volume to the node through both
 // controllers: the VolumeAttachment is attached, the driver published
@@ -98,18 +93,25 @@ func TestStackAttachesAPodsVolumeInEveryAttacherMode(t *testing.T) {
 			if err := s.Client.CoreV1().Pods(ns).Delete(ctx, "app", metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
 				t.Fatal(err)
 			}
-			testsupport.Eventually(t, ctx, time.Minute, "the VolumeAttachment gone after the Pod", func(ctx context.Context) (bool, error) {
-				vas, err := s.Client.StorageV1().VolumeAttachments().List(ctx, metav1.ListOptions{})
-				if err != nil {
-					return false, err
-				}
-				for _, va := range vas.Items {
-					if va.Spec.Attacher == driver {
-						return false, nil
-					}
-				}
-				return true, nil
-			})
+			waitNoVolumeAttachments(t, ctx, s, driver)
 		})
 	}
+}
+
+// waitNoVolumeAttachments waits until no VolumeAttachment of driver is
+// left.
+func waitNoVolumeAttachments(t *testing.T, ctx context.Context, s *Stack, driver string) {
+	t.Helper()
+	testsupport.Eventually(t, ctx, time.Minute, "no VolumeAttachment of "+driver+" left", func(ctx context.Context) (bool, error) {
+		vas, err := s.Client.StorageV1().VolumeAttachments().List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, err
+		}
+		for _, va := range vas.Items {
+			if va.Spec.Attacher == driver {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
 }
