@@ -11,27 +11,34 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 )
 
-// controllerContainers returns every attachdetach-controller container of
-// ds, with its Deployment's Pod annotations.
-func controllerContainers(ds []*appsv1.Deployment) map[string]struct {
+// controllerContainer is an attachdetach-controller container with its
+// Deployment's Pod annotations.
+type controllerContainer struct {
 	c           v1.Container
 	annotations map[string]string
-} {
-	out := map[string]struct {
-		c           v1.Container
-		annotations map[string]string
-	}{}
-	for _, d := range ds {
-		for _, c := range d.Spec.Template.Spec.Containers {
-			if bin, ok := latchBinary(c.Image); ok && bin == "attachdetach-controller" {
-				out[d.Name+"/"+c.Name] = struct {
-					c           v1.Container
-					annotations map[string]string
-				}{c, d.Spec.Template.Annotations}
+}
+
+// eachControllerContainer checks that each rendering (by where it comes
+// from) runs exactly one attachdetach-controller container and calls check
+// with it, where naming the rendering and the container.
+func eachControllerContainer(t *testing.T, renderings map[string][]*appsv1.Deployment, check func(where string, cc controllerContainer)) {
+	t.Helper()
+	for where, ds := range renderings {
+		cs := map[string]controllerContainer{}
+		for _, d := range ds {
+			for _, c := range d.Spec.Template.Spec.Containers {
+				if bin, ok := latchBinary(c.Image); ok && bin == "attachdetach-controller" {
+					cs[d.Name+"/"+c.Name] = controllerContainer{c, d.Spec.Template.Annotations}
+				}
 			}
 		}
+		if len(cs) != 1 {
+			t.Fatalf("%s: %d attachdetach-controller containers, want 1", where, len(cs))
+		}
+		for name, cc := range cs {
+			check(where+" "+name, cc)
+		}
 	}
-	return out
 }
 
 // flagValue is the value the binary sees for --name: the last occurrence
@@ -113,57 +120,45 @@ func TestControllerServesMetricsOnlyWhenAskedTo(t *testing.T) {
 		"chart leaderElection=false": deployments(t, mustHelmTemplate(t, "kube-system", map[string]any{
 			"attachdetachController": map[string]any{"leaderElection": false}})),
 	}
-	for where, ds := range off {
-		cs := controllerContainers(ds)
-		if len(cs) != 1 {
-			t.Fatalf("%s: %d attachdetach-controller containers, want 1", where, len(cs))
+	eachControllerContainer(t, off, func(where string, cc controllerContainer) {
+		c := cc.c
+		// The binary's own default is loopback; an absent flag keeps it.
+		metrics := flagValue(c.Args, "http-endpoint", "127.0.0.1:8080")
+		if host, _ := endpointPort(t, metrics); metrics != "" && !slices.Contains([]string{"127.0.0.1", "localhost", "::1"}, host) {
+			t.Errorf("%s: --http-endpoint=%q serves unauthenticated metrics on the Pod's interfaces; want loopback (or none) by default", where, metrics)
 		}
-		for name, cc := range cs {
-			c, where := cc.c, where+" "+name
-			// The binary's own default is loopback; an absent flag keeps it.
-			metrics := flagValue(c.Args, "http-endpoint", "127.0.0.1:8080")
-			if host, _ := endpointPort(t, metrics); metrics != "" && !slices.Contains([]string{"127.0.0.1", "localhost", "::1"}, host) {
-				t.Errorf("%s: --http-endpoint=%q serves unauthenticated metrics on the Pod's interfaces; want loopback (or none) by default", where, metrics)
-			}
-			healthPort := checkControllerHealth(t, where, c, !strings.Contains(where, "leaderElection=false"))
-			for _, p := range c.Ports {
-				if p.ContainerPort != healthPort {
-					t.Errorf("%s: declares port %s/%d besides the health port %d, but serves nothing else by default", where, p.Name, p.ContainerPort, healthPort)
-				}
-			}
-			if cc.annotations["prometheus.io/scrape"] == "true" {
-				t.Errorf("%s: Pod annotated for scraping, but metrics are on loopback only", where)
+		healthPort := checkControllerHealth(t, where, c, !strings.Contains(where, "leaderElection=false"))
+		for _, p := range c.Ports {
+			if p.ContainerPort != healthPort {
+				t.Errorf("%s: declares port %s/%d besides the health port %d, but serves nothing else by default", where, p.Name, p.ContainerPort, healthPort)
 			}
 		}
-	}
+		if cc.annotations["prometheus.io/scrape"] == "true" {
+			t.Errorf("%s: Pod annotated for scraping, but metrics are on loopback only", where)
+		}
+	})
 
 	on := map[string][]*appsv1.Deployment{
 		"deploy/overlays/prometheus-scrape": deployments(t, kustomize(t, "deploy/overlays/prometheus-scrape")),
 		"chart attachdetachController.httpEndpoint": deployments(t, mustHelmTemplate(t, "kube-system", map[string]any{
 			"attachdetachController": map[string]any{"httpEndpoint": true}})),
 	}
-	for where, ds := range on {
-		cs := controllerContainers(ds)
-		if len(cs) != 1 {
-			t.Fatalf("%s: %d attachdetach-controller containers, want 1", where, len(cs))
+	eachControllerContainer(t, on, func(where string, cc controllerContainer) {
+		c := cc.c
+		if got := flagValue(c.Args, "http-endpoint", "127.0.0.1:8080"); got != ":8080" {
+			t.Errorf("%s: --http-endpoint=%q, want :8080 (every interface) when metrics are asked for", where, got)
 		}
-		for name, cc := range cs {
-			c, where := cc.c, where+" "+name
-			if got := flagValue(c.Args, "http-endpoint", "127.0.0.1:8080"); got != ":8080" {
-				t.Errorf("%s: --http-endpoint=%q, want :8080 (every interface) when metrics are asked for", where, got)
-			}
-			if !slices.ContainsFunc(c.Ports, func(p v1.ContainerPort) bool { return p.Name == "http" && p.ContainerPort == 8080 }) {
-				t.Errorf("%s: ports %v, want http/8080", where, c.Ports)
-			}
-			if cc.annotations["prometheus.io/scrape"] != "true" || cc.annotations["prometheus.io/port"] != "8080" {
-				t.Errorf("%s: Pod annotations %v, want the scrape annotations on port 8080", where, cc.annotations)
-			}
-			// Health stays where the probes look for it.
-			if checkControllerHealth(t, where, c, true) == 8080 {
-				t.Errorf("%s: health endpoint shares port 8080 with metrics", where)
-			}
+		if !slices.ContainsFunc(c.Ports, func(p v1.ContainerPort) bool { return p.Name == "http" && p.ContainerPort == 8080 }) {
+			t.Errorf("%s: ports %v, want http/8080", where, c.Ports)
 		}
-	}
+		if cc.annotations["prometheus.io/scrape"] != "true" || cc.annotations["prometheus.io/port"] != "8080" {
+			t.Errorf("%s: Pod annotations %v, want the scrape annotations on port 8080", where, cc.annotations)
+		}
+		// Health stays where the probes look for it.
+		if checkControllerHealth(t, where, c, true) == 8080 {
+			t.Errorf("%s: health endpoint shares port 8080 with metrics", where)
+		}
+	})
 }
 
 // The two listeners cannot share a port: the chart refuses to render.
