@@ -38,3 +38,24 @@ func TestFailedAttachedStatusWriteIsRetriedUntilTheVAIsAttached(t *testing.T) {
 		e.stopAtt()
 	}
 }
+
+// upstream: TestCSIHandler "unknown PV -> error + error saving the error".
+// The PV is missing and the first two attachError writes are refused: the
+// attach is retried until the error is shown; nothing is published.
+func TestRefusedAttachErrorWriteIsRetriedUntilShown(t *testing.T) {
+	e := newEnv(t, envOptions{noAttacher: true})
+	tr := testsupport.NewAPITransport()
+	cfg := cluster.RESTConfig()
+	cfg.WrapTransport = tr.Wrap
+	e.stopAtt = e.startAttacherAs(cfg, envOptions{}, "", "default")
+	pv, vaName := e.prefix+"-pv", e.prefix+"-va"
+	tr.Fail(testsupport.Match{Method: "patch", Resource: "volumeattachments/status", Name: vaName}, 2, http.StatusForbidden, "injected: cannot patch status")
+	e.createVA(e.newVA(vaName, pv, e.node))
+	e.waitAttachError(vaName, pv)
+	if got := tr.Count("PATCH volumeattachments/status"); got != 3 {
+		t.Errorf("status writes = %d, want 3 (two refused, then the error)", got)
+	}
+	if n := len(e.driver.CallsTo(publishMethod)); n != 0 {
+		t.Errorf("ControllerPublish calls = %d without a PV, want 0", n)
+	}
+}
