@@ -35,6 +35,19 @@ func holder(t *testing.T, ctx context.Context, client *fake.Clientset) string {
 	return *l.Spec.HolderIdentity
 }
 
+// within returns what ch delivers, or fails the test saying what did not
+// happen when nothing comes within 10 seconds.
+func within[T any](t *testing.T, ch <-chan T, what string) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(10 * time.Second):
+		t.Fatal(what)
+		panic("unreachable")
+	}
+}
+
 func waitUntil(t *testing.T, ctx context.Context, what string, cond func() bool) {
 	t.Helper()
 	if err := wait.PollUntilContextTimeout(ctx, 5*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) { return cond(), nil }); err != nil {
@@ -59,11 +72,7 @@ func TestRunAsLeaderKeepsLeaseUntilRunHasDrainedThenReleasesIt(t *testing.T) {
 			return nil
 		})
 	}()
-	select {
-	case <-started:
-	case <-time.After(10 * time.Second):
-		t.Fatal("run not started")
-	}
+	within(t, started, "run not started")
 	if h := holder(t, testCtx, client); h != "a" {
 		t.Fatalf("lease holder = %q while running, want a", h)
 	}
@@ -83,13 +92,8 @@ func TestRunAsLeaderKeepsLeaseUntilRunHasDrainedThenReleasesIt(t *testing.T) {
 	}
 
 	close(drained)
-	select {
-	case err := <-result:
-		if err != nil {
-			t.Fatalf("RunAsLeader = %v, want nil after a clean stop", err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("RunAsLeader did not return after run finished")
+	if err := within(t, result, "RunAsLeader did not return after run finished"); err != nil {
+		t.Fatalf("RunAsLeader = %v, want nil after a clean stop", err)
 	}
 	if h := holder(t, testCtx, client); h != "" {
 		t.Errorf("lease holder = %q after shutdown, want released (empty)", h)
@@ -129,13 +133,8 @@ func TestRunAsLeaderCandidateStopsAtOnceWithoutRunning(t *testing.T) {
 	}()
 	time.Sleep(50 * time.Millisecond)
 	stop()
-	select {
-	case err := <-result:
-		if err != nil {
-			t.Errorf("candidate RunAsLeader = %v, want nil", err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("candidate did not stop")
+	if err := within(t, result, "candidate did not stop"); err != nil {
+		t.Errorf("candidate RunAsLeader = %v, want nil", err)
 	}
 	if ran {
 		t.Error("run was called without holding the lease")
@@ -195,13 +194,8 @@ func TestRunAsLeaderLosingTheLeaseStopsRunAndReturnsErrLostLease(t *testing.T) {
 		t.Fatal(err)
 	}
 	intruded.Store(true)
-	select {
-	case err := <-result:
-		if !errors.Is(err, ErrLostLease) {
-			t.Fatalf("RunAsLeader = %v, want ErrLostLease", err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("RunAsLeader did not notice the lost lease")
+	if err := within(t, result, "RunAsLeader did not notice the lost lease"); !errors.Is(err, ErrLostLease) {
+		t.Fatalf("RunAsLeader = %v, want ErrLostLease", err)
 	}
 	select {
 	case <-runStopped:

@@ -3,6 +3,7 @@ package app
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -105,13 +106,8 @@ func TestPresenceWhileWorkingAnotherHolderAbortsRunAndReturnsErrCompetingInstanc
 		if _, err := client.CoordinationV1().Leases("default").Update(ctx, l, metav1.UpdateOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		select {
-		case err := <-result:
-			if !errors.Is(err, ErrCompetingInstance) {
-				t.Fatalf("iteration %d: RunAsLeader = %v, want ErrCompetingInstance", i, err)
-			}
-		case <-time.After(10 * time.Second):
-			t.Fatalf("iteration %d: RunAsLeader did not return after another identity took the Lease", i)
+		if err := within(t, result, fmt.Sprintf("iteration %d: RunAsLeader did not return after another identity took the Lease", i)); !errors.Is(err, ErrCompetingInstance) {
+			t.Fatalf("iteration %d: RunAsLeader = %v, want ErrCompetingInstance", i, err)
 		}
 		select {
 		case <-aborted:
@@ -152,12 +148,7 @@ func TestPresenceTakesOverAnExpiredLeaseAfterItsDuration(t *testing.T) {
 			return nil
 		})
 	}()
-	var at time.Time
-	select {
-	case at = <-started:
-	case <-time.After(10 * time.Second):
-		t.Fatal("never took over the expired Lease")
-	}
+	at := within(t, started, "never took over the expired Lease")
 	if d := at.Sub(start); d < time.Second {
 		t.Errorf("started %s after start, want at least the holder's lease duration (1s)", d)
 	}
