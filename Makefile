@@ -44,12 +44,13 @@ up:
 
 ## image: one container image per released binary (the targets of build/Dockerfile; needs docker with BuildKit)
 IMAGE_REGISTRY ?= ghcr.io/latchcsi
-IMAGE_TAG ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
+# The release version, written once in internal/version/VERSION.
+IMAGE_TAG ?= $(shell cat internal/version/VERSION)
 IMAGE_BINARIES := $(shell sed -n 's/^FROM runtime AS //p' build/Dockerfile)
 image:
 	for b in $(IMAGE_BINARIES); do \
 		DOCKER_BUILDKIT=1 docker build -f build/Dockerfile --build-arg BINARY=$$b --target $$b \
-			--build-arg VERSION=$(IMAGE_TAG) -t $(IMAGE_REGISTRY)/$$b:$(IMAGE_TAG) . || exit 1; \
+			-t $(IMAGE_REGISTRY)/$$b:$(IMAGE_TAG) . || exit 1; \
 	done
 
 ## lint: gofmt, go vet and staticcheck (installed from the Go module proxy)

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/latchcsi/latch/internal/csimock"
+	"github.com/latchcsi/latch/internal/version"
 	"k8s.io/klog/v2"
 )
 
@@ -39,6 +40,10 @@ func run(ctx context.Context, args []string, stderr io.Writer, started func(http
 	if err != nil {
 		fmt.Fprintln(stderr, err)
 		return 2
+	}
+	if opts.version {
+		fmt.Println("csi-mock-driver", version.Version)
+		return 0
 	}
 	defer klog.Flush()
 	logger := klog.Background()

@@ -21,6 +21,7 @@ type options struct {
 	// rules.
 	latencies []csimock.Rule
 	driver    csimock.Config
+	version   bool
 }
 
 // parseFlags turns args into options; it touches no global state except
@@ -34,6 +35,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.csiAddress, "csi-address", "/run/csi/socket", "Unix socket to serve CSI on (a path or unix://path).")
 	fs.StringVar(&o.httpEndpoint, "http-endpoint", "", "Loopback host:port for the JSON observability/control endpoint (/calls, /stats, /state, /faults). Empty disables it.")
 	fs.StringVar(&o.faultConfig, "fault-config", "", "YAML or JSON file with fault rules to install at start.")
+	fs.BoolVar(&o.version, "version", false, "Print the version and exit.")
 
 	c := &o.driver
 	fs.StringVar(&c.Name, "driver-name", c.Name, "Driver name returned by GetPluginInfo.")

@@ -25,6 +25,7 @@ import (
 	"github.com/latchcsi/latch/internal/diagnose"
 	"github.com/latchcsi/latch/internal/diagnose/fetch"
 	"github.com/latchcsi/latch/internal/diagnose/render"
+	"github.com/latchcsi/latch/internal/version"
 )
 
 // Exit codes, documented in docs/latchctl.md.
@@ -52,6 +53,10 @@ func run(ctx context.Context, argv0 string, args []string, stdout, stderr io.Wri
 	if err != nil {
 		fmt.Fprintf(stderr, "%s: %v\nRun '%s --help' for usage.\n", prog, err, prog)
 		return exitError
+	}
+	if cfg.Command == "version" {
+		fmt.Fprintln(stdout, prog, version.Version)
+		return exitHealthy
 	}
 	if err := setUpLogging(cfg.Verbosity, stderr); err != nil {
 		fmt.Fprintf(stderr, "%s: %v\n", prog, err)

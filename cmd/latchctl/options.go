@@ -16,7 +16,7 @@ import (
 
 // Config is everything the command line decides.
 type Config struct {
-	Command string // "explain" or "status"
+	Command string // "explain", "status" or "version"
 	// Target is what explain explains; its namespace may still be empty
 	// (then the kubeconfig context's namespace applies).
 	Target    diagnose.Target
@@ -60,6 +60,7 @@ Usage:
   %[1]s explain pv NAME                 the same for a PersistentVolume
   %[1]s explain va NAME                 one VolumeAttachment (a unique name prefix is enough)
   %[1]s status                          table of VolumeAttachments
+  %[1]s version                         latchctl's version
 
 Exit codes: 0 no problem found, 1 a problem was found, 2 usage or API error.
 
@@ -80,6 +81,7 @@ func newFlagSet(cfg *Config) *pflag.FlagSet {
 	fs.StringVar(&cfg.Driver, "driver", "", "status: only VolumeAttachments of this CSI driver")
 	fs.DurationVar(&cfg.Timeout, "request-timeout", 30*time.Second, "give up on the API server after this long")
 	fs.IntVarP(&cfg.Verbosity, "v", "v", 0, "log verbosity (klog), to stderr")
+	fs.Bool("version", false, "print latchctl's version and exit (the same as the version command)")
 	return fs
 }
 
@@ -98,6 +100,9 @@ func parseArgs(args []string, prog string, stderr io.Writer) (*Config, error) {
 		return nil, fmt.Errorf("%w: %v", errUsage, err)
 	}
 	pos := fs.Args()
+	if v, _ := fs.GetBool("version"); v {
+		pos = []string{"version"}
+	}
 	if len(pos) == 0 {
 		return nil, fmt.Errorf("%w: missing command (explain or status)", errUsage)
 	}
@@ -130,6 +135,10 @@ func parseArgs(args []string, prog string, stderr io.Writer) (*Config, error) {
 		}
 		if !slices.Contains(diagnose.SortKeys(), cfg.SortBy) {
 			return nil, fmt.Errorf("%w: --sort-by %s: want one of %v", errUsage, cfg.SortBy, diagnose.SortKeys())
+		}
+	case "version":
+		if len(pos) > 1 {
+			return nil, fmt.Errorf("%w: version takes no arguments, got %q", errUsage, pos[1:])
 		}
 	case "help":
 		usage(stderr, prog, fs)

@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/Masterminds/semver/v3"
+	"github.com/latchcsi/latch/internal/version"
 
 	"helm.sh/helm/v3/pkg/chart/loader"
 	"helm.sh/helm/v3/pkg/chartutil"
@@ -184,7 +185,7 @@ func TestHelmValuesReachTheManifests(t *testing.T) {
 			t.Fatalf("Deployments = %v, want only latch-attachdetach-controller", deploymentNames(ds))
 		}
 		c := container(t, ds, "latch-attachdetach-controller", "attachdetach-controller")
-		if c.Image != "ghcr.io/latchcsi/attachdetach-controller:latest" {
+		if c.Image != "ghcr.io/latchcsi/attachdetach-controller:"+version.Version {
 			t.Errorf("image %q, want the chart appVersion tag", c.Image)
 		}
 		for _, want := range []string{"--leader-elect=true", "--leader-elect-resource-namespace=kube-system", "--http-endpoint=127.0.0.1:8080", "--health-endpoint=:8081", "--max-wait-for-unmount=6m"} {
