@@ -349,23 +349,24 @@ func noProbeObjectsLeft(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	left := func(kind string, m metav1.ObjectMeta) {
+		if strings.HasPrefix(m.Name, "f-") {
+			t.Errorf("limit probe left %s %s (finalizers %v)", kind, m.Name, m.Finalizers)
+		}
+	}
 	pvs, err := client.CoreV1().PersistentVolumes().List(ctx, metav1.ListOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, pv := range pvs.Items {
-		if strings.HasPrefix(pv.Name, "f-") {
-			t.Errorf("limit probe left PersistentVolume %s (finalizers %v)", pv.Name, pv.Finalizers)
-		}
+		left("PersistentVolume", pv.ObjectMeta)
 	}
 	vas, err := client.StorageV1().VolumeAttachments().List(ctx, metav1.ListOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, va := range vas.Items {
-		if strings.HasPrefix(va.Name, "f-") {
-			t.Errorf("limit probe left VolumeAttachment %s (finalizers %v)", va.Name, va.Finalizers)
-		}
+		left("VolumeAttachment", va.ObjectMeta)
 	}
 }
 
