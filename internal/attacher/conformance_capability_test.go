@@ -8,6 +8,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/latchcsi/latch/internal/csi"
+	"github.com/latchcsi/latch/internal/csi/csitest"
 )
 
 // upstream: TestGetVolumeCapabilities, case by case: the capability the
@@ -15,25 +16,6 @@ import (
 // mode, fsType, mount options and SINGLE_NODE_MULTI_WRITER (default fsType
 // ext4, as there).
 func TestConformanceGetVolumeCapabilities(t *testing.T) {
-	const (
-		snw  = csipb.VolumeCapability_AccessMode_SINGLE_NODE_WRITER
-		snsw = csipb.VolumeCapability_AccessMode_SINGLE_NODE_SINGLE_WRITER
-		snmw = csipb.VolumeCapability_AccessMode_SINGLE_NODE_MULTI_WRITER
-		mnro = csipb.VolumeCapability_AccessMode_MULTI_NODE_READER_ONLY
-		mnmw = csipb.VolumeCapability_AccessMode_MULTI_NODE_MULTI_WRITER
-	)
-	mount := func(fs string, mode csipb.VolumeCapability_AccessMode_Mode, flags ...string) *csipb.VolumeCapability {
-		return &csipb.VolumeCapability{
-			AccessType: &csipb.VolumeCapability_Mount{Mount: &csipb.VolumeCapability_MountVolume{FsType: fs, MountFlags: flags}},
-			AccessMode: &csipb.VolumeCapability_AccessMode{Mode: mode},
-		}
-	}
-	block := func(mode csipb.VolumeCapability_AccessMode_Mode) *csipb.VolumeCapability {
-		return &csipb.VolumeCapability{
-			AccessType: &csipb.VolumeCapability_Block{Block: &csipb.VolumeCapability_BlockVolume{}},
-			AccessMode: &csipb.VolumeCapability_AccessMode{Mode: mode},
-		}
-	}
 	m := func(modes ...v1.PersistentVolumeAccessMode) []v1.PersistentVolumeAccessMode { return modes }
 	cases := []struct {
 		name  string
@@ -41,23 +23,23 @@ func TestConformanceGetVolumeCapabilities(t *testing.T) {
 		want  *csipb.VolumeCapability // nil: an error
 		snmwD bool
 	}{
-		{name: "RWX", in: csi.CapabilityInput{AccessModes: m(v1.ReadWriteMany)}, want: mount("ext4", mnmw)},
-		{name: "Block RWX", in: csi.CapabilityInput{AccessModes: m(v1.ReadWriteMany), Block: true}, want: block(mnmw)},
-		{name: "RWX + specified fsType", in: csi.CapabilityInput{AccessModes: m(v1.ReadWriteMany), FSType: "ext3"}, want: mount("ext3", mnmw)},
-		{name: "RWO", in: csi.CapabilityInput{AccessModes: m(v1.ReadWriteOnce)}, want: mount("ext4", snw)},
-		{name: "Block RWO", in: csi.CapabilityInput{AccessModes: m(v1.ReadWriteOnce), Block: true}, want: block(snw)},
-		{name: "ROX", in: csi.CapabilityInput{AccessModes: m(v1.ReadOnlyMany)}, want: mount("ext4", mnro)},
-		{name: "RWX + anything", in: csi.CapabilityInput{AccessModes: m(v1.ReadWriteMany, v1.ReadOnlyMany, v1.ReadWriteOnce)}, want: mount("ext4", mnmw)},
-		{name: "mount options", in: csi.CapabilityInput{AccessModes: m(v1.ReadWriteMany), MountOptions: []string{"first", "second"}}, want: mount("ext4", mnmw, "first", "second")},
+		{name: "RWX", in: csi.CapabilityInput{AccessModes: m(v1.ReadWriteMany)}, want: csitest.Mount(csitest.MNMW, "ext4")},
+		{name: "Block RWX", in: csi.CapabilityInput{AccessModes: m(v1.ReadWriteMany), Block: true}, want: csitest.Block(csitest.MNMW)},
+		{name: "RWX + specified fsType", in: csi.CapabilityInput{AccessModes: m(v1.ReadWriteMany), FSType: "ext3"}, want: csitest.Mount(csitest.MNMW, "ext3")},
+		{name: "RWO", in: csi.CapabilityInput{AccessModes: m(v1.ReadWriteOnce)}, want: csitest.Mount(csitest.SNW, "ext4")},
+		{name: "Block RWO", in: csi.CapabilityInput{AccessModes: m(v1.ReadWriteOnce), Block: true}, want: csitest.Block(csitest.SNW)},
+		{name: "ROX", in: csi.CapabilityInput{AccessModes: m(v1.ReadOnlyMany)}, want: csitest.Mount(csitest.MNRO, "ext4")},
+		{name: "RWX + anything", in: csi.CapabilityInput{AccessModes: m(v1.ReadWriteMany, v1.ReadOnlyMany, v1.ReadWriteOnce)}, want: csitest.Mount(csitest.MNMW, "ext4")},
+		{name: "mount options", in: csi.CapabilityInput{AccessModes: m(v1.ReadWriteMany), MountOptions: []string{"first", "second"}}, want: csitest.Mount(csitest.MNMW, "ext4", "first", "second")},
 		{name: "ROX+RWO", in: csi.CapabilityInput{AccessModes: m(v1.ReadWriteOnce, v1.ReadOnlyMany)}},
 		{name: "nothing", in: csi.CapabilityInput{AccessModes: m()}},
-		{name: "RWX with SINGLE_NODE_MULTI_WRITER capable driver", in: csi.CapabilityInput{AccessModes: m(v1.ReadWriteMany)}, snmwD: true, want: mount("ext4", mnmw)},
+		{name: "RWX with SINGLE_NODE_MULTI_WRITER capable driver", in: csi.CapabilityInput{AccessModes: m(v1.ReadWriteMany)}, snmwD: true, want: csitest.Mount(csitest.MNMW, "ext4")},
 		{name: "ROX + RWO with SINGLE_NODE_MULTI_WRITER capable driver", in: csi.CapabilityInput{AccessModes: m(v1.ReadOnlyMany, v1.ReadWriteOnce)}, snmwD: true},
 		{name: "ROX + RWOP with SINGLE_NODE_MULTI_WRITER capable driver", in: csi.CapabilityInput{AccessModes: m(v1.ReadOnlyMany, v1.ReadWriteOncePod)}, snmwD: true},
 		{name: "RWO + RWOP with SINGLE_NODE_MULTI_WRITER capable driver", in: csi.CapabilityInput{AccessModes: m(v1.ReadWriteOnce, v1.ReadWriteOncePod)}, snmwD: true},
-		{name: "ROX with SINGLE_NODE_MULTI_WRITER capable driver", in: csi.CapabilityInput{AccessModes: m(v1.ReadOnlyMany)}, snmwD: true, want: mount("ext4", mnro)},
-		{name: "RWO with SINGLE_NODE_MULTI_WRITER capable driver", in: csi.CapabilityInput{AccessModes: m(v1.ReadWriteOnce)}, snmwD: true, want: mount("ext4", snmw)},
-		{name: "RWOP with SINGLE_NODE_MULTI_WRITER capable driver", in: csi.CapabilityInput{AccessModes: m(v1.ReadWriteOncePod)}, snmwD: true, want: mount("ext4", snsw)},
+		{name: "ROX with SINGLE_NODE_MULTI_WRITER capable driver", in: csi.CapabilityInput{AccessModes: m(v1.ReadOnlyMany)}, snmwD: true, want: csitest.Mount(csitest.MNRO, "ext4")},
+		{name: "RWO with SINGLE_NODE_MULTI_WRITER capable driver", in: csi.CapabilityInput{AccessModes: m(v1.ReadWriteOnce)}, snmwD: true, want: csitest.Mount(csitest.SNMW, "ext4")},
+		{name: "RWOP with SINGLE_NODE_MULTI_WRITER capable driver", in: csi.CapabilityInput{AccessModes: m(v1.ReadWriteOncePod)}, snmwD: true, want: csitest.Mount(csitest.SNSW, "ext4")},
 		{name: "nothing with SINGLE_NODE_MULTI_WRITER capable driver", in: csi.CapabilityInput{AccessModes: m()}, snmwD: true},
 	}
 	for _, tc := range cases {

@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	csipb "github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/latchcsi/latch/internal/csi/csitest"
 	"google.golang.org/protobuf/proto"
 	v1 "k8s.io/api/core/v1"
 )
@@ -18,32 +19,25 @@ var (
 func modes(m ...v1.PersistentVolumeAccessMode) []v1.PersistentVolumeAccessMode { return m }
 
 func TestVolumeCapability_accessModes(t *testing.T) {
-	const (
-		unknown = csipb.VolumeCapability_AccessMode_UNKNOWN
-		snw     = csipb.VolumeCapability_AccessMode_SINGLE_NODE_WRITER
-		snsw    = csipb.VolumeCapability_AccessMode_SINGLE_NODE_SINGLE_WRITER
-		snmw    = csipb.VolumeCapability_AccessMode_SINGLE_NODE_MULTI_WRITER
-		mnro    = csipb.VolumeCapability_AccessMode_MULTI_NODE_READER_ONLY
-		mnmw    = csipb.VolumeCapability_AccessMode_MULTI_NODE_MULTI_WRITER
-	)
+	const unknown = csipb.VolumeCapability_AccessMode_UNKNOWN
 	tests := []struct {
 		name     string
 		modes    []v1.PersistentVolumeAccessMode
 		without  csipb.VolumeCapability_AccessMode_Mode // driver without SINGLE_NODE_MULTI_WRITER; unknown = error
 		withSNMW csipb.VolumeCapability_AccessMode_Mode // driver with it
 	}{
-		{"RWO", rwo, snw, snmw},
-		{"RWOP", rwop, snw, snsw},
-		{"ROX", rox, mnro, mnro},
-		{"RWX", rwx, mnmw, mnmw},
-		{"RWO+RWX: RWX wins", modes(v1.ReadWriteOnce, v1.ReadWriteMany), mnmw, mnmw},
-		{"ROX+RWX: RWX wins", modes(v1.ReadOnlyMany, v1.ReadWriteMany), mnmw, mnmw},
-		{"RWO+ROX+RWX: RWX wins", modes(v1.ReadWriteOnce, v1.ReadOnlyMany, v1.ReadWriteMany), mnmw, mnmw},
+		{"RWO", rwo, csitest.SNW, csitest.SNMW},
+		{"RWOP", rwop, csitest.SNW, csitest.SNSW},
+		{"ROX", rox, csitest.MNRO, csitest.MNRO},
+		{"RWX", rwx, csitest.MNMW, csitest.MNMW},
+		{"RWO+RWX: RWX wins", modes(v1.ReadWriteOnce, v1.ReadWriteMany), csitest.MNMW, csitest.MNMW},
+		{"ROX+RWX: RWX wins", modes(v1.ReadOnlyMany, v1.ReadWriteMany), csitest.MNMW, csitest.MNMW},
+		{"RWO+ROX+RWX: RWX wins", modes(v1.ReadWriteOnce, v1.ReadOnlyMany, v1.ReadWriteMany), csitest.MNMW, csitest.MNMW},
 		{"RWO+ROX: impossible in CSI", modes(v1.ReadWriteOnce, v1.ReadOnlyMany), unknown, unknown},
 		{"RWOP+RWO: RWOP must be alone", modes(v1.ReadWriteOncePod, v1.ReadWriteOnce), unknown, unknown},
 		{"RWOP+RWX: RWOP must be alone", modes(v1.ReadWriteOncePod, v1.ReadWriteMany), unknown, unknown},
-		{"RWOP twice counts as alone", modes(v1.ReadWriteOncePod, v1.ReadWriteOncePod), snw, snsw},
-		{"RWO twice", modes(v1.ReadWriteOnce, v1.ReadWriteOnce), snw, snmw},
+		{"RWOP twice counts as alone", modes(v1.ReadWriteOncePod, v1.ReadWriteOncePod), csitest.SNW, csitest.SNSW},
+		{"RWO twice", modes(v1.ReadWriteOnce, v1.ReadWriteOnce), csitest.SNW, csitest.SNMW},
 		{"no access modes", nil, unknown, unknown},
 		{"unknown access mode", modes("ReadSometimes"), unknown, unknown},
 	}
@@ -77,17 +71,10 @@ func TestVolumeCapability_accessModes(t *testing.T) {
 }
 
 func TestVolumeCapability_accessType(t *testing.T) {
-	accessMode := &csipb.VolumeCapability_AccessMode{Mode: csipb.VolumeCapability_AccessMode_SINGLE_NODE_WRITER}
 	mount := func(fs string, flags ...string) *csipb.VolumeCapability {
-		return &csipb.VolumeCapability{
-			AccessType: &csipb.VolumeCapability_Mount{Mount: &csipb.VolumeCapability_MountVolume{FsType: fs, MountFlags: flags}},
-			AccessMode: accessMode,
-		}
+		return csitest.Mount(csitest.SNW, fs, flags...)
 	}
-	block := &csipb.VolumeCapability{
-		AccessType: &csipb.VolumeCapability_Block{Block: &csipb.VolumeCapability_BlockVolume{}},
-		AccessMode: accessMode,
-	}
+	block := csitest.Block(csitest.SNW)
 	tests := []struct {
 		name string
 		in   CapabilityInput

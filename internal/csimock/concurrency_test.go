@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/latchcsi/latch/internal/csi/csitest"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -18,7 +19,7 @@ func TestConcurrentPublishOfASingleNodeVolumeAttachesOnce(t *testing.T) {
 	var wg sync.WaitGroup
 	for i := range nodes {
 		wg.Go(func() {
-			_, err := e.ctrl.ControllerPublishVolume(testCtx(t), pubReq("vol-1", fmt.Sprintf("node-%d", i), snw))
+			_, err := e.ctrl.ControllerPublishVolume(testCtx(t), pubReq("vol-1", fmt.Sprintf("node-%d", i), csitest.SNW))
 			results <- status.Code(err)
 		})
 	}
@@ -42,9 +43,9 @@ func TestConcurrentPublishOfASingleNodeVolumeAttachesOnce(t *testing.T) {
 
 func TestDecidePublish(t *testing.T) {
 	pub := func(node string, mode csi.VolumeCapability_AccessMode_Mode) *publication {
-		return &publication{NodeID: node, Capability: mountCap(mode)}
+		return &publication{NodeID: node, Capability: csitest.Mount(mode, "")}
 	}
-	args := publishArgs{VolumeID: "v", NodeID: "n", Capability: mountCap(snw)}
+	args := publishArgs{VolumeID: "v", NodeID: "n", Capability: csitest.Mount(csitest.SNW, "")}
 	tests := []struct {
 		name    string
 		args    publishArgs
@@ -55,10 +56,10 @@ func TestDecidePublish(t *testing.T) {
 		{"decide: volume missing, no auto-create → NotFound", args, publishView{NodeKnown: true}, publishReject, codes.NotFound},
 		{"decide: volume missing, auto-create → new", args, publishView{AutoCreate: true, NodeKnown: true}, publishNew, codes.OK},
 		{"decide: node unknown beats everything but the volume → NotFound", args, publishView{VolumeExists: true}, publishReject, codes.NotFound},
-		{"decide: compatible repeat at the limit → again", args, publishView{VolumeExists: true, NodeKnown: true, Existing: pub("n", snw), NodeCount: 1, MaxVolumesPerNode: 1}, publishAgain, codes.OK},
-		{"decide: single-node conflict is reported before the attach limit", args, publishView{VolumeExists: true, NodeKnown: true, Others: []*publication{pub("m", snw)}, NodeCount: 9, MaxVolumesPerNode: 1}, publishReject, codes.FailedPrecondition},
-		{"decide: multi-node beside multi-node → new", publishArgs{VolumeID: "v", NodeID: "n", Capability: mountCap(mnmw)}, publishView{VolumeExists: true, NodeKnown: true, Others: []*publication{pub("m", mnmw)}}, publishNew, codes.OK},
-		{"decide: conflict skipped → new (recorded by the caller)", args, publishView{VolumeExists: true, NodeKnown: true, Others: []*publication{pub("m", snw)}, SkipSingleNodeCheck: true}, publishNew, codes.OK},
+		{"decide: compatible repeat at the limit → again", args, publishView{VolumeExists: true, NodeKnown: true, Existing: pub("n", csitest.SNW), NodeCount: 1, MaxVolumesPerNode: 1}, publishAgain, codes.OK},
+		{"decide: single-node conflict is reported before the attach limit", args, publishView{VolumeExists: true, NodeKnown: true, Others: []*publication{pub("m", csitest.SNW)}, NodeCount: 9, MaxVolumesPerNode: 1}, publishReject, codes.FailedPrecondition},
+		{"decide: multi-node beside multi-node → new", publishArgs{VolumeID: "v", NodeID: "n", Capability: csitest.Mount(csitest.MNMW, "")}, publishView{VolumeExists: true, NodeKnown: true, Others: []*publication{pub("m", csitest.MNMW)}}, publishNew, codes.OK},
+		{"decide: conflict skipped → new (recorded by the caller)", args, publishView{VolumeExists: true, NodeKnown: true, Others: []*publication{pub("m", csitest.SNW)}, SkipSingleNodeCheck: true}, publishNew, codes.OK},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -84,7 +85,7 @@ func BenchmarkPublishUnpublish(b *testing.B) {
 		for pb.Next() {
 			i++
 			vol, node := fmt.Sprintf("vol-%p-%d", pb, i), fmt.Sprintf("node-%d", i%100)
-			if _, err := e.ctrl.ControllerPublishVolume(ctx, pubReq(vol, node, snw)); err != nil {
+			if _, err := e.ctrl.ControllerPublishVolume(ctx, pubReq(vol, node, csitest.SNW)); err != nil {
 				b.Fatal(err)
 			}
 			if _, err := e.ctrl.ControllerUnpublishVolume(ctx, &csi.ControllerUnpublishVolumeRequest{VolumeId: vol, NodeId: node}); err != nil {

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/latchcsi/latch/internal/csi/csitest"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 )
@@ -32,49 +33,49 @@ func TestPublishSemantics(t *testing.T) {
 		}
 	}
 	cases := []semanticsCase{
-		{name: "publish: missing volume id → InvalidArgument", call: publish(pubReq("", "node-a", snw)), want: codes.InvalidArgument},
-		{name: "publish: missing node id → InvalidArgument", call: publish(pubReq("vol-1", "", snw)), want: codes.InvalidArgument},
+		{name: "publish: missing volume id → InvalidArgument", call: publish(pubReq("", "node-a", csitest.SNW)), want: codes.InvalidArgument},
+		{name: "publish: missing node id → InvalidArgument", call: publish(pubReq("vol-1", "", csitest.SNW)), want: codes.InvalidArgument},
 		{name: "publish: missing capability → InvalidArgument, even for an unknown volume",
 			call: publish(&csi.ControllerPublishVolumeRequest{VolumeId: "nope", NodeId: "node-a"}), want: codes.InvalidArgument},
 		{name: "publish: capability without access type → InvalidArgument", setup: seeded("vol-1"),
 			call: publish(&csi.ControllerPublishVolumeRequest{VolumeId: "vol-1", NodeId: "node-a",
-				VolumeCapability: &csi.VolumeCapability{AccessMode: &csi.VolumeCapability_AccessMode{Mode: snw}}}),
+				VolumeCapability: &csi.VolumeCapability{AccessMode: &csi.VolumeCapability_AccessMode{Mode: csitest.SNW}}}),
 			want: codes.InvalidArgument},
-		{name: "publish: unknown volume → NotFound", call: publish(pubReq("vol-x", "node-a", snw)), want: codes.NotFound,
+		{name: "publish: unknown volume → NotFound", call: publish(pubReq("vol-x", "node-a", csitest.SNW)), want: codes.NotFound,
 			check: func(t *testing.T, e *env) { wantNodes(t, e, "vol-x") }},
 		{name: "publish: unknown volume with auto-create → volume created and published", cfg: func(c *Config) { c.AutoCreateVolumes = true },
-			call: publish(pubReq("vol-x", "node-a", snw)), want: codes.OK,
+			call: publish(pubReq("vol-x", "node-a", csitest.SNW)), want: codes.OK,
 			check: func(t *testing.T, e *env) { wantNodes(t, e, "vol-x", "node-a") }},
 		{name: "publish: node outside the configured known-node set → NotFound", cfg: func(c *Config) { c.KnownNodes = []string{"node-a"} },
-			setup: seeded("vol-1"), call: publish(pubReq("vol-1", "node-z", snw)), want: codes.NotFound},
+			setup: seeded("vol-1"), call: publish(pubReq("vol-1", "node-z", csitest.SNW)), want: codes.NotFound},
 		{name: "publish: node added at runtime with SetKnownNodes → OK", cfg: func(c *Config) { c.KnownNodes = []string{"node-a"} },
 			setup: func(t *testing.T, e *env) {
 				e.seed(t, "vol-1")
 				e.d.SetKnownNodes([]string{"node-a", "node-z"})
 			},
-			call: publish(pubReq("vol-1", "node-z", snw)), want: codes.OK},
+			call: publish(pubReq("vol-1", "node-z", csitest.SNW)), want: codes.OK},
 		{name: "publish: any node ID accepted by default, publish context has a device path", setup: seeded("vol-1"),
-			call: publishGets(t, pubReq("vol-1", "whatever-node", snw), "/dev/mock/1"), want: codes.OK,
+			call: publishGets(t, pubReq("vol-1", "whatever-node", csitest.SNW), "/dev/mock/1"), want: codes.OK,
 			check: func(t *testing.T, e *env) { wantNodes(t, e, "vol-1", "whatever-node") }},
 		{name: "publish: repeat to the same node with the same capability → OK, same publish context, counted as duplicate",
 			setup: func(t *testing.T, e *env) {
 				e.seed(t, "vol-1", "vol-2")
-				e.mustPublish(t, "vol-2", "node-a", snw) // takes /dev/mock/1
-				e.mustPublish(t, "vol-1", "node-a", snw)
+				e.mustPublish(t, "vol-2", "node-a", csitest.SNW) // takes /dev/mock/1
+				e.mustPublish(t, "vol-1", "node-a", csitest.SNW)
 			},
-			call: publishGets(t, pubReq("vol-1", "node-a", snw), "/dev/mock/2"), want: codes.OK,
+			call: publishGets(t, pubReq("vol-1", "node-a", csitest.SNW), "/dev/mock/2"), want: codes.OK,
 			check: func(t *testing.T, e *env) {
 				st := e.d.Stats().Publish
 				if st.DuplicatePublishes != 1 || e.d.PublishCount("vol-1", "node-a") != 2 {
 					t.Errorf("duplicates = %d, pair publishes = %d; want 1 and 2", st.DuplicatePublishes, e.d.PublishCount("vol-1", "node-a"))
 				}
 			}},
-		{name: "publish: repeat to the same node with readonly mismatch → AlreadyExists", setup: publishedTo("vol-1", snw, "node-a"),
-			call: publish(readonly(pubReq("vol-1", "node-a", snw))), want: codes.AlreadyExists},
-		{name: "publish: repeat to the same node with a different capability → AlreadyExists", setup: publishedTo("vol-1", snw, "node-a"),
-			call: publish(&csi.ControllerPublishVolumeRequest{VolumeId: "vol-1", NodeId: "node-a", VolumeCapability: blockCap(snw)}), want: codes.AlreadyExists},
-		{name: "publish: single-node writer already published to node-a, publish to node-b → FailedPrecondition", setup: publishedTo("vol-1", snw, "node-a"),
-			call: publish(pubReq("vol-1", "node-b", snw)), want: codes.FailedPrecondition,
+		{name: "publish: repeat to the same node with readonly mismatch → AlreadyExists", setup: publishedTo("vol-1", csitest.SNW, "node-a"),
+			call: publish(readonly(pubReq("vol-1", "node-a", csitest.SNW))), want: codes.AlreadyExists},
+		{name: "publish: repeat to the same node with a different capability → AlreadyExists", setup: publishedTo("vol-1", csitest.SNW, "node-a"),
+			call: publish(&csi.ControllerPublishVolumeRequest{VolumeId: "vol-1", NodeId: "node-a", VolumeCapability: csitest.Block(csitest.SNW)}), want: codes.AlreadyExists},
+		{name: "publish: single-node writer already published to node-a, publish to node-b → FailedPrecondition", setup: publishedTo("vol-1", csitest.SNW, "node-a"),
+			call: publish(pubReq("vol-1", "node-b", csitest.SNW)), want: codes.FailedPrecondition,
 			check: func(t *testing.T, e *env) {
 				wantNodes(t, e, "vol-1", "node-a")
 				st := e.d.Stats().Publish
@@ -91,20 +92,20 @@ func TestPublishSemantics(t *testing.T) {
 		held, next csi.VolumeCapability_AccessMode_Mode
 		want       codes.Code
 	}{
-		{"publish: single-node reader-only already published to node-a, publish to node-b → FailedPrecondition", snro, snro, codes.FailedPrecondition},
-		{"publish: single-node single-writer already published to node-a, publish to node-b → FailedPrecondition", snsw, snsw, codes.FailedPrecondition},
-		{"publish: single-node multi-writer already published to node-a, publish to node-b → FailedPrecondition", snmw, snmw, codes.FailedPrecondition},
-		{"publish: multi-node request while a single-node publication holds node-a → FailedPrecondition", snw, mnmw, codes.FailedPrecondition},
+		{"publish: single-node reader-only already published to node-a, publish to node-b → FailedPrecondition", csitest.SNRO, csitest.SNRO, codes.FailedPrecondition},
+		{"publish: single-node single-writer already published to node-a, publish to node-b → FailedPrecondition", csitest.SNSW, csitest.SNSW, codes.FailedPrecondition},
+		{"publish: single-node multi-writer already published to node-a, publish to node-b → FailedPrecondition", csitest.SNMW, csitest.SNMW, codes.FailedPrecondition},
+		{"publish: multi-node request while a single-node publication holds node-a → FailedPrecondition", csitest.SNW, csitest.MNMW, codes.FailedPrecondition},
 	} {
 		cases = append(cases, semanticsCase{name: tc.name, setup: publishedTo("vol-1", tc.held, "node-a"),
 			call: publish(pubReq("vol-1", "node-b", tc.next)), want: tc.want})
 	}
 	cases = append(cases, []semanticsCase{
-		{name: "publish: multi-node multi-writer published to node-a, publish to node-b → OK", setup: publishedTo("vol-1", mnmw, "node-a"),
-			call: publish(pubReq("vol-1", "node-b", mnmw)), want: codes.OK,
+		{name: "publish: multi-node multi-writer published to node-a, publish to node-b → OK", setup: publishedTo("vol-1", csitest.MNMW, "node-a"),
+			call: publish(pubReq("vol-1", "node-b", csitest.MNMW)), want: codes.OK,
 			check: func(t *testing.T, e *env) { wantNodes(t, e, "vol-1", "node-a", "node-b") }},
 		{name: "publish: single-node check skipped, second node → OK and the violation is recorded", cfg: func(c *Config) { c.SkipSingleNodeCheck = true },
-			setup: publishedTo("vol-1", snw, "node-a"), call: publish(pubReq("vol-1", "node-b", snw)), want: codes.OK,
+			setup: publishedTo("vol-1", csitest.SNW, "node-a"), call: publish(pubReq("vol-1", "node-b", csitest.SNW)), want: codes.OK,
 			check: func(t *testing.T, e *env) {
 				st := e.d.Stats().Publish
 				want := []SingleNodeEvent{{VolumeID: "vol-1", NodeID: "node-b", OtherNodes: []string{"node-a"}}}
@@ -115,27 +116,27 @@ func TestPublishSemantics(t *testing.T) {
 		{name: "publish: node already at its attach limit → ResourceExhausted", cfg: func(c *Config) { c.MaxVolumesPerNode = 2 },
 			setup: func(t *testing.T, e *env) {
 				e.seed(t, "vol-1", "vol-2", "vol-3")
-				e.mustPublish(t, "vol-1", "node-a", snw)
-				e.mustPublish(t, "vol-2", "node-a", snw)
+				e.mustPublish(t, "vol-1", "node-a", csitest.SNW)
+				e.mustPublish(t, "vol-2", "node-a", csitest.SNW)
 			},
-			call: publish(pubReq("vol-3", "node-a", snw)), want: codes.ResourceExhausted},
+			call: publish(pubReq("vol-3", "node-a", csitest.SNW)), want: codes.ResourceExhausted},
 		{name: "publish: idempotent repeat on a node at its attach limit → OK", cfg: func(c *Config) { c.MaxVolumesPerNode = 1 },
-			setup: publishedTo("vol-1", snw, "node-a"), call: publish(pubReq("vol-1", "node-a", snw)), want: codes.OK},
+			setup: publishedTo("vol-1", csitest.SNW, "node-a"), call: publish(pubReq("vol-1", "node-a", csitest.SNW)), want: codes.OK},
 		{name: "publish: attach limit frees up after unpublish → OK", cfg: func(c *Config) { c.MaxVolumesPerNode = 1 },
 			setup: func(t *testing.T, e *env) {
 				e.seed(t, "vol-1", "vol-2")
-				e.mustPublish(t, "vol-1", "node-a", snw)
+				e.mustPublish(t, "vol-1", "node-a", csitest.SNW)
 				if _, err := e.ctrl.ControllerUnpublishVolume(testCtx(t), &csi.ControllerUnpublishVolumeRequest{VolumeId: "vol-1", NodeId: "node-a"}); err != nil {
 					t.Fatal(err)
 				}
 			},
-			call: publish(pubReq("vol-2", "node-a", snw)), want: codes.OK},
+			call: publish(pubReq("vol-2", "node-a", csitest.SNW)), want: codes.OK},
 		{name: "publish: readonly without the PUBLISH_READONLY capability → InvalidArgument", cfg: func(c *Config) { c.Capabilities.PublishReadonly = false },
-			setup: seeded("vol-1"), call: publish(readonly(pubReq("vol-1", "node-a", snw))), want: codes.InvalidArgument},
+			setup: seeded("vol-1"), call: publish(readonly(pubReq("vol-1", "node-a", csitest.SNW))), want: codes.InvalidArgument},
 		{name: "publish: SINGLE_NODE_MULTI_WRITER mode without the capability → InvalidArgument", cfg: func(c *Config) { c.Capabilities.SingleNodeMultiWriter = false },
-			setup: seeded("vol-1"), call: publish(pubReq("vol-1", "node-a", snmw)), want: codes.InvalidArgument},
+			setup: seeded("vol-1"), call: publish(pubReq("vol-1", "node-a", csitest.SNMW)), want: codes.InvalidArgument},
 		{name: "publish: PUBLISH_UNPUBLISH_VOLUME disabled → Unimplemented", cfg: func(c *Config) { c.Capabilities.PublishUnpublishVolume = false },
-			setup: seeded("vol-1"), call: publish(pubReq("vol-1", "node-a", snw)), want: codes.Unimplemented},
+			setup: seeded("vol-1"), call: publish(pubReq("vol-1", "node-a", csitest.SNW)), want: codes.Unimplemented},
 	}...)
 	runSemantics(t, cases)
 }
@@ -210,7 +211,7 @@ func createReq(name string, size int64) *csi.CreateVolumeRequest {
 	return &csi.CreateVolumeRequest{
 		Name:               name,
 		CapacityRange:      &csi.CapacityRange{RequiredBytes: size, LimitBytes: size},
-		VolumeCapabilities: []*csi.VolumeCapability{mountCap(snw)},
+		VolumeCapabilities: []*csi.VolumeCapability{csitest.Mount(csitest.SNW, "")},
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/latchcsi/latch/internal/csi/csitest"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -44,7 +45,7 @@ func publishCodes(t *testing.T, e *env, n int) []codes.Code {
 	t.Helper()
 	var out []codes.Code
 	for range n {
-		_, err := e.ctrl.ControllerPublishVolume(testCtx(t), pubReq("vol-1", "node-a", snw))
+		_, err := e.ctrl.ControllerPublishVolume(testCtx(t), pubReq("vol-1", "node-a", csitest.SNW))
 		out = append(out, status.Code(err))
 	}
 	return out
@@ -143,7 +144,7 @@ func TestFaultAddRemoveAtRuntime(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = e.ctrl.ControllerPublishVolume(testCtx(t), pubReq("vol-1", "node-a", snw))
+	_, err = e.ctrl.ControllerPublishVolume(testCtx(t), pubReq("vol-1", "node-a", csitest.SNW))
 	if status.Code(err) != codes.Internal || status.Convert(err).Message() != "backend on fire" {
 		t.Fatalf("publish with rule = %v", err)
 	}
@@ -153,7 +154,7 @@ func TestFaultAddRemoveAtRuntime(t *testing.T) {
 	if !e.d.RemoveFault(id) || e.d.RemoveFault(id) {
 		t.Fatal("RemoveFault should succeed once")
 	}
-	e.mustPublish(t, "vol-1", "node-a", snw)
+	e.mustPublish(t, "vol-1", "node-a", csitest.SNW)
 	calls := e.d.CallsTo("ControllerPublishVolume")
 	if len(calls) != 2 || !reflect.DeepEqual(calls[0].Faults, []string{id}) || calls[0].Code != codes.Internal || calls[1].Code != codes.OK {
 		t.Fatalf("call log = %+v", calls)
@@ -170,7 +171,7 @@ func TestFaultHangUntilDeadline(t *testing.T) {
 	e.seed(t, "vol-1")
 	ctx, cancel := context.WithTimeout(testCtx(t), 100*time.Millisecond)
 	defer cancel()
-	_, err := e.ctrl.ControllerPublishVolume(ctx, pubReq("vol-1", "node-a", snw))
+	_, err := e.ctrl.ControllerPublishVolume(ctx, pubReq("vol-1", "node-a", csitest.SNW))
 	wantCode(t, err, codes.DeadlineExceeded)
 	// The driver side sees the caller give up too and records it.
 	eventually(t, "the hung call to finish", func() bool { return !inFlight(e.d, "ControllerPublishVolume") })
@@ -189,7 +190,7 @@ func TestFaultLatencyUsesTheClock(t *testing.T) {
 	e.seed(t, "vol-1")
 	errc := make(chan error, 1)
 	go func() {
-		_, err := e.ctrl.ControllerPublishVolume(testCtx(t), pubReq("vol-1", "node-a", snw))
+		_, err := e.ctrl.ControllerPublishVolume(testCtx(t), pubReq("vol-1", "node-a", csitest.SNW))
 		errc <- err
 	}()
 	eventually(t, "the latency timer", clk.HasWaiters)
@@ -209,12 +210,12 @@ func TestFaultAfterStateChange(t *testing.T) {
 	cfg.Faults = []Rule{{Method: "ControllerPublishVolume", Phase: PhaseAfter, Once: true, Code: codes.DeadlineExceeded}}
 	e := newEnv(t, cfg)
 	e.seed(t, "vol-1")
-	_, err := e.ctrl.ControllerPublishVolume(testCtx(t), pubReq("vol-1", "node-a", snw))
+	_, err := e.ctrl.ControllerPublishVolume(testCtx(t), pubReq("vol-1", "node-a", csitest.SNW))
 	wantCode(t, err, codes.DeadlineExceeded)
 	// The backend did publish; only the reply was lost.
 	wantNodes(t, e, "vol-1", "node-a")
 	// The retry a careful attacher makes is an idempotent repeat.
-	e.mustPublish(t, "vol-1", "node-a", snw)
+	e.mustPublish(t, "vol-1", "node-a", csitest.SNW)
 	if st := e.d.Stats().Publish; st.DuplicatePublishes != 1 {
 		t.Fatalf("duplicate publishes = %d, want 1", st.DuplicatePublishes)
 	}
@@ -225,10 +226,10 @@ func TestFaultAfterPhaseSkipsFailedCalls(t *testing.T) {
 	cfg.Faults = []Rule{{Method: "ControllerPublishVolume", Phase: PhaseAfter, Once: true, Code: codes.DeadlineExceeded}}
 	e := newEnv(t, cfg)
 	// NotFound from the handler: the after rule neither acts nor spends its budget.
-	_, err := e.ctrl.ControllerPublishVolume(testCtx(t), pubReq("vol-1", "node-a", snw))
+	_, err := e.ctrl.ControllerPublishVolume(testCtx(t), pubReq("vol-1", "node-a", csitest.SNW))
 	wantCode(t, err, codes.NotFound)
 	e.seed(t, "vol-1")
-	_, err = e.ctrl.ControllerPublishVolume(testCtx(t), pubReq("vol-1", "node-a", snw))
+	_, err = e.ctrl.ControllerPublishVolume(testCtx(t), pubReq("vol-1", "node-a", csitest.SNW))
 	wantCode(t, err, codes.DeadlineExceeded)
 }
 
@@ -252,11 +253,11 @@ func TestCrashAndRestart(t *testing.T) {
 			cfg.Faults = []Rule{{Method: "ControllerPublishVolume", VolumeID: "vol-1", Phase: tc.phase, Hang: true}}
 			e := newEnv(t, cfg)
 			e.seed(t, "vol-1", "vol-2")
-			e.mustPublish(t, "vol-2", "node-a", snw) // completed before the crash: always kept
+			e.mustPublish(t, "vol-2", "node-a", csitest.SNW) // completed before the crash: always kept
 
 			errc := make(chan error, 1)
 			go func() {
-				_, err := e.ctrl.ControllerPublishVolume(testCtx(t), pubReq("vol-1", "node-a", snw))
+				_, err := e.ctrl.ControllerPublishVolume(testCtx(t), pubReq("vol-1", "node-a", csitest.SNW))
 				errc <- err
 			}()
 			eventually(t, "the publish to hang", func() bool { return inFlight(e.d, "ControllerPublishVolume") })
@@ -277,7 +278,7 @@ func TestCrashAndRestart(t *testing.T) {
 			}
 			e.d.ClearFaults()
 			// The same client reconnects to the same socket path.
-			if _, err := e.ctrl.ControllerPublishVolume(testCtx(t), pubReq("vol-1", "node-a", snw), waitReady); err != nil {
+			if _, err := e.ctrl.ControllerPublishVolume(testCtx(t), pubReq("vol-1", "node-a", csitest.SNW), waitReady); err != nil {
 				t.Fatalf("publish after restart: %v", err)
 			}
 			wantNodes(t, e, "vol-1", "node-a")
@@ -293,7 +294,7 @@ func TestCrashFencesHandlersOfTheOldInstance(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A handler of the crashed instance that reaches the store late.
-	_, err := e.d.state.publish(callRef{id: 99, epoch: epoch, fenced: true}, publishArgs{VolumeID: "vol-1", NodeID: "node-a", Capability: mountCap(snw)}, &e.d.cfg)
+	_, err := e.d.state.publish(callRef{id: 99, epoch: epoch, fenced: true}, publishArgs{VolumeID: "vol-1", NodeID: "node-a", Capability: csitest.Mount(csitest.SNW, "")}, &e.d.cfg)
 	wantCode(t, err, codes.Unavailable)
 	wantNodes(t, e, "vol-1")
 }
@@ -353,7 +354,7 @@ rules:
 func TestCallLogHasNoSecrets(t *testing.T) {
 	e := newEnv(t, DefaultConfig())
 	e.seed(t, "vol-1")
-	req := pubReq("vol-1", "node-a", snw)
+	req := pubReq("vol-1", "node-a", csitest.SNW)
 	req.Secrets = map[string]string{"password": "hunter2"}
 	if _, err := e.ctrl.ControllerPublishVolume(testCtx(t), req); err != nil {
 		t.Fatal(err)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/latchcsi/latch/internal/csi/csitest"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -69,31 +70,8 @@ func testCtx(t testing.TB) context.Context {
 	return ctx
 }
 
-func mountCap(mode csi.VolumeCapability_AccessMode_Mode) *csi.VolumeCapability {
-	return &csi.VolumeCapability{
-		AccessMode: &csi.VolumeCapability_AccessMode{Mode: mode},
-		AccessType: &csi.VolumeCapability_Mount{Mount: &csi.VolumeCapability_MountVolume{}},
-	}
-}
-
-func blockCap(mode csi.VolumeCapability_AccessMode_Mode) *csi.VolumeCapability {
-	return &csi.VolumeCapability{
-		AccessMode: &csi.VolumeCapability_AccessMode{Mode: mode},
-		AccessType: &csi.VolumeCapability_Block{Block: &csi.VolumeCapability_BlockVolume{}},
-	}
-}
-
-const (
-	snw  = csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER
-	snro = csi.VolumeCapability_AccessMode_SINGLE_NODE_READER_ONLY
-	snsw = csi.VolumeCapability_AccessMode_SINGLE_NODE_SINGLE_WRITER
-	snmw = csi.VolumeCapability_AccessMode_SINGLE_NODE_MULTI_WRITER
-	mnmw = csi.VolumeCapability_AccessMode_MULTI_NODE_MULTI_WRITER
-	mnro = csi.VolumeCapability_AccessMode_MULTI_NODE_READER_ONLY
-)
-
 func pubReq(vol, node string, mode csi.VolumeCapability_AccessMode_Mode) *csi.ControllerPublishVolumeRequest {
-	return &csi.ControllerPublishVolumeRequest{VolumeId: vol, NodeId: node, VolumeCapability: mountCap(mode)}
+	return &csi.ControllerPublishVolumeRequest{VolumeId: vol, NodeId: node, VolumeCapability: csitest.Mount(mode, "")}
 }
 
 func (e *env) seed(t testing.TB, ids ...string) {

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/latchcsi/latch/internal/csi/csitest"
 	"google.golang.org/grpc/codes"
 )
 
@@ -45,8 +46,8 @@ func TestHTTPHandler(t *testing.T) {
 	do("POST", "/faults", `{"rules": [{"method": "Probe", "latency": "1ms"}]}`, http.StatusCreated, nil)
 	do("POST", "/faults", `[{"method": "Nope", "code": "Internal"}]`, http.StatusBadRequest, nil)
 
-	e.mustPublish(t, "vol-1", "node-a", mnro)
-	_, err := e.ctrl.ControllerPublishVolume(testCtx(t), pubReq("vol-1", "node-b", mnro))
+	e.mustPublish(t, "vol-1", "node-a", csitest.MNRO)
+	_, err := e.ctrl.ControllerPublishVolume(testCtx(t), pubReq("vol-1", "node-b", csitest.MNRO))
 	wantCode(t, err, codes.ResourceExhausted)
 
 	var faults []map[string]any
@@ -56,7 +57,7 @@ func TestHTTPHandler(t *testing.T) {
 	}
 	do("DELETE", "/faults/"+added.IDs[0], "", http.StatusNoContent, nil)
 	do("DELETE", "/faults/"+added.IDs[0], "", http.StatusNotFound, nil)
-	e.mustPublish(t, "vol-1", "node-b", mnro)
+	e.mustPublish(t, "vol-1", "node-b", csitest.MNRO)
 
 	var calls []map[string]any
 	do("GET", "/calls?method=ControllerPublishVolume", "", http.StatusOK, &calls)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/latchcsi/latch/internal/csi/csitest"
 	"google.golang.org/grpc/codes"
 	clocktesting "k8s.io/utils/clock/testing"
 )
@@ -104,8 +105,8 @@ func TestListVolumes(t *testing.T) {
 		for i := range 7 {
 			e.seed(t, fmt.Sprintf("vol-%d", i))
 		}
-		e.mustPublish(t, "vol-3", "node-a", mnro)
-		e.mustPublish(t, "vol-3", "node-b", mnro)
+		e.mustPublish(t, "vol-3", "node-a", csitest.MNRO)
+		e.mustPublish(t, "vol-3", "node-b", csitest.MNRO)
 		got := map[string][]string{}
 		token, pages := "", 0
 		for {
@@ -171,7 +172,7 @@ func TestListVolumes(t *testing.T) {
 		cfg.Capabilities.ListVolumesPublishedNodes = false
 		e := newEnv(t, cfg)
 		e.seed(t, "vol-1")
-		e.mustPublish(t, "vol-1", "node-a", snw)
+		e.mustPublish(t, "vol-1", "node-a", csitest.SNW)
 		resp, err := e.ctrl.ListVolumes(testCtx(t), &csi.ListVolumesRequest{})
 		if err != nil || len(resp.GetEntries()) != 1 || resp.GetEntries()[0].GetStatus() != nil {
 			t.Fatalf("ListVolumes = %v, %v; want one entry without status", resp, err)

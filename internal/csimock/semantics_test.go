@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/latchcsi/latch/internal/csi/csitest"
 	"google.golang.org/grpc/codes"
 )
 
@@ -27,10 +28,10 @@ func TestUnpublishAndVolumeSemantics(t *testing.T) {
 	runSemantics(t, []semanticsCase{
 		{name: "unpublish: missing volume id → InvalidArgument", call: unpublish("", "node-a"), want: codes.InvalidArgument},
 		{name: "unpublish: unknown volume → OK", call: unpublish("vol-x", "node-a"), want: codes.OK},
-		{name: "unpublish: volume not published to that node → OK, other node untouched", setup: publishedTo("vol-1", snw, "node-a"),
+		{name: "unpublish: volume not published to that node → OK, other node untouched", setup: publishedTo("vol-1", csitest.SNW, "node-a"),
 			call: unpublish("vol-1", "node-b"), want: codes.OK,
 			check: func(t *testing.T, e *env) { wantNodes(t, e, "vol-1", "node-a") }},
-		{name: "unpublish: published volume → removed from the node", setup: publishedTo("vol-1", snw, "node-a"),
+		{name: "unpublish: published volume → removed from the node", setup: publishedTo("vol-1", csitest.SNW, "node-a"),
 			call: unpublish("vol-1", "node-a"), want: codes.OK,
 			check: func(t *testing.T, e *env) {
 				wantNodes(t, e, "vol-1")
@@ -38,11 +39,11 @@ func TestUnpublishAndVolumeSemantics(t *testing.T) {
 					t.Errorf("node-a volume count = %d, want 0", n)
 				}
 			}},
-		{name: "unpublish: empty node id → unpublished from every node", setup: publishedTo("vol-1", mnro, "node-a", "node-b"),
+		{name: "unpublish: empty node id → unpublished from every node", setup: publishedTo("vol-1", csitest.MNRO, "node-a", "node-b"),
 			call: unpublish("vol-1", ""), want: codes.OK,
 			check: func(t *testing.T, e *env) { wantNodes(t, e, "vol-1") }},
 		{name: "create: missing name → InvalidArgument",
-			call: create(&csi.CreateVolumeRequest{VolumeCapabilities: []*csi.VolumeCapability{mountCap(snw)}}), want: codes.InvalidArgument},
+			call: create(&csi.CreateVolumeRequest{VolumeCapabilities: []*csi.VolumeCapability{csitest.Mount(csitest.SNW, "")}}), want: codes.InvalidArgument},
 		{name: "create: missing capabilities → InvalidArgument", call: create(&csi.CreateVolumeRequest{Name: "pv-1"}), want: codes.InvalidArgument},
 		{name: "create: same name and compatible size → OK, same volume ID", setup: created("pv-1", 1<<30),
 			call: func(ctx context.Context, e *env) error {
@@ -56,10 +57,10 @@ func TestUnpublishAndVolumeSemantics(t *testing.T) {
 		{name: "create: same name, larger size → AlreadyExists", setup: created("pv-1", 1<<30), call: create(createReq("pv-1", 2<<30)), want: codes.AlreadyExists},
 		{name: "delete: missing volume id → InvalidArgument", call: deleteVol(""), want: codes.InvalidArgument},
 		{name: "delete: unknown volume → OK", call: deleteVol("vol-x"), want: codes.OK},
-		{name: "delete: volume still published → FailedPrecondition", setup: publishedTo("vol-1", snw, "node-a"), call: deleteVol("vol-1"), want: codes.FailedPrecondition},
+		{name: "delete: volume still published → FailedPrecondition", setup: publishedTo("vol-1", csitest.SNW, "node-a"), call: deleteVol("vol-1"), want: codes.FailedPrecondition},
 		{name: "validate: unknown volume → NotFound",
 			call: ctrlCall(csi.ControllerClient.ValidateVolumeCapabilities,
-				&csi.ValidateVolumeCapabilitiesRequest{VolumeId: "vol-x", VolumeCapabilities: []*csi.VolumeCapability{mountCap(snw)}}),
+				&csi.ValidateVolumeCapabilitiesRequest{VolumeId: "vol-x", VolumeCapabilities: []*csi.VolumeCapability{csitest.Mount(csitest.SNW, "")}}),
 			want: codes.NotFound},
 		{name: "controller: CreateSnapshot → Unimplemented",
 			call: ctrlCall(csi.ControllerClient.CreateSnapshot, &csi.CreateSnapshotRequest{Name: "s", SourceVolumeId: "v"}), want: codes.Unimplemented},
