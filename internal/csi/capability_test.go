@@ -4,9 +4,10 @@ import (
 	"testing"
 
 	csipb "github.com/container-storage-interface/spec/lib/go/csi"
-	"github.com/latchcsi/latch/internal/csi/csitest"
 	"google.golang.org/protobuf/proto"
 	v1 "k8s.io/api/core/v1"
+
+	"github.com/latchcsi/latch/internal/csi/csitest"
 )
 
 var (

@@ -6,9 +6,10 @@ import (
 	"testing"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
-	"github.com/latchcsi/latch/internal/csi/csitest"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+
+	"github.com/latchcsi/latch/internal/csi/csitest"
 )
 
 // TestPublishSemantics drives ControllerPublishVolume and

@@ -7,12 +7,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/latchcsi/latch/internal/csi/csitest"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"k8s.io/klog/v2/ktesting"
 	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/latchcsi/latch/internal/csi/csitest"
 )
 
 // eventually polls cond until it holds; it is for waiting on another

@@ -8,13 +8,14 @@ import (
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
-	"github.com/latchcsi/latch/internal/csi/csitest"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/ktesting"
+
+	"github.com/latchcsi/latch/internal/csi/csitest"
 )
 
 // env is a driver serving on a real unix socket plus clients for it.

@@ -7,8 +7,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/latchcsi/latch/internal/csi/csitest"
 	"google.golang.org/grpc/codes"
+
+	"github.com/latchcsi/latch/internal/csi/csitest"
 )
 
 func TestHTTPHandler(t *testing.T) {

@@ -7,9 +7,10 @@ import (
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
-	"github.com/latchcsi/latch/internal/csi/csitest"
 	"google.golang.org/grpc/codes"
 	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/latchcsi/latch/internal/csi/csitest"
 )
 
 func TestIdentity(t *testing.T) {

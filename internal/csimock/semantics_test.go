@@ -5,8 +5,9 @@ import (
 	"testing"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
-	"github.com/latchcsi/latch/internal/csi/csitest"
 	"google.golang.org/grpc/codes"
+
+	"github.com/latchcsi/latch/internal/csi/csitest"
 )
 
 // TestUnpublishAndVolumeSemantics is the rest of the semantics table in
