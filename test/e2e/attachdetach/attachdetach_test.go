@@ -7,7 +7,6 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
-	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/component-base/metrics/testutil"
@@ -116,11 +115,7 @@ func downNode(e *env, node, pod string) {
 
 func TestOutOfServiceTaint_detachesAtOnce(t *testing.T) {
 	e := newEnv(t, controller.Config{Workers: 4}) // default 6m unmount wait
-	node := e.addNode("n1")
-	pv := e.volume("oos", rwo())
-	e.pod("app", node, pv)
-	e.waitAttachedVA(pv, node)
-	e.waitPodRunning("app")
+	node, pv, _ := e.runningPod("oos")
 	downNode(e, node, "app")
 	e.consistently("volume attached to the NotReady node", time.Second, func() (bool, error) {
 		_, ok := e.getVA(e.vaName(pv, node))
@@ -137,11 +132,7 @@ func TestOutOfServiceTaint_detachesAtOnce(t *testing.T) {
 
 func TestNotReadyNode_forcedDetachAfterMaxWaitForUnmount(t *testing.T) {
 	e := newEnv(t, controller.Config{Workers: 4, MaxWaitForUnmount: 2 * time.Second})
-	node := e.addNode("n1")
-	pv := e.volume("timeout", rwo())
-	e.pod("app", node, pv)
-	e.waitAttachedVA(pv, node)
-	e.waitPodRunning("app")
+	node, pv, _ := e.runningPod("timeout")
 	downNode(e, node, "app")
 	e.waitVAGone(pv, node)
 	e.waitNodeAttached(node)
@@ -153,11 +144,7 @@ func TestNotReadyNode_forcedDetachAfterMaxWaitForUnmount(t *testing.T) {
 
 func TestNotReadyNode_forceDetachDisabledKeepsVolumeAttached(t *testing.T) {
 	e := newEnv(t, controller.Config{Workers: 4, MaxWaitForUnmount: time.Second, DisableForceDetachOnTimeout: true})
-	node := e.addNode("n1")
-	pv := e.volume("noforce", rwo())
-	e.pod("app", node, pv)
-	e.waitAttachedVA(pv, node)
-	e.waitPodRunning("app")
+	node, pv, _ := e.runningPod("noforce")
 	downNode(e, node, "app")
 	e.consistently("volume attached well past --max-wait-for-unmount", 3*time.Second, func() (bool, error) {
 		va, ok := e.getVA(e.vaName(pv, node))
@@ -227,14 +214,7 @@ func TestControllerRestart_rebuildsStateAndDetachesDanglingAttachment(t *testing
 	// While no controller runs: a VolumeAttachment whose Pod is gone (the
 	// previous leader crashed between the Pod's deletion and the detach)
 	// and a new Pod.
-	orphan := &storagev1.VolumeAttachment{
-		ObjectMeta: metav1.ObjectMeta{Name: e.vaName(dangling, node)},
-		Spec: storagev1.VolumeAttachmentSpec{Attacher: e.driver, NodeName: node,
-			Source: storagev1.VolumeAttachmentSource{PersistentVolumeName: ptr.To(dangling)}},
-	}
-	if _, err := e.client.StorageV1().VolumeAttachments().Create(e.ctx, orphan, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	e.createVA(dangling, node)
 	e.waitAttachedVA(dangling, node) // the attacher still runs
 	e.pod("late", node, late)
 
@@ -291,23 +271,12 @@ func kubeVAName(handle, driver, node string) string {
 
 func TestVolumeAttachmentOfDeletedPV_deletedWhenNothingWantsIt(t *testing.T) {
 	e := newEnv(t, controller.Config{Workers: 4})
-	node := e.addNode("n1")
-	pv := e.volume("kept", rwo())
-	e.pod("app", node, pv)
-	e.waitAttachedVA(pv, node)
-	e.waitPodRunning("app")
+	node, pv, _ := e.runningPod("kept")
 
 	// A VolumeAttachment whose PV no longer exists: its volume handle is
 	// unknown, so only its name can be matched.
 	gone := e.prefix + "-deleted-pv"
-	va := &storagev1.VolumeAttachment{
-		ObjectMeta: metav1.ObjectMeta{Name: e.vaName(gone, node)},
-		Spec: storagev1.VolumeAttachmentSpec{Attacher: e.driver, NodeName: node,
-			Source: storagev1.VolumeAttachmentSource{PersistentVolumeName: ptr.To(gone)}},
-	}
-	if _, err := e.client.StorageV1().VolumeAttachments().Create(e.ctx, va, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	e.createVA(gone, node)
 	e.waitVAGone(gone, node)
 	if _, ok := e.getVA(e.vaName(pv, node)); !ok {
 		t.Error("the VolumeAttachment of the running Pod was deleted too")

@@ -20,12 +20,8 @@ import (
 // VolumeAttachment again and lists the volume once it is attached.
 func TestDrift_volumeAttachmentDeletedByAnotherClient_recreated(t *testing.T) {
 	e := newEnv(t, controller.Config{Workers: 4})
-	node := e.addNode("n1")
-	pv := e.volume("drift", rwo())
-	e.pod("app", node, pv)
-	before := e.waitAttachedVA(pv, node)
+	node, pv, before := e.runningPod("drift")
 	e.waitNodeAttached(node, e.unique(pv))
-	e.waitPodRunning("app")
 
 	if err := e.client.StorageV1().VolumeAttachments().Delete(e.ctx, before.Name, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
@@ -67,12 +63,8 @@ func TestDrift_volumeAttachmentDeletedByAnotherClient_recreated(t *testing.T) {
 // VolumeAttachment.
 func TestDrift_nodeStatusEditedByAnotherClient_restored(t *testing.T) {
 	e := newEnv(t, controller.Config{Workers: 4})
-	node := e.addNode("n1")
-	pv := e.volume("drift", rwo())
-	e.pod("app", node, pv)
-	before := e.waitAttachedVA(pv, node)
+	node, pv, before := e.runningPod("drift")
 	e.waitNodeAttached(node, e.unique(pv))
-	e.waitPodRunning("app")
 	nodePath := "/api/v1/nodes/" + node + "/status"
 	attachWrites := []string{"POST /apis/storage.k8s.io/v1/volumeattachments", "PATCH " + nodePath}
 	e.waitControllerWrites(attachWrites)

@@ -23,12 +23,8 @@ import (
 // around the controller's API transport.
 func newRecordingEnv(t *testing.T, cfg controller.Config, wrap func(http.RoundTripper) http.RoundTripper) (*env, *csimock.Driver) {
 	t.Helper()
-	e := newBareEnv(t, cfg)
-	e.driverConfig = func(c *csimock.Config) { c.SkipSingleNodeCheck = true }
-	e.ctrlWrap = wrap
-	drv := e.startMockDriverAndAttacher()
-	e.startController()
-	return e, drv
+	e := newWorld(t, world{cfg: cfg, mockDriver: true, driverConfig: func(c *csimock.Config) { c.SkipSingleNodeCheck = true }, ctrlWrap: wrap})
+	return e, e.stack.Driver
 }
 
 // aliasVolume creates a bound PV+PVC named name with the given access

@@ -10,8 +10,6 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"os"
-	"path/filepath"
 	"slices"
 	"sync/atomic"
 	"testing"
@@ -23,7 +21,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
 	"k8s.io/component-base/metrics"
 	"k8s.io/klog/v2"
 
@@ -38,12 +35,13 @@ import (
 
 var cluster *localcluster.Cluster
 
-func TestMain(m *testing.M) { os.Exit(localcluster.RunTestMain(m, &cluster)) }
+func TestMain(m *testing.M) { stack.RunTestMain(m, &cluster) }
 
 var testSeq atomic.Int32
 
-// env is one test's world: a namespace, a driver, a kubelet stand-in, a
-// trivial csi-attacher and a (restartable) controller.
+// env is one test's world: a namespace and, from stack.Start, the
+// kubelet stand-in, csi-attacher (trivial, or the real one against the
+// mock driver) and a (restartable) controller.
 type env struct {
 	t      *testing.T
 	ctx    context.Context
@@ -52,9 +50,9 @@ type env struct {
 	driver string
 	prefix string
 
-	kubelet     *localcluster.Kubelet
-	stopKubelet context.CancelFunc
-	nodes       []string
+	stack   *stack.Stack
+	kubelet *localcluster.Kubelet
+	nodes   []string
 
 	cfg      controller.Config
 	registry metrics.KubeRegistry
@@ -65,151 +63,130 @@ type env struct {
 	// resetCreates.
 	createsBase int
 	stopCtrl    func()
-	// ctrlWrap, when set before the controller starts, wraps its API
-	// transport outermost (fault injection).
+	// ctrlWrap, when set, wraps the controller's API transport outermost
+	// (fault injection).
 	ctrlWrap func(http.RoundTripper) http.RoundTripper
-	// driverConfig, when set before the mock driver starts, adjusts its
-	// configuration.
+}
+
+// world says how newWorld makes a test's world.
+type world struct {
+	// cfg is the controller's configuration.
+	cfg controller.Config
+	// mockDriver runs the real csi-attacher (RunSidecar, the code the
+	// binary runs) against the mock CSI driver over a unix socket,
+	// retrying failed attaches quickly, instead of the trivial attacher;
+	// the driver can be told to fail. driverConfig adjusts the driver.
+	mockDriver   bool
 	driverConfig func(*csimock.Config)
+	// driver overrides the test-unique driver name.
+	driver string
+	// noController: the test starts the controller (startController) or
+	// runs its own.
+	noController bool
+	// ctrlWrap: see env.
+	ctrlWrap func(http.RoundTripper) http.RoundTripper
 }
 
 func newEnv(t *testing.T, cfg controller.Config) *env {
 	t.Helper()
-	e := newEnvWithoutController(t, cfg)
-	e.startController()
-	return e
+	return newWorld(t, world{cfg: cfg})
 }
 
 // newEnvWithoutController is newEnv for tests that run the controller
 // their own way.
 func newEnvWithoutController(t *testing.T, cfg controller.Config) *env {
 	t.Helper()
-	e := newBareEnv(t, cfg)
-	e.startAttacher()
-	return e
+	return newWorld(t, world{cfg: cfg, noController: true})
 }
 
-// newEnvWithMockDriver is newEnv with the real csi-attacher (RunSidecar,
-// the code the binary runs) talking to the mock CSI driver over a unix
-// socket, instead of the trivial attacher; the driver can be told to fail.
+// newEnvWithMockDriver is newEnv with the real csi-attacher against the
+// mock CSI driver (world.mockDriver).
 func newEnvWithMockDriver(t *testing.T, cfg controller.Config) (*env, *csimock.Driver) {
 	t.Helper()
-	e := newBareEnv(t, cfg)
-	drv := e.startMockDriverAndAttacher()
-	e.startController()
-	return e, drv
+	e := newWorld(t, world{cfg: cfg, mockDriver: true})
+	return e, e.stack.Driver
 }
 
-// newBareEnv makes the namespace and the kubelet stand-in; no attacher,
-// no controller.
-func newBareEnv(t *testing.T, cfg controller.Config) *env {
+// newWorld makes the namespace and starts the stack as w says.
+func newWorld(t *testing.T, w world) *env {
 	t.Helper()
 	ctx, cancel := context.WithCancel(klog.NewContext(context.Background(), klog.Background()))
 	t.Cleanup(cancel)
 	n := testSeq.Add(1)
 	e := &env{
 		t: t, ctx: ctx, client: cluster.Client(),
-		prefix:  fmt.Sprintf("ad%d", n),
-		cfg:     cfg,
-		ctrlAPI: testsupport.NewAPITransport(),
+		prefix:   fmt.Sprintf("ad%d", n),
+		cfg:      w.cfg,
+		ctrlAPI:  testsupport.NewAPITransport(),
+		ctrlWrap: w.ctrlWrap,
 	}
 	e.ns = e.prefix + "-ns"
 	e.driver = e.prefix + ".csi.latch.test"
+	if w.driver != "" {
+		e.driver = w.driver
+	}
 	if err := localcluster.CreateNamespace(ctx, e.client, e.ns); err != nil {
 		t.Fatal(err)
 	}
-	e.startKubelet()
+	mode := stack.AttacherTrivial
+	if w.mockDriver {
+		mode = stack.AttacherInProcess
+	}
+	s, err := stack.Start(ctx, stack.Options{
+		Cluster: cluster, Driver: e.driver, Attacher: mode, Mock: w.driverConfig,
+		// The binary's configuration, with retries fast enough for the
+		// suite's timeouts.
+		AttacherConfig: func(_ int, cfg *attacher.SidecarConfig) {
+			stack.QuickAttacher(cfg)
+			cfg.Controller.Workers = 4
+			cfg.Controller.RetryIntervalMax = 500 * time.Millisecond
+			cfg.Controller.ReconcileSync = 0 // the suite's tests read no ListVolumes reconcile
+		},
+		NoController: true,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.stack, e.kubelet = s, s.Kubelet
 	t.Cleanup(e.cleanup)
+	if !w.noController {
+		e.startController()
+	}
 	return e
 }
 
-func (e *env) startKubelet() {
-	ctx, cancel := context.WithCancel(e.ctx)
-	e.kubelet = localcluster.NewKubelet(e.client)
-	done := make(chan struct{})
-	go func() { defer close(done); e.kubelet.Run(ctx, 2) }()
-	e.stopKubelet = func() { cancel(); <-done }
+// stopKubelet stops the kubelet stand-in: the nodes stay, no longer
+// updated.
+func (e *env) stopKubelet() {
+	if err := e.stack.StopKubelet(); err != nil {
+		e.t.Errorf("kubelet stand-in: %v", err)
+	}
 }
 
-func (e *env) startAttacher() {
-	a, err := stack.TrivialAttacher(e.ctx, "csi-attacher", e.client, e.driver)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	e.t.Cleanup(func() {
-		if err := a.Stop(); err != nil {
-			e.t.Errorf("trivial csi-attacher: %v", err)
-		}
-	})
-}
-
-// startMockDriverAndAttacher serves a mock CSI driver named e.driver on a
-// unix socket and runs csi-attacher's RunSidecar against it, retrying
-// failed attaches quickly.
-func (e *env) startMockDriverAndAttacher() *csimock.Driver {
-	e.t.Helper()
-	dir, err := os.MkdirTemp("", "ad")
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	e.t.Cleanup(func() { os.RemoveAll(dir) })
-	socket := filepath.Join(dir, "csi.sock")
-	drv, err := stack.MockDriver(e.ctx, e.driver, socket, e.driverConfig)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(e.ctx)
-	done := make(chan error, 1)
-	go func() {
-		// The binary's configuration, with retries fast enough for the
-		// suite's timeouts.
-		cfg := stack.AttacherConfig(cluster.RESTConfig(), socket)
-		cfg.ConnectTimeout = 30 * time.Second
-		cfg.DefaultFSType = "ext4"
-		cfg.Controller.Workers = 4
-		cfg.Controller.Timeout = 5 * time.Second
-		cfg.Controller.RetryIntervalStart = 100 * time.Millisecond
-		cfg.Controller.RetryIntervalMax = 500 * time.Millisecond
-		cfg.Controller.ReconcileSync = 0 // the suite's tests read no ListVolumes reconcile
-		done <- attacher.RunSidecar(ctx, cfg)
-	}()
-	// Cleanups run last-in first-out: the attacher stops before the
-	// driver.
-	e.t.Cleanup(drv.Stop)
-	e.t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			e.t.Errorf("csi-attacher: %v", err)
-		}
-	})
-	return drv
-}
-
-// startController starts a controller with its own informers and client.
-// The client's writes are recorded in e.ctrlAPI.
+// startController starts a controller (the binary's Serve) with its own
+// informers and client. The client's writes are recorded in e.ctrlAPI.
 func (e *env) startController() {
 	e.t.Helper()
-	cfg := rest.CopyConfig(cluster.RESTConfig())
-	cfg.QPS, cfg.Burst = 1000, 2000
-	cfg.Wrap(e.ctrlAPI.Wrap)
-	if e.ctrlWrap != nil {
-		cfg.Wrap(e.ctrlWrap)
-	}
-	c, reg, err := stack.InformerController(e.ctx, "attachdetach-controller", cfg, e.cfg)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	e.registry = reg
+	c := e.stack.StartController(e.ctx, func(cfg *controller.ServeConfig) {
+		cfg.RESTConfig.QPS, cfg.RESTConfig.Burst = 1000, 2000
+		cfg.RESTConfig.Wrap(e.ctrlAPI.Wrap)
+		if e.ctrlWrap != nil {
+			cfg.RESTConfig.Wrap(e.ctrlWrap)
+		}
+		cfg.Controller = e.cfg
+		e.registry = metrics.NewKubeRegistry()
+		cfg.Registry = e.registry
+	})
 	e.stopCtrl = func() {
 		if err := c.Stop(); err != nil {
 			e.t.Errorf("controller: %v", err)
 		} else if err := c.Result(); err != nil {
-			e.t.Errorf("controller Run: %v", err)
+			e.t.Errorf("controller Serve: %v", err)
 		}
 	}
 }
 
-// restartController stops the controller and starts a new one.
+// stopController stops the controller.
 func (e *env) stopController() {
 	if e.stopCtrl != nil {
 		e.stopCtrl()
@@ -224,7 +201,9 @@ func (e *env) cleanup() {
 	if n := e.refusedCreates(); n > 0 {
 		e.t.Errorf("%d VolumeAttachment creates of the controller were answered AlreadyExists", n)
 	}
-	e.stopKubelet()
+	if err := e.stack.Stop(); err != nil {
+		e.t.Errorf("stack: %v", err)
+	}
 	ctx := context.WithoutCancel(e.ctx)
 	pods, _ := e.client.CoreV1().Pods(e.ns).List(ctx, metav1.ListOptions{})
 	for _, p := range pods.Items {
@@ -366,6 +345,32 @@ func (e *env) waitAttachedVA(pv, node string) *storagev1.VolumeAttachment {
 		return ok && v.Status.Attached, nil
 	})
 	return va
+}
+
+// runningPod starts Pod "app" on a new node n1 with a new ReadWriteOnce
+// volume (suffix) and waits until the volume is attached and the Pod runs.
+func (e *env) runningPod(suffix string) (node, pv string, va *storagev1.VolumeAttachment) {
+	e.t.Helper()
+	node = e.addNode("n1")
+	pv = e.volume(suffix, rwo())
+	e.pod("app", node, pv)
+	va = e.waitAttachedVA(pv, node)
+	e.waitPodRunning("app")
+	return node, pv, va
+}
+
+// createVA creates a VolumeAttachment of the test's driver for pv on node
+// as another client would (no Pod asked for it).
+func (e *env) createVA(pv, node string) {
+	e.t.Helper()
+	va := &storagev1.VolumeAttachment{
+		ObjectMeta: metav1.ObjectMeta{Name: e.vaName(pv, node)},
+		Spec: storagev1.VolumeAttachmentSpec{Attacher: e.driver, NodeName: node,
+			Source: storagev1.VolumeAttachmentSource{PersistentVolumeName: &pv}},
+	}
+	if _, err := e.client.StorageV1().VolumeAttachments().Create(e.ctx, va, metav1.CreateOptions{}); err != nil {
+		e.t.Fatalf("create VolumeAttachment of %s on %s: %v", pv, node, err)
+	}
 }
 
 func (e *env) waitVAGone(pv, node string) {

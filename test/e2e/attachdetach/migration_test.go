@@ -35,12 +35,7 @@ const (
 // newGCEPDEnv is newEnv with the test's driver being GCE PD's CSI driver.
 func newGCEPDEnv(t *testing.T, cfg controller.Config) *env {
 	t.Helper()
-	e := newBareEnv(t, cfg)
-	// Cleanup deletes the VolumeAttachments of e.driver, read when it runs.
-	e.driver = gcePDDriver
-	e.startAttacher()
-	e.startController()
-	return e
+	return newWorld(t, world{cfg: cfg, driver: gcePDDriver})
 }
 
 // inTreeGCEPDVolume creates an in-tree GCE PD PV (disk = PV name) bound to

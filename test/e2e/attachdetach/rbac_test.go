@@ -1,16 +1,8 @@
 package attachdetach_test
 
 import (
-	"bufio"
-	"bytes"
-	"context"
-	"errors"
 	"fmt"
-	"io"
 	"net/http"
-	"os"
-	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -21,11 +13,7 @@ import (
 	authorizationv1 "k8s.io/api/authorization/v1"
 	v1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
-	"k8s.io/client-go/kubernetes/scheme"
-	"k8s.io/component-base/metrics"
 
 	"github.com/latchcsi/latch/internal/app"
 	"github.com/latchcsi/latch/internal/attachdetach/controller"
@@ -37,55 +25,33 @@ import (
 // declares and returns the ServiceAccount's namespace and name.
 func applyDeployRBAC(t *testing.T, e *env) (string, string) {
 	t.Helper()
-	_, file, _, _ := runtime.Caller(0)
-	data, err := os.ReadFile(filepath.Join(filepath.Dir(file), "..", "..", "..", "deploy", "attachdetach-controller", "rbac.yaml"))
+	data, err := testsupport.RepoFile("deploy/attachdetach-controller/rbac.yaml")
 	if err != nil {
 		t.Fatal(err)
+	}
+	objs, err := testsupport.ApplyRBAC(e.ctx, e.client, data)
+	if err != nil {
+		t.Fatalf("rbac.yaml: %v", err)
 	}
 	var saNS, saName string
 	roles := map[string][]rbacv1.PolicyRule{} // "namespace/name" or "/name"
 	var bindings []struct{ ns, role string }
-	r := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(data)))
-	for {
-		doc, err := r.Read()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(bytes.TrimSpace(doc)) == 0 {
-			continue
-		}
-		obj, _, err := scheme.Codecs.UniversalDeserializer().Decode(doc, nil, nil)
-		if err != nil {
-			t.Fatalf("decode rbac.yaml: %v", err)
-		}
+	for _, obj := range objs {
 		switch o := obj.(type) {
 		case *v1.ServiceAccount:
 			saNS, saName = o.Namespace, o.Name
-			_, err = e.client.CoreV1().ServiceAccounts(o.Namespace).Create(e.ctx, o, metav1.CreateOptions{})
 		case *rbacv1.ClusterRole:
 			roles["/"+o.Name] = o.Rules
-			_, err = e.client.RbacV1().ClusterRoles().Create(e.ctx, o, metav1.CreateOptions{})
 		case *rbacv1.ClusterRoleBinding:
 			bindings = append(bindings, struct{ ns, role string }{"", "/" + o.RoleRef.Name})
-			_, err = e.client.RbacV1().ClusterRoleBindings().Create(e.ctx, o, metav1.CreateOptions{})
 		case *rbacv1.Role:
 			roles[o.Namespace+"/"+o.Name] = o.Rules
-			_, err = e.client.RbacV1().Roles(o.Namespace).Create(e.ctx, o, metav1.CreateOptions{})
 		case *rbacv1.RoleBinding:
 			role := "/" + o.RoleRef.Name
 			if o.RoleRef.Kind == "Role" {
 				role = o.Namespace + role
 			}
 			bindings = append(bindings, struct{ ns, role string }{o.Namespace, role})
-			_, err = e.client.RbacV1().RoleBindings(o.Namespace).Create(e.ctx, o, metav1.CreateOptions{})
-		default:
-			t.Fatalf("unexpected %T in rbac.yaml", obj)
-		}
-		if err != nil && !apierrors.IsAlreadyExists(err) {
-			t.Fatalf("create %T: %v", obj, err)
 		}
 	}
 	if saName == "" {
@@ -169,8 +135,8 @@ func (d *deniedRequests) get() []string {
 // events, so the recorder both creates and patches events), a multi-attach
 // conflict, attach, node status, detach; no request is refused.
 func TestDeployRBAC_controllerNeedsNothingMore(t *testing.T) {
-	e := newBareEnv(t, controller.Config{})
-	drv := e.startMockDriverAndAttacher()
+	e := newWorld(t, world{mockDriver: true, noController: true})
+	drv := e.stack.Driver
 	saNS, saName := applyDeployRBAC(t, e)
 	tok, err := e.client.CoreV1().ServiceAccounts(saNS).CreateToken(e.ctx, saName,
 		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{}}, metav1.CreateOptions{})
@@ -182,33 +148,18 @@ func TestDeployRBAC_controllerNeedsNothingMore(t *testing.T) {
 	cfg.BearerToken = tok.Status.Token
 	cfg.WrapTransport = denied.wrap
 
-	ctx, cancel := context.WithCancel(e.ctx)
-	done := make(chan error, 1)
-	go func() {
-		done <- controller.Serve(ctx, controller.ServeConfig{
-			RESTConfig: cfg,
-			Registry:   metrics.NewKubeRegistry(),
-			Controller: controller.Config{Workers: 4, VerifyPeriod: time.Second},
-			Leader: app.LeaderElection{
-				Enabled: true, LeaseName: e.prefix + "-rbac", Namespace: saNS, Identity: "rbac",
-				LeaseDuration: 15 * time.Second, RenewDeadline: 10 * time.Second, RetryPeriod: 2 * time.Second,
-			},
-		})
-	}()
-	stopped := false
-	stop := func() {
-		if stopped {
-			return
+	c := e.stack.StartController(e.ctx, func(c *controller.ServeConfig) {
+		c.RESTConfig = cfg
+		c.Controller = controller.Config{Workers: 4, VerifyPeriod: time.Second}
+		c.Leader = app.LeaderElection{
+			Enabled: true, LeaseName: e.prefix + "-rbac", Namespace: saNS, Identity: "rbac",
+			LeaseDuration: 15 * time.Second, RenewDeadline: 10 * time.Second, RetryPeriod: 2 * time.Second,
 		}
-		stopped = true
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("Serve: %v", err)
-			}
-		case <-time.After(timeout):
-			t.Error("Serve did not return after cancellation")
+	})
+	c.StopTimeout = timeout
+	stop := func() {
+		if err := c.Stop(); err != nil {
+			t.Errorf("Serve: %v", err)
 		}
 	}
 	t.Cleanup(stop)

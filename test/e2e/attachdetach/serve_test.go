@@ -1,13 +1,11 @@
 package attachdetach_test
 
 import (
-	"context"
 	"testing"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/component-base/metrics"
 
 	"github.com/latchcsi/latch/internal/app"
 	"github.com/latchcsi/latch/internal/attachdetach/controller"
@@ -20,42 +18,32 @@ import (
 func TestServe_leaderElectionAttachAndCleanShutdown(t *testing.T) {
 	e := newEnvWithoutController(t, controller.Config{Workers: 4})
 	lease := e.prefix + "-leader"
-	ctx, cancel := context.WithCancel(e.ctx)
-	done := make(chan error, 1)
 	wire := kubetest.NewWireFormats()
-	cfg := cluster.RESTConfig()
-	cfg.WrapTransport = wire.Wrap
-	go func() {
-		done <- controller.Serve(ctx, controller.ServeConfig{
-			RESTConfig: cfg,
-			Registry:   metrics.NewKubeRegistry(),
-			Controller: controller.Config{Workers: 4},
-			Leader: app.LeaderElection{
-				Enabled: true, LeaseName: lease, Namespace: e.ns, Identity: "replica-1",
-				LeaseDuration: 15 * time.Second, RenewDeadline: 10 * time.Second, RetryPeriod: 2 * time.Second,
-			},
-		})
-	}()
-	t.Cleanup(func() { cancel() })
+	c := e.stack.StartController(e.ctx, func(c *controller.ServeConfig) {
+		c.RESTConfig = cluster.RESTConfig()
+		c.RESTConfig.WrapTransport = wire.Wrap
+		c.Controller = controller.Config{Workers: 4}
+		c.Leader = app.LeaderElection{
+			Enabled: true, LeaseName: lease, Namespace: e.ns, Identity: "replica-1",
+			LeaseDuration: 15 * time.Second, RenewDeadline: 10 * time.Second, RetryPeriod: 2 * time.Second,
+		}
+	})
+	c.StopTimeout = timeout
 
-	node := e.addNode("n1")
-	pv := e.volume("served", rwo())
-	e.pod("app", node, pv)
-	e.waitAttachedVA(pv, node)
+	node, pv, _ := e.runningPod("served")
 	e.waitNodeAttached(node, e.unique(pv))
-	e.waitPodRunning("app")
 	if l := e.lease(lease); l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity != "replica-1" {
 		t.Errorf("Lease holder = %v, want replica-1", l.Spec.HolderIdentity)
 	}
 
-	cancel()
+	_ = c.Stop() // cancels, waits up to timeout; Result is what Serve returned
 	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("Serve returned %v after cancellation, want nil", err)
-		}
-	case <-time.After(timeout):
+	case <-c.Exited():
+	default:
 		t.Fatal("Serve did not return after cancellation")
+	}
+	if err := c.Result(); err != nil {
+		t.Fatalf("Serve returned %v after cancellation, want nil", err)
 	}
 	if l := e.lease(lease); l.Spec.HolderIdentity != nil && *l.Spec.HolderIdentity != "" {
 		t.Errorf("Lease still held by %q after shutdown", *l.Spec.HolderIdentity)

@@ -1,7 +1,6 @@
 package attachdetach_test
 
 import (
-	"context"
 	"errors"
 	"net/http"
 	"strings"
@@ -10,11 +9,10 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/rest"
-	"k8s.io/component-base/metrics"
 
 	"github.com/latchcsi/latch/internal/app"
 	"github.com/latchcsi/latch/internal/attachdetach/controller"
+	"github.com/latchcsi/latch/internal/stack"
 	"github.com/latchcsi/latch/internal/testsupport"
 )
 
@@ -35,40 +33,26 @@ func (w *startWorld) serve(id string, elect bool) *servedController {
 	e := w.e
 	s := &servedController{id: id, api: testsupport.NewAPITransport()}
 	s.api.SetPartitionTimeout(2 * time.Second)
-	cfg := rest.CopyConfig(cluster.RESTConfig())
-	cfg.QPS, cfg.Burst = 1000, 2000
-	cfg.Wrap(s.api.Wrap)
-	cfg.Wrap(w.log.wrap(id))
-	ctx, cancel := context.WithCancel(e.ctx)
-	done := make(chan error, 1)
-	go func() {
-		done <- controller.Serve(ctx, controller.ServeConfig{
-			RESTConfig: cfg,
-			Registry:   metrics.NewKubeRegistry(),
-			Controller: w.ctrlConfig(),
-			Leader: app.LeaderElection{
-				Enabled: elect, LeaseName: e.prefix + "-leader", Namespace: e.ns, Identity: id,
-				LeaseDuration: 2 * time.Second, RenewDeadline: 1500 * time.Millisecond, RetryPeriod: 200 * time.Millisecond,
-			},
-		})
-	}()
+	c := e.stack.StartController(e.ctx, func(cfg *controller.ServeConfig) {
+		cfg.RESTConfig.QPS, cfg.RESTConfig.Burst = 1000, 2000
+		cfg.RESTConfig.Wrap(s.api.Wrap)
+		cfg.RESTConfig.Wrap(w.log.wrap(id))
+		cfg.Controller = w.ctrlConfig()
+		cfg.Leader = app.LeaderElection{Enabled: elect, LeaseName: e.prefix + "-leader", Namespace: e.ns, Identity: id}
+		stack.QuickLease(&cfg.Leader)
+	})
+	c.StopTimeout = timeout
 	var once sync.Once
 	s.stopF = func(kill bool) {
 		once.Do(func() {
 			if kill {
+				// The stack awaits it at cleanup.
 				s.api.Partition()
-				cancel()
-				e.t.Cleanup(func() { <-done })
+				c.Kill()
 				return
 			}
-			cancel()
-			select {
-			case err := <-done:
-				if err != nil && !errors.Is(err, app.ErrLostLease) {
-					e.t.Errorf("controller %s: Serve: %v", id, err)
-				}
-			case <-time.After(timeout):
-				e.t.Errorf("controller %s did not stop", id)
+			if err := c.Stop(); err != nil && !errors.Is(err, app.ErrLostLease) {
+				e.t.Errorf("controller %s: Serve: %v", id, err)
 			}
 		})
 	}

@@ -105,9 +105,8 @@ type startWorld struct {
 }
 
 func newStartWorld(t *testing.T) *startWorld {
-	e := newBareEnv(t, controller.Config{})
-	drv := e.startMockDriverAndAttacher()
-	return &startWorld{e: e, drv: drv, wanted: map[string]bool{}}
+	e := newWorld(t, world{mockDriver: true, noController: true})
+	return &startWorld{e: e, drv: e.stack.Driver, wanted: map[string]bool{}}
 }
 
 func (w *startWorld) ctrlConfig() controller.Config {
