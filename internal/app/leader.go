@@ -15,6 +15,11 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
+	// leader_election_master_status (and leader_election_slowpath_total)
+	// in the legacy registry, through client-go's leader election metrics
+	// provider, as external-attacher and kube-controller-manager register
+	// them.
+	_ "k8s.io/component-base/metrics/prometheus/clientgo/leaderelection"
 	"k8s.io/klog/v2"
 
 	"github.com/latchcsi/latch/internal/runner"

@@ -193,7 +193,7 @@ func New(cfg Config, client kubernetes.Interface, factory informers.SharedInform
 		recorder: recorder, metrics: metrics, clock: cfg.Clock,
 		orphaned: c.publishedForGone,
 	}
-	c.attach = runner.New[string](runner.ReconcilerFunc[string](c.syncAttach), opts("csi_attacher_attach", apiWorkers))
+	c.attach = runner.New[string](runner.ReconcilerFunc[string](c.syncAttach), opts(AttachQueueName, apiWorkers))
 	c.claims = newClaims(func(dir direction, name string) {
 		if dir == attachDir {
 			c.attach.Enqueue(name)
@@ -201,8 +201,8 @@ func New(cfg Config, client kubernetes.Interface, factory informers.SharedInform
 			c.detach.Enqueue(name)
 		}
 	})
-	c.detach = runner.New[string](runner.ReconcilerFunc[string](c.syncDetach), opts("csi_attacher_detach", apiWorkers))
-	c.pvs = runner.New[string](runner.ReconcilerFunc[string](c.syncPV), opts("csi_attacher_pv", cfg.Workers))
+	c.detach = runner.New[string](runner.ReconcilerFunc[string](c.syncDetach), opts(DetachQueueName, apiWorkers))
+	c.pvs = runner.New[string](runner.ReconcilerFunc[string](c.syncPV), opts(PVQueueName, cfg.Workers))
 
 	if _, err := c.vaInformer.AddEventHandler(kube.ChangeHandlers(c.vaChanged, c.vaDeleted)); err != nil {
 		return nil, err

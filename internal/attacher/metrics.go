@@ -109,3 +109,15 @@ var processMetrics = sync.OnceValue(func() *Metrics {
 	m.Register(legacyregistry.MustRegister)
 	return m
 })
+
+// Queue names: the name label of the workqueue_* metrics. External-attacher
+// has one VolumeAttachment queue, "csi-attacher-va", and "csi-attacher-pv";
+// latch gives attaches and detaches a queue each, so that a burst of one
+// cannot starve the other. The attach queue keeps upstream's name; the
+// selector name=~"csi-attacher-va.*" sums both as upstream's one queue
+// (docs/metrics.md).
+const (
+	AttachQueueName = "csi-attacher-va"
+	DetachQueueName = "csi-attacher-va-detach"
+	PVQueueName     = "csi-attacher-pv"
+)

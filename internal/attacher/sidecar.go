@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"time"
 
-	csimetrics "github.com/kubernetes-csi/csi-lib-utils/metrics"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
@@ -52,10 +51,7 @@ func RunSidecar(ctx context.Context, cfg SidecarConfig) error {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 
-	metricsManager := csimetrics.NewCSIMetricsManagerWithOptions("",
-		csimetrics.WithSubsystem(csimetrics.SubsystemSidecar),
-		csimetrics.WithMigration(),
-	).WithAdditionalRegistry(legacyregistry.DefaultGatherer)
+	metricsManager := newCSIOpsMetrics(legacyregistry.DefaultGatherer)
 	client0, err := csi.Connect(ctx, csi.Options{
 		Address: cfg.CSIAddress, ConnectTimeout: cfg.ConnectTimeout,
 		CallTimeout: cfg.Controller.Timeout, MetricsManager: metricsManager,

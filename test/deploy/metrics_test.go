@@ -91,7 +91,7 @@ func scrape(ctx context.Context, addr string) (map[string]bool, error) {
 func TestDashboardQueriesOnlyMetricsTheBinariesExport(t *testing.T) {
 	queried := dashboardMetrics(t)
 	for _, want := range []string{"latch_attacher_attach_latency_seconds_bucket", "latch_attacher_csi_errors_total",
-		"attachdetach_controller_forced_detaches", "latch_workqueue_oldest_item_age_seconds", "attachdetach_controller_total_volumes"} {
+		"attach_detach_controller_attachdetach_controller_forced_detaches", "latch_workqueue_oldest_item_age_seconds", "attachdetach_controller_total_volumes"} {
 		if _, ok := queried[want]; !ok {
 			t.Errorf("dashboard does not query %s", want)
 		}

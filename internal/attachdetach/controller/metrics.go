@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -13,11 +14,23 @@ import (
 	"github.com/latchcsi/latch/internal/kube"
 )
 
-// Metric names. The first two are kube-controller-manager's, so existing
-// dashboards and alerts keep working.
+// Metric names. The unprefixed ones are kube-controller-manager's, with its
+// labels, so that dashboards and alerts written for it keep working
+// (test/interop: TestMetrics_latchExposesEveryUpstreamMetricNameAndLabelSet).
 const (
-	TotalVolumesMetric        = "attachdetach_controller_total_volumes"
-	ForcedDetachesMetric      = "attachdetach_controller_forced_detaches"
+	TotalVolumesMetric = "attachdetach_controller_total_volumes"
+	// ForcedDetachesMetric is kube-controller-manager's full name (its
+	// subsystem attach_detach_controller, then its metric name).
+	ForcedDetachesMetric = "attach_detach_controller_attachdetach_controller_forced_detaches"
+	// LegacyForcedDetachesMetric is the name latch documented before; it
+	// counts the same detaches.
+	LegacyForcedDetachesMetric = "attachdetach_controller_forced_detaches"
+	// StorageOperationDurationMetric is kube-controller-manager's histogram
+	// of its volume_attach and volume_detach operations.
+	StorageOperationDurationMetric = "storage_operation_duration_seconds"
+	// InUseMetric is kube-controller-manager's count of Pod volumes per
+	// node and plugin.
+	InUseMetric               = "storage_count_attachable_volumes_in_use"
 	OperationDurationMetric   = "latch_attachdetach_operation_duration_seconds"
 	PodVolumesAttachedMetric  = "latch_attachdetach_pod_volumes_attached_seconds"
 	WaitingForMigrationMetric = "latch_attachdetach_volumes_waiting_for_node_migration"
@@ -26,8 +39,9 @@ const (
 // Metrics are the controller's own metrics. Unregistered metrics record
 // nothing, so tests that do not look at them pass NewMetrics() or nil.
 type Metrics struct {
-	forcedDetaches     *metrics.CounterVec
+	forcedDetaches     forcedCounters
 	operationDuration  *metrics.HistogramVec
+	storageOperation   *metrics.HistogramVec
 	podVolumesAttached *metrics.Histogram
 	// waitingForMigration counts the (volume, node) keys waiting for their
 	// node to migrate the volume's in-tree plugin (Config.MigrationByNode).
@@ -37,12 +51,21 @@ type Metrics struct {
 
 // NewMetrics returns unregistered metrics.
 func NewMetrics() *Metrics {
-	return &Metrics{
-		forcedDetaches: metrics.NewCounterVec(&metrics.CounterOpts{
-			Name:           ForcedDetachesMetric,
+	forced := func(name string) *metrics.CounterVec {
+		return metrics.NewCounterVec(&metrics.CounterOpts{
+			Name:           name,
 			Help:           "Number of times the A/D Controller performed a forced detach",
 			StabilityLevel: metrics.ALPHA,
-		}, []string{"reason"}),
+		}, []string{"reason"})
+	}
+	return &Metrics{
+		forcedDetaches: forcedCounters{forced(ForcedDetachesMetric), forced(LegacyForcedDetachesMetric)},
+		storageOperation: metrics.NewHistogramVec(&metrics.HistogramOpts{
+			Name:           StorageOperationDurationMetric,
+			Help:           "Storage operation duration",
+			Buckets:        []float64{.1, .25, .5, 1, 2.5, 5, 10, 15, 25, 50, 120, 300, 600},
+			StabilityLevel: metrics.ALPHA,
+		}, []string{"volume_plugin", "operation_name", "status", "migrated"}),
 		operationDuration: metrics.NewHistogramVec(&metrics.HistogramOpts{
 			Name:           OperationDurationMetric,
 			Help:           "Seconds from creating a VolumeAttachment to seeing it attached (operation=attach), or from deleting it to seeing it gone (operation=detach).",
@@ -60,9 +83,29 @@ func NewMetrics() *Metrics {
 			Help:           "Number of (volume, node) pairs not attached because the node's CSINode does not list the volume's in-tree plugin in its migrated-plugins annotation (--csi-migration-by-node).",
 			StabilityLevel: metrics.ALPHA,
 		}, []string{"plugin"}),
-		totals: &totalsCollector{desc: metrics.NewDesc(TotalVolumesMetric, "Number of volumes in A/D Controller",
-			[]string{"plugin_name", "state"}, nil, metrics.ALPHA, "")},
+		totals: &totalsCollector{
+			desc: metrics.NewDesc(TotalVolumesMetric, "Number of volumes in A/D Controller",
+				[]string{"plugin_name", "state"}, nil, metrics.ALPHA, ""),
+			inUse: metrics.NewDesc(InUseMetric, "Measure number of volumes in use",
+				[]string{"node", "volume_plugin"}, nil, metrics.ALPHA, ""),
+		},
 	}
+}
+
+// forcedCounters counts a forced detach under kube-controller-manager's
+// name and under the name latch documented first.
+type forcedCounters [2]*metrics.CounterVec
+
+// WithLabelValues returns the reason's counters, incremented together.
+func (f forcedCounters) WithLabelValues(reason string) interface{ Inc() } {
+	return bothCounters{f[0].WithLabelValues(reason), f[1].WithLabelValues(reason)}
+}
+
+type bothCounters [2]metrics.CounterMetric
+
+func (b bothCounters) Inc() {
+	b[0].Inc()
+	b[1].Inc()
 }
 
 // Registry is where metrics go: a metrics.KubeRegistry, or
@@ -85,7 +128,7 @@ func (LegacyRegistry) CustomMustRegister(cs ...metrics.StableCollector) {
 
 // Register registers the metrics with r.
 func (m *Metrics) Register(r Registry) {
-	r.MustRegister(m.forcedDetaches, m.operationDuration, m.podVolumesAttached, m.waitingForMigration)
+	r.MustRegister(m.forcedDetaches[0], m.forcedDetaches[1], m.operationDuration, m.storageOperation, m.podVolumesAttached, m.waitingForMigration)
 	r.CustomMustRegister(m.totals)
 }
 
@@ -93,20 +136,31 @@ func (m *Metrics) setSource(c *Controller) {
 	m.totals.mu.Lock()
 	defer m.totals.mu.Unlock()
 	m.totals.source = c
+	if c.timing != nil {
+		c.timing.migratedOf = func(key state.Key) bool {
+			a, ok := c.asw.Get(key)
+			return ok && a.Spec != nil && a.Spec.MigratedFrom != ""
+		}
+	}
 }
 
-// totalsCollector computes attachdetach_controller_total_volumes at
-// scrape time from the two caches, as upstream does.
+// totalsCollector computes attachdetach_controller_total_volumes and
+// storage_count_attachable_volumes_in_use at scrape time from the two
+// caches, as upstream does.
 type totalsCollector struct {
 	metrics.BaseStableCollector
 	desc   *metrics.Desc
+	inUse  *metrics.Desc
 	mu     sync.Mutex
 	source *Controller
 }
 
 var _ metrics.StableCollector = (*totalsCollector)(nil)
 
-func (t *totalsCollector) DescribeWithStability(ch chan<- *metrics.Desc) { ch <- t.desc }
+func (t *totalsCollector) DescribeWithStability(ch chan<- *metrics.Desc) {
+	ch <- t.desc
+	ch <- t.inUse
+}
 
 func (t *totalsCollector) CollectWithStability(ch chan<- metrics.Metric) {
 	t.mu.Lock()
@@ -116,12 +170,23 @@ func (t *totalsCollector) CollectWithStability(ch chan<- metrics.Metric) {
 		return
 	}
 	desired := map[string]int{}
+	// inUse counts, per node and plugin, the Pods' uses of the volumes
+	// wanted there (kube-controller-manager counts each Pod volume).
+	type nodePlugin struct{ node, plugin string }
+	inUse := map[nodePlugin]int{}
 	nodes, err := c.nodeLister.List(everything())
 	if err == nil {
 		for _, n := range nodes {
 			for _, w := range c.dsw.VolumesOnNode(n.Name) {
-				desired[pluginName(w.Volume.UniqueName)]++
+				plugin := pluginName(w.Volume.UniqueName)
+				desired[plugin]++
+				inUse[nodePlugin{n.Name, plugin}] += len(w.Pods)
 			}
+		}
+	}
+	for k, n := range inUse {
+		if n > 0 {
+			ch <- metrics.NewLazyConstMetric(t.inUse, metrics.GaugeValue, float64(n), k.node, k.plugin)
 		}
 	}
 	actual := map[string]int{}
@@ -154,11 +219,20 @@ type opTimes struct {
 	attach  map[state.Key]time.Time
 	detach  map[string]detachStart
 	maxSize int
+	// migratedOf says whether the volume attached (or attaching) at key
+	// is an in-tree volume migrated to CSI (the migrated label of
+	// storage_operation_duration_seconds); nil: never. Set by setSource.
+	migratedOf func(state.Key) bool
 }
 
 type detachStart struct {
-	key   state.Key
-	start time.Time
+	key      state.Key
+	start    time.Time
+	migrated bool
+}
+
+func (o *opTimes) migrated(key state.Key) bool {
+	return o.migratedOf != nil && o.migratedOf(key)
 }
 
 func newOpTimes() *opTimes {
@@ -180,15 +254,17 @@ func (o *opTimes) attachDone(key state.Key, now time.Time, m *Metrics) {
 	o.mu.Unlock()
 	if ok {
 		m.operationDuration.WithLabelValues("attach", driverOf(key.Volume)).Observe(now.Sub(start).Seconds())
+		m.storageOperation.WithLabelValues(pluginName(key.Volume), "volume_attach", "success", strconv.FormatBool(o.migrated(key))).Observe(now.Sub(start).Seconds())
 	}
 }
 
 func (o *opTimes) detachStarted(name string, key state.Key, now time.Time) {
+	migrated := o.migrated(key) // before o.mu: it reads the actual state
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	delete(o.attach, key)
 	if len(o.detach) < o.maxSize {
-		o.detach[name] = detachStart{key: key, start: now}
+		o.detach[name] = detachStart{key: key, start: now, migrated: migrated}
 	}
 }
 
@@ -205,6 +281,7 @@ func (o *opTimes) detached(name string, now time.Time, m *Metrics) {
 	o.mu.Unlock()
 	if ok {
 		m.operationDuration.WithLabelValues("detach", driverOf(d.key.Volume)).Observe(now.Sub(d.start).Seconds())
+		m.storageOperation.WithLabelValues(pluginName(d.key.Volume), "volume_detach", "success", strconv.FormatBool(d.migrated)).Observe(now.Sub(d.start).Seconds())
 	}
 }
 
