@@ -95,12 +95,20 @@ func serve(ctx context.Context, opts *options, started func(string)) error {
 	if err := d.Start(ctx, opts.csiAddress); err != nil {
 		return err
 	}
+	defer d.Stop() // removes the socket
+	for _, n := range opts.nodes {
+		ep, err := d.StartNode(ctx, n)
+		if err != nil {
+			return err
+		}
+		defer ep.Stop() // removes its sockets
+		logger.Info("CSI mock node endpoint started", "node", n.NodeID, "endpoint", ep.Endpoint(), "registration", ep.RegistrationSocket())
+	}
 	logger.Info("CSI mock driver started", "endpoint", d.Endpoint(), "driver", cfg.Name, "faultRules", len(cfg.Faults))
 	if started != nil {
 		started(httpAddr)
 	}
 	<-ctx.Done()
-	d.Stop() // removes the socket
-	logger.Info("CSI mock driver stopped")
+	logger.Info("CSI mock driver stopping")
 	return nil
 }

@@ -20,8 +20,10 @@ type options struct {
 	// latencies are per-method delays from --latency, turned into fault
 	// rules.
 	latencies []csimock.Rule
-	driver    csimock.Config
-	version   bool
+	// nodes are the node endpoints of --node-endpoint.
+	nodes   []csimock.NodeConfig
+	driver  csimock.Config
+	version bool
 }
 
 // parseFlags turns args into options; it touches no global state except
@@ -62,6 +64,12 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 		return err
 	})
 
+	fs.Func("node-endpoint", "Serve a node plugin for one node on a socket of its own: node-id=ID,socket=PATH[,registration-dir=DIR]; repeatable, one per node. With registration-dir (a kubelet's <root-dir>/plugins_registry) the kubelet plugin-registration service is served there as <driver-name>-reg.sock, so that kubelet registers the driver.", func(s string) error {
+		n, err := parseNodeEndpoint(s)
+		o.nodes = append(o.nodes, n)
+		return err
+	})
+
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -77,6 +85,31 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 		}
 	}
 	return o, nil
+}
+
+// parseNodeEndpoint reads node-id=ID,socket=PATH[,registration-dir=DIR].
+func parseNodeEndpoint(s string) (csimock.NodeConfig, error) {
+	var n csimock.NodeConfig
+	for _, part := range strings.Split(s, ",") {
+		key, value, ok := strings.Cut(strings.TrimSpace(part), "=")
+		if !ok || value == "" {
+			return n, fmt.Errorf("--node-endpoint %q: %q is not key=value", s, part)
+		}
+		switch key {
+		case "node-id":
+			n.NodeID = value
+		case "socket":
+			n.Socket = value
+		case "registration-dir":
+			n.RegistrationDir = value
+		default:
+			return n, fmt.Errorf("--node-endpoint %q: unknown key %q (want node-id, socket, registration-dir)", s, key)
+		}
+	}
+	if n.NodeID == "" || n.Socket == "" {
+		return n, fmt.Errorf("--node-endpoint %q: node-id and socket are required", s)
+	}
+	return n, nil
 }
 
 func parseLatencies(s string) ([]csimock.Rule, error) {

@@ -153,11 +153,14 @@ type State struct {
 	NodeVolumes map[string]int64 `json:"nodeVolumes"`
 	// KnownNodes is nil when any node ID is accepted.
 	KnownNodes []string `json:"knownNodes"`
+	// Nodes are the node-service volumes of every node that has any
+	// staged or published, by node ID.
+	Nodes map[string]NodeVolumes `json:"nodes"`
 }
 
 // State returns a snapshot of volumes and publications, sorted by ID.
 func (d *Driver) State() State {
-	out := State{Serving: d.Serving(), Ready: d.Ready()}
+	out := State{Serving: d.Serving(), Ready: d.Ready(), Nodes: d.nodeSnapshots()}
 	s := d.state
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -14,8 +14,13 @@ type Call struct {
 	Method   string `json:"method"`
 	VolumeID string `json:"volumeID,omitempty"`
 	// Name is the volume name of CreateVolume.
-	Name     string    `json:"name,omitempty"`
-	NodeID   string    `json:"nodeID,omitempty"`
+	Name string `json:"name,omitempty"`
+	// NodeID is the request's node ID; for Node RPCs, which carry none,
+	// the node whose Node service got the call.
+	NodeID string `json:"nodeID,omitempty"`
+	// Endpoint is the node ID of the node endpoint (StartNode) whose
+	// socket got the call; empty for the driver's own socket.
+	Endpoint string    `json:"endpoint,omitempty"`
 	Readonly bool      `json:"readonly,omitempty"`
 	Start    time.Time `json:"start"`
 	// End is zero while the call is in flight.

@@ -28,7 +28,9 @@ type Driver struct {
 	state  *store
 	faults *faultSet
 	calls  *callLog
-	node   *nodeState
+	// nodes holds every node's node-service state; endpoints the node
+	// sockets StartNode serves (see nodeendpoint.go).
+	nodes nodeSet
 	// extraPublishContext is added to every ControllerPublishVolume
 	// response (SetExtraPublishContext).
 	extraPublishContext atomic.Pointer[map[string]string]
@@ -70,7 +72,7 @@ func New(cfg Config) (*Driver, error) {
 		state:  newStore(&cfg),
 		faults: &faultSet{seed: cfg.Seed},
 		calls:  newCallLog(cfg.CallLogSize),
-		node:   newNodeState(),
+		nodes:  nodeSet{states: map[string]*nodeState{}, endpoints: map[string]*NodeEndpoint{}},
 		logger: klog.Background(),
 		down:   make(chan struct{}),
 	}
@@ -112,41 +114,56 @@ func (d *Driver) Start(ctx context.Context, socketPath string) error {
 
 // listenLocked starts a fresh gRPC server on d.socketPath.
 func (d *Driver) listenLocked() error {
-	if err := os.MkdirAll(filepath.Dir(d.socketPath), 0o755); err != nil {
-		return fmt.Errorf("csimock: create socket directory: %w", err)
-	}
-	if err := removeStaleSocket(d.socketPath); err != nil {
-		return err
-	}
-	lis, err := net.Listen("unix", d.socketPath)
+	lis, err := listenUnix(d.socketPath)
 	if err != nil {
-		return fmt.Errorf("csimock: listen on %s: %w", d.socketPath, err)
+		return err
 	}
 	// Calls of this instance carry its epoch, so after Crash bumps the
 	// store's epoch none of them, not even one accepted during shutdown,
 	// can commit. They also carry its down channel, which releases hangs.
 	d.down = make(chan struct{})
-	inst := instance{epoch: d.state.currentEpoch(), down: d.down, logger: d.logger}
+	inst := instance{epoch: d.state.currentEpoch(), down: d.down, logger: d.logger, nodeID: d.cfg.NodeID}
 	srv := grpc.NewServer(grpc.UnaryInterceptor(d.interceptor(inst)))
 	csi.RegisterIdentityServer(srv, &identityServer{d: d})
 	csi.RegisterControllerServer(srv, &controllerServer{d: d})
 	if d.cfg.NodeService {
-		csi.RegisterNodeServer(srv, &nodeServer{d: d})
+		csi.RegisterNodeServer(srv, &nodeServer{d: d, node: d.nodes.state(d.cfg.NodeID)})
 	}
 	d.server = srv
+	d.serveDone = serveGRPC(srv, lis, d.logger, "CSI mock driver")
+	d.logger.V(2).Info("CSI mock driver serving", "endpoint", d.socketPath, "driver", d.cfg.Name)
+	return nil
+}
+
+// listenUnix listens on a unix socket at path, creating its directory and
+// replacing a stale socket file.
+func listenUnix(path string) (net.Listener, error) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return nil, fmt.Errorf("csimock: create socket directory: %w", err)
+	}
+	if err := removeStaleSocket(path); err != nil {
+		return nil, err
+	}
+	lis, err := net.Listen("unix", path)
+	if err != nil {
+		return nil, fmt.Errorf("csimock: listen on %s: %w", path, err)
+	}
+	return lis, nil
+}
+
+// serveGRPC serves srv on lis in the background; the returned channel is
+// closed when Serve returned.
+func serveGRPC(srv *grpc.Server, lis net.Listener, logger klog.Logger, what string) chan struct{} {
 	done := make(chan struct{})
-	d.serveDone = done
-	logger := d.logger
 	go func() {
 		defer close(done)
 		// Serve returns nil after Stop; anything else is worth a log line
 		// but not a panic: the test or binary notices the dead socket.
 		if err := srv.Serve(lis); err != nil {
-			logger.Error(err, "CSI mock driver stopped serving")
+			logger.Error(err, what+" stopped serving", "endpoint", lis.Addr().String())
 		}
 	}()
-	logger.V(2).Info("CSI mock driver serving", "endpoint", d.socketPath, "driver", d.cfg.Name)
-	return nil
+	return done
 }
 
 // removeStaleSocket removes a leftover socket file (from a crash), but

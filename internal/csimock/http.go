@@ -15,7 +15,7 @@ const maxBodyBytes = 1 << 20
 
 // HTTPHandler serves the driver's observability and control endpoints:
 //
-//	GET    /calls[?method=M]  call log (JSON list)
+//	GET    /calls[?method=M][&endpoint=N]  call log (JSON list); endpoint: the calls node N's endpoint got
 //	GET    /stats             counters
 //	GET    /state             volumes and publications
 //	GET    /faults            fault rules with counters
@@ -30,11 +30,20 @@ const maxBodyBytes = 1 << 20
 func (d *Driver) HTTPHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /calls", func(w http.ResponseWriter, r *http.Request) {
+		calls := d.Calls()
 		if m := r.URL.Query().Get("method"); m != "" {
-			writeJSON(w, http.StatusOK, nonNil(d.CallsTo(m)))
-			return
+			calls = d.CallsTo(m)
 		}
-		writeJSON(w, http.StatusOK, d.Calls())
+		if n := r.URL.Query().Get("endpoint"); n != "" {
+			var mine []Call
+			for _, c := range calls {
+				if c.Endpoint == n {
+					mine = append(mine, c)
+				}
+			}
+			calls = mine
+		}
+		writeJSON(w, http.StatusOK, nonNil(calls))
 	})
 	mux.HandleFunc("GET /stats", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, d.Stats())

@@ -2,6 +2,7 @@ package csimock
 
 import (
 	"context"
+	"strings"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/kubernetes-csi/csi-lib-utils/protosanitizer"
@@ -17,9 +18,17 @@ type instance struct {
 	epoch  uint64
 	down   <-chan struct{}
 	logger klog.Logger
+	// nodeID is the node whose Node service this instance serves (the
+	// node ID of Node-service calls); endpoint is set on a node endpoint's
+	// socket (StartNode) and empty on the driver's own socket.
+	nodeID   string
+	endpoint string
 }
 
 type callRefKey struct{}
+
+// nodeServicePrefix starts the full method name of every Node RPC.
+const nodeServicePrefix = "/csi.v1.Node/"
 
 // callRefFrom returns the call a handler runs for; in-process calls that
 // did not come through gRPC get the unfenced zero value.
@@ -32,8 +41,13 @@ func callRefFrom(ctx context.Context) callRef {
 // faulted, so every RPC of every service gets the same treatment.
 func (d *Driver) interceptor(inst instance) grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-		call := &Call{Method: normalizeMethod(info.FullMethod), Start: d.clock.Now()}
+		call := &Call{Method: normalizeMethod(info.FullMethod), Endpoint: inst.endpoint, Start: d.clock.Now()}
 		describeRequest(call, req)
+		if call.NodeID == "" && strings.HasPrefix(info.FullMethod, nodeServicePrefix) {
+			// Node RPCs carry no node ID: they act on the node whose
+			// socket got them, so that is what logs and fault rules see.
+			call.NodeID = inst.nodeID
+		}
 		d.calls.begin(call)
 
 		logger := klog.LoggerWithValues(inst.logger, "method", call.Method, "call", call.ID)

@@ -13,11 +13,13 @@ import (
 	"google.golang.org/protobuf/proto"
 )
 
-// The node service is deliberately minimal: bookkeeping of staged and
-// published paths for the one node Config.NodeID, plus creating and
-// removing the target path as the spec requires. It exists so csi-sanity
-// and a kubelet stand-in have something faithful to talk to; nothing is
-// mounted.
+// The node service keeps, per node, the bookkeeping of staged and
+// published paths, plus creating and removing the target path as the spec
+// requires; nothing is mounted. The driver's own socket serves it for
+// Config.NodeID (when Config.NodeService); StartNode serves it for any
+// other node on a socket of its own (see nodeendpoint.go). Every node
+// shares the controller's volume store, so NodeStageVolume can refuse a
+// volume that is not ControllerPublished to that node.
 
 type nodeStage struct {
 	path       string
@@ -30,7 +32,9 @@ type nodePublish struct {
 	capability  *csi.VolumeCapability
 }
 
+// nodeState is one node's staged and published volumes.
 type nodeState struct {
+	id string
 	mu sync.Mutex
 	// staged is keyed by volume ID.
 	staged map[string]nodeStage
@@ -38,19 +42,21 @@ type nodeState struct {
 	published map[string]map[string]nodePublish
 }
 
-func newNodeState() *nodeState {
-	return &nodeState{staged: map[string]nodeStage{}, published: map[string]map[string]nodePublish{}}
+func newNodeState(id string) *nodeState {
+	return &nodeState{id: id, staged: map[string]nodeStage{}, published: map[string]map[string]nodePublish{}}
 }
 
+// nodeServer serves the Node service of one node.
 type nodeServer struct {
 	csi.UnimplementedNodeServer
-	d *Driver
+	d    *Driver
+	node *nodeState
 }
 
 var _ csi.NodeServer = (*nodeServer)(nil)
 
 func (s *nodeServer) NodeGetInfo(ctx context.Context, _ *csi.NodeGetInfoRequest) (*csi.NodeGetInfoResponse, error) {
-	return &csi.NodeGetInfoResponse{NodeId: s.d.cfg.NodeID, MaxVolumesPerNode: s.d.cfg.MaxVolumesPerNode}, nil
+	return &csi.NodeGetInfoResponse{NodeId: s.node.id, MaxVolumesPerNode: s.d.cfg.MaxVolumesPerNode}, nil
 }
 
 func (s *nodeServer) NodeGetCapabilities(ctx context.Context, _ *csi.NodeGetCapabilitiesRequest) (*csi.NodeGetCapabilitiesResponse, error) {
@@ -95,8 +101,8 @@ func (s *nodeServer) checkAttached(volumeID string) error {
 		return err
 	}
 	c := s.d.cfg.Capabilities
-	if c.ControllerService && c.PublishUnpublishVolume && !s.d.state.isPublishedTo(volumeID, s.d.cfg.NodeID) {
-		return status.Errorf(codes.FailedPrecondition, "volume %q is not controller-published to node %q", volumeID, s.d.cfg.NodeID)
+	if c.ControllerService && c.PublishUnpublishVolume && !s.d.state.isPublishedTo(volumeID, s.node.id) {
+		return status.Errorf(codes.FailedPrecondition, "volume %q is not controller-published to node %q", volumeID, s.node.id)
 	}
 	return nil
 }
@@ -111,7 +117,7 @@ func (s *nodeServer) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolu
 	if err := s.checkAttached(req.GetVolumeId()); err != nil {
 		return nil, err
 	}
-	n := s.d.node
+	n := s.node
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if st, ok := n.staged[req.GetVolumeId()]; ok {
@@ -128,7 +134,7 @@ func (s *nodeServer) NodeUnstageVolume(ctx context.Context, req *csi.NodeUnstage
 	if err := requireVolumeAndPath(req.GetVolumeId(), "staging target path", req.GetStagingTargetPath()); err != nil {
 		return nil, err
 	}
-	n := s.d.node
+	n := s.node
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if _, ok := n.staged[req.GetVolumeId()]; !ok {
@@ -138,7 +144,7 @@ func (s *nodeServer) NodeUnstageVolume(ctx context.Context, req *csi.NodeUnstage
 		return &csi.NodeUnstageVolumeResponse{}, nil // idempotent
 	}
 	if len(n.published[req.GetVolumeId()]) > 0 {
-		return nil, status.Errorf(codes.FailedPrecondition, "volume %q is still published on this node", req.GetVolumeId())
+		return nil, status.Errorf(codes.FailedPrecondition, "volume %q is still published on node %q", req.GetVolumeId(), n.id)
 	}
 	delete(n.staged, req.GetVolumeId())
 	return &csi.NodeUnstageVolumeResponse{}, nil
@@ -160,7 +166,7 @@ func (s *nodeServer) NodePublishVolume(ctx context.Context, req *csi.NodePublish
 		return nil, err
 	}
 	want := nodePublish{stagingPath: req.GetStagingTargetPath(), readonly: req.GetReadonly(), capability: capability}
-	n := s.d.node
+	n := s.node
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if st, ok := n.staged[volID]; !ok || st.path != want.stagingPath {
@@ -205,7 +211,7 @@ func (s *nodeServer) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpub
 	if err := requireVolumeAndPath(volID, "target path", target); err != nil {
 		return nil, err
 	}
-	n := s.d.node
+	n := s.node
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	targets := n.published[volID]
