@@ -210,7 +210,8 @@ func TestDetachWithMissingSecretIsReportedThenDetachesWhenCreated(t *testing.T) 
 	if msg := e.eventMessage(vaName, "DetachFailed"); !strings.Contains(msg, want) {
 		t.Errorf("DetachFailed event %q does not say %q", msg, want)
 	}
-	// Retried (several looks at the Secret), still not unpublished.
+	// A while later (the Secret looked for every 500 ms meanwhile): still
+	// blocked, nothing unpublished.
 	time.Sleep(2 * time.Second)
 	va = e.getVA(vaName)
 	if !slices.Contains(va.Finalizers, kube.AttacherFinalizer(e.name)) {
