@@ -27,11 +27,7 @@ import (
 
 func TestAttachThenDetachPVPublishesOnceAndCleansUp(t *testing.T) {
 	e := newEnv(t, envOptions{})
-	pv, vaName := e.prefix+"-pv", e.prefix+"-va"
-	e.createPV(pv)
-	e.createVA(e.newVA(vaName, pv, e.node))
-
-	va := e.waitAttached(vaName, 30*time.Second)
+	pv, vaName, va := e.attachOne(30 * time.Second)
 	if got := e.driver.PublishCount(pv, e.nodeID); got != 1 {
 		t.Errorf("ControllerPublish calls for %s on %s = %d, want 1", pv, e.nodeID, got)
 	}
@@ -214,10 +210,7 @@ func TestDriverHangingPastTimeoutKeepsFinalizerAndRetries(t *testing.T) {
 
 func TestDetachAfterPVDeletedUsesRecordedHandle(t *testing.T) {
 	e := newEnv(t, envOptions{})
-	pv, vaName := e.prefix+"-pv", e.prefix+"-va"
-	e.createPV(pv)
-	e.createVA(e.newVA(vaName, pv, e.node))
-	e.waitAttached(vaName, 30*time.Second)
+	pv, vaName, _ := e.attachOne(30 * time.Second)
 
 	// Delete the PV and strip its finalizer by hand, the way an impatient
 	// operator does: the PV is really gone before the VA.
@@ -265,10 +258,7 @@ func TestMissingSecretIsReportedThenAttachesWhenCreated(t *testing.T) {
 
 func TestListVolumesReconcileRepublishesAfterOutOfBandUnpublish(t *testing.T) {
 	e := newEnv(t, envOptions{reconcileSync: 300 * time.Millisecond})
-	pv, vaName := e.prefix+"-pv", e.prefix+"-va"
-	e.createPV(pv)
-	e.createVA(e.newVA(vaName, pv, e.node))
-	e.waitAttached(vaName, 30*time.Second)
+	pv, vaName, _ := e.attachOne(30 * time.Second)
 
 	conn, err := grpc.NewClient("unix://"+e.socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
@@ -288,10 +278,7 @@ func TestTrivialDriverWithoutPublishMarksAttachedWithoutFinalizers(t *testing.T)
 	caps := csimock.AllCapabilities()
 	caps.PublishUnpublishVolume = false
 	e := newEnv(t, envOptions{caps: &caps})
-	pv, vaName := e.prefix+"-pv", e.prefix+"-va"
-	e.createPV(pv)
-	e.createVA(e.newVA(vaName, pv, e.node))
-	va := e.waitAttached(vaName, 30*time.Second)
+	_, vaName, va := e.attachOne(30 * time.Second)
 	if len(va.Finalizers) != 0 {
 		t.Errorf("trivial attach added finalizers %v", va.Finalizers)
 	}

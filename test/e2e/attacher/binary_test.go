@@ -1,14 +1,12 @@
 package attacher_test
 
 import (
-	"bytes"
 	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -27,29 +25,12 @@ func attacherBinary(t *testing.T) string {
 	return testsupport.MustBinary(t, "cmd/csi-attacher")
 }
 
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // child is one csi-attacher process.
 type child struct {
 	t    *testing.T
 	name string
 	cmd  *exec.Cmd
-	out  *lockedBuffer // stdout and stderr
+	out  *testsupport.SyncBuffer // stdout and stderr
 	done chan struct{}
 	err  error // from Wait, valid once done is closed
 }
@@ -85,7 +66,7 @@ func (e *env) startBinary(name string, args ...string) *child {
 		"--reconcile-sync=0",
 		"--worker-threads=4",
 	}, args...)
-	c := &child{t: e.t, name: name, cmd: exec.Command(attacherBinary(e.t), all...), out: &lockedBuffer{}, done: make(chan struct{})}
+	c := &child{t: e.t, name: name, cmd: exec.Command(attacherBinary(e.t), all...), out: &testsupport.SyncBuffer{}, done: make(chan struct{})}
 	c.cmd.Stdout, c.cmd.Stderr = c.out, c.out
 	// The binary's own GOMAXPROCS decision is under test (--max-procs):
 	// keep the test runner's out of it.

@@ -2,6 +2,7 @@ package attacher_test
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -48,11 +49,7 @@ func (l *errorLog) find(parts ...string) string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for _, line := range l.lines {
-		ok := true
-		for _, p := range parts {
-			ok = ok && strings.Contains(line, p)
-		}
-		if ok {
+		if !slices.ContainsFunc(parts, func(p string) bool { return !strings.Contains(line, p) }) {
 			return line
 		}
 	}
@@ -198,10 +195,7 @@ func TestTwoAttachersWithLeaderElectionReportNoCompetingInstance(t *testing.T) {
 	gA, gB := &gauge{}, &gauge{}
 	logs := &errorLog{}
 	e.stopAtt = e.startAttacher(envOptions{leader: true, competing: gA, logger: capturingLogger(logs)}, "leader-a")
-	pv, va := e.prefix+"-pv", e.prefix+"-va"
-	e.createPV(pv)
-	e.createVA(e.newVA(va, pv, e.node))
-	e.waitAttached(va, 30*time.Second)
+	pv, _, _ := e.attachOne(30 * time.Second)
 	stopB := e.startAttacher(envOptions{leader: true, competing: gB, logger: capturingLogger(logs)}, "standby-b")
 	t.Cleanup(stopB)
 	// Ten retry periods of the standby watching the leader renew.

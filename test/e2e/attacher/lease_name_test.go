@@ -26,10 +26,7 @@ func TestLeaderElectionWithUpperCaseDriverNameAcquiresLeaseAndAttaches(t *testin
 		return err == nil && l.Spec.HolderIdentity != nil && *l.Spec.HolderIdentity != "", nil
 	})
 
-	pv, vaName := e.prefix+"-pv", e.prefix+"-va"
-	e.createPV(pv)
-	e.createVA(e.newVA(vaName, pv, e.node))
-	va := e.waitAttached(vaName, 30*time.Second)
+	pv, vaName, va := e.attachOne(30 * time.Second)
 	if want := "external-attacher/Example-CSI-Driver"; !slices.Contains(va.Finalizers, want) {
 		t.Errorf("VolumeAttachment finalizers = %v, want %s", va.Finalizers, want)
 	}

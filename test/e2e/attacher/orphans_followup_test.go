@@ -48,15 +48,7 @@ func TestOrphanWaitIsShownInNewVolumeAttachmentAttachError(t *testing.T) {
 	for i := range 3 {
 		pv, vaName := fmt.Sprintf("%s-pv%d", e.prefix, i), fmt.Sprintf("%s-va%d", e.prefix, i)
 		e.createPV(pv)
-		e.delayPublish(pv)
-		fault, err := e.driver.AddFault(csimock.Rule{Method: "ControllerUnpublishVolume", VolumeID: pv, Code: codes.Unavailable, Message: "backend unreachable"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		e.createVA(e.newVA(vaName, pv, e.node))
-		e.waitPublished(pv, e.nodeID)
-		old := e.getVA(vaName)
-		e.forceDelete(vaName)
+		old, fault := e.orphanWithFailingUnpublish(pv, vaName)
 		e.createVA(e.newVA(vaName, pv, otherNode))
 		replacement := e.getVA(vaName)
 

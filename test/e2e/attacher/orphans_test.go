@@ -11,7 +11,7 @@ import (
 
 	"google.golang.org/grpc/codes"
 	authenticationv1 "k8s.io/api/authentication/v1"
-	v1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -19,7 +19,6 @@ import (
 
 	"github.com/latchcsi/latch/internal/attacher"
 	"github.com/latchcsi/latch/internal/csimock"
-	"github.com/latchcsi/latch/internal/localcluster"
 	"github.com/latchcsi/latch/internal/testsupport"
 )
 
@@ -51,6 +50,25 @@ func (e *env) forceDelete(name string) {
 
 // waitPublished waits until the driver holds handle published to nodeID
 // (the publish took effect; its answer may still be delayed).
+// orphanWithFailingUnpublish attaches pv through the VolumeAttachment
+// vaName on the test's node (slowly: delayPublish), then force-deletes
+// the VolumeAttachment once published, with every unpublish of pv failing
+// Unavailable "backend unreachable" (the returned fault rule): an orphan
+// that stays. It returns the VolumeAttachment as it was.
+func (e *env) orphanWithFailingUnpublish(pv, vaName string) (old *storagev1.VolumeAttachment, unpublishFault string) {
+	e.t.Helper()
+	e.delayPublish(pv)
+	unpublishFault, err := e.driver.AddFault(csimock.Rule{Method: "ControllerUnpublishVolume", VolumeID: pv, Code: codes.Unavailable, Message: "backend unreachable"})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.createVA(e.newVA(vaName, pv, e.node))
+	e.waitPublished(pv, e.nodeID)
+	old = e.getVA(vaName)
+	e.forceDelete(vaName)
+	return old, unpublishFault
+}
+
 func (e *env) waitPublished(handle, nodeID string) {
 	e.t.Helper()
 	e.eventually(10*time.Second, fmt.Sprintf("%s published to %s", handle, nodeID), func() (bool, error) {
@@ -171,24 +189,10 @@ func TestOrphanSurvivesAttacherRestart(t *testing.T) {
 
 	for i := range 3 {
 		pv, vaName, secret := fmt.Sprintf("%s-pv%d", e.prefix, i), fmt.Sprintf("%s-va%d", e.prefix, i), fmt.Sprintf("%s-s%d", e.prefix, i)
-		s := &v1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: secret}, StringData: map[string]string{"password": "hunter2-" + secret}}
-		if _, err := e.client.CoreV1().Secrets("default").Create(e.ctx, s, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		e.createPV(pv, func(s *localcluster.VolumeSpec) {
-			s.SecretRef = &v1.SecretReference{Namespace: "default", Name: secret}
-		})
+		e.createPVWithSecret(pv, secret, map[string]string{"password": "hunter2-" + secret})
 
 		stop := e.startAttacherAs(cfg, envOptions{leader: true}, fmt.Sprintf("first-%d", i), ns)
-		e.delayPublish(pv)
-		unpublishFault, err := e.driver.AddFault(csimock.Rule{Method: "ControllerUnpublishVolume", VolumeID: pv, Code: codes.Unavailable, Message: "backend unreachable"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		e.createVA(e.newVA(vaName, pv, e.node))
-		e.waitPublished(pv, e.nodeID)
-		old := e.getVA(vaName)
-		e.forceDelete(vaName)
+		old, unpublishFault := e.orphanWithFailingUnpublish(pv, vaName)
 		e.eventually(15*time.Second, "orphan recorded and its unpublish failed", func() (bool, error) {
 			return e.orphanRecord(ns)[vaName] != "" && callIndex(e.driver.Calls(), "ControllerUnpublishVolume", pv, e.nodeID, codes.Unavailable) >= 0, nil
 		})

@@ -91,11 +91,8 @@ func TestAttacherKilledMidPublishRepublishesOnlyTheVolumeWhoseOutcomeWasUnknown(
 
 func TestAttacherKilledMidUnpublishUnpublishesAgainAfterRestartAndReleasesVA(t *testing.T) {
 	e := newEnv(t, envOptions{noAttacher: true})
-	pv, vaName := e.prefix+"-pv", e.prefix+"-va"
-	e.createPV(pv)
 	first := e.startBinary("first")
-	e.createVA(e.newVA(vaName, pv, e.node))
-	e.waitAttached(vaName, time.Minute)
+	pv, vaName, _ := e.attachOne(time.Minute)
 
 	if _, err := e.driver.AddFault(csimock.Rule{Method: unpublishMethod, VolumeID: pv, Phase: csimock.PhaseAfter, Latency: time.Hour, Once: true}); err != nil {
 		t.Fatal(err)

@@ -22,10 +22,7 @@ func TestBinaryRunsOnOneProcUnlessTold(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newEnv(t, envOptions{noAttacher: true})
 			att := e.startBinary(tc.name, append([]string{"-v=2"}, tc.args...)...)
-			pv, va := e.prefix+"-pv", e.prefix+"-va"
-			e.createPV(pv)
-			e.createVA(e.newVA(va, pv, e.node))
-			e.waitAttached(va, time.Minute)
+			e.attachOne(time.Minute)
 			att.signal(syscall.SIGTERM)
 			if code := att.exitCode(time.Minute); code != 0 {
 				t.Errorf("exit code %d after SIGTERM, want 0", code)

@@ -1,23 +1,14 @@
 package attacher_test
 
 import (
-	"bytes"
 	"net/http"
-	"os"
-	"path/filepath"
-	"runtime"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
-	v1 "k8s.io/api/core/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
-	"sigs.k8s.io/yaml"
 
 	"github.com/latchcsi/latch/internal/localcluster"
 	"github.com/latchcsi/latch/internal/testsupport"
@@ -28,57 +19,19 @@ import (
 // below uses a controller-publish secret; the base grants no Secrets).
 func applyRBAC(t *testing.T, e *env) {
 	t.Helper()
-	_, file, _, _ := runtime.Caller(0)
-	deployDir := filepath.Join(filepath.Dir(file), "..", "..", "..", "deploy")
-	var data []byte
-	for _, f := range []string{"csi-attacher/rbac.yaml", "overlays/csi-attacher-read-secrets/read-secrets.yaml"} {
-		d, err := os.ReadFile(filepath.Join(deployDir, f))
+	var manifests [][]byte
+	for _, f := range []string{"deploy/csi-attacher/rbac.yaml", "deploy/overlays/csi-attacher-read-secrets/read-secrets.yaml"} {
+		d, err := testsupport.RepoFile(f)
 		if err != nil {
 			t.Fatal(err)
 		}
-		data = append(append(data, d...), "\n---\n"...)
+		manifests = append(manifests, d)
 	}
 	if err := localcluster.CreateNamespace(e.ctx, e.client, "latch-system"); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
 	}
-	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
-	for {
-		var u unstructured.Unstructured
-		if err := dec.Decode(&u.Object); err != nil {
-			break
-		}
-		if len(u.Object) == 0 {
-			continue
-		}
-		raw, _ := yaml.Marshal(u.Object)
-		var createErr error
-		switch u.GetKind() {
-		case "ServiceAccount":
-			var o v1.ServiceAccount
-			_ = yaml.Unmarshal(raw, &o)
-			_, createErr = e.client.CoreV1().ServiceAccounts(o.Namespace).Create(e.ctx, &o, metav1.CreateOptions{})
-		case "ClusterRole":
-			var o rbacv1.ClusterRole
-			_ = yaml.Unmarshal(raw, &o)
-			_, createErr = e.client.RbacV1().ClusterRoles().Create(e.ctx, &o, metav1.CreateOptions{})
-		case "ClusterRoleBinding":
-			var o rbacv1.ClusterRoleBinding
-			_ = yaml.Unmarshal(raw, &o)
-			_, createErr = e.client.RbacV1().ClusterRoleBindings().Create(e.ctx, &o, metav1.CreateOptions{})
-		case "Role":
-			var o rbacv1.Role
-			_ = yaml.Unmarshal(raw, &o)
-			_, createErr = e.client.RbacV1().Roles(o.Namespace).Create(e.ctx, &o, metav1.CreateOptions{})
-		case "RoleBinding":
-			var o rbacv1.RoleBinding
-			_ = yaml.Unmarshal(raw, &o)
-			_, createErr = e.client.RbacV1().RoleBindings(o.Namespace).Create(e.ctx, &o, metav1.CreateOptions{})
-		default:
-			t.Fatalf("unexpected kind %s in rbac.yaml", u.GetKind())
-		}
-		if createErr != nil && !apierrors.IsAlreadyExists(createErr) {
-			t.Fatalf("create %s %s: %v", u.GetKind(), u.GetName(), createErr)
-		}
+	if _, err := testsupport.ApplyRBAC(e.ctx, e.client, manifests...); err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -111,13 +64,7 @@ func TestAttacherNeedsNothingBeyondDeployRBAC(t *testing.T) {
 	defer stop()
 
 	pv, vaName, secret := e.prefix+"-pv", e.prefix+"-va", e.prefix+"-secret"
-	s := &v1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: secret}, StringData: map[string]string{"key": "value"}}
-	if _, err := e.client.CoreV1().Secrets("default").Create(e.ctx, s, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	e.createPV(pv, func(s *localcluster.VolumeSpec) {
-		s.SecretRef = &v1.SecretReference{Namespace: "default", Name: secret}
-	})
+	e.createPVWithSecret(pv, secret, map[string]string{"key": "value"})
 	e.createVA(e.newVA(vaName, pv, e.node))
 	e.waitAttached(vaName, 30*time.Second)
 	e.deleteVA(vaName)

@@ -49,10 +49,7 @@ func unpublishNodeIDs(d *csimock.Driver, volume string) []string {
 // with, and the attached VA's record is not rewritten meanwhile.
 func TestDetachAfterNodeReplacedUnpublishesTheRecordedNodeID(t *testing.T) {
 	e := newEnv(t, envOptions{})
-	pv, vaName := e.prefix+"-pv", e.prefix+"-va"
-	e.createPV(pv)
-	e.createVA(e.newVA(vaName, pv, e.node))
-	e.waitAttached(vaName, 30*time.Second)
+	pv, vaName, _ := e.attachOne(30 * time.Second)
 
 	newID := e.nodeID + "-new"
 	e.replaceCSINode(e.node, newID)

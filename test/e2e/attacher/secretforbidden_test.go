@@ -13,8 +13,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
-
-	"github.com/latchcsi/latch/internal/localcluster"
 )
 
 // secretlessAttacher creates a ServiceAccount with deploy/'s csi-attacher
@@ -95,13 +93,7 @@ func TestAttacherWithoutSecretAccess_errorsNameSecretAndRBACRuleAndRetryAfterGra
 	e := newEnv(t, envOptions{noAttacher: true})
 	saClient, sa := secretlessAttacher(t, e)
 	pv, vaName, secret := e.prefix+"-pv", e.prefix+"-va", e.prefix+"-secret"
-	s := &v1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: secret}, StringData: map[string]string{"key": "value"}}
-	if _, err := e.client.CoreV1().Secrets("default").Create(e.ctx, s, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	e.createPV(pv, func(s *localcluster.VolumeSpec) {
-		s.SecretRef = &v1.SecretReference{Namespace: "default", Name: secret}
-	})
+	e.createPVWithSecret(pv, secret, map[string]string{"key": "value"})
 	readable := func(want bool) {
 		t.Helper()
 		e.eventually(10*time.Second, "the ServiceAccount's access to the Secret to settle", func() (bool, error) {

@@ -167,10 +167,7 @@ func TestFailingFinalizerRemovalIsShownInDetachError(t *testing.T) {
 	cfg := cluster.RESTConfig()
 	cfg.WrapTransport = tr.Wrap
 	e.stopAtt = e.startAttacherAs(cfg, envOptions{}, "", "default")
-	pv, vaName := e.prefix+"-pv", e.prefix+"-va"
-	e.createPV(pv)
-	e.createVA(e.newVA(vaName, pv, e.node))
-	e.waitAttached(vaName, 30*time.Second)
+	pv, vaName, _ := e.attachOne(30 * time.Second)
 
 	forbidden := forbidPatch(tr, "volumeattachments", vaName)
 	e.deleteVA(vaName)

@@ -27,10 +27,7 @@ func TestAttacherSpeaksProtobufToTheAPIServer(t *testing.T) {
 			stop := e.startAttacherAs(cfg, envOptions{}, "", "default")
 			defer stop()
 
-			pv, va := e.prefix+"-pv", e.prefix+"-va"
-			e.createPV(pv)
-			e.createVA(e.newVA(va, pv, e.node))
-			e.waitAttached(va, 30*time.Second)
+			_, va, _ := e.attachOne(30 * time.Second)
 			e.deleteVA(va)
 			e.waitGone(va)
 			stop()
