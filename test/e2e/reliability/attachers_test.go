@@ -48,18 +48,13 @@ func (e *env) startAttacher(identity string) *replica {
 func (e *env) attacherConfig(cfg *rest.Config, identity string) attacher.SidecarConfig {
 	c := stack.AttacherConfig(cfg, e.socket)
 	c.RESTConfig.QPS, c.RESTConfig.Burst = cfg.QPS, cfg.Burst
-	c.ConnectTimeout = 30 * time.Second
-	c.DefaultFSType = "ext4"
+	stack.QuickAttacher(&c)
 	c.Controller.Timeout = 3 * time.Second
-	c.Controller.RetryIntervalStart = 100 * time.Millisecond
 	c.Controller.RetryIntervalMax = 2 * time.Second
-	c.Controller.SecretRetryInterval = 500 * time.Millisecond
 	c.Controller.ReconcileSync = 2 * time.Second
 	c.Controller.ReconcileTimeout = 3 * time.Second
-	c.Leader = app.LeaderElection{
-		Enabled: e.opts.replicas > 1, Namespace: e.ns, Identity: identity,
-		LeaseDuration: 2 * time.Second, RenewDeadline: 1500 * time.Millisecond, RetryPeriod: 200 * time.Millisecond,
-	}
+	c.Leader = app.LeaderElection{Enabled: e.opts.replicas > 1, Namespace: e.ns, Identity: identity}
+	stack.QuickLease(&c.Leader)
 	return c
 }
 

@@ -44,10 +44,7 @@ func TestLeaderPartitionedFromAPIServer_standbyTakesOverWithoutDoublePublish(t *
 		return first != nil
 	})
 	const n = 10
-	var pvs []string
-	for i := range n {
-		pvs = append(pvs, e.volume(fmt.Sprintf("v%d", i)))
-	}
+	pvs := e.volumes(n)
 	// Half attached on n1 before the partition.
 	for i := range n / 2 {
 		e.pod(fmt.Sprintf("p%d", i), n1, pvs[i])
@@ -154,10 +151,7 @@ func TestConcurrentWriterOnVolumeAttachments_nothingOverwritten(t *testing.T) {
 	e := newEnv(t, options{})
 	node := e.addNode("n1")
 	const n = 10
-	var pvs []string
-	for i := range n {
-		pvs = append(pvs, e.volume(fmt.Sprintf("v%d", i)))
-	}
+	pvs := e.volumes(n)
 	// Slow publishes keep the attacher's metadata and status writes racing
 	// with the writer's.
 	e.fault(csimock.Rule{Method: "ControllerPublishVolume", Latency: 200 * time.Millisecond})
@@ -292,15 +286,8 @@ func TestExclusiveVolumeMovesNodes_notPublishedToTheNewNodeBeforeUnpublishedFrom
 	e := newEnv(t, options{})
 	n1, n2 := e.addNode("n1"), e.addNode("n2")
 	const n = 6
-	var pvs []string
-	for i := range n {
-		pv := e.volume(fmt.Sprintf("v%d", i))
-		pvs = append(pvs, pv)
-		e.pod(fmt.Sprintf("old%d", i), n1, pv)
-	}
-	for _, pv := range pvs {
-		e.waitAttached(pv, n1)
-	}
+	pvs := e.volumes(n)
+	e.podsOn("old", n1, pvs)
 	// The unpublish from n1 fails for a while: until it succeeds, n2 must
 	// not get the volume, however quickly the new Pod asks for it.
 	for _, pv := range pvs {
@@ -335,15 +322,8 @@ func TestExclusiveVolumeReleasedWhileTwoNodesWait_onlyOneGetsIt(t *testing.T) {
 	e := newEnv(t, options{})
 	n0, n1, n2 := e.addNode("n0"), e.addNode("n1"), e.addNode("n2")
 	const n = 30
-	var pvs []string
-	for i := range n {
-		pv := e.volume(fmt.Sprintf("v%d", i))
-		pvs = append(pvs, pv)
-		e.pod(fmt.Sprintf("first%d", i), n0, pv)
-	}
-	for _, pv := range pvs {
-		e.waitAttached(pv, n0)
-	}
+	pvs := e.volumes(n)
+	e.podsOn("first", n0, pvs)
 	// Two more nodes want each volume and wait; when n0 lets go, both
 	// waiting keys wake at once and the controller's workers decide on
 	// them concurrently.

@@ -184,10 +184,7 @@ func TestAPIServerRestart_duringBurstOfAttachesAndDetaches(t *testing.T) {
 	e := newEnv(t, options{})
 	nodes := []string{e.addNode("n1"), e.addNode("n2")}
 	const n = 24
-	var pvs []string
-	for i := range n {
-		pvs = append(pvs, e.volume(fmt.Sprintf("v%d", i)))
-	}
+	pvs := e.volumes(n)
 	// The first half is attached; then the second half is asked for and
 	// the first half let go, and the API server restarts in the middle.
 	for i := range n / 2 {
@@ -220,12 +217,7 @@ func TestAPIServerRestart_duringBurstOfAttachesAndDetaches(t *testing.T) {
 
 func TestControllerKilled_midAttachAndMidDetach_newInstanceFinishesTheWork(t *testing.T) {
 	e := newEnv(t, options{})
-	node := e.addNode("n1")
-	const n = 8
-	var pvs []string
-	for i := range n {
-		pvs = append(pvs, e.volume(fmt.Sprintf("v%d", i)))
-	}
+	node, pvs := e.addNode("n1"), e.volumes(8)
 	e.fault(csimock.Rule{Method: "ControllerPublishVolume", Latency: 300 * time.Millisecond})
 	for i, pv := range pvs {
 		e.pod(fmt.Sprintf("p%d", i), node, pv)

@@ -1,7 +1,6 @@
 package reliability_test
 
 import (
-	"bytes"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -23,29 +22,11 @@ import (
 	"github.com/latchcsi/latch/internal/testsupport"
 )
 
-// syncBuffer is a bytes.Buffer safe for concurrent writers.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // verbose10 sends every log line of the process (klog's global logger,
 // which client-go and the API server use, at -v=10) and the controllers'
 // contextual logger (also at -v=10) to one buffer, until the test ends.
-func verbose10(t *testing.T) (*syncBuffer, klog.Logger) {
-	buf := &syncBuffer{}
+func verbose10(t *testing.T) (*testsupport.SyncBuffer, klog.Logger) {
+	buf := &testsupport.SyncBuffer{}
 	fs := flag.NewFlagSet("klog", flag.ContinueOnError)
 	klog.InitFlags(fs)
 	for k, v := range map[string]string{"v": "10", "logtostderr": "false", "alsologtostderr": "false", "stderrthreshold": "FATAL"} {
@@ -163,7 +144,7 @@ func TestControllerPublishSecretsNeverInCsiAttacherLogs_everyLoggingFormatAndCon
 			if err := cluster.WriteKubeconfig(kubeconfig); err != nil {
 				t.Fatal(err)
 			}
-			out := &syncBuffer{}
+			out := &testsupport.SyncBuffer{}
 			cmd := exec.Command(bin, append([]string{
 				"--csi-address=" + e.socket, "--kubeconfig=" + kubeconfig, "-v=10",
 				"--timeout=10s", "--retry-interval-start=100ms", "--retry-interval-max=1s", "--reconcile-sync=0",
