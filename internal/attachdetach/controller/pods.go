@@ -65,8 +65,8 @@ func (c *Controller) syncPod(ctx context.Context, key string) (runner.Result, er
 }
 
 // resolvePod resolves the Pod's volumes. A volume that resolved before
-// and now does not (PVC or PV deleted under a running Pod) keeps its
-// earlier resolution: upstream's populator only adds volumes to a live
+// and now is pending, invalid or unsupported (PVC or PV deleted under a
+// running Pod) keeps its earlier resolution: upstream's populator only adds volumes to a live
 // Pod, and detaching a volume a container still uses would be worse than
 // keeping it. Unsupported in-tree plugins get a Warning event, once per
 // Pod volume.
@@ -90,7 +90,11 @@ func (c *Controller) resolvePod(ctx context.Context, pod *v1.Pod, rec state.PodR
 					decide.AttachFailedMessage(r.PodVolume, r.Message))
 			}
 		}
-		if prev, ok := rec.Volumes[r.PodVolume]; ok {
+		// A volume that now needs no attach at all (its CSIDriver turned
+		// attachRequired off, its plugin is no longer migrated) leaves the
+		// desired state, as kcm's populator removes non-attachable volumes:
+		// it is detached once the node no longer uses it.
+		if prev, ok := rec.Volumes[r.PodVolume]; ok && r.Status != volume.StatusNoAttach {
 			next[r.PodVolume] = prev
 			results[i] = volume.Result{PodVolume: r.PodVolume, Status: volume.StatusAttach, Volume: prev}
 			logger.V(4).Info("Keeping the earlier resolution of a pod volume", "pod", klog.KObj(pod), "volume", r.PodVolume, "status", r.Status, "reason", r.Message)
