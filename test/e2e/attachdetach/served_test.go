@@ -2,8 +2,7 @@ package attachdetach_test
 
 import (
 	"errors"
-	"net/http"
-	"strings"
+	"slices"
 	"sync"
 	"time"
 
@@ -33,10 +32,10 @@ func (w *startWorld) serve(id string, elect bool) *servedController {
 	e := w.e
 	s := &servedController{id: id, api: testsupport.NewAPITransport()}
 	s.api.SetPartitionTimeout(2 * time.Second)
+	w.log.add(s.api)
 	c := e.stack.StartController(e.ctx, func(cfg *controller.ServeConfig) {
 		cfg.RESTConfig.QPS, cfg.RESTConfig.Burst = 1000, 2000
 		cfg.RESTConfig.Wrap(s.api.Wrap)
-		cfg.RESTConfig.Wrap(w.log.wrap(id))
 		cfg.Controller = w.ctrlConfig()
 		cfg.Leader = app.LeaderElection{Enabled: elect, LeaseName: e.prefix + "-leader", Namespace: e.ns, Identity: id}
 		stack.QuickLease(&cfg.Leader)
@@ -75,41 +74,31 @@ func (w *startWorld) waitLeader(s *servedController) {
 	})
 }
 
-// apiLog records the API writes (not events, not Leases) that the API
-// server accepted or refused, of every controller of a test.
+// apiLog holds the API transports of every controller of a test.
 type apiLog struct {
-	mu     sync.Mutex
-	writes []apiWrite
+	mu   sync.Mutex
+	apis []*testsupport.APITransport
 }
 
-type apiWrite struct {
-	who, method, path string
-	code              int
+func (l *apiLog) add(api *testsupport.APITransport) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.apis = append(l.apis, api)
 }
 
-func (l *apiLog) wrap(who string) func(http.RoundTripper) http.RoundTripper {
-	return func(rt http.RoundTripper) http.RoundTripper {
-		return testsupport.RoundTripFunc(func(req *http.Request) (*http.Response, error) {
-			resp, err := rt.RoundTrip(req)
-			if err != nil || req.Method == http.MethodGet || strings.Contains(req.URL.Path, "/events") || strings.Contains(req.URL.Path, "/leases") {
-				return resp, err
+// since returns the writes of every controller the API server answered
+// after from, in the order answered.
+func (l *apiLog) since(from time.Time) []testsupport.Write {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []testsupport.Write
+	for _, api := range l.apis {
+		for _, w := range api.Writes() {
+			if w.Err == nil && w.At.After(from) {
+				out = append(out, w)
 			}
-			l.mu.Lock()
-			l.writes = append(l.writes, apiWrite{who: who, method: req.Method, path: req.URL.Path, code: resp.StatusCode})
-			l.mu.Unlock()
-			return resp, err
-		})
+		}
 	}
-}
-
-func (l *apiLog) len() int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return len(l.writes)
-}
-
-func (l *apiLog) since(i int) []apiWrite {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return append([]apiWrite(nil), l.writes[i:]...)
+	slices.SortStableFunc(out, func(a, b testsupport.Write) int { return a.At.Compare(b.At) })
+	return out
 }

@@ -271,7 +271,7 @@ func (w *startWorld) cycle(i int, down, up func()) {
 		}
 	}
 	lastCall := w.lastCallID()
-	fromWrite := w.log.len()
+	fromWrite := time.Now()
 	nodeWatch := w.watchNode(node.ResourceVersion)
 	started := time.Now()
 
@@ -310,14 +310,14 @@ func (w *startWorld) cycle(i int, down, up func()) {
 	// while it was down), one delete (the Pod deleted while it was down).
 	var creates, deletes []string
 	for _, wr := range w.log.since(fromWrite) {
-		if !strings.Contains(wr.path, "/volumeattachments") {
+		if !strings.Contains(wr.Path, "/volumeattachments") {
 			continue
 		}
-		switch wr.method {
+		switch wr.Method {
 		case http.MethodPost:
-			creates = append(creates, fmt.Sprintf("%s (%d)", wr.path, wr.code))
+			creates = append(creates, fmt.Sprintf("%s (%d)", wr.Path, wr.Code))
 		case http.MethodDelete:
-			deletes = append(deletes, wr.path)
+			deletes = append(deletes, wr.Path)
 		}
 	}
 	if len(creates) != 1 {
