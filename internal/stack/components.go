@@ -96,34 +96,6 @@ func Controller(ctx context.Context, name string, cfg controller.ServeConfig) *C
 	return Go(ctx, name, func(ctx context.Context) error { return controller.Serve(ctx, cfg) })
 }
 
-// InformerController runs the attach/detach controller's Run (no leader
-// election, no HTTP endpoint: what Serve runs once it leads) with its own
-// client from cfg, informers and event recorder, as a component named
-// name. Its metrics go to the returned registry (a private one, so that
-// tests can read them and start controllers one after another).
-func InformerController(ctx context.Context, name string, cfg *rest.Config, ccfg controller.Config) (*Component, metrics.KubeRegistry, error) {
-	client, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		return nil, nil, fmt.Errorf("%s: client: %w", name, err)
-	}
-	factory := informers.NewSharedInformerFactory(client, 0)
-	recorder, stopEvents := controller.NewEventRecorder(ctx, client)
-	m := controller.NewMetrics()
-	reg := metrics.NewKubeRegistry()
-	m.Register(reg)
-	c, err := controller.New(ccfg, client, factory, recorder, m)
-	if err != nil {
-		stopEvents()
-		return nil, nil, fmt.Errorf("%s: %w", name, err)
-	}
-	return Go(ctx, name, func(ctx context.Context) error {
-		defer stopEvents()
-		defer factory.Shutdown()
-		factory.Start(ctx.Done())
-		return c.Run(ctx)
-	}), reg, nil
-}
-
 // TrivialAttacher runs csi-attacher's controller in trivial mode for
 // driver (every VolumeAttachment of the driver is marked attached; no CSI
 // driver is called), as the binary does for a driver without

@@ -58,19 +58,11 @@ func TestOnDemandAttacherAndRestartedController(t *testing.T) {
 	defer cancel()
 	const driver, node, ns = "ondemand.csi.latch.test", "ondemand-node", "ondemand-ns"
 	starts := 0
-	s, err := Start(ctx, Options{
+	s := startStack(t, ctx, Options{
 		Cluster: cluster, Driver: driver, Attacher: AttacherOnDemand, NoController: true,
 		Nodes:            []localcluster.NodeConfig{{Name: node}},
 		ControllerConfig: func(c *controller.ServeConfig) { starts++ },
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		if err := s.Stop(); err != nil {
-			t.Errorf("Stop: %v", err)
-		}
-	}()
 	if s.Driver == nil || s.Socket == "" || len(s.Attachers) != 0 || s.Controller != nil {
 		t.Fatalf("on demand: driver %v socket %q, %d attachers, controller %v; want a driver and nothing else", s.Driver, s.Socket, len(s.Attachers), s.Controller)
 	}

@@ -37,18 +37,10 @@ func TestStackAttachesAPodsVolumeInEveryAttacherMode(t *testing.T) {
 			prefix := fmt.Sprintf("stack%d", i)
 			driver := prefix + ".csi.latch.test"
 			node := prefix + "-node"
-			s, err := Start(ctx, Options{
+			s := startStack(t, ctx, Options{
 				Cluster: cluster, Driver: driver, Attacher: tc.mode, Replicas: tc.replicas,
 				Nodes: []localcluster.NodeConfig{{Name: node}},
 			})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer func() {
-				if err := s.Stop(); err != nil {
-					t.Errorf("Stop: %v", err)
-				}
-			}()
 			if got := len(s.Attachers); got != tc.replicas {
 				t.Fatalf("%d attachers running, want %d", got, tc.replicas)
 			}
@@ -114,4 +106,20 @@ func waitNoVolumeAttachments(t *testing.T, ctx context.Context, s *Stack, driver
 		}
 		return true, nil
 	})
+}
+
+// startStack is Start that fails the test; the stack stops when the test
+// ends.
+func startStack(t *testing.T, ctx context.Context, o Options) *Stack {
+	t.Helper()
+	s, err := Start(ctx, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := s.Stop(); err != nil {
+			t.Errorf("Stop: %v", err)
+		}
+	})
+	return s
 }
