@@ -22,7 +22,8 @@ import (
 )
 
 // Dashboards and alerts written for the upstream components must keep
-// working after the swap: the same scenario (one attach, one detach) runs
+// working after the swap: the same scenario (one attach and one detach,
+// then a forced detach from an out-of-service node) runs
 // once with the real external-attacher and kube-controller-manager and
 // once with latch's csi-attacher and attachdetach-controller, and every
 // metric name and label set upstream exposes must be in latch's /metrics
@@ -235,10 +236,48 @@ func (w *mxWorld) attachThenDetach(t *testing.T, ctx context.Context, whileAttac
 	if err := w.s.Client.CoreV1().Pods(ns).Delete(ctx, pod, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	testsupport.Eventually(t, ctx, 2*time.Minute, "the VolumeAttachment gone", func(ctx context.Context) (bool, error) {
+	w.waitNoVolumeAttachment(t, ctx)
+}
+
+func (w *mxWorld) waitNoVolumeAttachment(t *testing.T, ctx context.Context) {
+	t.Helper()
+	testsupport.Eventually(t, ctx, 2*time.Minute, "no VolumeAttachment left", func(ctx context.Context) (bool, error) {
 		vas, err := w.s.Client.StorageV1().VolumeAttachments().List(ctx, metav1.ListOptions{})
 		return err == nil && len(vas.Items) == 0, err
 	})
+}
+
+// forcedDetach attaches a second Pod's volume, then the node goes down
+// (kubelet stand-in stopped, NotReady: the volume stays in volumesInUse),
+// the Pod is deleted (it stays terminating) and the node gets the
+// out-of-service taint: the volume is detached at once, a forced detach.
+// The kubelet stand-in stays stopped.
+func (w *mxWorld) forcedDetach(t *testing.T, ctx context.Context) {
+	t.Helper()
+	const ns, vol, pod, node = "mx", "mx-vol-oos", "mx-app-oos", "mx-node"
+	if _, _, err := localcluster.CreateBoundVolume(ctx, w.s.Client, localcluster.VolumeSpec{Namespace: ns, Name: vol, Driver: mxDriver}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.s.Client.CoreV1().Pods(ns).Create(ctx, localcluster.NewPod(ns, pod, node, vol), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	testsupport.Eventually(t, ctx, 2*time.Minute, "the second Pod running", func(ctx context.Context) (bool, error) {
+		p, err := w.s.Client.CoreV1().Pods(ns).Get(ctx, pod, metav1.GetOptions{})
+		return err == nil && p.Status.Phase == v1.PodRunning, err
+	})
+	if err := w.s.StopKubelet(); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.s.Kubelet.SetReady(ctx, node, false); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.s.Client.CoreV1().Pods(ns).Delete(ctx, pod, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.s.Kubelet.Taint(ctx, node, v1.Taint{Key: localcluster.OutOfServiceTaint, Value: "nodeshutdown", Effect: v1.TaintEffectNoExecute}); err != nil {
+		t.Fatal(err)
+	}
+	w.waitNoVolumeAttachment(t, ctx)
 }
 
 // scrapeUntil scrapes until done says the scrape has what it waits for,
@@ -266,6 +305,11 @@ func hasDetachOps(s testsupport.Samples) bool {
 	return attach && detach
 }
 
+func hasForcedDetach(s testsupport.Samples) bool {
+	_, ok := s.Value("attach_detach_controller_attachdetach_controller_forced_detaches", map[string]string{"reason": "out-of-service"})
+	return ok && hasDetachOps(s)
+}
+
 func hasAttachedGauges(s testsupport.Samples) bool {
 	_, total := s.Value("attachdetach_controller_total_volumes", map[string]string{"state": "actual_state_of_world"})
 	_, inUse := s.Value("storage_count_attachable_volumes_in_use", nil)
@@ -287,9 +331,10 @@ func TestMetrics_latchExposesEveryUpstreamMetricNameAndLabelSet(t *testing.T) {
 		w.attachThenDetach(t, ctx, func() {
 			attached = scrapeUntil(t, ctx, w.ctrl, hasAttachedGauges)
 		})
+		w.forcedDetach(t, ctx)
 		return scrapes{
 			attacher: scrapeUntil(t, ctx, w.attacher, hasUnpublish),
-			ctrl:     append(attached, scrapeUntil(t, ctx, w.ctrl, hasDetachOps)...),
+			ctrl:     append(attached, scrapeUntil(t, ctx, w.ctrl, hasForcedDetach)...),
 		}
 	}
 	up := run(true)
@@ -304,7 +349,7 @@ func TestMetrics_latchExposesEveryUpstreamMetricNameAndLabelSet(t *testing.T) {
 			t.Fatalf("upstream external-attacher's /metrics has no %s: %v", must, slices.Sorted(maps.Keys(upAttacher)))
 		}
 	}
-	for _, must := range []string{"storage_operation_duration_seconds_count", "attachdetach_controller_total_volumes", "storage_count_attachable_volumes_in_use", "leader_election_master_status"} {
+	for _, must := range []string{"storage_operation_duration_seconds_count", "attachdetach_controller_total_volumes", "storage_count_attachable_volumes_in_use", "leader_election_master_status", "attach_detach_controller_attachdetach_controller_forced_detaches"} {
 		if upCtrl[must] == nil {
 			t.Fatalf("upstream kube-controller-manager's /metrics has no %s: %v", must, slices.Sorted(maps.Keys(upCtrl)))
 		}
@@ -336,6 +381,7 @@ func TestMetrics_latchExposesEveryUpstreamMetricNameAndLabelSet(t *testing.T) {
 		{who: "attachdetach-controller", metric: "storage_operation_duration_seconds_count", lbl: "volume_plugin", upV: upCtrlValues, ourV: ourCtrlValues},
 		{who: "attachdetach-controller", metric: "storage_operation_duration_seconds_count", lbl: "status", upV: upCtrlValues, ourV: ourCtrlValues},
 		{who: "attachdetach-controller", metric: "attachdetach_controller_total_volumes", lbl: "state", upV: upCtrlValues, ourV: ourCtrlValues},
+		{who: "attachdetach-controller", metric: "attach_detach_controller_attachdetach_controller_forced_detaches", lbl: "reason", upV: upCtrlValues, ourV: ourCtrlValues},
 		{who: "attachdetach-controller", metric: "attachdetach_controller_total_volumes", lbl: "plugin_name", upV: upCtrlValues, ourV: ourCtrlValues},
 	} {
 		for _, v := range slices.Sorted(maps.Keys(c.upV[c.metric][c.lbl])) {
