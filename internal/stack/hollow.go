@@ -1,0 +1,128 @@
+package stack
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"path/filepath"
+	"strconv"
+
+	"github.com/latchcsi/latch/internal/csimock"
+	"github.com/latchcsi/latch/internal/testsupport"
+)
+
+// A hollow node is one simulated node run by the real kubelet: the
+// hollow-kubelet child process (Kubernetes v1.36.3's kubelet with
+// kubemark's fake container runtime and fake mounter, controller-managed
+// attach/detach; test/upstream/kubernetes/hollowkubelet) and, beside it,
+// the mock driver's node plugin for that node: a csimock node endpoint on
+// <root>/plugins/<driver>/csi.sock that reports node ID NodeID(name), with
+// the plugin-registration socket in <root>/plugins_registry, so that the
+// kubelet registers the driver and writes the node's CSINode itself, then
+// stages and publishes the node's CSI volumes through it.
+
+// HollowOptions shape one hollow node.
+type HollowOptions struct {
+	// Name is the Node's name.
+	Name string
+	// RootDir is the kubelet's --root-dir (plugins_registry, plugins and
+	// pods live there); it must exist. Unix socket paths under it must
+	// stay within 107 bytes: keep it short.
+	RootDir string
+	// Output receives the kubelet's log (nil: discarded).
+	Output io.Writer
+	// Args are extra flags of hollow-kubelet (-v=4, say).
+	Args []string
+}
+
+// HollowNode is a running hollow node; Stop ends it.
+type HollowNode struct {
+	Name    string
+	RootDir string
+	// Port is the kubelet's loopback port.
+	Port int
+	// Kubelet is the hollow-kubelet process.
+	Kubelet *Component
+	// Endpoint is the mock driver's node plugin on this node.
+	Endpoint *csimock.NodeEndpoint
+}
+
+// maxSocketPath is the longest unix socket path Linux accepts (108 bytes
+// with the terminating NUL).
+const maxSocketPath = 107
+
+// StartHollowNode starts the mock driver's node endpoint for o.Name, then
+// a hollow kubelet for it against the stack's cluster. The stack must run
+// the mock driver (an attacher mode other than trivial or none). The
+// kubelet registers its Node; wait for it to be Ready and for its CSINode
+// to list the driver before relying on it.
+func (s *Stack) StartHollowNode(ctx context.Context, o HollowOptions) (_ *HollowNode, err error) {
+	if s.Driver == nil {
+		return nil, errors.New("hollow node: the stack runs no mock driver")
+	}
+	if o.Name == "" || o.RootDir == "" {
+		return nil, errors.New("hollow node: Name and RootDir are required")
+	}
+	bin, err := testsupport.UpstreamBinary("hollow-kubelet")
+	if err != nil {
+		return nil, fmt.Errorf("hollow node %s: %w", o.Name, err)
+	}
+	socket := filepath.Join(o.RootDir, "plugins", s.DriverName, "csi.sock")
+	regDir := filepath.Join(o.RootDir, "plugins_registry")
+	for _, p := range []string{socket, filepath.Join(regDir, s.DriverName+"-reg.sock")} {
+		if len(p) > maxSocketPath {
+			return nil, fmt.Errorf("hollow node %s: socket path %s is %d bytes, over the %d-byte unix limit: use a shorter RootDir", o.Name, p, len(p), maxSocketPath)
+		}
+	}
+	port, err := freeLoopbackPort()
+	if err != nil {
+		return nil, fmt.Errorf("hollow node %s: %w", o.Name, err)
+	}
+	kubeconfig := filepath.Join(o.RootDir, "kubeconfig")
+	if err := s.Cluster.WriteKubeconfig(kubeconfig); err != nil {
+		return nil, fmt.Errorf("hollow node %s: %w", o.Name, err)
+	}
+	h := &HollowNode{Name: o.Name, RootDir: o.RootDir, Port: port}
+	defer func() {
+		if err != nil {
+			_ = h.Stop()
+		}
+	}()
+	h.Endpoint, err = s.Driver.StartNode(ctx, csimock.NodeConfig{NodeID: NodeID(o.Name), Socket: socket, RegistrationDir: regDir})
+	if err != nil {
+		return nil, fmt.Errorf("hollow node %s: %w", o.Name, err)
+	}
+	args := append([]string{
+		"--kubeconfig=" + kubeconfig, "--name=" + o.Name, "--root-dir=" + o.RootDir, "--port=" + strconv.Itoa(port),
+	}, o.Args...)
+	h.Kubelet, err = Process(ctx, "hollow-kubelet-"+o.Name, o.Output, bin, args...)
+	if err != nil {
+		return nil, err
+	}
+	return h, nil
+}
+
+// Stop stops the kubelet (SIGTERM), then the node endpoint. The Node and
+// CSINode objects stay, as after a node's kubelet stopped.
+func (h *HollowNode) Stop() error {
+	var err error
+	if h.Kubelet != nil {
+		err = h.Kubelet.Stop()
+	}
+	if h.Endpoint != nil {
+		h.Endpoint.Stop()
+	}
+	return err
+}
+
+// freeLoopbackPort is a loopback TCP port nothing listens on right now.
+func freeLoopbackPort() (int, error) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, fmt.Errorf("find a free loopback port: %w", err)
+	}
+	defer lis.Close()
+	return lis.Addr().(*net.TCPAddr).Port, nil
+}
