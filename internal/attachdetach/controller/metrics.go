@@ -216,13 +216,24 @@ func pluginName(vol v1.UniqueVolumeName) string {
 // was forgotten) are dropped when the same key starts another one.
 type opTimes struct {
 	mu      sync.Mutex
-	attach  map[state.Key]time.Time
+	attach  map[state.Key]attachStart
 	detach  map[string]detachStart
 	maxSize int
 	// migratedOf says whether the volume attached (or attaching) at key
 	// is an in-tree volume migrated to CSI (the migrated label of
 	// storage_operation_duration_seconds); nil: never. Set by setSource.
 	migratedOf func(state.Key) bool
+}
+
+// attachStart is an attach in progress: created is when the
+// VolumeAttachment was created (latch_attachdetach_operation_duration_seconds),
+// attempt when the current attempt started (storage_operation_duration_seconds,
+// which, as kube-controller-manager's, ends an attempt at an attach error
+// and times the next one from there); failed says the current attempt's
+// failure is recorded.
+type attachStart struct {
+	created, attempt time.Time
+	failed           bool
 }
 
 type detachStart struct {
@@ -236,25 +247,43 @@ func (o *opTimes) migrated(key state.Key) bool {
 }
 
 func newOpTimes() *opTimes {
-	return &opTimes{attach: map[state.Key]time.Time{}, detach: map[string]detachStart{}, maxSize: 100000}
+	return &opTimes{attach: map[state.Key]attachStart{}, detach: map[string]detachStart{}, maxSize: 100000}
 }
 
 func (o *opTimes) attachStarted(key state.Key, now time.Time) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if len(o.attach) < o.maxSize {
-		o.attach[key] = now
+		o.attach[key] = attachStart{created: now, attempt: now}
+	}
+}
+
+// attachFailed records the attach at key as failed (its VolumeAttachment
+// reports an attach error): storage_operation_duration_seconds with
+// status fail-unknown, as kube-controller-manager, once per error — the
+// passes that see the same error again add nothing — and the next attempt
+// is timed from now. The error stays recorded until the attach succeeds
+// or starts anew.
+func (o *opTimes) attachFailed(key state.Key, now time.Time, m *Metrics) {
+	o.mu.Lock()
+	a, ok := o.attach[key]
+	if ok && !a.failed {
+		o.attach[key] = attachStart{created: a.created, attempt: now, failed: true}
+	}
+	o.mu.Unlock()
+	if ok && !a.failed {
+		m.storageOperation.WithLabelValues(pluginName(key.Volume), "volume_attach", "fail-unknown", strconv.FormatBool(o.migrated(key))).Observe(now.Sub(a.attempt).Seconds())
 	}
 }
 
 func (o *opTimes) attachDone(key state.Key, now time.Time, m *Metrics) {
 	o.mu.Lock()
-	start, ok := o.attach[key]
+	a, ok := o.attach[key]
 	delete(o.attach, key)
 	o.mu.Unlock()
 	if ok {
-		m.operationDuration.WithLabelValues("attach", driverOf(key.Volume)).Observe(now.Sub(start).Seconds())
-		m.storageOperation.WithLabelValues(pluginName(key.Volume), "volume_attach", "success", strconv.FormatBool(o.migrated(key))).Observe(now.Sub(start).Seconds())
+		m.operationDuration.WithLabelValues("attach", driverOf(key.Volume)).Observe(now.Sub(a.created).Seconds())
+		m.storageOperation.WithLabelValues(pluginName(key.Volume), "volume_attach", "success", strconv.FormatBool(o.migrated(key))).Observe(now.Sub(a.attempt).Seconds())
 	}
 }
 

@@ -113,6 +113,9 @@ func (c *Controller) execute(ctx context.Context, plan decide.Plan, va *storagev
 	var result runner.Result
 	switch plan.Kind {
 	case decide.KindNothing, decide.KindWait, decide.KindAttachError, decide.KindConflict, decide.KindForget, decide.KindNodeNotMigrated:
+		if plan.Kind == decide.KindAttachError {
+			c.timing.attachFailed(key, c.clock.Now(), c.metrics)
+		}
 		result.RequeueAfter = plan.RequeueAfter
 	case decide.KindCreate:
 		if err := c.createVA(ctx, plan); err != nil {
