@@ -260,10 +260,9 @@ func (o *opTimes) attachStarted(key state.Key, now time.Time) {
 
 // attachFailed records the attach at key as failed (its VolumeAttachment
 // reports an attach error): storage_operation_duration_seconds with
-// status fail-unknown, as kube-controller-manager, once per error — the
-// passes that see the same error again add nothing — and the next attempt
-// is timed from now. The error stays recorded until the attach succeeds
-// or starts anew.
+// status fail-unknown, as kube-controller-manager, once per attach — the
+// passes that see an error again add nothing until the attach succeeds or
+// starts anew — and the next attempt is timed from now.
 func (o *opTimes) attachFailed(key state.Key, now time.Time, m *Metrics) {
 	o.mu.Lock()
 	a, ok := o.attach[key]
