@@ -1,0 +1,239 @@
+package interop
+
+import (
+	"context"
+	"crypto/sha256"
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	v1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+
+	"github.com/latchcsi/latch/internal/localcluster"
+	"github.com/latchcsi/latch/internal/stack"
+	"github.com/latchcsi/latch/internal/testsupport"
+)
+
+// wait is how long a scenario waits for one observable step.
+const wait = 90 * time.Second
+
+// vaName is the VolumeAttachment name both controllers give the volume
+// handle on node: "csi-" + hex(sha256(handle + driver + node)).
+func vaName(handle, node string) string {
+	return fmt.Sprintf("csi-%x", sha256.Sum256([]byte(handle+driver+node)))
+}
+
+// finalizer is the attacher's VA (and PV) finalizer for the driver.
+const finalizer = "external-attacher/pd-csi-storage-gke-io"
+
+func (w *world) eventually(what string, cond func(ctx context.Context) (bool, error)) {
+	w.t.Helper()
+	testsupport.Eventually(w.t, w.ctx, wait, what, cond)
+}
+
+// consistently fails the test if cond turns false within d.
+func (w *world) consistently(what string, d time.Duration, cond func(ctx context.Context) (bool, error)) {
+	w.t.Helper()
+	deadline := time.Now().Add(d)
+	for time.Now().Before(deadline) {
+		ok, err := cond(w.ctx)
+		if err != nil || !ok {
+			w.t.Fatalf("%s: no longer true (err %v)", what, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func (w *world) getVA(name string) (*storagev1.VolumeAttachment, bool) {
+	w.t.Helper()
+	va, err := w.s.Client.StorageV1().VolumeAttachments().Get(w.ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil, false
+	}
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	return va, true
+}
+
+// waitAttached waits for the VA of handle on node to be attached and
+// returns it.
+func (w *world) waitAttached(handle, node string) *storagev1.VolumeAttachment {
+	w.t.Helper()
+	var va *storagev1.VolumeAttachment
+	w.eventually(fmt.Sprintf("VolumeAttachment of %s on %s attached", handle, node), func(context.Context) (bool, error) {
+		got, ok := w.getVA(vaName(handle, node))
+		va = got
+		return ok && got.Status.Attached, nil
+	})
+	return va
+}
+
+func (w *world) waitVAGone(handle, node string) {
+	w.t.Helper()
+	w.eventually(fmt.Sprintf("VolumeAttachment of %s on %s gone", handle, node), func(context.Context) (bool, error) {
+		_, ok := w.getVA(vaName(handle, node))
+		return !ok, nil
+	})
+}
+
+func (w *world) node(name string) *v1.Node {
+	w.t.Helper()
+	n, err := w.s.Client.CoreV1().Nodes().Get(w.ctx, name, metav1.GetOptions{})
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	return n
+}
+
+// attachedOn is the node's status.volumesAttached names, sorted.
+func (w *world) attachedOn(node string) []string {
+	var out []string
+	for _, av := range w.node(node).Status.VolumesAttached {
+		out = append(out, string(av.Name))
+	}
+	sort.Strings(out)
+	return out
+}
+
+func unique(handle string) string { return string(localcluster.UniqueVolumeName(driver, handle)) }
+
+// waitNodeAttached waits until the node lists exactly want (unique
+// volume names) in status.volumesAttached.
+func (w *world) waitNodeAttached(node string, want ...string) {
+	w.t.Helper()
+	sort.Strings(want)
+	w.eventually(fmt.Sprintf("node %s volumesAttached = %v", node, want), func(context.Context) (bool, error) {
+		return slices.Equal(w.attachedOn(node), want), nil
+	})
+}
+
+func (w *world) waitPodRunning(ns, name string) {
+	w.t.Helper()
+	w.eventually(fmt.Sprintf("pod %s/%s running", ns, name), func(ctx context.Context) (bool, error) {
+		p, err := w.s.Client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+		return err == nil && p.Status.Phase == v1.PodRunning, err
+	})
+}
+
+func (w *world) deletePod(ns, name string) {
+	w.t.Helper()
+	if err := w.s.Client.CoreV1().Pods(ns).Delete(w.ctx, name, metav1.DeleteOptions{}); err != nil {
+		w.t.Fatal(err)
+	}
+}
+
+// events are the pod's events with reason, as "Type Reason: message".
+func (w *world) events(ns, pod, reason string) []string {
+	w.t.Helper()
+	sel := fields.Set{"involvedObject.name": pod, "reason": reason}.String()
+	evs, err := w.s.Client.CoreV1().Events(ns).List(w.ctx, metav1.ListOptions{FieldSelector: sel})
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	var out []string
+	for _, e := range evs.Items {
+		out = append(out, e.Type+" "+e.Reason+": "+e.Message)
+	}
+	sort.Strings(out)
+	return slices.Compact(out)
+}
+
+func (w *world) waitEvent(ns, pod, reason, contains string) string {
+	w.t.Helper()
+	var got string
+	w.eventually(fmt.Sprintf("event %s on pod %s/%s containing %q", reason, ns, pod, contains), func(context.Context) (bool, error) {
+		for _, e := range w.events(ns, pod, reason) {
+			if strings.Contains(e, contains) {
+				got = e
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	return got
+}
+
+// calls counts the driver's finished calls of method for handle on node
+// by result code.
+func (w *world) calls(method, handle, node string) map[codes.Code]int {
+	out := map[codes.Code]int{}
+	for _, c := range w.drv.CallsTo(method) {
+		if c.VolumeID == handle && c.NodeID == stack.NodeID(node) && c.Done() {
+			out[c.Code]++
+		}
+	}
+	return out
+}
+
+// volume creates a bound PV and PVC (name for both, the handle too).
+func (w *world) volume(ns, name string, modes ...v1.PersistentVolumeAccessMode) string {
+	w.t.Helper()
+	if _, _, err := localcluster.CreateBoundVolume(w.ctx, w.s.Client, localcluster.VolumeSpec{
+		Namespace: ns, Name: name, Driver: driver, AccessModes: modes,
+	}); err != nil {
+		w.t.Fatal(err)
+	}
+	return name
+}
+
+func (w *world) pod(ns, name, node string, claims ...string) {
+	w.t.Helper()
+	if _, err := w.s.Client.CoreV1().Pods(ns).Create(w.ctx, localcluster.NewPod(ns, name, node, claims...), metav1.CreateOptions{}); err != nil {
+		w.t.Fatal(err)
+	}
+}
+
+func (w *world) namespace(name string) string {
+	w.t.Helper()
+	if err := localcluster.CreateNamespace(w.ctx, w.s.Client, name); err != nil {
+		w.t.Fatal(err)
+	}
+	return name
+}
+
+// pvFinalizers are the PV's finalizers other than the API server's own.
+func (w *world) pvFinalizers(name string) []string {
+	w.t.Helper()
+	pv, err := w.s.Client.CoreV1().PersistentVolumes().Get(w.ctx, name, metav1.GetOptions{})
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	var out []string
+	for _, f := range pv.Finalizers {
+		if f != "kubernetes.io/pv-protection" {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// vaFacts is what a VolumeAttachment shows, for comparing pairs.
+func vaFacts(va *storagev1.VolumeAttachment) string {
+	src := "?"
+	switch {
+	case va.Spec.Source.PersistentVolumeName != nil:
+		src = "pv:" + *va.Spec.Source.PersistentVolumeName
+	case va.Spec.Source.InlineVolumeSpec != nil:
+		src = "inline"
+		if c := va.Spec.Source.InlineVolumeSpec.CSI; c != nil {
+			src = "inline-csi:" + c.VolumeHandle
+		} else if g := va.Spec.Source.InlineVolumeSpec.GCEPersistentDisk; g != nil {
+			src = "inline-gce-pd:" + g.PDName
+		}
+	}
+	errMsg := ""
+	if va.Status.AttachError != nil {
+		errMsg = " attachError=" + va.Status.AttachError.Message
+	}
+	return fmt.Sprintf("attacher=%s node=%s source=%s attached=%v finalizers=%v nodeID=%s%s",
+		va.Spec.Attacher, va.Spec.NodeName, src, va.Status.Attached, va.Finalizers,
+		va.Annotations["csi.alpha.kubernetes.io/node-id"], errMsg)
+}
