@@ -12,9 +12,9 @@ import (
 // kube-controller-manager records storage_operation_duration_seconds
 // {operation_name="volume_attach", status="fail-unknown"} when a
 // VolumeAttachment it waits for reports an attach error, and "success"
-// when a later attempt sees it attached. latch: one failure per error seen
-// (repeated passes over the same error add none), then a success measured
-// from the failure.
+// when a later attempt sees it attached. latch: one failure per attach
+// (repeated passes over the error add none), then a success measured from
+// the failure.
 func TestStorageOperationMetric_attachErrorIsFailUnknownThenSuccess(t *testing.T) {
 	pv, pvc := boundClaim("vol-1", v1.ReadWriteOnce)
 	w := newFakeWorld(t, Config{Workers: 2}, managedNode("node-a"), pv, pvc, podUsing("app", "node-a", "vol-1"))
