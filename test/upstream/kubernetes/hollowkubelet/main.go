@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"syscall"
 	"time"
 
@@ -35,16 +36,17 @@ func main() {
 		rootDir    = flag.String("root-dir", "", "the kubelet's root directory (plugins_registry, pods, plugins live here)")
 		port       = flag.Int("port", 0, "the kubelet's loopback port")
 		maxPods    = flag.Int("max-pods", 110, "pods this node accepts")
+		healthz    = flag.Int("healthz-port", 0, "the kubelet's loopback healthz port (0: none)")
 	)
 	klog.InitFlags(nil)
 	flag.Parse()
-	if err := run(*kubeconfig, *name, *rootDir, *port, *maxPods); err != nil {
+	if err := run(*kubeconfig, *name, *rootDir, *port, *healthz, *maxPods); err != nil {
 		fmt.Fprintf(os.Stderr, "hollow-kubelet %s: %v\n", *name, err)
 		os.Exit(1)
 	}
 }
 
-func run(kubeconfig, name, rootDir string, port, maxPods int) error {
+func run(kubeconfig, name, rootDir string, port, healthz, maxPods int) error {
 	if kubeconfig == "" || name == "" || rootDir == "" || port == 0 {
 		return fmt.Errorf("--kubeconfig, --name, --root-dir and --port are required")
 	}
@@ -63,7 +65,25 @@ func run(kubeconfig, name, rootDir string, port, maxPods int) error {
 	f, c := kubemark.GetHollowKubeletConfig(&kubemark.HollowKubeletOptions{
 		NodeName: name, KubeletPort: port, MaxPods: maxPods,
 	})
+	// kubemark makes a temporary root with the static-pod and pod-log
+	// directories in it; everything goes under --root-dir instead, so
+	// nothing is left behind when the caller removes it.
+	kubemarkTmp := f.RootDirectory
 	f.RootDirectory = rootDir
+	c.StaticPodPath = filepath.Join(rootDir, "static-pods")
+	c.PodLogsDir = filepath.Join(rootDir, "pod-logs")
+	for _, dir := range []string{c.StaticPodPath, c.PodLogsDir} {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return err
+		}
+	}
+	if err := os.RemoveAll(kubemarkTmp); err != nil {
+		return err
+	}
+	// Several kubelets run on one machine: each its own healthz port (or
+	// none), never the default 10248 they would all fight over.
+	c.HealthzBindAddress = "127.0.0.1"
+	c.HealthzPort = int32(healthz)
 	c.Address = "127.0.0.1"
 	c.ReadOnlyPort = 0
 	c.EnableControllerAttachDetach = true
