@@ -77,4 +77,6 @@ func (m *csiOpsMetrics) RegisterToServer(s csimetrics.Server, path string) {
 	m.current().RegisterToServer(s, path)
 }
 
-func (m *csiOpsMetrics) RegisterPprofToServer(s csimetrics.Server) { m.current().RegisterPprofToServer(s) }
+func (m *csiOpsMetrics) RegisterPprofToServer(s csimetrics.Server) {
+	m.current().RegisterPprofToServer(s)
+}
