@@ -115,7 +115,7 @@ type Controller struct {
 	//                write in flight (nodestatus.Book)
 	//   podRec       the Pods recorded in the desired state (state.Pods)
 	//   names        VolumeAttachment name → key (state.Names)
-	//   timing       when attaches and detaches started (opTimes, metrics.go)
+	//   timing       when attaches and detaches started (opTimes, optimes.go)
 	//   waits        the keys waiting for their node's CSI migration
 	//                (migrationWaits, migrationwaits.go)
 	//   volumeLocks  one pass at a time per volume (volumelocks.go)
