@@ -98,8 +98,11 @@ func TestUpstreamPeersAttachAndDetachAPodsVolume(t *testing.T) {
 	if len(n.Status.VolumesAttached) != 1 || n.Status.VolumesAttached[0].Name != unique {
 		t.Errorf("node volumesAttached = %v, want only %s", n.Status.VolumesAttached, unique)
 	}
-	if got := drv.PublishCount(vol, NodeID(node)); got != 1 {
-		t.Errorf("ControllerPublish of %s: %d calls, want 1", vol, got)
+	// Upstream may publish twice, milliseconds apart, reading its own
+	// write from a stale cache (docs/interop.md, "duplicate
+	// ControllerPublish"): at least once, at most twice.
+	if got := drv.PublishCount(vol, NodeID(node)); got < 1 || got > 2 {
+		t.Errorf("ControllerPublish of %s: %d calls, want 1 (or 2: upstream's known duplicate)", vol, got)
 	}
 	eam, err := ea.Scrape(ctx)
 	if err != nil {
