@@ -57,6 +57,10 @@ func (d *Driver) Published(volumeID string) []string { return d.state.published(
 // AddFault installs a rule and returns its ID.
 func (d *Driver) AddFault(r Rule) (string, error) { return d.faults.add(r) }
 
+// ReleaseHang removes hang rule id and lets every call it holds go on
+// (see Rule.Hang); false if there is no such rule.
+func (d *Driver) ReleaseHang(id string) bool { return d.faults.releaseHang(id) }
+
 // RemoveFault removes a rule; it reports whether the rule existed.
 func (d *Driver) RemoveFault(id string) bool { return d.faults.remove(id) }
 

@@ -65,7 +65,9 @@ type Rule struct {
 	Code    codes.Code `json:"-"`
 	Message string     `json:"message,omitempty"`
 	// Hang blocks the call until the caller's context is done (or the
-	// driver crashes or stops), then returns the context's error.
+	// driver crashes or stops), then returns the context's error; or until
+	// ReleaseHang(ID), then the call goes on: it fails with Code when set,
+	// else it runs (a call that succeeds late).
 	Hang bool `json:"hang,omitempty"`
 }
 
@@ -135,6 +137,8 @@ type ruleState struct {
 	Rule
 	matched, fired int64
 	rng            *rand.Rand
+	// release is closed by ReleaseHang: the calls the rule holds go on.
+	release chan struct{}
 }
 
 // faultSet holds the rules in insertion order.
@@ -151,6 +155,8 @@ type faultAction struct {
 	code    codes.Code
 	message string
 	hang    bool
+	// release ends the hang (the deciding rule's ReleaseHang).
+	release <-chan struct{}
 	ruleIDs []string
 }
 
@@ -185,7 +191,7 @@ func (f *faultSet) add(r Rule) (string, error) {
 		// Different rules get different streams even with one driver seed.
 		seed = f.seed + uint64(f.nextID)
 	}
-	f.rules = append(f.rules, &ruleState{Rule: r, rng: rand.New(rand.NewPCG(seed, 0x6c61746368))})
+	f.rules = append(f.rules, &ruleState{Rule: r, rng: rand.New(rand.NewPCG(seed, 0x6c61746368)), release: make(chan struct{})})
 	return r.ID, nil
 }
 
@@ -194,6 +200,20 @@ func (f *faultSet) remove(id string) bool {
 	defer f.mu.Unlock()
 	for i, r := range f.rules {
 		if r.ID == id {
+			f.rules = append(f.rules[:i], f.rules[i+1:]...)
+			return true
+		}
+	}
+	return false
+}
+
+// releaseHang removes rule id and lets every call it holds go on.
+func (f *faultSet) releaseHang(id string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for i, r := range f.rules {
+		if r.ID == id {
+			close(r.release)
 			f.rules = append(f.rules[:i], f.rules[i+1:]...)
 			return true
 		}
@@ -244,7 +264,7 @@ func (f *faultSet) evaluate(phase Phase, method, volumeID, nodeID string) faultA
 		act.ruleIDs = append(act.ruleIDs, r.ID)
 		act.latency += r.Latency
 		if decisive {
-			act.code, act.message, act.hang = r.Code, r.Message, r.Hang
+			act.code, act.message, act.hang, act.release = r.Code, r.Message, r.Hang, r.release
 			if act.message == "" {
 				act.message = fmt.Sprintf("injected fault %s", r.ID)
 			}

@@ -114,6 +114,8 @@ func (d *Driver) act(ctx context.Context, inst instance, a faultAction) error {
 			return status.FromContextError(ctx.Err()).Err()
 		case <-inst.down:
 			return errCrashed
+		case <-a.release:
+			// Released: the rule's code, if any, else the call goes on.
 		}
 	}
 	if a.code != codes.OK {

@@ -56,7 +56,7 @@ type nodeServer struct {
 var _ csi.NodeServer = (*nodeServer)(nil)
 
 func (s *nodeServer) NodeGetInfo(ctx context.Context, _ *csi.NodeGetInfoRequest) (*csi.NodeGetInfoResponse, error) {
-	return &csi.NodeGetInfoResponse{NodeId: s.node.id, MaxVolumesPerNode: s.d.cfg.MaxVolumesPerNode}, nil
+	return &csi.NodeGetInfoResponse{NodeId: s.node.id, MaxVolumesPerNode: s.d.state.maxVolumes(s.node.id, &s.d.cfg)}, nil
 }
 
 func (s *nodeServer) NodeGetCapabilities(ctx context.Context, _ *csi.NodeGetCapabilitiesRequest) (*csi.NodeGetCapabilitiesResponse, error) {

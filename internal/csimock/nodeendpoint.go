@@ -38,6 +38,12 @@ type NodeConfig struct {
 	// directory (<kubelet root>/plugins_registry): the kubelet
 	// plugin-registration service serves there on <driver>-reg.sock.
 	RegistrationDir string
+	// MaxVolumes, when positive, is this node's attach limit instead of
+	// Config.MaxVolumesPerNode: NodeGetInfo reports it (the kubelet
+	// publishes it as the CSINode's allocatable count) and
+	// ControllerPublishVolume to this node ID fails with ResourceExhausted
+	// beyond it. It stays in force after Stop, as a node's limit would.
+	MaxVolumes int64
 }
 
 // RegistrationSupportedVersions are the CSI versions GetInfo announces to
@@ -102,6 +108,9 @@ func (d *Driver) StartNode(ctx context.Context, c NodeConfig) (_ *NodeEndpoint, 
 	if c.NodeID == "" {
 		return nil, errors.New("csimock: node endpoint needs a node ID")
 	}
+	if c.MaxVolumes < 0 {
+		return nil, fmt.Errorf("csimock: node endpoint for %s: max volumes must not be negative, got %d", c.NodeID, c.MaxVolumes)
+	}
 	e := &NodeEndpoint{
 		d: d, cfg: c, socket: strings.TrimPrefix(c.Socket, "unix://"),
 		logger: klog.LoggerWithValues(klog.FromContext(ctx), "node", c.NodeID),
@@ -123,6 +132,9 @@ func (d *Driver) StartNode(ctx context.Context, c NodeConfig) (_ *NodeEndpoint, 
 		}
 	}()
 
+	if c.MaxVolumes > 0 {
+		d.state.setNodeLimit(c.NodeID, c.MaxVolumes)
+	}
 	lis, err := listenUnix(e.socket)
 	if err != nil {
 		return nil, fmt.Errorf("node %s: %w", c.NodeID, err)

@@ -50,6 +50,9 @@ type store struct {
 	nodeCounts map[string]int64
 	// knownNodes is nil when any node ID is accepted.
 	knownNodes map[string]bool
+	// nodeLimits are per-node attach limits (NodeConfig.MaxVolumes) that
+	// replace Config.MaxVolumesPerNode for their node.
+	nodeLimits map[string]int64
 	deviceSeq  uint64
 
 	// inflight maps a call ID to the publications it created that the
@@ -68,6 +71,7 @@ func newStore(cfg *Config) *store {
 		volumes:    map[string]*volume{},
 		byName:     map[string]string{},
 		nodeCounts: map[string]int64{},
+		nodeLimits: map[string]int64{},
 		inflight:   map[uint64][]pairKey{},
 		stats:      newPublishStats(),
 	}
@@ -189,7 +193,7 @@ func (s *store) publish(c callRef, a publishArgs, cfg *Config) (map[string]strin
 		AutoCreate:          cfg.AutoCreateVolumes,
 		NodeKnown:           s.nodeKnownLocked(a.NodeID),
 		NodeCount:           s.nodeCounts[a.NodeID],
-		MaxVolumesPerNode:   cfg.MaxVolumesPerNode,
+		MaxVolumesPerNode:   s.maxVolumesLocked(a.NodeID, cfg),
 		SkipSingleNodeCheck: cfg.SkipSingleNodeCheck,
 	}
 	if v != nil {
@@ -330,6 +334,29 @@ func sortedNodes(v *volume) []string {
 	}
 	sort.Strings(out)
 	return out
+}
+
+// maxVolumesLocked is node's attach limit: its NodeConfig.MaxVolumes,
+// else Config.MaxVolumesPerNode (0: unlimited).
+func (s *store) maxVolumesLocked(node string, cfg *Config) int64 {
+	if n, ok := s.nodeLimits[node]; ok {
+		return n
+	}
+	return cfg.MaxVolumesPerNode
+}
+
+// maxVolumes is maxVolumesLocked under the store's lock.
+func (s *store) maxVolumes(node string, cfg *Config) int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.maxVolumesLocked(node, cfg)
+}
+
+// setNodeLimit gives node an attach limit of its own.
+func (s *store) setNodeLimit(node string, max int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.nodeLimits[node] = max
 }
 
 // setKnownNodes replaces the known-node set; nil accepts any node ID.

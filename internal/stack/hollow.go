@@ -6,8 +6,12 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
+	"syscall"
+	"time"
 
 	"github.com/latchcsi/latch/internal/csimock"
 	"github.com/latchcsi/latch/internal/testsupport"
@@ -35,6 +39,11 @@ type HollowOptions struct {
 	Output io.Writer
 	// Args are extra flags of hollow-kubelet (-v=4, say).
 	Args []string
+	// MaxVolumes, when positive, is the node's CSI attach limit: the mock
+	// driver's NodeGetInfo reports it (the kubelet writes it into the
+	// CSINode as the driver's allocatable count) and its
+	// ControllerPublishVolume to this node refuses more.
+	MaxVolumes int64
 }
 
 // HollowNode is a running hollow node; Stop ends it.
@@ -47,6 +56,12 @@ type HollowNode struct {
 	Kubelet *Component
 	// Endpoint is the mock driver's node plugin on this node.
 	Endpoint *csimock.NodeEndpoint
+
+	bin    string
+	args   []string
+	output io.Writer
+	// proc is the running kubelet's process (nil once killed).
+	proc *os.Process
 }
 
 // maxSocketPath is the longest unix socket path Linux accepts (108 bytes
@@ -84,24 +99,91 @@ func (s *Stack) StartHollowNode(ctx context.Context, o HollowOptions) (_ *Hollow
 	if err := s.Cluster.WriteKubeconfig(kubeconfig); err != nil {
 		return nil, fmt.Errorf("hollow node %s: %w", o.Name, err)
 	}
-	h := &HollowNode{Name: o.Name, RootDir: o.RootDir, Port: port}
+	h := &HollowNode{Name: o.Name, RootDir: o.RootDir, Port: port, bin: bin, output: o.Output}
 	defer func() {
 		if err != nil {
 			_ = h.Stop()
 		}
 	}()
-	h.Endpoint, err = s.Driver.StartNode(ctx, csimock.NodeConfig{NodeID: NodeID(o.Name), Socket: socket, RegistrationDir: regDir})
+	h.Endpoint, err = s.Driver.StartNode(ctx, csimock.NodeConfig{NodeID: NodeID(o.Name), Socket: socket, RegistrationDir: regDir, MaxVolumes: o.MaxVolumes})
 	if err != nil {
 		return nil, fmt.Errorf("hollow node %s: %w", o.Name, err)
 	}
-	args := append([]string{
+	h.args = append([]string{
 		"--kubeconfig=" + kubeconfig, "--name=" + o.Name, "--root-dir=" + o.RootDir, "--port=" + strconv.Itoa(port),
 	}, o.Args...)
-	h.Kubelet, err = Process(ctx, "hollow-kubelet-"+o.Name, o.Output, bin, args...)
-	if err != nil {
+	if err := h.StartKubelet(ctx); err != nil {
 		return nil, err
 	}
 	return h, nil
+}
+
+// StartKubelet starts the node's kubelet again, with the same name, root
+// directory, port and flags, after StopKubelet or KillKubelet: a kubelet
+// restart. It becomes h.Kubelet.
+func (h *HollowNode) StartKubelet(ctx context.Context) error {
+	if h.Kubelet != nil {
+		select {
+		case <-h.Kubelet.Exited():
+		default:
+			return fmt.Errorf("hollow node %s: the kubelet still runs", h.Name)
+		}
+	}
+	cmd := exec.Command(h.bin, h.args...)
+	cmd.Stdout, cmd.Stderr = h.output, h.output
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("hollow node %s: start hollow-kubelet: %w", h.Name, err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	h.proc = cmd.Process
+	h.Kubelet = Go(ctx, "hollow-kubelet-"+h.Name, func(ctx context.Context) error {
+		select {
+		case err := <-exited:
+			return fmt.Errorf("exited early: %v", err)
+		case <-ctx.Done():
+		}
+		// hollow-kubelet ends on SIGTERM without touching its Pods or
+		// volumes, as a kubelet without graceful node shutdown does.
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case err := <-exited:
+			var exit *exec.ExitError
+			if err != nil && (!errors.As(err, &exit) || exit.ExitCode() != 0) {
+				return fmt.Errorf("exited after SIGTERM: %v", err)
+			}
+		case <-time.After(30 * time.Second):
+			_ = cmd.Process.Kill()
+			<-exited
+			return errors.New("killed: did not exit within 30s of SIGTERM")
+		}
+		return ctx.Err()
+	})
+	return nil
+}
+
+// StopKubelet stops the kubelet (SIGTERM) and waits for it; the node
+// endpoint keeps serving, as the driver's node plugin outlives a kubelet
+// restart.
+func (h *HollowNode) StopKubelet() error {
+	if h.Kubelet == nil {
+		return nil
+	}
+	return h.Kubelet.Stop()
+}
+
+// KillKubelet kills the kubelet (SIGKILL) and waits for it to be gone: a
+// kubelet that stops reporting at once. The node endpoint keeps serving.
+func (h *HollowNode) KillKubelet() error {
+	if h.Kubelet == nil || h.proc == nil {
+		return fmt.Errorf("hollow node %s: no kubelet to kill", h.Name)
+	}
+	if err := h.proc.Kill(); err != nil && !errors.Is(err, os.ErrProcessDone) {
+		return fmt.Errorf("hollow node %s: kill the kubelet: %w", h.Name, err)
+	}
+	h.Kubelet.Kill()
+	<-h.Kubelet.Exited()
+	return nil
 }
 
 // Stop stops the kubelet (SIGTERM), then the node endpoint. The Node and

@@ -49,3 +49,35 @@ func callTable(calls []csimock.Call) string {
 	}
 	return b.String()
 }
+
+// findNodeCall is the first call of method for volume on node (its
+// ControllerPublish/Unpublish target, or the node endpoint a Node call
+// reached) that ended with code.
+func findNodeCall(calls []csimock.Call, method, volume, nodeID string, code codes.Code) (csimock.Call, bool) {
+	for _, c := range calls {
+		if c.Method == method && c.VolumeID == volume && c.NodeID == nodeID && c.Done() && c.Code == code {
+			return c, true
+		}
+	}
+	return csimock.Call{}, false
+}
+
+// volumeCalls are the calls of volume on node, oldest first.
+func volumeCalls(calls []csimock.Call, volume, nodeID string) []csimock.Call {
+	var out []csimock.Call
+	for _, c := range calls {
+		if c.VolumeID == volume && c.NodeID == nodeID {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// isNodeMethod: a Node-service call (the kubelet's).
+func isNodeMethod(m string) bool {
+	switch m {
+	case "NodeStageVolume", "NodeUnstageVolume", "NodePublishVolume", "NodeUnpublishVolume":
+		return true
+	}
+	return false
+}

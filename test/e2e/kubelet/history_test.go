@@ -174,3 +174,17 @@ func (c change) String() string {
 	m := c.Obj.(metav1.Object)
 	return fmt.Sprintf("%s %T %s at RV %d (seen %s)", c.Type, c.Obj, m.GetName(), c.RV, c.Observed.Format("15:04:05.000"))
 }
+
+// last is the latest recorded change (by RV) that match accepts.
+func (h *history) last(match func(change) bool) (change, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var best change
+	found := false
+	for _, c := range h.changes {
+		if match(c) && (!found || c.RV > best.RV) {
+			best, found = c, true
+		}
+	}
+	return best, found
+}

@@ -9,7 +9,6 @@ package kubelet_test
 
 import (
 	"context"
-	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -17,12 +16,7 @@ import (
 
 	"google.golang.org/grpc/codes"
 	v1 "k8s.io/api/core/v1"
-	storagev1 "k8s.io/api/storage/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/watch"
 
-	"github.com/latchcsi/latch/internal/attacher"
 	"github.com/latchcsi/latch/internal/csimock"
 	"github.com/latchcsi/latch/internal/kube"
 	"github.com/latchcsi/latch/internal/localcluster"
@@ -57,195 +51,56 @@ const (
 // VolumeAttachment deleted → ControllerUnpublish, in that order.
 func TestKubeletVolumeLifecycle(t *testing.T) {
 	start := time.Now()
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
-	defer cancel()
-	const driver = "mock.csi.latch.dev"
-	s, err := stack.Start(ctx, stack.Options{
-		Cluster:   cluster,
-		Driver:    driver,
-		NoKubelet: true,
-		Mock: func(c *csimock.Config) {
-			c.Faults = append(c.Faults,
-				csimock.Rule{ID: "slow-publish", Method: "ControllerPublishVolume", Latency: publishDelay},
-				csimock.Rule{ID: "slow-unstage", Method: "NodeUnstageVolume", Latency: unstageDelay})
-		},
-		AttacherConfig: func(_ int, c *attacher.SidecarConfig) { stack.QuickAttacher(c) },
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := s.Stop(); err != nil {
-			t.Error(err)
-		}
-	})
-	client := s.Client
-	if _, err := client.StorageV1().CSIDrivers().Create(ctx, localcluster.NewCSIDriver(driver, new(true)), metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = client.StorageV1().CSIDrivers().Delete(context.Background(), driver, metav1.DeleteOptions{})
-	})
-	// Unique per run: the package's tests share one control plane.
-	n := strconv.Itoa(int(runSeq.Add(1)))
-	ns, node, vol := "kubelet-e2e-"+n, "hollow-"+n, "kubelet-vol-"+n
-	if err := localcluster.CreateNamespace(ctx, client, ns); err != nil {
-		t.Fatal(err)
-	}
-	hist := recordHistory(t, ctx, client, ns)
-
-	kubeletLog := &testsupport.SyncBuffer{}
-	h, err := s.StartHollowNode(ctx, stack.HollowOptions{Name: node, RootDir: t.TempDir(), Output: kubeletLog})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := h.Stop(); err != nil {
-			t.Errorf("hollow kubelet: %v", err)
-		}
-		if t.Failed() {
-			t.Logf("hollow kubelet log (tail):\n%s", tail(kubeletLog.String(), 150))
-		}
-	})
-	dumpCalls := func() { t.Logf("mock driver calls:\n%s", callTable(s.Driver.Calls())) }
-
-	// Registration: the kubelet finds <root>/plugins_registry/<driver>-reg.sock,
-	// asks NodeGetInfo on the node socket and writes the CSINode.
-	nodeID := stack.NodeID(node)
-	testsupport.Eventually(t, ctx, 90*time.Second, "the kubelet registers Node "+node+" Ready and the driver in its CSINode", func(ctx context.Context) (bool, error) {
-		n, err := client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
-		if apierrors.IsNotFound(err) {
-			return false, nil
-		}
-		if err != nil || !nodeReady(n) {
-			return false, err
-		}
-		cn, err := client.StorageV1().CSINodes().Get(ctx, node, metav1.GetOptions{})
-		if apierrors.IsNotFound(err) {
-			return false, nil
-		}
-		if err != nil {
-			return false, err
-		}
-		for _, d := range cn.Spec.Drivers {
-			if d.Name == driver {
-				if d.NodeID != nodeID {
-					t.Fatalf("CSINode %s lists %s with node ID %q, want %q (NodeGetInfo's)", node, driver, d.NodeID, nodeID)
-				}
-				return true, nil
-			}
-		}
-		return false, nil
-	}, dumpCalls)
+	r := newRig(t, 4*time.Minute, rigOptions{Mock: slowPublishAndUnstage})
+	n := r.addNode("a", 0)
 	// The kubelet notifies the plugin after it registered it.
-	testsupport.Eventually(t, ctx, 10*time.Second, "the kubelet notifies the registration's success", func(context.Context) (bool, error) {
-		st := h.Endpoint.Registration()
+	testsupport.Eventually(t, r.ctx, 10*time.Second, "the kubelet notifies the registration's success", func(context.Context) (bool, error) {
+		st := n.Endpoint.Registration()
 		if st.Notified && (!st.Registered || st.Error != "" || st.InfoCalls == 0) {
 			t.Fatalf("registration status %+v: want GetInfo called and the kubelet's success notified", st)
 		}
 		return st.Notified, nil
 	})
-	if n, ok := lastCall(s.Driver.NodeCalls(nodeID), "NodeGetInfo"); !ok || n.Code != codes.OK {
-		t.Fatalf("the kubelet asked no NodeGetInfo on the node socket: %+v", s.Driver.NodeCalls(nodeID))
+	if c, ok := lastCall(r.s.Driver.NodeCalls(n.id), "NodeGetInfo"); !ok || c.Code != codes.OK {
+		t.Fatalf("the kubelet asked no NodeGetInfo on the node socket: %+v", r.s.Driver.NodeCalls(n.id))
 	}
-	t.Logf("node %s Ready, driver registered after %s", node, time.Since(start).Round(time.Millisecond))
+	t.Logf("node %s Ready, driver registered after %s", n.Name, time.Since(start).Round(time.Millisecond))
 
 	// Attach and mount.
-	if _, _, err := localcluster.CreateBoundVolume(ctx, client, localcluster.VolumeSpec{Namespace: ns, Name: vol, Driver: driver}); err != nil {
-		t.Fatal(err)
-	}
-	pod := localcluster.NewPod(ns, "app", node, vol)
-	pod.Spec.AutomountServiceAccountToken = new(false) // no root-ca publisher runs
-	if _, err := client.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	vaName := kube.VolumeAttachmentName(vol, driver, node)
-	unique := kube.UniqueVolumeName(driver, vol)
-	testsupport.Eventually(t, ctx, 90*time.Second, "Pod app Running", func(ctx context.Context) (bool, error) {
-		p, err := client.CoreV1().Pods(ns).Get(ctx, "app", metav1.GetOptions{})
-		return err == nil && p.Status.Phase == v1.PodRunning, err
-	}, dumpCalls)
+	vol := r.volume("vol")
+	r.pod("app", n, vol)
+	r.waitPodRunning("app", 90*time.Second)
 	t.Logf("Pod Running after %s", time.Since(start).Round(time.Millisecond))
-
-	attached := hist.mustFirst(t, "VolumeAttachment "+vaName+" attached", vaNamed(vaName, func(va *storagev1.VolumeAttachment) bool { return va.Status.Attached }))
-	running := hist.mustFirst(t, "Pod app Running", podNamed("app", func(p *v1.Pod) bool { return p.Status.Phase == v1.PodRunning }))
-	if running.RV < attached.RV {
-		t.Errorf("Pod Running (%s) before its VolumeAttachment was attached (%s)", running, attached)
+	a := r.checkAttach(vol, n, "app")
+	unique := kube.UniqueVolumeName(testDriver, vol)
+	inUseAdded := r.hist.mustFirst(t, "volume in Node "+n.Name+"'s volumesInUse", nodeNamed(n.Name, func(no *v1.Node) bool { return inUse(no, unique) }))
+	if a.attached.RV < inUseAdded.RV {
+		t.Logf("note: the VolumeAttachment was attached (RV %d) before the kubelet reported the volume in use (RV %d)", a.attached.RV, inUseAdded.RV)
 	}
-	inUseAdded := hist.mustFirst(t, "volume in Node "+node+"'s volumesInUse", nodeNamed(node, func(n *v1.Node) bool { return inUse(n, unique) }))
-	if attached.RV < inUseAdded.RV {
-		t.Logf("note: the VolumeAttachment was attached (RV %d) before the kubelet reported the volume in use (RV %d)", attached.RV, inUseAdded.RV)
-	}
-	calls := s.Driver.Calls()
-	publish := mustCall(t, calls, "ControllerPublishVolume", vol, codes.OK)
-	stage := mustCall(t, calls, "NodeStageVolume", vol, codes.OK)
-	nodePublish := mustCall(t, calls, "NodePublishVolume", vol, codes.OK)
-	if publish.NodeID != nodeID || stage.Endpoint != nodeID || nodePublish.Endpoint != nodeID {
-		t.Errorf("calls not on node %s: publish to %q, stage on %q, node publish on %q", nodeID, publish.NodeID, stage.Endpoint, nodePublish.Endpoint)
-	}
-	if !publish.End.Before(stage.Start) || !stage.End.Before(nodePublish.Start) {
-		t.Errorf("want ControllerPublish → NodeStage → NodePublish, got\n%s", callTable(calls))
-	}
-	if nv := s.Driver.NodeVolumes(nodeID); nv.Staged[vol] == "" || len(nv.Published[vol]) != 1 {
-		t.Errorf("node %s's volumes while the Pod runs: %+v, want %s staged and published once", nodeID, nv, vol)
+	if nv := r.s.Driver.NodeVolumes(n.id); nv.Staged[vol] == "" || len(nv.Published[vol]) != 1 {
+		t.Errorf("node %s's volumes while the Pod runs: %+v, want %s staged and published once", n.id, nv, vol)
 	}
 
 	// Unmount and detach.
-	if err := client.CoreV1().Pods(ns).Delete(ctx, "app", metav1.DeleteOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	testsupport.Eventually(t, ctx, 2*time.Minute, "Pod app gone, VolumeAttachment "+vaName+" gone, ControllerUnpublish done", func(ctx context.Context) (bool, error) {
-		if _, err := client.CoreV1().Pods(ns).Get(ctx, "app", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
-			return false, nil
-		}
-		if _, err := client.StorageV1().VolumeAttachments().Get(ctx, vaName, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
-			return false, nil
-		}
-		_, ok := findCall(s.Driver.Calls(), "ControllerUnpublishVolume", vol, codes.OK)
-		return ok, nil
-	}, dumpCalls)
+	r.deletePod("app")
+	r.waitPodGone("app", 2*time.Minute)
+	r.waitDetached(vol, n, 2*time.Minute)
 	t.Logf("Pod deleted, volume detached after %s", time.Since(start).Round(time.Millisecond))
-
-	calls = s.Driver.Calls()
-	unpublish := mustCall(t, calls, "NodeUnpublishVolume", vol, codes.OK)
-	unstage := mustCall(t, calls, "NodeUnstageVolume", vol, codes.OK)
-	ctrlUnpublish := mustCall(t, calls, "ControllerUnpublishVolume", vol, codes.OK)
-	if !unpublish.End.Before(unstage.Start) {
-		t.Errorf("NodeUnstage started before NodeUnpublish ended:\n%s", callTable(calls))
-	}
-	dropped := hist.mustFirst(t, "volume leaves Node "+node+"'s volumesInUse", after(inUseAdded.RV, nodeNamed(node, func(n *v1.Node) bool { return !inUse(n, unique) })))
-	// The unstage takes unstageDelay: a kubelet that reported the volume
-	// unused before the unmount finished would be seen here.
-	if !dropped.Observed.After(unstage.End) {
-		t.Errorf("volume left volumesInUse (%s) before NodeUnstage ended (%s)", dropped, unstage.End.Format("15:04:05.000"))
-	}
-	deleting := hist.mustFirst(t, "VolumeAttachment "+vaName+" deleted", vaNamed(vaName, func(va *storagev1.VolumeAttachment) bool { return va.DeletionTimestamp != nil }))
-	if deleting.RV < dropped.RV {
-		t.Errorf("VolumeAttachment deleted (%s) before the volume left volumesInUse (%s)", deleting, dropped)
-	}
-	va := deleting.Obj.(*storagev1.VolumeAttachment)
-	if ctrlUnpublish.Start.Before(va.DeletionTimestamp.Time) || ctrlUnpublish.Start.Before(unstage.End) {
-		t.Errorf("ControllerUnpublish (%s) before the VolumeAttachment's deletion (%s) or NodeUnstage's end (%s)",
-			ctrlUnpublish.Start.Format("15:04:05.000"), va.DeletionTimestamp.Format("15:04:05"), unstage.End.Format("15:04:05.000"))
-	}
-	if len(va.Finalizers) == 0 {
-		t.Errorf("the deleted VolumeAttachment carried no finalizer: nothing held it until ControllerUnpublish")
-	}
-	gone := hist.mustFirst(t, "VolumeAttachment "+vaName+" removed", func(c change) bool {
-		return c.Type == watch.Deleted && vaNamed(vaName, func(*storagev1.VolumeAttachment) bool { return true })(c)
-	})
-	if !gone.Observed.After(ctrlUnpublish.End) {
-		t.Errorf("VolumeAttachment removed (%s) before ControllerUnpublish ended", gone)
-	}
-	if nv := s.Driver.NodeVolumes(nodeID); len(nv.Staged)+len(nv.Published) != 0 {
-		t.Errorf("node %s still has volumes after the Pod's deletion: %+v", nodeID, nv)
-	}
-	if got := s.Driver.Published(vol); len(got) != 0 {
+	d := r.checkDetach(vol, n)
+	if got := r.s.Driver.Published(vol); len(got) != 0 {
 		t.Errorf("volume %s still published to %v", vol, got)
 	}
-	t.Logf("order: ControllerPublish %s, NodeStage %s, NodePublish %s, Pod Running RV %d (VA attached RV %d); NodeUnpublish %s, NodeUnstage %s–%s, volumesInUse dropped RV %d, VA deleted RV %d, ControllerUnpublish %s",
-		stamp(publish.End), stamp(stage.Start), stamp(nodePublish.Start), running.RV, attached.RV,
-		stamp(unpublish.Start), stamp(unstage.Start), stamp(unstage.End), dropped.RV, deleting.RV, stamp(ctrlUnpublish.Start))
+	t.Logf("order: ControllerPublish %s, NodeStage %s, NodePublish %s, Pod Running RV %d (VA attached RV %d); NodeUnpublish %s, NodeUnstage %s–%s, last in volumesInUse RV %d, VA deleted RV %d, ControllerUnpublish %s",
+		stamp(a.publish.End), stamp(a.stage.Start), stamp(a.nodePublish.Start), a.running.RV, a.attached.RV,
+		stamp(d.unpublish.Start), stamp(d.unstage.Start), stamp(d.unstage.End), d.lastInUse.RV, d.deleting.RV, stamp(d.ctrlUnpublish.Start))
+}
+
+// slowPublishAndUnstage adds the delays that make ordering bugs visible:
+// see publishDelay and unstageDelay.
+func slowPublishAndUnstage(c *csimock.Config) {
+	c.Faults = append(c.Faults,
+		csimock.Rule{ID: "slow-publish", Method: "ControllerPublishVolume", Latency: publishDelay},
+		csimock.Rule{ID: "slow-unstage", Method: "NodeUnstageVolume", Latency: unstageDelay})
 }
 
 func nodeReady(n *v1.Node) bool {
