@@ -83,6 +83,15 @@ type Options struct {
 	// its configuration (default: ControllerConfig's) on every start.
 	NoController     bool
 	ControllerConfig func(*controller.ServeConfig)
+	// Scheduler runs the real kube-scheduler, ControllerManager the real
+	// kube-controller-manager with every controller but attachdetach
+	// (controlplane.go); ControlPlaneOutput receives their logs (nil:
+	// discarded), SchedulerArgs and ControllerManagerArgs are extra flags.
+	Scheduler             bool
+	ControllerManager     bool
+	ControlPlaneOutput    io.Writer
+	SchedulerArgs         []string
+	ControllerManagerArgs []string
 }
 
 // Stack is a running world.
@@ -97,11 +106,15 @@ type Stack struct {
 
 	Attachers  []*Component
 	Controller *Component
+	// Scheduler and ControllerManager run when Options ask for them.
+	Scheduler         *Upstream
+	ControllerManager *Upstream
 
 	opts       Options
 	ownCluster bool
 	kubelet    *Component
 	tmp        string
+	cpDir      string
 	errs       chan error
 	stopOnce   sync.Once
 
@@ -138,6 +151,9 @@ func Start(ctx context.Context, o Options) (_ *Stack, err error) {
 		s.ownCluster = true
 	}
 	s.Client = s.Cluster.Client()
+	if err := s.startControlPlane(ctx); err != nil {
+		return nil, err
+	}
 
 	if o.Attacher == AttacherInProcess || o.Attacher == AttacherBinary || o.Attacher == AttacherOnDemand {
 		// Unix socket paths are limited to ~100 bytes: keep it short.
@@ -292,6 +308,7 @@ func (s *Stack) Stop() error {
 		if s.kubelet != nil {
 			errs = append(errs, s.kubelet.Stop())
 		}
+		errs = append(errs, s.stopControlPlane()...)
 		if s.Driver != nil {
 			s.Driver.Stop()
 		}

@@ -1,0 +1,257 @@
+package stack
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/latchcsi/latch/internal/localcluster"
+	"github.com/latchcsi/latch/internal/testsupport"
+)
+
+// The rest of a real control plane next to localcluster's API server: the
+// real kube-scheduler and kube-controller-manager of Kubernetes v1.36.3
+// (built by testsupport.UpstreamBinary), as child processes on loopback,
+// without leader election, authenticated with the cluster's admin token
+// (--use-service-account-credentials=false). kube-controller-manager runs
+// every controller it enables by default except attachdetach, which is
+// latch's: the PV binder, StatefulSet, ReplicaSet, garbage collector,
+// namespace, node lifecycle, service-account (token and
+// root-ca-cert-publisher, which writes the kube-root-ca.crt ConfigMap
+// every Pod's service-account token volume needs), and so on.
+
+// ControllersExceptAttachDetach is kube-controller-manager's --controllers
+// for a control plane whose attach/detach controller is latch's.
+var ControllersExceptAttachDetach = []string{"*", "-attachdetach"}
+
+// ControlPlaneConfig configures StartScheduler and StartControllerManager.
+type ControlPlaneConfig struct {
+	// Dir holds the kubeconfig, the keys and the serving certificates;
+	// it must exist (the caller removes it).
+	Dir string
+	// Output receives the process's log (nil: discarded).
+	Output io.Writer
+	// Args are extra flags, after the defaults (a later flag wins).
+	Args []string
+}
+
+// StartControllerManager starts kube-controller-manager with every
+// controller but attachdetach against cluster: its service-account token
+// controller signs with the API server's own service-account key
+// (localcluster's WriteServiceAccountKey) and its root-CA publisher
+// publishes the cluster's CA. It returns once /healthz answers.
+func StartControllerManager(ctx context.Context, cluster *localcluster.Cluster, c ControlPlaneConfig) (*Upstream, error) {
+	kubeconfig := filepath.Join(c.Dir, "kubeconfig")
+	key := filepath.Join(c.Dir, "sa.key")
+	ca := filepath.Join(c.Dir, "ca.crt")
+	if err := cluster.WriteKubeconfig(kubeconfig); err != nil {
+		return nil, fmt.Errorf("kube-controller-manager: %w", err)
+	}
+	if err := cluster.WriteServiceAccountKey(ctx, key); err != nil {
+		return nil, fmt.Errorf("kube-controller-manager: %w", err)
+	}
+	if err := cluster.WriteCA(ca); err != nil {
+		return nil, fmt.Errorf("kube-controller-manager: %w", err)
+	}
+	certs := filepath.Join(c.Dir, "kcm-certs")
+	if err := os.MkdirAll(certs, 0o700); err != nil {
+		return nil, fmt.Errorf("kube-controller-manager: %w", err)
+	}
+	return StartKubeControllerManager(ctx, KubeControllerManagerConfig{
+		Kubeconfig:  kubeconfig,
+		Controllers: ControllersExceptAttachDetach,
+		CertDir:     certs,
+		Output:      c.Output,
+		Args: append([]string{
+			"--service-account-private-key-file=" + key,
+			"--root-ca-file=" + ca,
+		}, c.Args...),
+	})
+}
+
+// SchedulerArgs are the flags StartScheduler passes (before its Args).
+func SchedulerArgs(kubeconfig, secureAddr, certDir string) []string {
+	host, port, _ := net.SplitHostPort(secureAddr)
+	return []string{
+		"--kubeconfig=" + kubeconfig,
+		"--leader-elect=false",
+		"--bind-address=" + host,
+		"--secure-port=" + port,
+		"--cert-dir=" + certDir,
+		"--authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics",
+		"--v=2",
+	}
+}
+
+// StartScheduler starts kube-scheduler against cluster and returns once
+// its /healthz answers.
+func StartScheduler(ctx context.Context, cluster *localcluster.Cluster, c ControlPlaneConfig) (*Upstream, error) {
+	bin, err := testsupport.UpstreamBinary("kube-scheduler")
+	if err != nil {
+		return nil, err
+	}
+	kubeconfig := filepath.Join(c.Dir, "kubeconfig")
+	if err := cluster.WriteKubeconfig(kubeconfig); err != nil {
+		return nil, fmt.Errorf("kube-scheduler: %w", err)
+	}
+	certs := filepath.Join(c.Dir, "scheduler-certs")
+	if err := os.MkdirAll(certs, 0o700); err != nil {
+		return nil, fmt.Errorf("kube-scheduler: %w", err)
+	}
+	addr, err := freeLoopbackAddr()
+	if err != nil {
+		return nil, fmt.Errorf("kube-scheduler: %w", err)
+	}
+	cert := filepath.Join(certs, "kube-scheduler.crt")
+	u := &Upstream{
+		Args:       append(SchedulerArgs(kubeconfig, addr, certs), c.Args...),
+		MetricsURL: "https://" + addr + "/metrics",
+		HealthURL:  "https://" + addr + "/healthz",
+		client: &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{
+			InsecureSkipVerify: true, //nolint:gosec // verified against the generated certificate below
+			VerifyPeerCertificate: func(raw [][]byte, _ [][]*x509.Certificate) error {
+				return verifyAgainstCertFile(cert, raw)
+			},
+		}}},
+	}
+	return u.startWith(ctx, "kube-scheduler", c.Output, bin, schedulerProcess)
+}
+
+// startWith is Upstream.start with the process started by run.
+func (u *Upstream) startWith(ctx context.Context, name string, out io.Writer, bin string,
+	run func(ctx context.Context, name string, out io.Writer, binary string, args ...string) (*Component, func(), error)) (*Upstream, error) {
+	tail := &tailWriter{max: 8 << 10}
+	w := io.Writer(tail)
+	if out != nil {
+		w = io.MultiWriter(out, tail)
+	}
+	c, crash, err := run(ctx, name, w, bin, u.Args...)
+	if err != nil {
+		return nil, err
+	}
+	u.Component, u.crash = c, crash
+	if err := u.waitHealthy(ctx, 2*time.Minute); err != nil {
+		_ = c.Stop()
+		return nil, fmt.Errorf("%s (%s): %w\n%s", name, strings.Join(u.Args, " "), err, tail.String())
+	}
+	return u, nil
+}
+
+// schedulerProcess is upstreamProcess for kube-scheduler, which without
+// leader election ends its run on SIGTERM with the error "finished
+// without leader elect" and exit status 1 (cmd/kube-scheduler/app's
+// Run): after SIGTERM that status is how it stops, not a failure. Any
+// exit before Stop is one.
+func schedulerProcess(ctx context.Context, name string, out io.Writer, binary string, args ...string) (*Component, func(), error) {
+	cmd := exec.Command(binary, args...)
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		return nil, nil, fmt.Errorf("start %s (%s): %w", name, binary, err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	var crashed atomic.Bool
+	crash := func() {
+		crashed.Store(true)
+		_ = cmd.Process.Kill()
+	}
+	return Go(ctx, name, func(ctx context.Context) error {
+		select {
+		case err := <-exited:
+			if crashed.Load() {
+				return nil
+			}
+			return fmt.Errorf("exited early: %v", err)
+		case <-ctx.Done():
+		}
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case err := <-exited:
+			var exit *exec.ExitError
+			if err != nil && !(errors.As(err, &exit) && exit.ExitCode() == 1) && !diedOf(err, syscall.SIGTERM) && !diedOf(err, syscall.SIGKILL) {
+				return fmt.Errorf("exited after SIGTERM: %v", err)
+			}
+		case <-time.After(30 * time.Second):
+			_ = cmd.Process.Kill()
+			<-exited
+			return errors.New("killed: did not exit within 30s of SIGTERM")
+		}
+		return ctx.Err()
+	}), crash, nil
+}
+
+// verifyAgainstCertFile accepts a serving chain whose leaf is the
+// self-signed certificate in file.
+func verifyAgainstCertFile(file string, raw [][]byte) error {
+	if len(raw) == 0 {
+		return errors.New("no certificate presented")
+	}
+	pem, err := os.ReadFile(file)
+	if err != nil {
+		return fmt.Errorf("read the generated serving certificate: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return fmt.Errorf("no certificate in %s", file)
+	}
+	leaf, err := x509.ParseCertificate(raw[0])
+	if err != nil {
+		return err
+	}
+	_, err = leaf.Verify(x509.VerifyOptions{Roots: pool})
+	return err
+}
+
+// startControlPlane starts what Options.Scheduler and
+// Options.ControllerManager ask for.
+func (s *Stack) startControlPlane(ctx context.Context) error {
+	o := s.opts
+	if !o.Scheduler && !o.ControllerManager {
+		return nil
+	}
+	dir, err := os.MkdirTemp("", "latch-cp")
+	if err != nil {
+		return fmt.Errorf("control plane: %w", err)
+	}
+	s.cpDir = dir
+	if o.ControllerManager {
+		if s.ControllerManager, err = StartControllerManager(ctx, s.Cluster, ControlPlaneConfig{Dir: dir, Output: o.ControlPlaneOutput, Args: o.ControllerManagerArgs}); err != nil {
+			return err
+		}
+		s.watch(s.ControllerManager.Component)
+	}
+	if o.Scheduler {
+		if s.Scheduler, err = StartScheduler(ctx, s.Cluster, ControlPlaneConfig{Dir: dir, Output: o.ControlPlaneOutput, Args: o.SchedulerArgs}); err != nil {
+			return err
+		}
+		s.watch(s.Scheduler.Component)
+	}
+	return nil
+}
+
+// stopControlPlane stops the scheduler and kube-controller-manager and
+// removes their files.
+func (s *Stack) stopControlPlane() []error {
+	var errs []error
+	for _, u := range []*Upstream{s.Scheduler, s.ControllerManager} {
+		if u != nil {
+			errs = append(errs, u.Stop())
+		}
+	}
+	if s.cpDir != "" {
+		os.RemoveAll(s.cpDir)
+	}
+	return errs
+}
