@@ -40,14 +40,22 @@ func TestKubeletRWOVolumeMovesBetweenNodes(t *testing.T) {
 		testsupport.Eventually(t, r.ctx, 30*time.Second, "a Multi-Attach warning on Pod "+pod, func(ctx context.Context) (bool, error) {
 			return r.hasEvent(ctx, pod, "FailedAttachVolume", "Multi-Attach error")
 		}, r.dumpCalls)
-		r.consistently("Pod "+pod+" waits while "+old+" runs on "+from.Name, 3*time.Second, func(ctx context.Context) (bool, error) {
+		r.consistently("Pod "+pod+" waits while "+old+" runs on "+from.Name, 3*time.Second, func(ctx context.Context) (string, error) {
 			p, _, err := r.getPod(ctx, pod)
 			if err != nil {
-				return false, err
+				return "", err
 			}
 			_, vaExists, err := r.getVA(ctx, vol, to)
 			_, published := findNodeCall(r.s.Driver.Calls(), "ControllerPublishVolume", vol, to.id, codes.OK)
-			return p.Status.Phase != v1.PodRunning && !vaExists && !published, err
+			switch {
+			case p.Status.Phase == v1.PodRunning:
+				return "Pod " + pod + " Running", err
+			case vaExists:
+				return "VolumeAttachment to " + to.Name + " created", err
+			case published:
+				return "ControllerPublish to " + to.id, err
+			}
+			return "", err
 		})
 
 		r.deletePod(old)

@@ -48,13 +48,19 @@ func TestKubeletRestartReconstructsVolumes(t *testing.T) {
 		}, r.dumpCalls)
 		// Past several node status updates (every 2 s) and volume manager
 		// syncs of the new kubelet.
-		r.consistently(fmt.Sprintf("restart %d: VolumeAttachment kept, volume in use, Pod Running", i), 8*time.Second, func(ctx context.Context) (bool, error) {
+		r.consistently(fmt.Sprintf("restart %d: VolumeAttachment kept, volume in use, Pod Running", i), 8*time.Second, func(ctx context.Context) (string, error) {
 			got, ok, err := r.getVA(ctx, vol, n)
-			if err != nil || !ok || got.DeletionTimestamp != nil || !got.Status.Attached {
-				return false, err
+			if err != nil {
+				return "", err
+			}
+			if !ok || got.DeletionTimestamp != nil || !got.Status.Attached {
+				return "VolumeAttachment " + va + " gone, deleted or not attached", nil
 			}
 			p, ok, err := r.getPod(ctx, "app")
-			return ok && p.Status.Phase == v1.PodRunning, err
+			if err == nil && (!ok || p.Status.Phase != v1.PodRunning) {
+				return "Pod app gone or not Running", nil
+			}
+			return "", err
 		})
 		for _, c := range r.s.Driver.Calls()[before:] {
 			if c.VolumeID != vol {

@@ -246,18 +246,19 @@ func (r *rig) waitDetached(vol string, n *node, timeout time.Duration) {
 	}, r.dumpCalls)
 }
 
-// consistently fails the test if cond stops holding within d.
-func (r *rig) consistently(what string, d time.Duration, cond func(ctx context.Context) (bool, error)) {
+// consistently fails the test if check reports a violation (a
+// non-empty description) within d.
+func (r *rig) consistently(what string, d time.Duration, check func(ctx context.Context) (string, error)) {
 	r.t.Helper()
 	deadline := time.Now().Add(d)
 	for time.Now().Before(deadline) {
-		ok, err := cond(r.ctx)
+		violation, err := check(r.ctx)
 		if err != nil {
 			r.t.Fatalf("%s: %v", what, err)
 		}
-		if !ok {
+		if violation != "" {
 			r.dumpCalls()
-			r.t.Fatalf("%s: no longer true after %s", what, d-time.Until(deadline))
+			r.t.Fatalf("%s: %s after %s", what, violation, (d - time.Until(deadline)).Round(time.Millisecond))
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
