@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"google.golang.org/grpc/codes"
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -110,6 +111,9 @@ func (d *demo) run(ctx context.Context) error {
 		return d.fail("Pod app-1 deleted", err)
 	}
 	d.step("Pod app-1 deleted", "")
+	if err := d.nodeCallSteps(ctx, NodeID(1), pvc, "NodeUnpublishVolume", "NodeUnstageVolume"); err != nil {
+		return err
+	}
 	if err := d.waitFor(ctx, "kubelet released the volume (volumesInUse)", func() (bool, string, error) {
 		n, err := e.Client.CoreV1().Nodes().Get(ctx, node1, metav1.GetOptions{})
 		return err == nil && !slices.Contains(n.Status.VolumesInUse, unique), node1, nil
@@ -173,6 +177,9 @@ func (d *demo) attachSteps(ctx context.Context, ns, pod, node, nodeID, vaName, h
 		n, err := e.Client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
 		return err == nil && attachedIn(n, unique), node + " lists " + string(unique), nil
 	}); err != nil {
+		return err
+	}
+	if err := d.nodeCallSteps(ctx, nodeID, handle, "NodeStageVolume", "NodePublishVolume"); err != nil {
 		return err
 	}
 	return d.waitFor(ctx, "Pod Running", func() (bool, string, error) {
@@ -243,4 +250,26 @@ func podEvent(ctx context.Context, e *Env, ns, pod, reason, contains string) (st
 		}
 	}
 	return "", nil
+}
+
+// nodeCallSteps records, with real nodes, the kubelet's calls of methods
+// for volume on node nodeID's plugin as steps, each once it succeeded; the
+// kubelet stand-in makes no such calls.
+func (d *demo) nodeCallSteps(ctx context.Context, nodeID, volume string, methods ...string) error {
+	if !d.e.Opts.RealNodes {
+		return nil
+	}
+	for _, m := range methods {
+		if err := d.waitFor(ctx, m+" succeeded", func() (bool, string, error) {
+			for _, c := range d.e.Driver.NodeCalls(nodeID) {
+				if c.Method == m && c.VolumeID == volume && c.Done() && c.Code == codes.OK {
+					return true, "by the kubelet on node ID " + nodeID, nil
+				}
+			}
+			return false, "", nil
+		}); err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -9,6 +9,7 @@ package latchlocal
 import (
 	"context"
 	"fmt"
+	"io"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -39,6 +40,13 @@ type Options struct {
 	NoAttachDetachController bool
 	// EtcdLogOutput: see localcluster.Options.
 	EtcdLogOutput string
+	// RealNodes runs the real kube-scheduler, kube-controller-manager and
+	// one hollow kubelet per node instead of the kubelet stand-in and
+	// latch-local's claim binder (realnodes.go).
+	RealNodes bool
+	// ProcessOutput receives the logs of the child processes RealNodes
+	// starts (nil: discarded).
+	ProcessOutput io.Writer
 }
 
 // Env is a running local system.
@@ -50,8 +58,13 @@ type Env struct {
 	Opts    Options
 	Socket  string
 
-	stack  *stack.Stack
-	binder *stack.Component
+	// Hollow are the hollow kubelets (RealNodes), Kubelet the stand-in
+	// (otherwise).
+	Hollow []*stack.HollowNode
+
+	stack   *stack.Stack
+	binder  *stack.Component
+	nodeDir string
 }
 
 // NodeName is the name of simulated node i (1-based).
@@ -90,8 +103,10 @@ func Start(ctx context.Context, opts Options) (_ *Env, err error) {
 			return nil, err
 		}
 	}
-	// Pre-bound claims applied by hand get bound (no PV controller here).
-	e.binder = stack.Go(ctx, "binder", func(ctx context.Context) error { e.runBinder(ctx); return nil })
+	if !opts.RealNodes {
+		// Pre-bound claims applied by hand get bound (no PV controller here).
+		e.binder = stack.Go(ctx, "binder", func(ctx context.Context) error { e.runBinder(ctx); return nil })
+	}
 	if _, err := e.Client.StorageV1().CSIDrivers().Create(ctx, localcluster.NewCSIDriver(opts.Driver, nil), metavCreate()); err != nil && !isAlreadyExists(err) {
 		return nil, fmt.Errorf("create CSIDriver %s: %w", opts.Driver, err)
 	}
@@ -99,7 +114,7 @@ func Start(ctx context.Context, opts Options) (_ *Env, err error) {
 	for i := range nodes {
 		nodes[i] = localcluster.NodeConfig{Name: NodeName(i + 1)}
 	}
-	e.stack, err = stack.Start(ctx, stack.Options{
+	so := stack.Options{
 		Cluster:          cluster,
 		Driver:           opts.Driver,
 		Nodes:            nodes,
@@ -107,9 +122,21 @@ func Start(ctx context.Context, opts Options) (_ *Env, err error) {
 		AttacherConfig:   attacherConfig,
 		NoController:     opts.NoAttachDetachController,
 		ControllerConfig: controllerConfig,
-	})
+	}
+	if opts.RealNodes {
+		so.Nodes, so.NoKubelet = nil, true
+		so.Scheduler, so.ControllerManager, so.ControlPlaneOutput = true, true, opts.ProcessOutput
+	}
+	e.stack, err = stack.Start(ctx, so)
 	if err != nil {
 		return nil, err
+	}
+	if opts.RealNodes {
+		logger.V(1).Info("Scheduler and controller manager ready", "took", time.Since(start).Round(time.Millisecond))
+		if err := e.startHollowNodes(ctx); err != nil {
+			return nil, err
+		}
+		logger.V(1).Info("Hollow nodes Ready", "nodes", opts.Nodes, "took", time.Since(start).Round(time.Millisecond))
 	}
 	e.Kubelet, e.Driver, e.Socket = e.stack.Kubelet, e.stack.Driver, e.stack.Socket
 	return e, nil
@@ -147,6 +174,9 @@ func (e *Env) Err() <-chan error { return e.stack.Err() }
 
 // Stop stops everything and removes temporary files.
 func (e *Env) Stop() {
+	if err := e.stopHollowNodes(); err != nil {
+		klog.Background().Error(err, "Stopping the hollow nodes")
+	}
 	if e.stack != nil {
 		_ = e.stack.Stop()
 	}
