@@ -57,16 +57,24 @@ func TestCSIDriverChange_attachRequiredFalse_attachedVolumeDetachedOnceUnmounted
 
 	// The node status lost the volume before the VolumeAttachment was
 	// deleted, and nothing was attached again.
+	// The test can see the VolumeAttachment gone before the controller's
+	// client has read the DELETE's answer (and recorded the write): wait
+	// for the record.
 	nodeStatus, vaDelete := -1, -1
-	writes := e.controllerWrites()
-	for i, w := range writes {
-		switch {
-		case strings.HasPrefix(w, "PATCH /api/v1/nodes/"+node+"/status"):
-			nodeStatus = i
-		case w == "DELETE /apis/storage.k8s.io/v1/volumeattachments/"+e.vaName(pv, node):
-			vaDelete = i
+	var writes []string
+	e.eventually("the controller's VolumeAttachment delete recorded", func() (bool, error) {
+		nodeStatus, vaDelete = -1, -1
+		writes = e.controllerWrites()
+		for i, w := range writes {
+			switch {
+			case strings.HasPrefix(w, "PATCH /api/v1/nodes/"+node+"/status"):
+				nodeStatus = i
+			case w == "DELETE /apis/storage.k8s.io/v1/volumeattachments/"+e.vaName(pv, node):
+				vaDelete = i
+			}
 		}
-	}
+		return vaDelete >= 0, nil
+	})
 	if nodeStatus < 0 || vaDelete < 0 || nodeStatus > vaDelete {
 		t.Errorf("controller writes %q: want the last node status write before the VolumeAttachment delete", writes)
 	}
