@@ -1,6 +1,8 @@
-// Command latch-local runs the whole attach/detach path in one process: an
-// embedded etcd and kube-apiserver, simulated nodes, the mock CSI driver,
-// csi-attacher and the attach/detach controller.
+// Command latch-local runs the whole attach/detach path on one machine: an
+// embedded etcd and kube-apiserver, the real kube-scheduler and
+// kube-controller-manager and one hollow kubelet per node as child
+// processes (--real-nodes, the default; or the in-process kubelet stand-in),
+// the mock CSI driver, csi-attacher and the attach/detach controller.
 //
 //	latch-local demo   walk a Pod's volume through attach, a multi-attach conflict and detach
 //	latch-local up     keep everything running and write a kubeconfig for kubectl
@@ -58,6 +60,7 @@ func parse(args []string, stderr io.Writer) (*config, *flag.FlagSet, error) {
 	fs.StringVar(&c.logFile, "log-file", "", "Component logs go here (default: a file in the temporary directory).")
 	fs.StringVar(&c.verbosity, "v", "0", "Log verbosity of the components (klog -v).")
 	fs.BoolVar(&c.noColor, "no-color", false, "Never use colour.")
+	fs.BoolVar(&c.opts.RealNodes, "real-nodes", true, "Run the real kube-scheduler, kube-controller-manager and one hollow kubelet (the real kubelet, fake container runtime and mounter) per node, built from test/upstream on first use; false runs latch-local's kubelet stand-in and claim binder instead (starts in seconds, no scheduler: Pods must name their node).")
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
 		return nil, fs, flag.ErrHelp
 	}
@@ -92,20 +95,25 @@ func run(args []string, stdout, stderr io.Writer) int {
 		usage(stderr, fs)
 		return 2
 	}
-	logPath, closeLogs, err := setupLogging(c)
+	logPath, logFile, closeLogs, err := setupLogging(c)
 	if err != nil {
 		fmt.Fprintln(stderr, "latch-local:", err)
 		return 1
 	}
 	defer closeLogs()
 	c.opts.EtcdLogOutput = logPath
+	c.opts.ProcessOutput = logFile
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	ctx = klog.NewContext(ctx, klog.Background())
 
 	term := newTerminal(stdout, c.noColor, c.output == "json")
-	term.info("Starting the control plane, %d nodes, the mock driver %s, csi-attacher and attachdetach-controller (logs: %s)", c.opts.Nodes, c.opts.Driver, logPath)
+	if c.opts.RealNodes {
+		term.info("Starting kube-apiserver, kube-scheduler, kube-controller-manager, %d hollow kubelets, the mock driver %s, csi-attacher and attachdetach-controller (logs: %s)", c.opts.Nodes, c.opts.Driver, logPath)
+	} else {
+		term.info("Starting the control plane, %d simulated nodes (kubelet stand-in), the mock driver %s, csi-attacher and attachdetach-controller (logs: %s)", c.opts.Nodes, c.opts.Driver, logPath)
+	}
 	startedAt := time.Now()
 	env, err := latchlocal.Start(ctx, c.opts)
 	if err != nil {
@@ -136,7 +144,18 @@ func run(args []string, stdout, stderr io.Writer) int {
 func up(ctx context.Context, c *config, env *latchlocal.Env, term *terminal) int {
 	abs, _ := filepath.Abs(c.kubeconfig)
 	term.info("Everything is running. In another terminal:")
-	fmt.Fprintf(term.w, `
+	if c.opts.RealNodes {
+		fmt.Fprintf(term.w, `
+  export KUBECONFIG=%s
+  kubectl get nodes
+  kubectl apply -f examples/statefulset.yaml
+  kubectl get pods,pvc,volumeattachments -o wide
+  kubectl delete -f examples/statefulset.yaml
+
+Press Ctrl-C to stop.
+`, abs)
+	} else {
+		fmt.Fprintf(term.w, `
   export KUBECONFIG=%s
   kubectl get nodes
   kubectl apply -f examples/pv-pvc.yaml -f examples/pod.yaml
@@ -145,6 +164,7 @@ func up(ctx context.Context, c *config, env *latchlocal.Env, term *terminal) int
 
 Press Ctrl-C to stop.
 `, abs)
+	}
 	select {
 	case <-ctx.Done():
 		term.info("Stopping")
@@ -157,26 +177,26 @@ Press Ctrl-C to stop.
 
 // setupLogging sends klog (the API server, the controllers) to a file so
 // the terminal shows only the demo.
-func setupLogging(c *config) (string, func(), error) {
+func setupLogging(c *config) (string, io.Writer, func(), error) {
 	fs := flag.NewFlagSet("klog", flag.ContinueOnError)
 	klog.InitFlags(fs)
 	path := c.logFile
 	if path == "" {
 		dir, err := os.MkdirTemp("", "latch-local-logs")
 		if err != nil {
-			return "", nil, err
+			return "", nil, nil, err
 		}
 		path = filepath.Join(dir, "latch-local.log")
 	}
 	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
-		return "", nil, fmt.Errorf("open log file: %w", err)
+		return "", nil, nil, fmt.Errorf("open log file: %w", err)
 	}
 	for k, v := range map[string]string{"logtostderr": "false", "alsologtostderr": "false", "stderrthreshold": "FATAL", "v": c.verbosity} {
 		if err := fs.Set(k, v); err != nil {
-			return "", nil, err
+			return "", nil, nil, err
 		}
 	}
 	klog.SetOutput(f)
-	return path, func() { klog.Flush(); f.Close() }, nil
+	return path, f, func() { klog.Flush(); f.Close() }, nil
 }

@@ -3,13 +3,16 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"maps"
+	"strings"
 	"testing"
 
 	"github.com/latchcsi/latch/internal/latchlocal"
 )
 
 // The README's first command, as a script would run it: `latch-local demo
-// --output json` exits 0 and reports every step, in order, as JSON.
+// --output json` exits 0 and reports every step, in order, as JSON, the
+// real kubelet's among them (--real-nodes is the default).
 func TestDemoCommandWithJSONOutput(t *testing.T) {
 	var stdout, stderr bytes.Buffer
 	code := run([]string{"demo", "--output", "json", "--publish-failures", "1", "--log-file", t.TempDir() + "/latch-local.log"}, &stdout, &stderr)
@@ -20,8 +23,19 @@ func TestDemoCommandWithJSONOutput(t *testing.T) {
 	if err := json.Unmarshal(stdout.Bytes(), &r); err != nil {
 		t.Fatalf("stdout is not the JSON result: %v\n%s", err, stdout.String())
 	}
-	if !r.OK || len(r.Steps) != 22 {
-		t.Fatalf("result OK=%v with %d steps, want OK with 22: %+v", r.OK, len(r.Steps), r)
+	// 22 steps of latch's and the API's, and the real kubelet's
+	// NodeStage/NodePublish twice and NodeUnpublish/NodeUnstage once.
+	if !r.OK || len(r.Steps) != 28 {
+		t.Fatalf("result OK=%v with %d steps, want OK with 28: %+v", r.OK, len(r.Steps), r)
+	}
+	kubeletSteps := map[string]int{}
+	for _, s := range r.Steps {
+		if strings.HasPrefix(s.Name, "Node") {
+			kubeletSteps[s.Name]++
+		}
+	}
+	if want := map[string]int{"NodeStageVolume succeeded": 2, "NodePublishVolume succeeded": 2, "NodeUnpublishVolume succeeded": 1, "NodeUnstageVolume succeeded": 1}; !maps.Equal(kubeletSteps, want) {
+		t.Errorf("the kubelet's steps in the timeline: %v, want %v", kubeletSteps, want)
 	}
 	if r.Steps[0].Name != "PV and PVC created" || r.Steps[len(r.Steps)-1].Name != "VolumeAttachment deleted" {
 		t.Errorf("first/last steps = %q/%q", r.Steps[0].Name, r.Steps[len(r.Steps)-1].Name)

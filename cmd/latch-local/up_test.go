@@ -10,6 +10,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
+	"sort"
 	"strings"
 	"syscall"
 	"testing"
@@ -38,8 +40,11 @@ func TestMain(m *testing.M) {
 }
 
 // `latch-local up` as a person uses it: it writes a kubeconfig, the
-// examples applied through it get their Pod running, and Ctrl-C (SIGINT)
-// stops every component and the API server, exiting 0.
+// examples applied through it get their Pod running (pod.yaml on its named
+// node; statefulset.yaml scheduled, bound and mounted by the real
+// scheduler, kube-controller-manager and kubelets, then deleted with every
+// volume detached), and Ctrl-C (SIGINT) stops every component and the API
+// server, exiting 0.
 func TestUpServesKubeconfigAndStopsCleanlyOnCtrlC(t *testing.T) {
 	dir := t.TempDir()
 	kubeconfig := filepath.Join(dir, "kubeconfig")
@@ -106,6 +111,40 @@ func TestUpServesKubeconfigAndStopsCleanlyOnCtrlC(t *testing.T) {
 		t.Fatalf("VolumeAttachments after the example Pod started: %+v, err %v; want one, attached", vas, err)
 	}
 
+	// The instructions printed for the real nodes: the StatefulSet
+	// example runs (the scheduler places it, kube-controller-manager
+	// binds its claims), and `kubectl delete -f` takes it all down.
+	dyn := dynamic.NewForConfigOrDie(cfg)
+	applyManifests(t, ctx, dyn, "../../examples/statefulset.yaml")
+	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		for _, name := range []string{"web-0", "web-1"} {
+			p, err := client.CoreV1().Pods("default").Get(ctx, name, metav1.GetOptions{})
+			if err != nil || p.Status.Phase != v1.PodRunning || p.Spec.NodeName == "" {
+				return false, nil
+			}
+		}
+		return true, nil
+	}); err != nil {
+		t.Fatalf("StatefulSet web of examples/statefulset.yaml not Running: %v", err)
+	}
+	if attached := attachedVolumes(t, ctx, client); !reflect.DeepEqual(attached, []string{"example-volume", "web-data-1", "web-data-2"}) {
+		t.Errorf("attached volumes with the StatefulSet Running: %v, want example-volume, web-data-1, web-data-2", attached)
+	}
+	deleteManifests(t, ctx, dyn, "../../examples/statefulset.yaml")
+	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		pvs, err := client.CoreV1().PersistentVolumes().List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, nil
+		}
+		pvcs, err := client.CoreV1().PersistentVolumeClaims("default").List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, nil
+		}
+		return len(pvs.Items) == 1 && len(pvcs.Items) == 1 && reflect.DeepEqual(attachedVolumes(t, ctx, client), []string{"example-volume"}), nil
+	}); err != nil {
+		t.Fatalf("after kubectl delete -f examples/statefulset.yaml: attached %v; want only example-volume attached and its PV and claim the only ones left: %v", attachedVolumes(t, ctx, client), err)
+	}
+
 	// Ctrl-C.
 	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
 		t.Fatal(err)
@@ -117,6 +156,9 @@ func TestUpServesKubeconfigAndStopsCleanlyOnCtrlC(t *testing.T) {
 		}
 	case <-time.After(time.Minute):
 		t.Fatalf("latch-local up still running a minute after Ctrl-C\nstdout:\n%s", stdout.String())
+	}
+	if !strings.Contains(stdout.String(), "kubectl apply -f examples/statefulset.yaml") {
+		t.Errorf("the printed instructions do not name examples/statefulset.yaml:\n%s", stdout.String())
 	}
 	if !strings.Contains(stdout.String(), "Stopping") {
 		t.Errorf("stdout does not say it is stopping:\n%s", stdout.String())
@@ -135,10 +177,25 @@ func TestUpServesKubeconfigAndStopsCleanlyOnCtrlC(t *testing.T) {
 // `kubectl create -f` would.
 func applyManifests(t *testing.T, ctx context.Context, dyn dynamic.Interface, files ...string) {
 	t.Helper()
+	manifests(t, ctx, dyn, false, files...)
+}
+
+// deleteManifests deletes every object in the given YAML files, as
+// `kubectl delete -f --wait=false` would.
+func deleteManifests(t *testing.T, ctx context.Context, dyn dynamic.Interface, files ...string) {
+	t.Helper()
+	manifests(t, ctx, dyn, true, files...)
+}
+
+func manifests(t *testing.T, ctx context.Context, dyn dynamic.Interface, del bool, files ...string) {
+	t.Helper()
 	resources := map[string]schema.GroupVersionResource{
 		"PersistentVolume":      {Version: "v1", Resource: "persistentvolumes"},
 		"PersistentVolumeClaim": {Version: "v1", Resource: "persistentvolumeclaims"},
 		"Pod":                   {Version: "v1", Resource: "pods"},
+		"Service":               {Version: "v1", Resource: "services"},
+		"StorageClass":          {Group: "storage.k8s.io", Version: "v1", Resource: "storageclasses"},
+		"StatefulSet":           {Group: "apps", Version: "v1", Resource: "statefulsets"},
 	}
 	for _, f := range files {
 		data, err := os.ReadFile(f)
@@ -162,14 +219,19 @@ func applyManifests(t *testing.T, ctx context.Context, dyn dynamic.Interface, fi
 				t.Fatalf("%s: unexpected kind %q", f, obj.GetKind())
 			}
 			var ri dynamic.ResourceInterface = dyn.Resource(gvr)
-			if obj.GetKind() != "PersistentVolume" {
+			if obj.GetKind() != "PersistentVolume" && obj.GetKind() != "StorageClass" {
 				ns := obj.GetNamespace()
 				if ns == "" {
 					ns = "default"
 				}
 				ri = dyn.Resource(gvr).Namespace(ns)
 			}
-			if _, err := ri.Create(ctx, &obj, metav1.CreateOptions{}); err != nil {
+			if del {
+				bg := metav1.DeletePropagationBackground
+				if err := ri.Delete(ctx, obj.GetName(), metav1.DeleteOptions{PropagationPolicy: &bg}); err != nil {
+					t.Fatalf("delete %s %s from %s: %v", obj.GetKind(), obj.GetName(), f, err)
+				}
+			} else if _, err := ri.Create(ctx, &obj, metav1.CreateOptions{}); err != nil {
 				t.Fatalf("create %s %s from %s: %v", obj.GetKind(), obj.GetName(), f, err)
 			}
 		}
@@ -196,4 +258,21 @@ func TestDemoCommandAsTheReadmeRunsIt(t *testing.T) {
 	if strings.Contains(out, "\x1b[") {
 		t.Errorf("demo output to a non-terminal carries ANSI escape codes:\n%q", out)
 	}
+}
+
+// attachedVolumes are the PVs of the VolumeAttachments that exist, sorted.
+func attachedVolumes(t *testing.T, ctx context.Context, client kubernetes.Interface) []string {
+	t.Helper()
+	vas, err := client.StorageV1().VolumeAttachments().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatalf("list VolumeAttachments: %v", err)
+	}
+	var pvs []string
+	for _, va := range vas.Items {
+		if pv := va.Spec.Source.PersistentVolumeName; pv != nil {
+			pvs = append(pvs, *pv)
+		}
+	}
+	sort.Strings(pvs)
+	return pvs
 }
