@@ -23,6 +23,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/latchcsi/latch/internal/latchlocal"
+	"github.com/latchcsi/latch/internal/testsupport"
 )
 
 type config struct {
@@ -85,6 +86,9 @@ func parse(args []string, stderr io.Writer) (*config, *flag.FlagSet, error) {
 }
 
 func run(args []string, stdout, stderr io.Writer) int {
+	// The upstream binaries real nodes need are built into a temporary
+	// directory (testsupport.UpstreamBinary): gone when latch-local exits.
+	defer testsupport.RemoveBinaries()
 	c, fs, err := parse(args, stderr)
 	if err == flag.ErrHelp {
 		usage(stdout, fs)
