@@ -30,9 +30,6 @@ func vaName(handle, node string) string {
 	return fmt.Sprintf("csi-%x", sha256.Sum256([]byte(handle+driver+node)))
 }
 
-// finalizer is the attacher's VA (and PV) finalizer for the driver.
-const finalizer = "external-attacher/pd-csi-storage-gke-io"
-
 func (w *world) eventually(what string, cond func(ctx context.Context) (bool, error)) {
 	w.t.Helper()
 	testsupport.Eventually(w.t, w.ctx, wait, what, cond)
