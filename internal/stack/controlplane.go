@@ -13,8 +13,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/latchcsi/latch/internal/localcluster"
@@ -155,41 +153,10 @@ func (u *Upstream) startWith(ctx context.Context, name string, out io.Writer, bi
 // Run): after SIGTERM that status is how it stops, not a failure. Any
 // exit before Stop is one.
 func schedulerProcess(ctx context.Context, name string, out io.Writer, binary string, args ...string) (*Component, func(), error) {
-	cmd := exec.Command(binary, args...)
-	cmd.Stdout, cmd.Stderr = out, out
-	if err := cmd.Start(); err != nil {
-		return nil, nil, fmt.Errorf("start %s (%s): %w", name, binary, err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	var crashed atomic.Bool
-	crash := func() {
-		crashed.Store(true)
-		_ = cmd.Process.Kill()
-	}
-	return Go(ctx, name, func(ctx context.Context) error {
-		select {
-		case err := <-exited:
-			if crashed.Load() {
-				return nil
-			}
-			return fmt.Errorf("exited early: %v", err)
-		case <-ctx.Done():
-		}
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case err := <-exited:
-			var exit *exec.ExitError
-			if err != nil && !(errors.As(err, &exit) && exit.ExitCode() == 1) && !diedOf(err, syscall.SIGTERM) && !diedOf(err, syscall.SIGKILL) {
-				return fmt.Errorf("exited after SIGTERM: %v", err)
-			}
-		case <-time.After(30 * time.Second):
-			_ = cmd.Process.Kill()
-			<-exited
-			return errors.New("killed: did not exit within 30s of SIGTERM")
-		}
-		return ctx.Err()
-	}), crash, nil
+	return child(ctx, name, out, func(err error) bool {
+		var exit *exec.ExitError
+		return diedOfTermOrKill(err) || errors.As(err, &exit) && exit.ExitCode() == 1
+	}, binary, args...)
 }
 
 // verifyAgainstCertFile accepts a serving chain whose leaf is the

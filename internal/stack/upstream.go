@@ -10,12 +10,10 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -374,48 +372,11 @@ func (w *tailWriter) String() string {
 // of it is how they stop, not a failure. Stop sends SIGTERM, then SIGKILL
 // after 30 seconds; crash (Upstream.Crash) sends SIGKILL at once.
 func upstreamProcess(ctx context.Context, name string, out io.Writer, binary string, args ...string) (*Component, func(), error) {
-	cmd := exec.Command(binary, args...)
-	cmd.Stdout, cmd.Stderr = out, out
-	if err := cmd.Start(); err != nil {
-		return nil, nil, fmt.Errorf("start %s (%s): %w", name, binary, err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	var crashed atomic.Bool
-	crash := func() {
-		crashed.Store(true)
-		_ = cmd.Process.Kill()
-	}
-	return Go(ctx, name, func(ctx context.Context) error {
-		select {
-		case err := <-exited:
-			if crashed.Load() {
-				return nil
-			}
-			return fmt.Errorf("exited early: %v", err)
-		case <-ctx.Done():
-		}
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case err := <-exited:
-			if err != nil && !diedOf(err, syscall.SIGTERM) && !diedOf(err, syscall.SIGKILL) {
-				return fmt.Errorf("exited after SIGTERM: %v", err)
-			}
-		case <-time.After(30 * time.Second):
-			_ = cmd.Process.Kill()
-			<-exited
-			return errors.New("killed: did not exit within 30s of SIGTERM")
-		}
-		return ctx.Err()
-	}), crash, nil
+	return child(ctx, name, out, diedOfTermOrKill, binary, args...)
 }
 
-// diedOf reports whether err is the exit of a process killed by sig.
-func diedOf(err error, sig syscall.Signal) bool {
-	var exit *exec.ExitError
-	if !errors.As(err, &exit) {
-		return false
-	}
-	ws, ok := exit.Sys().(syscall.WaitStatus)
-	return ok && ws.Signaled() && ws.Signal() == sig
+// diedOfTermOrKill: the process ended cleanly or of SIGTERM (or SIGKILL,
+// 30 seconds after it).
+func diedOfTermOrKill(err error) bool {
+	return err == nil || diedOf(err, syscall.SIGTERM) || diedOf(err, syscall.SIGKILL)
 }
