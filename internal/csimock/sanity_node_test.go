@@ -3,9 +3,6 @@ package csimock
 import (
 	"path/filepath"
 	"testing"
-
-	"github.com/kubernetes-csi/csi-test/v5/pkg/sanity"
-	"k8s.io/klog/v2/ktesting"
 )
 
 // sanityNodeEndpoint deploys the driver the way a cluster does: the
@@ -17,32 +14,15 @@ func sanityNodeEndpoint(t *testing.T) sanityWorld {
 	cfg := DefaultConfig()
 	cfg.NodeService = false
 	cfg.KnownNodes = []string{"node-1"}
-	cfg.MaxVolumesPerNode = 3
-	d, err := New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, ctx := ktesting.NewTestContext(t)
-	dir := shortTempDir(t)
-	ctrl := filepath.Join(dir, "controller.sock")
-	if err := d.Start(ctx, ctrl); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(d.Stop)
+	d, ctx, dir, ctrl := startSanityDriver(t, cfg, "controller.sock")
 	ep, err := d.StartNode(ctx, NodeConfig{NodeID: "node-1", Socket: filepath.Join(dir, "node.sock")})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(ep.Stop)
 
-	sc := sanity.NewTestConfig()
-	sc.Address = "unix://" + ep.Endpoint()
+	sc := sanityConfig(ep.Endpoint(), dir)
 	sc.ControllerAddress = "unix://" + ctrl
-	sc.TargetPath = filepath.Join(dir, "target")
-	sc.StagingPath = filepath.Join(dir, "staging")
-	sc.TestVolumeParameters = map[string]string{"type": "mock"}
-	sc.TestNodeVolumeAttachLimit = true
-	sc.IdempotentCount = 3
 	return sanityWorld{cfg: sc, check: func() {
 		if st := d.State(); len(st.Volumes) != 0 || len(st.Nodes) != 0 {
 			t.Errorf("node endpoint: left after sanity: volumes %+v, node volumes %+v", st.Volumes, st.Nodes)

@@ -1,6 +1,7 @@
 package csimock
 
 import (
+	"context"
 	"path/filepath"
 	"testing"
 
@@ -46,19 +47,39 @@ func TestSanity(t *testing.T) {
 func sanitySingleSocket(t *testing.T) sanityWorld {
 	cfg := DefaultConfig()
 	cfg.KnownNodes = []string{cfg.NodeID}
+	d, _, dir, sock := startSanityDriver(t, cfg, "csi.sock")
+	sc := sanityConfig(sock, dir)
+	return sanityWorld{cfg: sc, check: func() {
+		// Every volume the suite created was cleaned up through the driver.
+		if st := d.State(); len(st.Volumes) != 0 || len(st.Nodes) != 0 {
+			t.Errorf("single socket: left after sanity: volumes %+v, node volumes %+v", st.Volumes, st.Nodes)
+		}
+	}}
+}
+
+// startSanityDriver starts a driver with cfg, at most 3 volumes a node
+// (what the suite's attach-limit test reads), on the socket named sock in
+// a new short temporary directory dir; it stops when the test ends.
+func startSanityDriver(t *testing.T, cfg Config, sock string) (d *Driver, ctx context.Context, dir, path string) {
 	cfg.MaxVolumesPerNode = 3
 	d, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, ctx := ktesting.NewTestContext(t)
-	dir := shortTempDir(t)
-	sock := filepath.Join(dir, "csi.sock")
-	if err := d.Start(ctx, sock); err != nil {
+	_, ctx = ktesting.NewTestContext(t)
+	dir = shortTempDir(t)
+	path = filepath.Join(dir, sock)
+	if err := d.Start(ctx, path); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(d.Stop)
+	return d, ctx, dir, path
+}
 
+// sanityConfig is the suite's configuration for the Node service on the
+// socket sock, with the target and staging paths in dir, the attach-limit
+// test on and every idempotency check repeated 3 times.
+func sanityConfig(sock, dir string) sanity.TestConfig {
 	sc := sanity.NewTestConfig()
 	sc.Address = "unix://" + sock
 	sc.TargetPath = filepath.Join(dir, "target")
@@ -66,10 +87,5 @@ func sanitySingleSocket(t *testing.T) sanityWorld {
 	sc.TestVolumeParameters = map[string]string{"type": "mock"}
 	sc.TestNodeVolumeAttachLimit = true
 	sc.IdempotentCount = 3
-	return sanityWorld{cfg: sc, check: func() {
-		// Every volume the suite created was cleaned up through the driver.
-		if st := d.State(); len(st.Volumes) != 0 || len(st.Nodes) != 0 {
-			t.Errorf("single socket: left after sanity: volumes %+v, node volumes %+v", st.Volumes, st.Nodes)
-		}
-	}}
+	return sc
 }
