@@ -12,7 +12,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"time"
 
 	"github.com/latchcsi/latch/internal/localcluster"
@@ -127,26 +126,6 @@ func StartScheduler(ctx context.Context, cluster *localcluster.Cluster, c Contro
 	return u.startWith(ctx, "kube-scheduler", c.Output, bin, schedulerProcess)
 }
 
-// startWith is Upstream.start with the process started by run.
-func (u *Upstream) startWith(ctx context.Context, name string, out io.Writer, bin string,
-	run func(ctx context.Context, name string, out io.Writer, binary string, args ...string) (*Component, func(), error)) (*Upstream, error) {
-	tail := &tailWriter{max: 8 << 10}
-	w := io.Writer(tail)
-	if out != nil {
-		w = io.MultiWriter(out, tail)
-	}
-	c, crash, err := run(ctx, name, w, bin, u.Args...)
-	if err != nil {
-		return nil, err
-	}
-	u.Component, u.crash = c, crash
-	if err := u.waitHealthy(ctx, 2*time.Minute); err != nil {
-		_ = c.Stop()
-		return nil, fmt.Errorf("%s (%s): %w\n%s", name, strings.Join(u.Args, " "), err, tail.String())
-	}
-	return u, nil
-}
-
 // schedulerProcess is upstreamProcess for kube-scheduler, which without
 // leader election ends its run on SIGTERM with the error "finished
 // without leader elect" and exit status 1 (cmd/kube-scheduler/app's
@@ -157,28 +136,6 @@ func schedulerProcess(ctx context.Context, name string, out io.Writer, binary st
 		var exit *exec.ExitError
 		return diedOfTermOrKill(err) || errors.As(err, &exit) && exit.ExitCode() == 1
 	}, binary, args...)
-}
-
-// verifyAgainstCertFile accepts a serving chain whose leaf is the
-// self-signed certificate in file.
-func verifyAgainstCertFile(file string, raw [][]byte) error {
-	if len(raw) == 0 {
-		return errors.New("no certificate presented")
-	}
-	pem, err := os.ReadFile(file)
-	if err != nil {
-		return fmt.Errorf("read the generated serving certificate: %w", err)
-	}
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(pem) {
-		return fmt.Errorf("no certificate in %s", file)
-	}
-	leaf, err := x509.ParseCertificate(raw[0])
-	if err != nil {
-		return err
-	}
-	_, err = leaf.Verify(x509.VerifyOptions{Roots: pool})
-	return err
 }
 
 // startControlPlane starts what Options.Scheduler and

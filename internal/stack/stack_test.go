@@ -95,17 +95,23 @@ func TestStackAttachesAPodsVolumeInEveryAttacherMode(t *testing.T) {
 func waitNoVolumeAttachments(t *testing.T, ctx context.Context, s *Stack, driver string) {
 	t.Helper()
 	testsupport.Eventually(t, ctx, time.Minute, "no VolumeAttachment of "+driver+" left", func(ctx context.Context) (bool, error) {
-		vas, err := s.Client.StorageV1().VolumeAttachments().List(ctx, metav1.ListOptions{})
-		if err != nil {
-			return false, err
-		}
-		for _, va := range vas.Items {
-			if va.Spec.Attacher == driver {
-				return false, nil
-			}
-		}
-		return true, nil
+		return noVolumeAttachmentOf(ctx, s, driver)
 	})
+}
+
+// noVolumeAttachmentOf says whether the API server lists no
+// VolumeAttachment of driver.
+func noVolumeAttachmentOf(ctx context.Context, s *Stack, driver string) (bool, error) {
+	vas, err := s.Client.StorageV1().VolumeAttachments().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return false, err
+	}
+	for _, va := range vas.Items {
+		if va.Spec.Attacher == driver {
+			return false, nil
+		}
+	}
+	return true, nil
 }
 
 // startStack is Start that fails the test; the stack stops when the test

@@ -208,7 +208,7 @@ func StartKubeControllerManager(ctx context.Context, c KubeControllerManagerConf
 		client: &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{
 			InsecureSkipVerify: true, //nolint:gosec // verified against the generated certificate below
 			VerifyPeerCertificate: func(raw [][]byte, _ [][]*x509.Certificate) error {
-				return verifyAgainstCertDir(c.CertDir, raw)
+				return verifyAgainstCertFile(filepath.Join(c.CertDir, "kube-controller-manager.crt"), raw)
 			},
 		}}},
 	}
@@ -225,19 +225,19 @@ func StartKubeControllerManager(ctx context.Context, c KubeControllerManagerConf
 	return started, nil
 }
 
-// verifyAgainstCertDir accepts a serving chain whose leaf is the
-// certificate kube-controller-manager generated in dir.
-func verifyAgainstCertDir(dir string, raw [][]byte) error {
+// verifyAgainstCertFile accepts a serving chain whose leaf is the
+// self-signed certificate the process generated in file.
+func verifyAgainstCertFile(file string, raw [][]byte) error {
 	if len(raw) == 0 {
 		return errors.New("no certificate presented")
 	}
-	pem, err := os.ReadFile(filepath.Join(dir, "kube-controller-manager.crt"))
+	pem, err := os.ReadFile(file)
 	if err != nil {
 		return fmt.Errorf("read the generated serving certificate: %w", err)
 	}
 	pool := x509.NewCertPool()
 	if !pool.AppendCertsFromPEM(pem) {
-		return fmt.Errorf("no certificate in %s", filepath.Join(dir, "kube-controller-manager.crt"))
+		return fmt.Errorf("no certificate in %s", file)
 	}
 	leaf, err := x509.ParseCertificate(raw[0])
 	if err != nil {
@@ -253,16 +253,22 @@ func verifyAgainstCertDir(dir string, raw [][]byte) error {
 	return err
 }
 
-// start runs the binary and waits for HealthURL; on failure the process
-// is stopped and the error carries the end of its output when Output
-// was nil.
+// start runs the binary as an upstreamProcess and waits for HealthURL;
+// on failure the process is stopped and the error carries the end of its
+// output.
 func (u *Upstream) start(ctx context.Context, name string, out io.Writer, bin string) (*Upstream, error) {
+	return u.startWith(ctx, name, out, bin, upstreamProcess)
+}
+
+// startWith is start with the process started by run.
+func (u *Upstream) startWith(ctx context.Context, name string, out io.Writer, bin string,
+	run func(ctx context.Context, name string, out io.Writer, binary string, args ...string) (*Component, func(), error)) (*Upstream, error) {
 	tail := &tailWriter{max: 8 << 10}
 	w := io.Writer(tail)
 	if out != nil {
 		w = io.MultiWriter(out, tail)
 	}
-	c, crash, err := upstreamProcess(ctx, name, w, bin, u.Args...)
+	c, crash, err := run(ctx, name, w, bin, u.Args...)
 	if err != nil {
 		return nil, err
 	}

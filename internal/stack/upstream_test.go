@@ -123,14 +123,8 @@ func TestUpstreamPeersAttachAndDetachAPodsVolume(t *testing.T) {
 		t.Fatal(err)
 	}
 	testsupport.Eventually(t, ctx, 2*time.Minute, "the VolumeAttachment gone and the volume unpublished", func(ctx context.Context) (bool, error) {
-		vas, err := s.Client.StorageV1().VolumeAttachments().List(ctx, metav1.ListOptions{})
-		if err != nil {
+		if gone, err := noVolumeAttachmentOf(ctx, s, driver); !gone || err != nil {
 			return false, err
-		}
-		for _, va := range vas.Items {
-			if va.Spec.Attacher == driver {
-				return false, nil
-			}
 		}
 		unpublished := 0
 		for _, c := range drv.CallsTo("ControllerUnpublishVolume") {
