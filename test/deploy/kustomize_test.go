@@ -60,7 +60,7 @@ func kustomize(t *testing.T, dir string) []*unstructured.Unstructured {
 
 func TestEveryKustomizationPassesServerSideDryRun(t *testing.T) {
 	dirs := kustomizations(t)
-	for _, want := range []string{"deploy/csi-attacher", "deploy/attachdetach-controller", "deploy/examples/mock-driver", "deploy/overlays/prometheus-scrape"} {
+	for _, want := range []string{"deploy/csi-attacher", "deploy/attachdetach-controller", "deploy/examples/mock-driver", "deploy/overlays/prometheus-scrape", "deploy/overlays/prometheus-operator", "deploy/examples/mock-driver-metrics"} {
 		if !slices.Contains(dirs, want) {
 			t.Errorf("kustomization %s is missing (found %v)", want, dirs)
 		}
@@ -138,8 +138,8 @@ func TestBasesBindTheirRBACToTheServiceAccountTheirPodsUse(t *testing.T) {
 func TestPrometheusOverlayAnnotatesEveryPodTemplate(t *testing.T) {
 	objs := kustomize(t, "deploy/overlays/prometheus-scrape")
 	ds := deployments(t, objs)
-	if len(ds) != 2 {
-		t.Fatalf("overlay renders %d Deployments, want 2 (controller and driver)", len(ds))
+	if len(ds) != 1 || ds[0].Name != "latch-attachdetach-controller" {
+		t.Fatalf("overlay renders Deployments %v, want the controller's alone (no example driver)", deploymentNames(ds))
 	}
 	for _, d := range ds {
 		a := d.Spec.Template.Annotations

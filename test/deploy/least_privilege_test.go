@@ -43,7 +43,7 @@ func secretGrants(objs []*rbacv1.Unstructured) []string {
 // Upstream external-attacher ships the Secret rule commented out; latch's
 // defaults grant no Secret access either, in deploy/ and in the chart.
 func TestAttacherGetsNoSecretAccessByDefault(t *testing.T) {
-	for _, dir := range []string{"deploy/csi-attacher", "deploy/examples/mock-driver", "deploy/overlays/prometheus-scrape"} {
+	for _, dir := range []string{"deploy/csi-attacher", "deploy/examples/mock-driver", "deploy/examples/mock-driver-metrics"} {
 		if got := secretGrants(kustomize(t, dir)); len(got) != 0 {
 			t.Errorf("%s grants Secret access by default: %v", dir, got)
 		}
@@ -175,7 +175,7 @@ func TestAttacherServesMetricsOnlyWhenAskedTo(t *testing.T) {
 		}
 	}
 	on := map[string][]*appsv1.Deployment{
-		"deploy/overlays/prometheus-scrape": deployments(t, kustomize(t, "deploy/overlays/prometheus-scrape")),
+		"deploy/examples/mock-driver-metrics": deployments(t, kustomize(t, "deploy/examples/mock-driver-metrics")),
 		"chart csiAttacher.httpEndpoint": deployments(t, mustHelmTemplate(t, "drv", map[string]any{
 			"driver": map[string]any{"enabled": true}, "csiAttacher": map[string]any{"httpEndpoint": true}})),
 	}
@@ -190,7 +190,9 @@ func TestAttacherServesMetricsOnlyWhenAskedTo(t *testing.T) {
 			}
 		}
 		for _, d := range ds {
-			if d.Name == "csi-mock-controller" && d.Spec.Template.Annotations["prometheus.io/port"] != "8080" {
+			// The chart says where to scrape with annotations; the example
+			// with a PodMonitor (TestPodMonitorsScrapeNamedPortsOfTheirPods).
+			if where == "chart csiAttacher.httpEndpoint" && d.Name == "csi-mock-controller" && d.Spec.Template.Annotations["prometheus.io/port"] != "8080" {
 				t.Errorf("%s: driver Pods annotations %v, want the scrape annotations on port 8080", where, d.Spec.Template.Annotations)
 			}
 		}

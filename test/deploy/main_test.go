@@ -12,12 +12,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	kubectlcmd "k8s.io/kubectl/pkg/cmd"
 	"os"
 	"path/filepath"
 	"runtime"
 	"slices"
 	"testing"
+
+	kubectlcmd "k8s.io/kubectl/pkg/cmd"
 
 	appsv1 "k8s.io/api/apps/v1"
 	v1 "k8s.io/api/core/v1"
@@ -102,6 +103,11 @@ func dryRunApply(ctx context.Context, t *testing.T, objs []*unstructured.Unstruc
 		t.Fatal(err)
 	}
 	var errs []error
+	if slices.ContainsFunc(objs, func(o *unstructured.Unstructured) bool { return o.GetKind() == "PodMonitor" }) {
+		if err := installPodMonitorCRD(ctx, t, client); err != nil {
+			t.Fatal(err)
+		}
+	}
 	for _, o := range objs {
 		if o.GetKind() != "Namespace" {
 			continue
