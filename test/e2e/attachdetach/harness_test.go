@@ -8,9 +8,7 @@ package attachdetach_test
 
 import (
 	"context"
-	"fmt"
 	"net/http"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -31,7 +29,8 @@ var cluster *localcluster.Cluster
 
 func TestMain(m *testing.M) { stack.RunTestMain(m, &cluster) }
 
-var testSeq atomic.Int32
+// worlds names each test's namespace and driver ad<n>.
+var worlds = stack.Worlds{Prefix: "ad"}
 
 // env is one test's world: a namespace and, from stack.Start, the
 // kubelet stand-in, csi-attacher (trivial, or the real one against the
@@ -106,21 +105,17 @@ func newWorld(t *testing.T, w world) *env {
 	t.Helper()
 	ctx, cancel := context.WithCancel(klog.NewContext(context.Background(), klog.Background()))
 	t.Cleanup(cancel)
-	n := testSeq.Add(1)
+	client := cluster.Client()
+	names, err := worlds.New(ctx, client, w.driver)
+	if err != nil {
+		t.Fatal(err)
+	}
 	e := &env{
-		t: t, ctx: ctx, client: cluster.Client(),
-		prefix:   fmt.Sprintf("ad%d", n),
+		t: t, ctx: ctx, client: client,
+		prefix: names.Prefix, ns: names.Namespace, driver: names.Driver,
 		cfg:      w.cfg,
 		ctrlAPI:  testsupport.NewAPITransport(),
 		ctrlWrap: w.ctrlWrap,
-	}
-	e.ns = e.prefix + "-ns"
-	e.driver = e.prefix + ".csi.latch.test"
-	if w.driver != "" {
-		e.driver = w.driver
-	}
-	if err := localcluster.CreateNamespace(ctx, e.client, e.ns); err != nil {
-		t.Fatal(err)
 	}
 	mode := stack.AttacherTrivial
 	if w.mockDriver {

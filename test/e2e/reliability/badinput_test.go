@@ -187,7 +187,7 @@ func TestBadInput_volumeAttachmentsFailWithAClearErrorAndNoDriverCall(t *testing
 func TestBadInput_unusualDriverNameGetsAValidSanitizedFinalizer(t *testing.T) {
 	// Kubernetes allows lowercase DNS subdomains up to 63 characters; dots
 	// and hyphen runs become '-' in the finalizer and Lease name.
-	driver := fmt.Sprintf("rl%d.weird--driver.name.", testSeq.Load()+1)
+	driver := worlds.NextPrefix() + ".weird--driver.name."
 	driver += strings.Repeat("x", 63-len(driver))
 	e := newEnv(t, options{driver: driver})
 	node := e.addNode("n1")

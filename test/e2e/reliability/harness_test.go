@@ -13,7 +13,6 @@ import (
 	"context"
 	"fmt"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -35,7 +34,8 @@ var cluster *localcluster.Cluster
 
 func TestMain(m *testing.M) { stack.RunTestMain(m, &cluster) }
 
-var testSeq atomic.Int32
+// worlds names each test's namespace and driver rl<n>.
+var worlds = stack.Worlds{Prefix: "rl"}
 
 // options shape one test's world.
 type options struct {
@@ -113,18 +113,14 @@ func newEnv(t *testing.T, o options) *env {
 	}
 	ctx, cancel := context.WithCancel(klog.NewContext(context.Background(), logger))
 	t.Cleanup(cancel)
-	n := testSeq.Add(1)
-	e := &env{
-		t: t, ctx: ctx, client: cluster.Client(), opts: o,
-		prefix: fmt.Sprintf("rl%d", n),
-	}
-	e.ns = e.prefix + "-ns"
-	e.driver = e.prefix + ".csi.latch.test"
-	if o.driver != "" {
-		e.driver = o.driver
-	}
-	if err := localcluster.CreateNamespace(ctx, e.client, e.ns); err != nil {
+	client := cluster.Client()
+	names, err := worlds.New(ctx, client, o.driver)
+	if err != nil {
 		t.Fatal(err)
+	}
+	e := &env{
+		t: t, ctx: ctx, client: client, opts: o,
+		prefix: names.Prefix, ns: names.Namespace, driver: names.Driver,
 	}
 	if o.secret != nil {
 		s := &v1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: e.ns, Name: "publish-secret"}, Data: o.secret}
