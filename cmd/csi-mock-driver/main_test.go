@@ -2,10 +2,8 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"io"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -13,18 +11,12 @@ import (
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 )
 
 func TestRunServesCSIAndHTTP(t *testing.T) {
-	dir, err := os.MkdirTemp("", "csimockcmd")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer os.RemoveAll(dir)
+	dir := socketDir(t)
 	sock := filepath.Join(dir, "csi.sock")
 	faults := filepath.Join(dir, "faults.yaml")
 	if err := os.WriteFile(faults, []byte("rules:\n- method: ControllerUnpublishVolume\n  code: Unavailable\n  once: true\n"), 0o600); err != nil {
@@ -33,34 +25,19 @@ func TestRunServesCSIAndHTTP(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	runCtx, stop := context.WithCancel(ctx)
-	addrc := make(chan string, 1)
-	exit := make(chan int, 1)
-	go func() {
-		exit <- run(runCtx, []string{
-			"--csi-address=unix://" + sock,
-			"--http-endpoint=127.0.0.1:0",
-			"--driver-name=test.csi.latch.dev",
-			"--known-nodes=node-a,node-b",
-			"--auto-create-volumes",
-			"--max-volumes-per-node=5",
-			"--fault-config=" + faults,
-			"--latency=Probe=1ms,GetPluginInfo=1ms",
-			"-v=2",
-		}, io.Discard, func(addr string) { addrc <- addr })
-	}()
-	var httpAddr string
-	select {
-	case httpAddr = <-addrc:
-	case code := <-exit:
-		t.Fatalf("run exited early with %d", code)
-	}
+	httpAddr, stop := startRun(t, ctx,
+		"--csi-address=unix://"+sock,
+		"--http-endpoint=127.0.0.1:0",
+		"--driver-name=test.csi.latch.dev",
+		"--known-nodes=node-a,node-b",
+		"--auto-create-volumes",
+		"--max-volumes-per-node=5",
+		"--fault-config="+faults,
+		"--latency=Probe=1ms,GetPluginInfo=1ms",
+		"-v=2",
+	)
 
-	conn, err := grpc.NewClient("unix://"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	conn := dialUnix(t, sock)
 	info, err := csi.NewIdentityClient(conn).GetPluginInfo(ctx, &csi.GetPluginInfoRequest{})
 	if err != nil || info.GetName() != "test.csi.latch.dev" {
 		t.Fatalf("GetPluginInfo = %v, %v", info, err)
@@ -85,16 +62,8 @@ func TestRunServesCSIAndHTTP(t *testing.T) {
 		t.Fatalf("first unpublish: %v, want Unavailable from the fault file", err)
 	}
 
-	resp, err := http.Get("http://" + httpAddr + "/calls")
-	if err != nil {
-		t.Fatal(err)
-	}
 	var calls []struct{ Method, Code string }
-	err = json.NewDecoder(resp.Body).Decode(&calls)
-	resp.Body.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
+	getJSON(t, "http://"+httpAddr+"/calls", &calls)
 	var got []string
 	for _, c := range calls {
 		got = append(got, c.Method+":"+c.Code)
@@ -103,19 +72,13 @@ func TestRunServesCSIAndHTTP(t *testing.T) {
 	if strings.Join(got, " ") != want {
 		t.Fatalf("GET /calls = %v, want %s", got, want)
 	}
-	resp, err = http.Get("http://" + httpAddr + "/faults")
-	if err != nil {
-		t.Fatal(err)
-	}
 	var rules []map[string]any
-	err = json.NewDecoder(resp.Body).Decode(&rules)
-	resp.Body.Close()
-	if err != nil || len(rules) != 3 {
-		t.Fatalf("GET /faults = %v, %v; want the file's rule and two latency rules", rules, err)
+	getJSON(t, "http://"+httpAddr+"/faults", &rules)
+	if len(rules) != 3 {
+		t.Fatalf("GET /faults = %v; want the file's rule and two latency rules", rules)
 	}
 
-	stop()
-	if code := <-exit; code != 0 {
+	if code := stop(); code != 0 {
 		t.Fatalf("exit code %d", code)
 	}
 	if _, err := os.Stat(sock); !errors.Is(err, os.ErrNotExist) {
