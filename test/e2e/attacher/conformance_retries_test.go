@@ -24,10 +24,8 @@ import (
 func TestFailingPVFinalizerRemovalIsLoggedAndRetriedUntilRemoved(t *testing.T) {
 	e := newEnv(t, envOptions{noAttacher: true})
 	tr := testsupport.NewAPITransport()
-	cfg := cluster.RESTConfig()
-	cfg.WrapTransport = tr.Wrap
 	logs := &errorLog{}
-	e.stopAtt = e.startAttacherAs(cfg, envOptions{logger: capturingLogger(logs)}, "", "default")
+	e.startAttacherThrough(tr, "", envOptions{logger: capturingLogger(logs)})
 	pv, vaName, _ := e.attachOne(30 * time.Second)
 	ourFinalizer := kube.PVFinalizer(e.name)
 	if err := e.client.CoreV1().PersistentVolumes().Delete(e.ctx, pv, metav1.DeleteOptions{}); err != nil {
@@ -64,10 +62,8 @@ func TestTrivialModeRefusedStatusWriteIsRetriedUntilAttached(t *testing.T) {
 	caps.PublishUnpublishVolume = false
 	e := newEnv(t, envOptions{caps: &caps, noAttacher: true})
 	tr := testsupport.NewAPITransport()
-	cfg := cluster.RESTConfig()
-	cfg.WrapTransport = tr.Wrap
 	logs := &errorLog{}
-	e.stopAtt = e.startAttacherAs(cfg, envOptions{logger: capturingLogger(logs)}, "", "default")
+	e.startAttacherThrough(tr, "", envOptions{logger: capturingLogger(logs)})
 	pv, vaName := e.prefix+"-pv", e.prefix+"-va"
 	const refusal = "injected: cannot patch volumeattachments/status"
 	tr.Fail(testsupport.Match{Method: "patch", Resource: "volumeattachments/status", Name: vaName}, 2, http.StatusForbidden, refusal)

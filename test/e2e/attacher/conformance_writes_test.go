@@ -18,9 +18,7 @@ func TestFailedAttachedStatusWriteIsRetriedUntilTheVAIsAttached(t *testing.T) {
 	for i := range 3 {
 		e := newEnv(t, envOptions{noAttacher: true})
 		tr := testsupport.NewAPITransport()
-		cfg := cluster.RESTConfig()
-		cfg.WrapTransport = tr.Wrap
-		e.stopAtt = e.startAttacherAs(cfg, envOptions{}, "", "default")
+		e.startAttacherThrough(tr, "", envOptions{})
 		pv, vaName := e.prefix+"-pv", e.prefix+"-va"
 		tr.FailNth(testsupport.Match{Method: "patch", Resource: "volumeattachments/status", Name: vaName}, 1, http.StatusInternalServerError, "injected: status write lost")
 		e.createPV(pv)
@@ -45,9 +43,7 @@ func TestFailedAttachedStatusWriteIsRetriedUntilTheVAIsAttached(t *testing.T) {
 func TestRefusedAttachErrorWriteIsRetriedUntilShown(t *testing.T) {
 	e := newEnv(t, envOptions{noAttacher: true})
 	tr := testsupport.NewAPITransport()
-	cfg := cluster.RESTConfig()
-	cfg.WrapTransport = tr.Wrap
-	e.stopAtt = e.startAttacherAs(cfg, envOptions{}, "", "default")
+	e.startAttacherThrough(tr, "", envOptions{})
 	pv, vaName := e.prefix+"-pv", e.prefix+"-va"
 	tr.Fail(testsupport.Match{Method: "patch", Resource: "volumeattachments/status", Name: vaName}, 2, http.StatusForbidden, "injected: cannot patch status")
 	e.createVA(e.newVA(vaName, pv, e.node))

@@ -240,9 +240,7 @@ func TestOrphanRecordWriteFailureIsReportedAndKeptInMemory(t *testing.T) {
 	// an attacher whose RBAC lacks the orphan record.
 	tr := testsupport.NewAPITransport()
 	tr.Fail(testsupport.Match{Resource: "configmaps/*"}, 0, http.StatusForbidden, "configmaps is forbidden: the test denies it")
-	cfg := cluster.RESTConfig()
-	cfg.WrapTransport = tr.Wrap
-	e.stopAtt = e.startAttacherAs(cfg, envOptions{}, "no-record", "default")
+	e.startAttacherThrough(tr, "no-record", envOptions{})
 
 	errorsBefore := counterValue(t, "latch_attacher_orphan_record_errors_total", "operation", "put")
 	pv, vaName := e.prefix+"-pv", e.prefix+"-va"

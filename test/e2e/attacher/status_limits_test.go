@@ -131,9 +131,7 @@ func TestFailingMetadataWritesAreShownInAttachError(t *testing.T) {
 			pv, vaName := e.prefix+"-pv", e.prefix+"-va"
 			tr := testsupport.NewAPITransport()
 			forbidden := forbidPatch(tr, tc.resource, map[string]string{"persistentvolumes": pv, "volumeattachments": vaName}[tc.resource])
-			cfg := cluster.RESTConfig()
-			cfg.WrapTransport = tr.Wrap
-			e.stopAtt = e.startAttacherAs(cfg, envOptions{}, "", "default")
+			e.startAttacherThrough(tr, "", envOptions{})
 			e.createPV(pv)
 			e.createVA(e.newVA(vaName, pv, e.node))
 
@@ -164,9 +162,7 @@ func TestFailingMetadataWritesAreShownInAttachError(t *testing.T) {
 func TestFailingFinalizerRemovalIsShownInDetachError(t *testing.T) {
 	e := newEnv(t, envOptions{noAttacher: true})
 	tr := testsupport.NewAPITransport()
-	cfg := cluster.RESTConfig()
-	cfg.WrapTransport = tr.Wrap
-	e.stopAtt = e.startAttacherAs(cfg, envOptions{}, "", "default")
+	e.startAttacherThrough(tr, "", envOptions{})
 	pv, vaName, _ := e.attachOne(30 * time.Second)
 
 	forbidden := forbidPatch(tr, "volumeattachments", vaName)
