@@ -12,7 +12,6 @@ import (
 	"runtime"
 	"syscall"
 
-	"github.com/kubernetes-csi/csi-lib-utils/connection"
 	"go.uber.org/automaxprocs/maxprocs"
 	"k8s.io/component-base/logs"
 	logsapi "k8s.io/component-base/logs/api/v1"
@@ -60,7 +59,6 @@ func run(args []string) int {
 	default:
 		klog.V(2).InfoS("Kept GOMAXPROCS", "gomaxprocs", runtime.GOMAXPROCS(0), "from", source)
 	}
-	connection.SetMaxGRPCLogLength(opts.maxGRPCLogLength)
 	logUpstreamGates(klog.Background(), opts.gatesSet)
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
@@ -76,11 +74,12 @@ func run(args []string) int {
 		httpAddr = opts.metricsAddress
 	}
 	err = attacher.RunSidecar(ctx, attacher.SidecarConfig{
-		RESTConfig:     restConfig,
-		CSIAddress:     opts.csiAddress,
-		ConnectTimeout: opts.connectTimeout,
-		Resync:         opts.resync,
-		DefaultFSType:  opts.defaultFSType,
+		RESTConfig:       restConfig,
+		CSIAddress:       opts.csiAddress,
+		ConnectTimeout:   opts.connectTimeout,
+		MaxGRPCLogLength: opts.maxGRPCLogLength,
+		Resync:           opts.resync,
+		DefaultFSType:    opts.defaultFSType,
 		Controller: attacher.Config{
 			Workers:            opts.workerThreads,
 			APIWorkers:         opts.apiWorkers,

@@ -33,7 +33,7 @@ func (e *executor) removePVFinalizer(ctx context.Context, pv *v1.PersistentVolum
 	if err != nil {
 		return fmt.Errorf("remove finalizer from PersistentVolume %q: %w", pv.Name, err)
 	}
-	klog.FromContext(ctx).V(2).Info("Removed PersistentVolume finalizer", "persistentVolume", pv.Name)
+	klog.FromContext(ctx).V(2).Info("Removed PersistentVolume finalizer", "persistentVolume", klog.KObj(pv))
 	return nil
 }
 

@@ -37,6 +37,9 @@ type SidecarConfig struct {
 	// Ready, when set, receives the HTTP endpoint's address once serving
 	// (nil when disabled); for tests.
 	Ready func(httpAddr net.Addr)
+	// MaxGRPCLogLength caps each logged CSI request and answer
+	// (--max-grpc-log-length); 0 or less: no cap.
+	MaxGRPCLogLength int
 }
 
 // ErrDriverConnectionLost is returned when the connection to the CSI
@@ -55,6 +58,7 @@ func RunSidecar(ctx context.Context, cfg SidecarConfig) error {
 	client0, err := csi.Connect(ctx, csi.Options{
 		Address: cfg.CSIAddress, ConnectTimeout: cfg.ConnectTimeout,
 		CallTimeout: cfg.Controller.Timeout, MetricsManager: metricsManager,
+		MaxLogLength: cfg.MaxGRPCLogLength,
 	})
 	if err != nil {
 		return fmt.Errorf("connect to CSI driver at %s: %w", cfg.CSIAddress, err)

@@ -73,7 +73,7 @@ func (c *Controller) owned(ctx context.Context, dir direction, va *storagev1.Vol
 		return runner.Result{}, nil
 	}
 	defer c.claims.release(va.Name)
-	ctx = klog.NewContext(ctx, klog.FromContext(ctx).WithValues("volumeAttachment", klog.KObj(va), "node", va.Spec.NodeName))
+	ctx = klog.NewContext(ctx, klog.FromContext(ctx).WithValues("volumeAttachment", klog.KObj(va), "node", klog.KRef("", va.Spec.NodeName)))
 	obs, err := c.observe(va)
 	if err != nil {
 		return runner.Result{}, err

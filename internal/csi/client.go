@@ -10,7 +10,6 @@ import (
 	"time"
 
 	csipb "github.com/container-storage-interface/spec/lib/go/csi"
-	"github.com/kubernetes-csi/csi-lib-utils/connection"
 	"github.com/kubernetes-csi/csi-lib-utils/metrics"
 	"google.golang.org/grpc"
 	"k8s.io/klog/v2"
@@ -61,15 +60,20 @@ type Options struct {
 	// MetricsManager, when set, records csi_sidecar_operations_seconds for
 	// every call (csi-lib-utils interceptor).
 	MetricsManager metrics.CSIMetricsManager
+	// MaxLogLength caps the logged request and answer of a call (after
+	// secrets are stripped) at that many characters; 0 or less: no cap
+	// (csi-attacher's --max-grpc-log-length).
+	MaxLogLength int
 }
 
-// GRPCClient is the Client over a gRPC connection made by csi-lib-utils.
+// GRPCClient is the Client over a gRPC connection made by dial.
 type GRPCClient struct {
 	conn          *grpc.ClientConn
 	identity      csipb.IdentityClient
 	controller    csipb.ControllerClient
 	callTimeout   time.Duration
 	probeInterval time.Duration
+	maxLogLength  int
 
 	lost     chan struct{}
 	lostOnce sync.Once
@@ -96,17 +100,13 @@ func Connect(ctx context.Context, opts Options) (*GRPCClient, error) {
 	c := &GRPCClient{
 		callTimeout:   opts.CallTimeout,
 		probeInterval: opts.ProbeInterval,
+		maxLogLength:  opts.MaxLogLength,
 		lost:          make(chan struct{}),
 	}
-	connectOpts := []connection.Option{connection.WithTimeout(opts.ConnectTimeout)}
-	if strings.HasPrefix(address, "unix://") {
-		connectOpts = append(connectOpts, connection.OnConnectionLoss(func(context.Context) bool {
-			c.lostOnce.Do(func() { close(c.lost) })
-			return false
-		}))
-	}
 	klog.FromContext(ctx).V(2).Info("Connecting to CSI driver", "address", address, "timeout", opts.ConnectTimeout)
-	conn, err := connection.Connect(ctx, address, opts.MetricsManager, connectOpts...)
+	conn, err := dial(ctx, address, opts.ConnectTimeout, opts.MetricsManager, func() {
+		c.lostOnce.Do(func() { close(c.lost) })
+	})
 	if err != nil {
 		return nil, fmt.Errorf("connect to CSI driver at %q: %w", address, err)
 	}
@@ -160,7 +160,7 @@ func (c *GRPCClient) callContext(ctx context.Context) (context.Context, context.
 func call[Req, Rsp any](ctx context.Context, c *GRPCClient, method string, req Req, rpc func(context.Context, Req, ...grpc.CallOption) (Rsp, error)) (Rsp, error) {
 	ctx, cancel := c.callContext(ctx)
 	defer cancel()
-	done := logCall(ctx, method, req)
+	done := logCall(ctx, method, req, c.maxLogLength)
 	rsp, err := rpc(ctx, req)
 	done(rsp, err)
 	return rsp, err

@@ -61,7 +61,7 @@ func (c *Controller) syncKey(ctx context.Context, key state.Key) (runner.Result,
 	in.Now = c.clock.Now()
 	in.Listing = c.nodeListing(key, node)
 	plan := decide.Decide(in)
-	klog.FromContext(ctx).V(4).Info("Decided", "volume", key.Volume, "node", key.Node, "plan", plan.Kind, "why", plan.Why)
+	klog.FromContext(ctx).V(4).Info("Decided", "volume", key.Volume, "node", klog.KRef("", key.Node), "plan", plan.Kind, "why", plan.Why)
 	if in.Wanted != nil {
 		c.waits.record(key, in.Wanted.Volume.MigratedFrom, plan.Kind == decide.KindNodeNotMigrated)
 	} else {
@@ -126,7 +126,7 @@ func (c *Controller) execute(ctx context.Context, plan decide.Plan, va *storagev
 	case decide.KindWaitForNodeStatus:
 		// The node status worker (woken by Plan or still busy with an
 		// older list) wakes this key once the volume is off the list.
-		klog.FromContext(ctx).V(4).Info("Waiting for the node status to drop the volume before detaching", "volume", key.Volume, "node", key.Node)
+		klog.FromContext(ctx).V(4).Info("Waiting for the node status to drop the volume before detaching", "volume", key.Volume, "node", klog.KRef("", key.Node))
 		return runner.Result{}, nil
 	case decide.KindDetach:
 		if err := c.deleteVA(ctx, plan, va); err != nil {
@@ -174,7 +174,7 @@ func (c *Controller) createVA(ctx context.Context, plan decide.Plan) error {
 	if err != nil {
 		return fmt.Errorf("create VolumeAttachment %s for volume %s on node %s (outcome unknown until the API server is asked): %w", name, plan.Key.Volume, plan.Key.Node, err)
 	}
-	logger.Info("Created VolumeAttachment", "volumeAttachment", klog.KObj(created), "volume", plan.Key.Volume, "node", plan.Key.Node)
+	logger.Info("Created VolumeAttachment", "volumeAttachment", klog.KObj(created), "volume", plan.Key.Volume, "node", klog.KRef("", plan.Key.Node))
 	return nil
 }
 
@@ -211,7 +211,7 @@ func (c *Controller) deleteVA(ctx context.Context, plan decide.Plan, va *storage
 	if plan.Detach.Reason.Forced() {
 		c.metrics.forcedDetaches.WithLabelValues(string(plan.Detach.Reason)).Inc()
 	}
-	logger.Info("Deleted VolumeAttachment", "volumeAttachment", klog.KRef("", name), "volume", plan.Key.Volume, "node", plan.Key.Node, "reason", plan.Detach.Reason)
+	logger.Info("Deleted VolumeAttachment", "volumeAttachment", klog.KRef("", name), "volume", plan.Key.Volume, "node", klog.KRef("", plan.Key.Node), "reason", plan.Detach.Reason)
 	return nil
 }
 
@@ -219,7 +219,7 @@ func (c *Controller) deleteVA(ctx context.Context, plan decide.Plan, va *storage
 func (c *Controller) attached(ctx context.Context, key state.Key, plan decide.Plan) {
 	now := c.clock.Now()
 	c.timing.attachDone(key, now, c.metrics)
-	klog.FromContext(ctx).Info("Volume attached", "volume", key.Volume, "node", key.Node)
+	klog.FromContext(ctx).Info("Volume attached", "volume", key.Volume, "node", klog.KRef("", key.Node))
 	w, ok := c.dsw.Get(key)
 	if !ok {
 		return

@@ -34,7 +34,7 @@ func (c *Controller) settleUncertainCreate(ctx context.Context, key state.Key, n
 	case apierrors.IsNotFound(err):
 		c.vaCache.CreateFailed(name)
 		c.vaCache.CreateSettled(name)
-		klog.FromContext(ctx).V(2).Info("VolumeAttachment create of unknown outcome did not store it", "volumeAttachment", klog.KRef("", name), "volume", key.Volume, "node", key.Node)
+		klog.FromContext(ctx).V(2).Info("VolumeAttachment create of unknown outcome did not store it", "volumeAttachment", klog.KRef("", name), "volume", key.Volume, "node", klog.KRef("", key.Node))
 		return nil, nil
 	case err != nil:
 		c.vaCache.CreateFailed(name)
@@ -42,7 +42,7 @@ func (c *Controller) settleUncertainCreate(ctx context.Context, key state.Key, n
 	}
 	c.vaCache.CreateDone(name, got, c.clock.Now())
 	c.vaCache.CreateSettled(name)
-	klog.FromContext(ctx).Info("VolumeAttachment create of unknown outcome stored it", "volumeAttachment", klog.KObj(got), "volume", key.Volume, "node", key.Node)
+	klog.FromContext(ctx).Info("VolumeAttachment create of unknown outcome stored it", "volumeAttachment", klog.KObj(got), "volume", key.Volume, "node", klog.KRef("", key.Node))
 	va, _, err := c.vaCache.Get(name)
 	return va, err
 }

@@ -67,7 +67,7 @@ func (c *Controller) syncVA(ctx context.Context, name string) (runner.Result, er
 		return runner.Result{}, fmt.Errorf("delete VolumeAttachment %s of deleted PV: %w", name, err)
 	}
 	c.vaCache.Deleted(name, uid, apierrors.IsNotFound(err), c.clock.Now())
-	logger.Info("Deleted VolumeAttachment of a deleted PV that nothing wants", "volumeAttachment", klog.KObj(va), "node", va.Spec.NodeName)
+	logger.Info("Deleted VolumeAttachment of a deleted PV that nothing wants", "volumeAttachment", klog.KObj(va), "node", klog.KRef("", va.Spec.NodeName))
 	return runner.Result{}, nil
 }
 
@@ -77,7 +77,7 @@ func (c *Controller) syncVA(ctx context.Context, name string) (runner.Result, er
 func (c *Controller) adopt(ctx context.Context, name string, key state.Key, a volume.Attachable) {
 	// The actual state first, then the name: see state.Names.ForgetIf.
 	if c.asw.AddUncertain(a, key.Node) {
-		klog.FromContext(ctx).V(2).Info("Adopted VolumeAttachment unknown to the actual state", "volumeAttachment", klog.KRef("", name), "volume", key.Volume, "node", key.Node)
+		klog.FromContext(ctx).V(2).Info("Adopted VolumeAttachment unknown to the actual state", "volumeAttachment", klog.KRef("", name), "volume", key.Volume, "node", klog.KRef("", key.Node))
 	}
 	c.names.Set(name, key)
 	c.wake.Volumes([]state.Key{key})
