@@ -2,12 +2,9 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"io"
 	"net/http"
 	"os"
-	"os/exec"
-	"os/signal"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -17,19 +14,8 @@ import (
 	"github.com/latchcsi/latch/internal/testsupport"
 )
 
-// runAsBinary makes the test binary run the controller's run() with its
-// own arguments instead of the tests, so a test can start the real process.
-const runAsBinary = "LATCH_TEST_RUN_ATTACHDETACH_CONTROLLER"
-
-func TestMain(m *testing.M) {
-	if os.Getenv(runAsBinary) == "1" {
-		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
-		code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
-		stop()
-		os.Exit(code)
-	}
-	os.Exit(m.Run())
-}
+// The tests start the real process: the test binary run as the command.
+func TestMain(m *testing.M) { testsupport.RunTestMainAsCommand(m, main) }
 
 // lastLines is the end of a process's output, for failure messages.
 func lastLines(s string, n int) string {
@@ -71,9 +57,8 @@ current-context: c
 	health, metrics := testsupport.FreeAddr(t), testsupport.FreeAddr(t)
 	// A process of its own: logging configuration and the legacy metrics
 	// registry are per process, as in the real binary.
-	cmd := exec.Command(os.Args[0], "--kubeconfig="+kubeconfig, "--leader-elect-resource-namespace=default",
+	cmd := testsupport.Command("--kubeconfig="+kubeconfig, "--leader-elect-resource-namespace=default",
 		"--health-endpoint="+health, "--http-endpoint="+metrics)
-	cmd.Env = append(os.Environ(), runAsBinary+"=1")
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	if err := cmd.Start(); err != nil {

@@ -8,7 +8,6 @@ import (
 	"net"
 	"net/url"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"reflect"
 	"sort"
@@ -17,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/latchcsi/latch/internal/testsupport"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -28,16 +28,9 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 )
 
-// runAsLatchLocal makes the test binary act as the latch-local command, so
-// a test can run it as a real child process and signal it.
-const runAsLatchLocal = "LATCH_LOCAL_TEST_RUN_MAIN"
-
-func TestMain(m *testing.M) {
-	if os.Getenv(runAsLatchLocal) == "1" {
-		os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
-	}
-	os.Exit(m.Run())
-}
+// The tests start the real process: the test binary run as the command,
+// so it can be signalled.
+func TestMain(m *testing.M) { testsupport.RunTestMainAsCommand(m, main) }
 
 // `latch-local up` as a person uses it: it writes a kubeconfig, the
 // examples applied through it get their Pod running (pod.yaml on its named
@@ -48,8 +41,7 @@ func TestMain(m *testing.M) {
 func TestUpServesKubeconfigAndStopsCleanlyOnCtrlC(t *testing.T) {
 	dir := t.TempDir()
 	kubeconfig := filepath.Join(dir, "kubeconfig")
-	cmd := exec.Command(os.Args[0], "up", "--kubeconfig", kubeconfig, "--log-file", filepath.Join(dir, "latch-local.log"))
-	cmd.Env = append(os.Environ(), runAsLatchLocal+"=1")
+	cmd := testsupport.Command("up", "--kubeconfig", kubeconfig, "--log-file", filepath.Join(dir, "latch-local.log"))
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	stdoutPipe, err := cmd.StdoutPipe()
@@ -242,8 +234,7 @@ func manifests(t *testing.T, ctx context.Context, dyn dynamic.Interface, del boo
 // flags), as a child process whose stdout is not a terminal: exit 0, every
 // phase and the summary printed, no colour codes in the output.
 func TestDemoCommandAsTheReadmeRunsIt(t *testing.T) {
-	cmd := exec.Command(os.Args[0], "demo")
-	cmd.Env = append(os.Environ(), runAsLatchLocal+"=1")
+	cmd := testsupport.Command("demo")
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
