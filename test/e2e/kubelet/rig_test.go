@@ -121,6 +121,7 @@ func (r *rig) addNode(name string, maxVolumes int64) *node {
 			t.Logf("hollow kubelet %s log (tail):\n%s", name, tail(n.log.String(), 120))
 		}
 		_ = os.RemoveAll(root)
+		deleteNode(t, r.client, name)
 	})
 	r.nodes[name] = n
 	r.waitRegistered(n)

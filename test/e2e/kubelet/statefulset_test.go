@@ -259,6 +259,7 @@ func startReadyHollowNode(t *testing.T, ctx context.Context, s *stack.Stack, nam
 		if t.Failed() {
 			t.Logf("hollow kubelet %s log (tail):\n%s", name, tail(log.String(), 80))
 		}
+		deleteNode(t, s.Client, name)
 	})
 	testsupport.Eventually(t, ctx, 2*time.Minute, "Node "+name+" Ready with "+driver+" in its CSINode", func(ctx context.Context) (bool, error) {
 		n, err := s.Client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
@@ -361,4 +362,14 @@ func noVolumeAttachments(ctx context.Context, client kubernetes.Interface, class
 		}
 	}
 	return true, nil
+}
+
+// deleteNode removes a stopped hollow node's Node object: a Node left
+// behind still looks Ready (until a node lifecycle controller notices the
+// missing heartbeats), and a later test's scheduler would place Pods on it.
+func deleteNode(t *testing.T, client kubernetes.Interface, name string) {
+	t.Helper()
+	if err := client.CoreV1().Nodes().Delete(context.Background(), name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		t.Errorf("delete Node %s: %v", name, err)
+	}
 }
