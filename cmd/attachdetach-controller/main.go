@@ -66,6 +66,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			DisableForceDetachOnTimeout: opts.disableForceDetachOnTimeout,
 			VerifyPeriod:                opts.reconcileSync,
 			MigrationByNode:             opts.csiMigrationByNode,
+			CoexistencePeriod:           opts.coexistencePeriod,
 		},
 		Leader:        opts.leader,
 		HTTP:          app.HTTPConfig{Address: opts.httpEndpoint, MetricsPath: opts.metricsPath},

@@ -28,6 +28,7 @@ type options struct {
 	// csiMigrationByNode holds the validated in-tree plugin names of
 	// --csi-migration-by-node.
 	csiMigrationByNode []string
+	coexistencePeriod  time.Duration
 
 	httpEndpoint   string
 	healthEndpoint string
@@ -66,6 +67,7 @@ func parseOptions(args []string) (*options, error) {
 	fs.DurationVar(&o.maxWaitForUnmount, "max-wait-for-unmount", d.Controller.MaxWaitForUnmount, "How long a volume that no Pod wants any more but that a NotReady node still lists in volumesInUse waits before it is detached anyway.")
 	fs.BoolVar(&o.disableForceDetachOnTimeout, "disable-force-detach-on-timeout", d.Controller.DisableForceDetachOnTimeout, "Never detach a volume still in use by a NotReady node after --max-wait-for-unmount (the out-of-service taint still detaches).")
 	fs.DurationVar(&o.reconcileSync, "reconcile-sync", d.Controller.VerifyPeriod, "Period of the verify pass that compares the actual state with the VolumeAttachments; 0 disables it.")
+	fs.DurationVar(&o.coexistencePeriod, "coexistence-report-period", d.Controller.CoexistencePeriod, "How long latch_attachdetach_competing_controllers stays 1 after another attach/detach controller was last seen writing (a VolumeAttachment created, a node's status.volumesAttached changed, by a field manager not latch's), and how often at most that is logged at error level and evented; 0 disables the check.")
 	var migrationByNode string
 	fs.StringVar(&migrationByNode, "csi-migration-by-node", "", "Comma-separated in-tree volume plugin names (e.g. kubernetes.io/gce-pd) whose CSI migration is not complete: their volumes are attached through CSI only on nodes whose CSINode lists the plugin in the storage.alpha.kubernetes.io/migrated-plugins annotation. Empty: every migration is complete (kube-controller-manager 1.36).")
 	fs.StringVar(&o.httpEndpoint, "http-endpoint", DefaultHTTPEndpoint, "host:port of the HTTP server for metrics, /healthz and /healthz/leader-election; empty disables it.")
@@ -78,6 +80,8 @@ func parseOptions(args []string) (*options, error) {
 		return nil, fmt.Errorf("--concurrent-attach-detach-syncs must be positive, got %d", o.workers)
 	case o.maxWaitForUnmount <= 0:
 		return nil, fmt.Errorf("--max-wait-for-unmount must be positive, got %s", o.maxWaitForUnmount)
+	case o.coexistencePeriod < 0:
+		return nil, fmt.Errorf("--coexistence-report-period must not be negative, got %s", o.coexistencePeriod)
 	case o.reconcileSync < 0:
 		return nil, fmt.Errorf("--reconcile-sync must not be negative, got %s", o.reconcileSync)
 	case o.healthEndpoint != "" && o.healthEndpoint == o.httpEndpoint:

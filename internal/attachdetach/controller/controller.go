@@ -68,7 +68,12 @@ type Config struct {
 	// migration is complete and the annotation is never read. Each name
 	// must be a plugin in MigratedPlugins.
 	MigrationByNode []string
-	Clock           clock.WithTicker
+	// CoexistencePeriod (--coexistence-report-period) is how long the
+	// competing-controllers gauge stays 1 after the last write seen from
+	// another attach/detach controller, and how often at most that is
+	// logged and evented (coexist.go); 0 disables the check.
+	CoexistencePeriod time.Duration
+	Clock             clock.WithTicker
 }
 
 // Controller is the attach/detach controller.
@@ -125,6 +130,9 @@ type Controller struct {
 	timing      *opTimes
 	waits       *migrationWaits
 	volumeLocks volumeLocks
+
+	// coexist watches for another attach/detach controller (coexist.go).
+	coexist *coexistence
 }
 
 // New wires the controller to the informers of factory (which the caller
@@ -173,9 +181,19 @@ func New(cfg Config, client kubernetes.Interface, factory informers.SharedInform
 	c.pvLister, c.drvLister = core.PersistentVolumes().Lister(), storage.CSIDrivers().Lister()
 	c.vaCache = kube.NewOverlaidStore(vas.GetStore(), kube.Typed[*storagev1.VolumeAttachment])
 	c.csiNodeLister = storage.CSINodes().Lister()
+	c.coexist = newCoexistence(cfg.CoexistencePeriod, cfg.Clock, recorder, m.competing, c.nodeManaged)
 	informersUsed := []cache.SharedIndexInformer{c.pods, nodes, pvcs, c.pvs, drivers, vas}
 	for _, inf := range informersUsed {
-		if err := inf.SetTransform(kube.StripManagedFields); err != nil {
+		// Nodes and VolumeAttachments show the coexistence guard their
+		// managedFields before they are stripped.
+		transform := kube.StripManagedFields
+		switch inf {
+		case nodes:
+			transform = c.coexist.transformNode
+		case vas:
+			transform = c.coexist.transformVA
+		}
+		if err := inf.SetTransform(transform); err != nil {
 			return nil, fmt.Errorf("set informer transform: %w", err)
 		}
 		c.synced = append(c.synced, inf.HasSynced)
@@ -231,6 +249,7 @@ func (c *Controller) Run(ctx context.Context) error {
 	if !cache.WaitForNamedCacheSync("attachdetach-controller", ctx.Done(), c.synced...) {
 		return fmt.Errorf("attachdetach-controller: caches did not sync: %w", ctx.Err())
 	}
+	c.coexist.prime(logger)
 	c.rebuild(ctx)
 	logger.Info("Attach/detach controller started", "workers", c.cfg.Workers,
 		"maxWaitForUnmount", c.cfg.MaxWaitForUnmount, "forceDetachOnTimeout", !c.cfg.DisableForceDetachOnTimeout,
@@ -276,6 +295,17 @@ func migrationByNode(cfg Config) (map[string]bool, error) {
 		set[name] = true
 	}
 	return set, nil
+}
+
+// nodeManaged says whether the node is in the cache with the
+// controller-managed annotation.
+func (c *Controller) nodeManaged(name string) bool {
+	node, err := c.nodeLister.Get(name)
+	if err != nil {
+		return false
+	}
+	_, ok := node.Annotations[kube.ControllerManagedAttachAnnotation]
+	return ok
 }
 
 // objects is the lister-backed volume.Objects.

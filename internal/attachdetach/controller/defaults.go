@@ -29,6 +29,7 @@ func DefaultConfig() Config {
 		Workers:           50,
 		MaxWaitForUnmount: 6 * time.Minute,
 		VerifyPeriod:      time.Minute,
+		CoexistencePeriod: DefaultCoexistencePeriod,
 	}
 }
 

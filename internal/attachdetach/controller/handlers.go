@@ -160,6 +160,7 @@ func (c *Controller) nodeChanged(oldObj, obj any) {
 }
 
 func (c *Controller) nodeDeleted(node *v1.Node) {
+	c.coexist.nodeGone(node.Name)
 	c.wake.Volumes(c.dsw.DeleteNode(node.Name))
 	c.asw.DeleteNode(node.Name)
 	c.wake.NodeKeys(node.Name)

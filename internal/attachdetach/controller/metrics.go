@@ -3,10 +3,12 @@ package controller
 import (
 	"strings"
 	"sync"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/component-base/metrics"
 	"k8s.io/component-base/metrics/legacyregistry"
+	"k8s.io/utils/clock"
 
 	"github.com/latchcsi/latch/internal/attachdetach/state"
 	"github.com/latchcsi/latch/internal/kube"
@@ -32,6 +34,10 @@ const (
 	OperationDurationMetric   = "latch_attachdetach_operation_duration_seconds"
 	PodVolumesAttachedMetric  = "latch_attachdetach_pod_volumes_attached_seconds"
 	WaitingForMigrationMetric = "latch_attachdetach_volumes_waiting_for_node_migration"
+	// CompetingControllersMetric is 1 while another attach/detach
+	// controller was seen writing within the last
+	// --coexistence-report-period (coexist.go).
+	CompetingControllersMetric = "latch_attachdetach_competing_controllers"
 )
 
 // Metrics are the controller's own metrics. Unregistered metrics record
@@ -45,6 +51,7 @@ type Metrics struct {
 	// node to migrate the volume's in-tree plugin (Config.MigrationByNode).
 	waitingForMigration *metrics.GaugeVec
 	totals              *totalsCollector
+	competing           *competingGauge
 }
 
 // NewMetrics returns unregistered metrics.
@@ -87,6 +94,9 @@ func NewMetrics() *Metrics {
 			inUse: metrics.NewDesc(InUseMetric, "Measure number of volumes in use",
 				[]string{"node", "volume_plugin"}, nil, metrics.ALPHA, ""),
 		},
+		competing: &competingGauge{desc: metrics.NewDesc(CompetingControllersMetric,
+			"1 while another attach/detach controller (a field manager other than latch's) was seen creating VolumeAttachments or changing a node's status.volumesAttached within the last --coexistence-report-period, else 0.",
+			nil, nil, metrics.ALPHA, "")},
 	}
 }
 
@@ -127,7 +137,7 @@ func (LegacyRegistry) CustomMustRegister(cs ...metrics.StableCollector) {
 // Register registers the metrics with r.
 func (m *Metrics) Register(r Registry) {
 	r.MustRegister(m.forcedDetaches[0], m.forcedDetaches[1], m.operationDuration, m.storageOperation, m.podVolumesAttached, m.waitingForMigration)
-	r.CustomMustRegister(m.totals)
+	r.CustomMustRegister(m.totals, m.competing)
 }
 
 func (m *Metrics) setSource(c *Controller) {
@@ -207,4 +217,41 @@ func pluginName(vol v1.UniqueVolumeName) string {
 		return strings.TrimSuffix(kube.UniqueVolumeNamePrefix, "/")
 	}
 	return strings.TrimSuffix(kube.UniqueVolumeNamePrefix, "/") + ":" + driver
+}
+
+// competingGauge computes latch_attachdetach_competing_controllers at
+// scrape time from the time of the last evidence.
+type competingGauge struct {
+	metrics.BaseStableCollector
+	desc   *metrics.Desc
+	mu     sync.Mutex
+	period time.Duration
+	clock  clock.PassiveClock
+	last   time.Time
+}
+
+var _ metrics.StableCollector = (*competingGauge)(nil)
+
+func (g *competingGauge) setPeriod(period time.Duration, clk clock.PassiveClock) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.period, g.clock = period, clk
+}
+
+func (g *competingGauge) detected(at time.Time) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.last = at
+}
+
+func (g *competingGauge) DescribeWithStability(ch chan<- *metrics.Desc) { ch <- g.desc }
+
+func (g *competingGauge) CollectWithStability(ch chan<- metrics.Metric) {
+	g.mu.Lock()
+	v := 0.0
+	if !g.last.IsZero() && g.clock != nil && g.clock.Since(g.last) < g.period {
+		v = 1
+	}
+	g.mu.Unlock()
+	ch <- metrics.NewLazyConstMetric(g.desc, metrics.GaugeValue, v)
 }

@@ -22,10 +22,10 @@ const (
 )
 
 var (
-	cxT0      = time.Date(2026, 11, 26, 3, 0, 0, 0, time.UTC)
-	cxBefore  = cxT0.Add(-time.Minute)
-	cxAfter   = cxT0.Add(time.Minute)
-	cxOurs = "latch-attachdetach-controller"
+	cxT0     = time.Date(2026, 11, 26, 3, 0, 0, 0, time.UTC)
+	cxBefore = cxT0.Add(-time.Minute)
+	cxAfter  = cxT0.Add(time.Minute)
+	cxOurs   = "latch-attachdetach-controller"
 )
 
 func mfEntry(manager, subresource, fields string, at time.Time) metav1.ManagedFieldsEntry {
