@@ -13,7 +13,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
@@ -263,7 +262,7 @@ func (u *Upstream) start(ctx context.Context, name string, out io.Writer, bin st
 // startWith is start with the process started by run.
 func (u *Upstream) startWith(ctx context.Context, name string, out io.Writer, bin string,
 	run func(ctx context.Context, name string, out io.Writer, binary string, args ...string) (*Component, func(), error)) (*Upstream, error) {
-	tail := &tailWriter{max: 8 << 10}
+	tail := &testsupport.SyncBuffer{Max: 8 << 10}
 	w := io.Writer(tail)
 	if out != nil {
 		w = io.MultiWriter(out, tail)
@@ -348,29 +347,6 @@ func freeLoopbackAddr() (string, error) {
 	}
 	defer ln.Close()
 	return ln.Addr().String(), nil
-}
-
-// tailWriter keeps the last max bytes written to it.
-type tailWriter struct {
-	mu  sync.Mutex
-	max int
-	buf []byte
-}
-
-func (w *tailWriter) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.buf = append(w.buf, p...)
-	if len(w.buf) > w.max {
-		w.buf = append([]byte(nil), w.buf[len(w.buf)-w.max:]...)
-	}
-	return len(p), nil
-}
-
-func (w *tailWriter) String() string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return string(w.buf)
 }
 
 // upstreamProcess is Process for an upstream binary: neither the

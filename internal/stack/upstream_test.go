@@ -50,7 +50,7 @@ func TestUpstreamPeersAttachAndDetachAPodsVolume(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer drv.Stop()
-	out := &tailWriter{max: 64 << 10}
+	out := &testsupport.SyncBuffer{Max: 64 << 10}
 	ea, err := StartUpstreamAttacher(ctx, UpstreamAttacherConfig{CSIAddress: socket, Kubeconfig: kubeconfig, Timeout: 10 * time.Second, Output: out})
 	if err != nil {
 		t.Fatal(err)
