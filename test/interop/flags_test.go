@@ -152,6 +152,17 @@ func acceptsLikeUpstream(t *testing.T, upstream, ours string, args ...string) bo
 	return true
 }
 
+// acceptAllLikeUpstream is acceptsLikeUpstream for each of argSets, which
+// upstream must all accept: forms drivers' manifests pass.
+func acceptAllLikeUpstream(t *testing.T, upstream, ours string, argSets ...[]string) {
+	t.Helper()
+	for _, args := range argSets {
+		if !acceptsLikeUpstream(t, upstream, ours, args...) {
+			t.Errorf("upstream refuses %v", args)
+		}
+	}
+}
+
 func firstLine(s string) string {
 	line, _, _ := strings.Cut(strings.TrimSpace(s), "\n")
 	return line
@@ -222,29 +233,21 @@ func TestCSIAttacher_acceptsEveryFeatureGateOfUpstreamExternalAttacher(t *testin
 	}
 	// The forms drivers' manifests pass: several gates in one flag, and the
 	// flag repeated.
-	for _, args := range [][]string{
-		{"--feature-gates=ReleaseLeaderElectionOnExit=true,MutableCSINodeAllocatableCount=true"},
-		{"--feature-gates=ReleaseLeaderElectionOnExit=true", "--feature-gates=MutableCSINodeAllocatableCount=true"},
-	} {
-		if !acceptsLikeUpstream(t, upstream, ours, args...) {
-			t.Errorf("upstream refuses %v", args)
-		}
-	}
+	acceptAllLikeUpstream(t, upstream, ours,
+		[]string{"--feature-gates=ReleaseLeaderElectionOnExit=true,MutableCSINodeAllocatableCount=true"},
+		[]string{"--feature-gates=ReleaseLeaderElectionOnExit=true", "--feature-gates=MutableCSINodeAllocatableCount=true"},
+	)
 }
 
 func TestCSIAttacher_acceptsUpstreamsLeaderElectionLabelForms(t *testing.T) {
 	upstream := testsupport.MustUpstreamBinary(t, "external-attacher")
 	ours := testsupport.MustBinary(t, "cmd/csi-attacher")
-	for _, args := range [][]string{
-		{"--leader-election-labels=app:foo"},
-		{"--leader-election-labels=app:foo,b:c"},
-		{"--leader-election-labels=example.com/owner:team-a"},
-		{"--leader-election-labels=app:foo", "--leader-election-labels=b:c"},
-	} {
-		if !acceptsLikeUpstream(t, upstream, ours, args...) {
-			t.Errorf("upstream refuses %v", args)
-		}
-	}
+	acceptAllLikeUpstream(t, upstream, ours,
+		[]string{"--leader-election-labels=app:foo"},
+		[]string{"--leader-election-labels=app:foo,b:c"},
+		[]string{"--leader-election-labels=example.com/owner:team-a"},
+		[]string{"--leader-election-labels=app:foo", "--leader-election-labels=b:c"},
+	)
 }
 
 // Past the flags: with upstream's common flags, gates and labels the

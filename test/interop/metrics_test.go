@@ -1,7 +1,6 @@
 package interop
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"maps"
@@ -9,7 +8,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -116,26 +114,6 @@ type mxWorld struct {
 	ctrl     func(ctx context.Context) (testsupport.Samples, error)
 }
 
-type mxOutput struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (o *mxOutput) Write(p []byte) (int, error) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	if o.buf.Len() > 1<<20 {
-		o.buf.Reset()
-	}
-	return o.buf.Write(p)
-}
-
-func (o *mxOutput) String() string {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	return o.buf.String()
-}
-
 // mxStart starts a world with upstream's peers (upstream) or latch's
 // binaries, both attachers with the same flags.
 func mxStart(t *testing.T, ctx context.Context, upstream bool) *mxWorld {
@@ -145,7 +123,7 @@ func mxStart(t *testing.T, ctx context.Context, upstream bool) *mxWorld {
 	if err != nil {
 		t.Fatal(err)
 	}
-	out := &mxOutput{}
+	out := &testsupport.SyncBuffer{Max: 1 << 20}
 	w := &mxWorld{s: s}
 	var stops []func() error
 	t.Cleanup(func() {
@@ -222,21 +200,28 @@ func (w *mxWorld) attachThenDetach(t *testing.T, ctx context.Context, whileAttac
 	if err := localcluster.CreateNamespace(ctx, w.s.Client, ns); err != nil {
 		t.Fatal(err)
 	}
+	w.runPod(t, ctx, ns, pod, node, vol)
+	whileAttached()
+	if err := w.s.Client.CoreV1().Pods(ns).Delete(ctx, pod, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	w.waitNoVolumeAttachment(t, ctx)
+}
+
+// runPod creates a bound volume vol of the driver and a Pod using it on
+// node, and waits until the Pod runs.
+func (w *mxWorld) runPod(t *testing.T, ctx context.Context, ns, pod, node, vol string) {
+	t.Helper()
 	if _, _, err := localcluster.CreateBoundVolume(ctx, w.s.Client, localcluster.VolumeSpec{Namespace: ns, Name: vol, Driver: mxDriver}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := w.s.Client.CoreV1().Pods(ns).Create(ctx, localcluster.NewPod(ns, pod, node, vol), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	testsupport.Eventually(t, ctx, 2*time.Minute, "the Pod running", func(ctx context.Context) (bool, error) {
+	testsupport.Eventually(t, ctx, 2*time.Minute, "Pod "+ns+"/"+pod+" running", func(ctx context.Context) (bool, error) {
 		p, err := w.s.Client.CoreV1().Pods(ns).Get(ctx, pod, metav1.GetOptions{})
 		return err == nil && p.Status.Phase == v1.PodRunning, err
 	})
-	whileAttached()
-	if err := w.s.Client.CoreV1().Pods(ns).Delete(ctx, pod, metav1.DeleteOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	w.waitNoVolumeAttachment(t, ctx)
 }
 
 func (w *mxWorld) waitNoVolumeAttachment(t *testing.T, ctx context.Context) {
@@ -255,16 +240,7 @@ func (w *mxWorld) waitNoVolumeAttachment(t *testing.T, ctx context.Context) {
 func (w *mxWorld) forcedDetach(t *testing.T, ctx context.Context) {
 	t.Helper()
 	const ns, vol, pod, node = "mx", "mx-vol-oos", "mx-app-oos", "mx-node"
-	if _, _, err := localcluster.CreateBoundVolume(ctx, w.s.Client, localcluster.VolumeSpec{Namespace: ns, Name: vol, Driver: mxDriver}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := w.s.Client.CoreV1().Pods(ns).Create(ctx, localcluster.NewPod(ns, pod, node, vol), metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	testsupport.Eventually(t, ctx, 2*time.Minute, "the second Pod running", func(ctx context.Context) (bool, error) {
-		p, err := w.s.Client.CoreV1().Pods(ns).Get(ctx, pod, metav1.GetOptions{})
-		return err == nil && p.Status.Phase == v1.PodRunning, err
-	})
+	w.runPod(t, ctx, ns, pod, node, vol)
 	if err := w.s.StopKubelet(); err != nil {
 		t.Fatal(err)
 	}
