@@ -50,7 +50,11 @@ func (w *walker) explainAttachment(vol *volume, node string, va *storagev1.Volum
 	a.nodeObj = w.node(node)
 
 	w.explainNode(a)
-	w.explainCSINode(a)
+	// A node that does not exist has no CSINode either: one finding says
+	// so, not a second one about the driver's registration.
+	if a.nodeObj != nil || w.nodeUnreadable(node) {
+		w.explainCSINode(a)
+	}
 	conflict := w.explainMultiAttach(a)
 	w.explainVAState(a, conflict)
 	w.explainLease(vol.driver, a.pending() || (a.va == nil && a.wanted()))
@@ -78,9 +82,9 @@ func (w *walker) explainNode(a *attachment) {
 	obj := "Node " + a.node
 	n := a.nodeObj
 	if n == nil {
-		hint := "the Pod is bound to a node that does not exist; delete the Pod so that its controller re-creates it elsewhere"
+		hint := "the Pod is bound to a node that does not exist; delete the Pod so that its controller re-creates it elsewhere: " + deletePodsCommand(a.wantedBy)
 		if !a.wanted() {
-			hint = "the attach/detach controller detaches volumes from deleted nodes; if this VolumeAttachment stays, check that the controller runs"
+			hint = fmt.Sprintf("the attach/detach controller detaches volumes from deleted nodes; if VolumeAttachment %s stays, check that the controller runs: kubectl get pods -A -l app.kubernetes.io/name=latch-attachdetach-controller", a.vaName)
 		}
 		w.add(w.notFound(Ref{Kind: RefNode, Name: a.node}, "node.exists", obj, fmt.Sprintf("Node %s not found", a.node), hint))
 		return
@@ -127,6 +131,23 @@ func (w *walker) explainNode(a *attachment) {
 		w.add(Finding{Check: "node", Object: obj, Status: StatusOK,
 			Message: fmt.Sprintf("Node %s is Ready and managed by the attach/detach controller", a.node)})
 	}
+}
+
+// nodeUnreadable reports whether reading node name was refused: then
+// nothing is known about it, and its CSINode is still worth a look.
+func (w *walker) nodeUnreadable(name string) bool {
+	_, ok := w.unreadable(Ref{Kind: RefNode, Name: name})
+	return ok
+}
+
+// deletePodsCommand is the kubectl command that deletes the Pods ("ns/name").
+func deletePodsCommand(pods []string) string {
+	cmds := make([]string, 0, len(pods))
+	for _, p := range pods {
+		ns, name, _ := strings.Cut(p, "/")
+		cmds = append(cmds, fmt.Sprintf("kubectl delete pod -n %s %s", ns, name))
+	}
+	return strings.Join(cmds, "; ")
 }
 
 func readyCondition(n *v1.Node) *v1.NodeCondition {

@@ -358,14 +358,8 @@ func TestExplainNodeAndAttacher(t *testing.T) {
 			objs: edit(healthy(), "", func(l *coordLease) { l.Spec.HolderIdentity = nil }),
 			want: []expect{{"attacher.lease", StatusProblem, []string{"no holder"}}},
 		},
-		{
-			// A latch csi-attacher holds its Lease with or without
-			// --leader-election (internal/app/presence.go): only an upstream
-			// external-attacher without leader election leaves none.
-			name: "no Lease while an attach is pending → waiting (no attacher, or an upstream one without leader election)",
-			objs: drop[*coordLease](pending(healthy()), ""),
-			want: []expect{{"attacher.lease", StatusWaiting, []string{"no csi-attacher of driver", "upstream external-attacher without --leader-election", "latch csi-attacher holds it with or without"}}}, healthy: true,
-		},
+		// No Lease while an attach is pending: operator_test.go tells
+		// leader election off from no attacher running.
 		{
 			name: "no Lease while all is attached → info",
 			objs: drop[*coordLease](healthy(), ""),

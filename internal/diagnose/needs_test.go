@@ -45,6 +45,13 @@ func serve(server, s *Snapshot, ref Ref) {
 				}
 			}
 		},
+		RefAttacherPodList: func() {
+			for _, p := range server.Pods {
+				if p != nil && IsAttacherPod(p) {
+					s.Add(p)
+				}
+			}
+		},
 		RefVAList:    func() { addAll(s, maps.Values(server.VAs)) },
 		RefLeaseList: func() { addAll(s, slices.Values(server.Leases[ref.Name])) },
 		RefEventList: func() { addAll(s, slices.Values(server.Events[eventKey(ref.Of, ref.Namespace, ref.Name)])) },

@@ -60,6 +60,9 @@ const (
 	RefLeaseList RefKind = "LeaseList"
 	// RefEventList is the events whose involvedObject is Of Namespace/Name.
 	RefEventList RefKind = "EventList"
+	// RefAttacherPodList is every Pod, in any namespace, with a csi-attacher
+	// container (IsAttacherPod): read only when no Lease shows an attacher.
+	RefAttacherPodList RefKind = "AttacherPodList"
 )
 
 // Ref identifies one read.
@@ -110,6 +113,9 @@ type Snapshot struct {
 	PodsListed map[string]bool
 	// VAsListed says VAs holds every VolumeAttachment.
 	VAsListed bool
+	// AttacherPodsListed says Pods holds every Pod with a csi-attacher
+	// container (IsAttacherPod), in every namespace.
+	AttacherPodsListed bool
 	// Leases maps a Lease name to the Leases of that name, any namespace;
 	// a present key with no Leases means none exists.
 	Leases map[string][]*coordinationv1.Lease
@@ -206,6 +212,8 @@ func (s *Snapshot) MarkRead(ref Ref) {
 		s.PodsListed[ref.Namespace] = true
 	case RefVAList:
 		s.VAsListed = true
+	case RefAttacherPodList:
+		s.AttacherPodsListed = true
 	case RefLeaseList:
 		if _, ok := s.Leases[ref.Name]; !ok {
 			s.Leases[ref.Name] = nil

@@ -98,6 +98,9 @@ func (w *walker) explainDetach(a *attachment, finalizer string) {
 // code the driver returned.
 func errorHint(e *storagev1.VolumeError, a *attachment, detach bool) string {
 	msg := e.Message
+	if hint, ok := secretHint(msg, a.vol); ok {
+		return hint
+	}
 	switch {
 	case strings.Contains(msg, "CSINode"):
 		return fmt.Sprintf("the driver's node plugin must register on node %s first (check its node DaemonSet Pod there); csi-attacher retries as soon as the CSINode changes", a.node)
@@ -125,6 +128,10 @@ func errorHint(e *storagev1.VolumeError, a *attachment, detach bool) string {
 		case 3: // InvalidArgument
 			return "the driver rejected the request (access mode, fsType, volume context or secret); check the PV's spec.csi and the StorageClass parameters"
 		case 7, 16: // PermissionDenied, Unauthenticated
+			if ref := a.vol.publishSecret; ref != nil {
+				return fmt.Sprintf("the driver was refused by the storage backend; check the credentials in Secret %s/%s (spec.csi.controllerPublishSecretRef of %s): kubectl -n %s get secret %s -o yaml, and the driver's own credentials",
+					ref.Namespace, ref.Name, a.vol.object, ref.Namespace, ref.Name)
+			}
 			return "the driver was refused by the storage backend; check the controller-publish secret of the PV and the driver's credentials"
 		}
 	}
@@ -156,13 +163,7 @@ func (w *walker) explainLease(driver string, important bool) {
 		return
 	}
 	if len(leases) == 0 {
-		f := Finding{Check: "attacher.lease", Object: obj, Status: StatusInfo,
-			Message: fmt.Sprintf("no Lease %s in any namespace: no csi-attacher of driver %s is running, or an upstream external-attacher without --leader-election is (a latch csi-attacher holds it with or without leader election)", name, driver),
-			Hint:    "kubectl get pods -A -o wide | grep -i attacher"}
-		if important {
-			f.Status = StatusWaiting
-		}
-		w.add(f)
+		w.explainNoLease(name, driver, important)
 		return
 	}
 	// Several namespaces may hold one (an old install); the freshest tells

@@ -36,6 +36,9 @@ type volume struct {
 	inlinePod *v1.Pod
 	// attachRequired is false when the CSIDriver says so.
 	attachRequired bool
+	// publishSecret is spec.csi.controllerPublishSecretRef (nil: none or
+	// not known).
+	publishSecret *v1.SecretReference
 }
 
 // explainPV reports the PV's own state and resolves it to a CSI volume; it
@@ -67,7 +70,7 @@ func (w *walker) explainPV(pv *v1.PersistentVolume, pvc *v1.PersistentVolumeClai
 		w.add(Finding{Check: "pv.csi", Object: obj, Status: StatusOK,
 			Message: fmt.Sprintf("PV is a CSI volume of driver %s, volume handle %s", csi.Driver, csi.VolumeHandle)})
 	}
-	vol.driver, vol.handle = csi.Driver, csi.VolumeHandle
+	vol.driver, vol.handle, vol.publishSecret = csi.Driver, csi.VolumeHandle, csi.ControllerPublishSecretRef
 	if vol.handle == "" {
 		w.add(Finding{Check: "pv.csi", Object: obj, Status: StatusProblem,
 			Message: "spec.csi.volumeHandle is empty: the volume cannot be attached",

@@ -87,6 +87,10 @@ func read(ctx context.Context, client kubernetes.Interface, s *diagnose.Snapshot
 		err = get(ctx, s, ref, client.StorageV1().CSIDrivers().Get)
 	case diagnose.RefPodList:
 		err = list(ctx, s, ref, metav1.ListOptions{}, pagesOf(client.CoreV1().Pods(ref.Namespace).List, func(l *corev1.PodList) []corev1.Pod { return l.Items }))
+	case diagnose.RefAttacherPodList:
+		// Every Pod of every namespace is listed, page by page, and only
+		// those with a csi-attacher container are kept.
+		err = list(ctx, s, ref, metav1.ListOptions{}, attacherPodPages(client))
 	case diagnose.RefVAList:
 		var vas []*storagev1.VolumeAttachment
 		vas, err = VolumeAttachments(ctx, client)
@@ -145,6 +149,22 @@ func pagesOf[L metav1.ListInterface, T any, PT interface {
 			objs[i] = PT(&its[i])
 		}
 		return objs, l.GetContinue(), nil
+	}
+}
+
+// attacherPodPages lists Pods in all namespaces and keeps the ones
+// diagnose.IsAttacherPod accepts.
+func attacherPodPages(client kubernetes.Interface) pageFunc {
+	all := pagesOf(client.CoreV1().Pods(metav1.NamespaceAll).List, func(l *corev1.PodList) []corev1.Pod { return l.Items })
+	return func(ctx context.Context, opts metav1.ListOptions) ([]runtime.Object, string, error) {
+		objs, cont, err := all(ctx, opts)
+		kept := objs[:0]
+		for _, o := range objs {
+			if diagnose.IsAttacherPod(o.(*corev1.Pod)) {
+				kept = append(kept, o)
+			}
+		}
+		return kept, cont, err
 	}
 }
 
