@@ -88,7 +88,7 @@ func TestSnapshotReadsAttacherPodsWhenNoLeaseExplainsAPendingAttach(t *testing.T
 			ClaimRef:               &v1.ObjectReference{Namespace: "app", Name: "data", UID: "uid-data"},
 			PersistentVolumeSource: v1.PersistentVolumeSource{CSI: &v1.CSIPersistentVolumeSource{Driver: "d.example.com", VolumeHandle: "h"}}}},
 		&v1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "storage", Name: "ctrl-0"},
-			Spec: v1.PodSpec{Containers: []v1.Container{{Name: "csi-attacher", Image: "registry.k8s.io/sig-storage/csi-attacher:v4.13.0"}}},
+			Spec:   v1.PodSpec{Containers: []v1.Container{{Name: "csi-attacher", Image: "registry.k8s.io/sig-storage/csi-attacher:v4.13.0"}}},
 			Status: v1.PodStatus{Phase: v1.PodRunning}},
 		&v1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "other", Name: "unrelated"},
 			Spec: v1.PodSpec{Containers: []v1.Container{{Name: "app", Image: "nginx"}}}},
