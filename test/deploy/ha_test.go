@@ -8,7 +8,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/runtime"
 )
 
 // checkControllerHA fails unless the controller's Deployment runs at least
@@ -57,14 +56,7 @@ func checkControllerHA(t *testing.T, where string, objs []*unstructured.Unstruct
 	}
 
 	var pdbs []*policyv1.PodDisruptionBudget
-	for _, o := range objs {
-		if o.GetKind() != "PodDisruptionBudget" {
-			continue
-		}
-		pdb := &policyv1.PodDisruptionBudget{}
-		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, pdb); err != nil {
-			t.Fatalf("%s: PodDisruptionBudget %s: %v", where, o.GetName(), err)
-		}
+	for _, pdb := range objectsOf[policyv1.PodDisruptionBudget](t, objs, "PodDisruptionBudget") {
 		if pdb.Namespace == d.Namespace && selects(t, pdb.Spec.Selector, podLabels) {
 			pdbs = append(pdbs, pdb)
 		}

@@ -156,16 +156,22 @@ func dryRunApply(ctx context.Context, t *testing.T, objs []*unstructured.Unstruc
 // deployments returns the Deployments among objs.
 func deployments(t *testing.T, objs []*unstructured.Unstructured) []*appsv1.Deployment {
 	t.Helper()
-	var out []*appsv1.Deployment
+	return objectsOf[appsv1.Deployment](t, objs, "Deployment")
+}
+
+// objectsOf returns the objects of kind among objs as T.
+func objectsOf[T any](t *testing.T, objs []*unstructured.Unstructured, kind string) []*T {
+	t.Helper()
+	var out []*T
 	for _, o := range objs {
-		if o.GetKind() != "Deployment" {
+		if o.GetKind() != kind {
 			continue
 		}
-		d := &appsv1.Deployment{}
-		if err := k8sruntime.DefaultUnstructuredConverter.FromUnstructured(o.Object, d); err != nil {
-			t.Fatalf("Deployment %s: %v", o.GetName(), err)
+		typed := new(T)
+		if err := k8sruntime.DefaultUnstructuredConverter.FromUnstructured(o.Object, typed); err != nil {
+			t.Fatalf("%s %s: %v", kind, o.GetName(), err)
 		}
-		out = append(out, d)
+		out = append(out, typed)
 	}
 	return out
 }
