@@ -11,12 +11,13 @@ import (
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/latchcsi/latch/internal/testsupport"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
 
 func TestRunServesCSIAndHTTP(t *testing.T) {
-	dir := socketDir(t)
+	dir := testsupport.SocketDir(t)
 	sock := filepath.Join(dir, "csi.sock")
 	faults := filepath.Join(dir, "faults.yaml")
 	if err := os.WriteFile(faults, []byte("rules:\n- method: ControllerUnpublishVolume\n  code: Unavailable\n  once: true\n"), 0o600); err != nil {

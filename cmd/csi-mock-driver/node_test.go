@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/latchcsi/latch/internal/testsupport"
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 )
 
@@ -18,7 +19,7 @@ import (
 // plugin-registration socket in the given directory; /calls?endpoint=
 // shows one node's calls; everything is removed at exit.
 func TestRunServesNodeEndpoints(t *testing.T) {
-	dir := socketDir(t)
+	dir := testsupport.SocketDir(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	sock := func(name string) string { return filepath.Join(dir, name) }

@@ -5,24 +5,11 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
-	"os"
 	"testing"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 )
-
-// socketDir is a new directory for the test's unix sockets, removed when
-// the test ends (t.TempDir's paths can be too long for a socket).
-func socketDir(t *testing.T) string {
-	t.Helper()
-	dir, err := os.MkdirTemp("", "csimockcmd")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	return dir
-}
 
 // startRun runs the binary's run with args (output discarded) and returns
 // once it serves: its HTTP address, and stop, which ends run and returns

@@ -3,13 +3,13 @@ package csi
 import (
 	"context"
 	"net"
-	"os"
 	"path/filepath"
 	"strconv"
 	"sync"
 	"testing"
 
 	csipb "github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/latchcsi/latch/internal/testsupport"
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 )
@@ -158,12 +158,7 @@ func (d *fakeDriver) ListVolumes(_ context.Context, req *csipb.ListVolumesReques
 // about 108 bytes, which t.TempDir() under a long test name can exceed.
 func socketPath(t *testing.T) string {
 	t.Helper()
-	dir, err := os.MkdirTemp("", "latchcsi")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	return filepath.Join(dir, "csi.sock")
+	return filepath.Join(testsupport.SocketDir(t), "csi.sock")
 }
 
 // serve starts d on path and returns a function that stops the server.

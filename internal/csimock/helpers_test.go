@@ -2,7 +2,6 @@ package csimock
 
 import (
 	"context"
-	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -16,6 +15,7 @@ import (
 	"k8s.io/klog/v2/ktesting"
 
 	"github.com/latchcsi/latch/internal/csi/csitest"
+	"github.com/latchcsi/latch/internal/testsupport"
 )
 
 // env is a driver serving on a real unix socket plus clients for it.
@@ -29,18 +29,6 @@ type env struct {
 	node   csi.NodeClient
 }
 
-// shortTempDir keeps socket paths under the 108-byte unix limit, which
-// t.TempDir (named after long scenario names) can exceed.
-func shortTempDir(t testing.TB) string {
-	t.Helper()
-	dir, err := os.MkdirTemp("", "csimock")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	return dir
-}
-
 func newEnv(t testing.TB, cfg Config) *env {
 	t.Helper()
 	d, err := New(cfg)
@@ -50,7 +38,7 @@ func newEnv(t testing.TB, cfg Config) *env {
 	// Buffered so tests can assert what was (not) logged.
 	logger := ktesting.NewLogger(t, ktesting.NewConfig(ktesting.BufferLogs(true), ktesting.Verbosity(5)))
 	ctx := klog.NewContext(context.Background(), logger)
-	sock := filepath.Join(shortTempDir(t), "csi.sock")
+	sock := filepath.Join(testsupport.SocketDir(t), "csi.sock")
 	if err := d.Start(ctx, "unix://"+sock); err != nil {
 		t.Fatalf("Start: %v", err)
 	}

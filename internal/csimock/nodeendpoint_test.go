@@ -16,6 +16,7 @@ import (
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 
 	"github.com/latchcsi/latch/internal/csi/csitest"
+	"github.com/latchcsi/latch/internal/testsupport"
 )
 
 // nodeSide is one node endpoint with clients for it.
@@ -30,7 +31,7 @@ type nodeSide struct {
 // in dir/plugins_registry when reg).
 func (e *env) startNode(t *testing.T, id string, reg bool) *nodeSide {
 	t.Helper()
-	dir := shortTempDir(t)
+	dir := testsupport.SocketDir(t)
 	c := NodeConfig{NodeID: id, Socket: filepath.Join(dir, "node.sock")}
 	if reg {
 		c.RegistrationDir = filepath.Join(dir, "plugins_registry")
@@ -242,7 +243,7 @@ func TestNodeRegistration(t *testing.T) {
 // neither replaced nor removed.
 func TestNodeEndpointRefusesNonSocket(t *testing.T) {
 	e := newEnv(t, DefaultConfig())
-	path := filepath.Join(shortTempDir(t), "node.sock")
+	path := filepath.Join(testsupport.SocketDir(t), "node.sock")
 	if err := os.WriteFile(path, []byte("keep"), 0o600); err != nil {
 		t.Fatal(err)
 	}

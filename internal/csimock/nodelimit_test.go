@@ -8,6 +8,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/latchcsi/latch/internal/csi/csitest"
+	"github.com/latchcsi/latch/internal/testsupport"
 )
 
 // TestNodeMaxVolumes: a node endpoint's MaxVolumes is what its NodeGetInfo
@@ -17,7 +18,7 @@ func TestNodeMaxVolumes(t *testing.T) {
 	e := newEnv(t, DefaultConfig())
 	e.seed(t, "vol-1", "vol-2", "vol-3", "vol-4")
 	ctx := testCtx(t)
-	dir := shortTempDir(t)
+	dir := testsupport.SocketDir(t)
 	limited, err := e.d.StartNode(ctx, NodeConfig{NodeID: "node-a", Socket: filepath.Join(dir, "a.sock"), MaxVolumes: 1})
 	if err != nil {
 		t.Fatal(err)

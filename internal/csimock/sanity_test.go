@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/kubernetes-csi/csi-test/v5/pkg/sanity"
+	"github.com/latchcsi/latch/internal/testsupport"
 	"github.com/onsi/ginkgo/v2"
 	"github.com/onsi/gomega"
 	"k8s.io/klog/v2/ktesting"
@@ -67,7 +68,7 @@ func startSanityDriver(t *testing.T, cfg Config, sock string) (d *Driver, ctx co
 		t.Fatal(err)
 	}
 	_, ctx = ktesting.NewTestContext(t)
-	dir = shortTempDir(t)
+	dir = testsupport.SocketDir(t)
 	path = filepath.Join(dir, sock)
 	if err := d.Start(ctx, path); err != nil {
 		t.Fatal(err)

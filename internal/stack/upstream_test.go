@@ -36,11 +36,7 @@ func TestUpstreamPeersAttachAndDetachAPodsVolume(t *testing.T) {
 			t.Errorf("Stop: %v", err)
 		}
 	}()
-	dir, err := os.MkdirTemp("", "upstream") // short: a unix socket path
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer os.RemoveAll(dir)
+	dir := testsupport.SocketDir(t)
 	kubeconfig, socket := filepath.Join(dir, "kubeconfig"), filepath.Join(dir, "csi.sock")
 	if err := s.Cluster.WriteKubeconfig(kubeconfig); err != nil {
 		t.Fatal(err)
