@@ -42,6 +42,10 @@ type ControlPlaneConfig struct {
 	Output io.Writer
 	// Args are extra flags, after the defaults (a later flag wins).
 	Args []string
+	// Controllers is kube-controller-manager's --controllers (default
+	// ControllersExceptAttachDetach). A --controllers in Args would add
+	// to it, not replace it: the flag is a list.
+	Controllers []string
 }
 
 // StartControllerManager starts kube-controller-manager with every
@@ -66,9 +70,13 @@ func StartControllerManager(ctx context.Context, cluster *localcluster.Cluster, 
 	if err := os.MkdirAll(certs, 0o700); err != nil {
 		return nil, fmt.Errorf("kube-controller-manager: %w", err)
 	}
+	controllers := c.Controllers
+	if len(controllers) == 0 {
+		controllers = ControllersExceptAttachDetach
+	}
 	return StartKubeControllerManager(ctx, KubeControllerManagerConfig{
 		Kubeconfig:  kubeconfig,
-		Controllers: ControllersExceptAttachDetach,
+		Controllers: controllers,
 		CertDir:     certs,
 		Output:      c.Output,
 		Args: append([]string{

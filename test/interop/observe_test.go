@@ -188,10 +188,18 @@ func (w *world) pod(ns, name, node string, claims ...string) {
 	}
 }
 
+// namespace creates a namespace with its "default" ServiceAccount, which
+// kube-controller-manager's service-account controller may have created
+// first where it runs.
 func (w *world) namespace(name string) string {
 	w.t.Helper()
-	if err := localcluster.CreateNamespace(w.ctx, w.s.Client, name); err != nil {
-		w.t.Fatal(err)
+	ns := &v1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}
+	if _, err := w.s.Client.CoreV1().Namespaces().Create(w.ctx, ns, metav1.CreateOptions{}); err != nil {
+		w.t.Fatalf("create namespace %s: %v", name, err)
+	}
+	sa := &v1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: name, Name: "default"}}
+	if _, err := w.s.Client.CoreV1().ServiceAccounts(name).Create(w.ctx, sa, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		w.t.Fatalf("create the default ServiceAccount in %s: %v", name, err)
 	}
 	return name
 }

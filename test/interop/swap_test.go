@@ -35,6 +35,7 @@ type workload struct {
 	w    *world
 	ns   string
 	n    int
+	vols []string          // every volume it created
 	want map[string]string // pod → its volume, for Pods that must run
 	node map[string]string // pod → node
 	// uids are the VolumeAttachment UIDs of the volumes attached before a
@@ -57,6 +58,7 @@ func (l *workload) add(count int) {
 		pod, vol := fmt.Sprintf("app-%d", l.n), fmt.Sprintf("%s-vol-%d", l.ns, l.n)
 		node := worldNodes[l.n%2]
 		l.w.volume(l.ns, vol)
+		l.vols = append(l.vols, vol)
 		l.w.pod(l.ns, pod, node, vol)
 		l.want[pod], l.node[pod] = vol, node
 	}
@@ -210,40 +212,7 @@ func TestSwapAttacher_upstreamToLatchAndBack(t *testing.T) {
 		l.add(2)
 		l.settled(nil, to == latchAt)
 	}
+	l.checkPVFinalizers()
 	l.drain()
-}
-
-// TestSwapAttachDetach_kcmToLatchAndBack turns kube-controller-manager's
-// attach/detach controller off (kcm restarted without it) and starts
-// latch's attachdetach-controller while volumes attach and detach, then
-// swaps back.
-func TestSwapAttachDetach_kcmToLatchAndBack(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
-	defer cancel()
-	w := newWorld(t, ctx, pair{kcmAD, latchAt})
-	l := newWorkload(w, "swap-ad")
-	l.add(4)
-	l.settled(nil, true)
-
-	// kcm without attachdetach: "*,-attachdetach" in a real cluster; here
-	// the one other controller the worlds need (pv-protection), since the
-	// others (node lifecycle among them) would act on the simulated nodes.
-	gone, stop := l.inFlight()
-	w.stop(w.ctrl)
-	kcm := w.startController(kcmAD, controllerOptions{kcmControllers: []string{"pv-protection", "-attachdetach"}})
-	w.ctrl = w.startController(latchAD, controllerOptions{leaderElect: true})
-	stop()
-	l.settled(gone, false)
-	l.add(2)
-	l.settled(nil, true)
-
-	gone, stop = l.inFlight()
-	w.stop(w.ctrl)
-	w.stop(kcm)
-	w.ctrl = w.startController(kcmAD, controllerOptions{})
-	stop()
-	l.settled(gone, false)
-	l.add(2)
-	l.settled(nil, true)
-	l.drain()
+	l.checkPVFinalizersGone()
 }

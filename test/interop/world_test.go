@@ -81,6 +81,14 @@ type world struct {
 	mu       sync.Mutex
 	attacher *peer
 	ctrl     *peer
+	// kcm is kube-controller-manager with its other controllers, in a
+	// world of hollow nodes (newHollowWorld); ctrl is then latch's
+	// attach/detach controller while kcm runs without its own.
+	kcm *peer
+	// kcmDir holds kcm's files (newHollowWorld).
+	kcmDir string
+	// stopNodes stops the hollow nodes (nil: none).
+	stopNodes func()
 	// kubelets stand in for the nodes that can go down
 	// (addDownableNode, downNode): name → stop.
 	kubelets map[string]context.CancelFunc
@@ -101,12 +109,32 @@ var (
 // newWorld starts a control plane of its own with the pair's peers.
 func newWorld(t *testing.T, ctx context.Context, p pair) *world {
 	t.Helper()
-	w := &world{t: t, ctx: ctx, pair: p, kubelets: map[string]context.CancelFunc{}, downable: map[string]*localcluster.Kubelet{}}
 	var nodes []localcluster.NodeConfig
 	for _, n := range worldNodes {
 		nodes = append(nodes, localcluster.NodeConfig{Name: n})
 	}
-	s, err := stack.Start(ctx, stack.Options{Driver: driver, Attacher: stack.AttacherNone, NoController: true, Nodes: nodes})
+	w := startWorld(t, ctx, p, stack.Options{Driver: driver, Attacher: stack.AttacherNone, NoController: true, Nodes: nodes})
+	var err error
+	if w.drv, err = stack.MockDriver(ctx, driver, w.socket, nil); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(w.drv.Stop)
+	for _, n := range downableNodes {
+		w.addDownableNode(n)
+	}
+	w.attacher = w.startAttacher(p.at, nil)
+	w.ctrl = w.startController(p.ad, controllerOptions{})
+	return w
+}
+
+// startWorld starts the stack of o and what every world has: the
+// controllers' output file, a socket path (the stack's mock driver's if
+// it runs one) and a kubeconfig; cleanup stops every peer, then the
+// stack.
+func startWorld(t *testing.T, ctx context.Context, p pair, o stack.Options) *world {
+	t.Helper()
+	w := &world{t: t, ctx: ctx, pair: p, kubelets: map[string]context.CancelFunc{}, downable: map[string]*localcluster.Kubelet{}}
+	s, err := stack.Start(ctx, o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -133,18 +161,12 @@ func newWorld(t *testing.T, ctx context.Context, p pair) *world {
 		}
 	})
 	w.socket, w.kcfg = filepath.Join(dir, "csi.sock"), filepath.Join(dir, "kubeconfig")
+	if s.Driver != nil {
+		w.drv, w.socket = s.Driver, s.Socket
+	}
 	if err := s.Cluster.WriteKubeconfig(w.kcfg); err != nil {
 		t.Fatal(err)
 	}
-	if w.drv, err = stack.MockDriver(ctx, driver, w.socket, nil); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(w.drv.Stop)
-	for _, n := range downableNodes {
-		w.addDownableNode(n)
-	}
-	w.attacher = w.startAttacher(p.at, nil)
-	w.ctrl = w.startController(p.ad, controllerOptions{})
 	return w
 }
 
@@ -251,8 +273,13 @@ func (w *world) stopAll() {
 		stop()
 	}
 	w.stop(w.ctrl)
+	w.stop(w.kcm)
 	w.stop(w.attacher)
-	w.ctrl, w.attacher = nil, nil
+	w.ctrl, w.kcm, w.attacher = nil, nil, nil
+	if w.stopNodes != nil {
+		w.stopNodes()
+		w.stopNodes = nil
+	}
 }
 
 // addDownableNode adds a node run by a kubelet stand-in of its own, so that
