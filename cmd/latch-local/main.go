@@ -118,6 +118,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 	} else {
 		term.info("Starting the control plane, %d simulated nodes (kubelet stand-in), the mock driver %s, csi-attacher and attachdetach-controller (logs: %s)", c.opts.Nodes, c.opts.Driver, logPath)
 	}
+	// The upstream binaries are built on first use: a cold build takes
+	// minutes, so say what is built and show progress while it runs.
+	testsupport.SetBuildProgress(stderr)
+	defer testsupport.SetBuildProgress(nil)
 	startedAt := time.Now()
 	env, err := latchlocal.Start(ctx, c.opts)
 	if err != nil {

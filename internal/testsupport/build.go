@@ -1,13 +1,18 @@
 package testsupport
 
 import (
+	"bytes"
+	"context"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path"
 	"path/filepath"
 	"strings"
 	"sync"
+
+	"github.com/latchcsi/latch/internal/buildprogress"
 )
 
 // Module is latch's module path.
@@ -17,6 +22,21 @@ var builds struct {
 	mu   sync.Mutex
 	dir  string
 	done map[string]*build
+	// progress, if set (SetBuildProgress), receives what is built and
+	// progress lines while go build runs.
+	progress io.Writer
+}
+
+// SetBuildProgress makes later builds (Binary, UpstreamBinary) print what
+// they build and, while go build runs, a progress line at least every ten
+// seconds to w (nil: silent, the default). latch-local passes its standard
+// error: a cold build of kube-controller-manager takes minutes, and a
+// newcomer's first run must not look hung. It is process-wide because the
+// builds are (once per process, shared by every caller).
+func SetBuildProgress(w io.Writer) {
+	builds.mu.Lock()
+	defer builds.mu.Unlock()
+	builds.progress = w
 }
 
 type build struct {
@@ -56,19 +76,72 @@ func buildOnce(dir, importPath string, flags ...string) (string, error) {
 		b = &build{out: filepath.Join(builds.dir, fmt.Sprintf("%d", len(builds.done)), path.Base(importPath))}
 		builds.done[key] = b
 	}
+	progress := builds.progress
 	builds.mu.Unlock()
 	b.once.Do(func() {
-		args := append([]string{"build"}, flags...)
-		args = append(args, "-o", b.out, importPath)
-		cmd := exec.Command("go", args...)
-		cmd.Dir = dir
-		if msg, err := cmd.CombinedOutput(); err != nil {
-			b.err = fmt.Errorf("go %s (in %q): %v\n%s", strings.Join(args, " "), dir, err, msg)
-			return
+		if progress != nil {
+			b.err = buildWithProgress(progress, dir, importPath, b.out, flags)
+		} else {
+			b.err = buildSilently(dir, importPath, b.out, flags)
 		}
-		b.path = b.out
+		if b.err == nil {
+			b.path = b.out
+		}
 	})
 	return b.path, b.err
+}
+
+func buildSilently(dir, importPath, out string, flags []string) error {
+	args := append([]string{"build"}, flags...)
+	args = append(args, "-o", out, importPath)
+	cmd := exec.Command("go", args...)
+	cmd.Dir = dir
+	if msg, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("go %s (in %q): %v\n%s", strings.Join(args, " "), dir, err, msg)
+	}
+	return nil
+}
+
+// buildWithProgress is go build -v with progress lines on w; what go build
+// printed besides package names (errors) goes into the error.
+func buildWithProgress(w io.Writer, dir, importPath, out string, flags []string) error {
+	where := "latch's module"
+	if dir != "" {
+		where = dir
+		if rel, err := filepath.Rel(filepath.Join(upstreamRoot(), "..", ".."), dir); err == nil {
+			where = rel
+		}
+	}
+	var msg bytes.Buffer
+	b := buildprogress.Build{
+		Label:       path.Base(importPath),
+		What:        fmt.Sprintf("building %s from %s (a cold build takes minutes on two cores, later ones come from the Go build cache)", importPath, where),
+		Dir:         dir,
+		Flags:       flags,
+		Output:      out,
+		Packages:    []string{importPath},
+		Mains:       []string{importPath},
+		Progress:    w,
+		Passthrough: downloadsTo{w, &msg},
+	}
+	if err := b.Run(context.Background()); err != nil {
+		return fmt.Errorf("%w\n%s", err, msg.String())
+	}
+	return nil
+}
+
+// downloadsTo shows go's module downloads (progress too, on a cold module
+// cache) and keeps every line for the error message.
+type downloadsTo struct {
+	progress io.Writer
+	all      *bytes.Buffer
+}
+
+func (d downloadsTo) Write(line []byte) (int, error) {
+	if bytes.HasPrefix(line, []byte("go: downloading ")) {
+		_, _ = d.progress.Write(line)
+	}
+	return d.all.Write(line)
 }
 
 // MustBinary is Binary that fails the test.

@@ -1,0 +1,145 @@
+package buildprogress
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"os/exec"
+	"strings"
+	"time"
+)
+
+// Build describes one go build whose progress is shown.
+type Build struct {
+	// Label starts every progress line.
+	Label string
+	// Dir is where the go command runs ("" = the current directory).
+	Dir string
+	// Flags go to both go list and go build (e.g. "-tags", "grpcnotrace").
+	Flags []string
+	// Output is go build's -o ("" = none: the packages are compiled and
+	// the results kept in the Go build cache only).
+	Output string
+	// Packages to build (import paths or patterns).
+	Packages []string
+	// What the first line says is built ("" = the go build command line).
+	What string
+	// Mains are the main packages among them, by import path (see
+	// Progress.Mains).
+	Mains []string
+	// Progress receives the progress lines; Passthrough everything else go
+	// build printed (errors, module downloads).
+	Progress, Passthrough io.Writer
+	// Every and Heartbeat: see Progress.
+	Every, Heartbeat time.Duration
+}
+
+// Run runs go build -v with the packages and prints progress until it
+// ends. The package total comes from go list -deps, run at the same time
+// (the count shows alone until it answers). The error names the command.
+func (b Build) Run(ctx context.Context) error {
+	p := &Progress{Label: b.Label, Every: b.Every, Heartbeat: b.Heartbeat, Mains: b.Mains}
+	what := b.What
+	if what == "" {
+		what = "go build " + strings.Join(b.Packages, " ")
+	}
+	fmt.Fprintln(b.Progress, p.Start(time.Now(), what))
+
+	totals := make(chan int, 1)
+	listCtx, cancelList := context.WithCancel(ctx)
+	defer cancelList()
+	go func() { totals <- countDeps(listCtx, b.Dir, b.Flags, b.Packages) }()
+
+	args := append([]string{"build", "-v"}, b.Flags...)
+	if b.Output != "" {
+		args = append(args, "-o", b.Output)
+	}
+	args = append(args, b.Packages...)
+	err := watchLines(ctx, b.Dir, args, nil, func(line string) {
+		if IsPackageLine(line) {
+			if l, ok := p.Package(time.Now(), line); ok {
+				fmt.Fprintln(b.Progress, l)
+			}
+			return
+		}
+		fmt.Fprintln(b.Passthrough, line)
+	}, func() {
+		select {
+		case n := <-totals:
+			p.SetTotal(n)
+		default:
+		}
+		if l, ok := p.Tick(time.Now()); ok {
+			fmt.Fprintln(b.Progress, l)
+		}
+	})
+	if err != nil {
+		err = fmt.Errorf("go %s (in %q): %w", shorten(args), b.Dir, err)
+	}
+	fmt.Fprintln(b.Progress, p.Done(time.Now(), err))
+	return err
+}
+
+// countDeps is the number of packages go list -deps finds for pkgs (0 if
+// it fails: the progress lines then show the count alone).
+func countDeps(ctx context.Context, dir string, flags, pkgs []string) int {
+	args := append(append([]string{"list", "-deps"}, flags...), pkgs...)
+	cmd := exec.CommandContext(ctx, "go", args...)
+	cmd.Dir = dir
+	out, err := cmd.Output()
+	if err != nil {
+		return 0
+	}
+	return strings.Count(string(out), "\n")
+}
+
+// watchLines runs go with args, hands each line of its stderr to line
+// (stdout goes to stdout, or is discarded if nil), and calls tick about
+// once a second until the command ends.
+func watchLines(ctx context.Context, dir string, args []string, stdout io.Writer, line func(string), tick func()) error {
+	cmd := exec.CommandContext(ctx, "go", args...)
+	cmd.Dir = dir
+	cmd.Stdout = stdout
+	pipe, err := cmd.StderrPipe()
+	if err != nil {
+		return err
+	}
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	lines := make(chan string)
+	go func() {
+		defer close(lines)
+		sc := bufio.NewScanner(pipe)
+		sc.Buffer(make([]byte, 64*1024), 1024*1024)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+		// A line too long for the scanner: keep draining, or the command
+		// would block writing.
+		_, _ = io.Copy(io.Discard, pipe)
+	}()
+	ticker := time.NewTicker(time.Second)
+	defer ticker.Stop()
+	for {
+		select {
+		case l, ok := <-lines:
+			if !ok {
+				return cmd.Wait()
+			}
+			line(l)
+		case <-ticker.C:
+			tick()
+		}
+	}
+}
+
+// shorten is a command line for an error message: at most 8 arguments,
+// then how many more (a test build passes thousands of packages).
+func shorten(args []string) string {
+	if len(args) <= 8 {
+		return strings.Join(args, " ")
+	}
+	return fmt.Sprintf("%s ... (%d more)", strings.Join(args[:8], " "), len(args)-8)
+}

@@ -1,0 +1,93 @@
+package buildprogress
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// module writes a tiny module (stdlib only: it compiles in a second) with
+// a library and a command, and returns its directory.
+func module(t *testing.T, lib string) string {
+	t.Helper()
+	dir := t.TempDir()
+	for name, text := range map[string]string{
+		"go.mod":          "module example.com/m\n\ngo 1.26\n",
+		"lib/lib.go":      lib,
+		"cmd/app/main.go": "package main\n\nimport \"example.com/m/lib\"\n\nfunc main() { println(lib.Answer()) }\n",
+	} {
+		p := filepath.Join(dir, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
+func TestBuildRunCompilesWithProgress(t *testing.T) {
+	dir := module(t, "package lib\n\nfunc Answer() int { return 42 }\n")
+	var progress, rest bytes.Buffer
+	out := filepath.Join(t.TempDir(), "app")
+	b := Build{Label: "app", Dir: dir, Output: out, Packages: []string{"./cmd/app"}, Mains: []string{"example.com/m/cmd/app"}, Progress: &progress, Passthrough: &rest}
+	if err := b.Run(context.Background()); err != nil {
+		t.Fatalf("Run: %v\nprogress:\n%s\nrest:\n%s", err, progress.String(), rest.String())
+	}
+	lines := strings.Split(strings.TrimSpace(progress.String()), "\n")
+	if lines[0] != "app: go build ./cmd/app" || !strings.HasPrefix(lines[len(lines)-1], "app: done in ") {
+		t.Errorf("progress lines = %q, want the command first and the result last", lines)
+	}
+	if !strings.Contains(lines[len(lines)-1], "(2 compiled") {
+		t.Errorf("last line %q: want the two packages of the module counted (a fresh module is never cached)", lines[len(lines)-1])
+	}
+	if rest.Len() != 0 {
+		t.Errorf("package names leaked to the pass-through output: %q", rest.String())
+	}
+	if msg, err := exec.Command(out).CombinedOutput(); err != nil || strings.TrimSpace(string(msg)) != "42" {
+		t.Errorf("built binary printed %q, %v; want 42", msg, err)
+	}
+}
+
+// A compile error is shown as go printed it, the failure is returned and
+// named, and the last progress line says the build failed.
+func TestBuildRunPassesErrorsThrough(t *testing.T) {
+	dir := module(t, "package lib\n\nfunc Answer() int { return undefinedThing }\n")
+	var progress, rest bytes.Buffer
+	b := Build{Label: "app", Dir: dir, Packages: []string{"./cmd/app"}, Progress: &progress, Passthrough: &rest}
+	err := b.Run(context.Background())
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || !strings.Contains(err.Error(), "go build -v ./cmd/app") {
+		t.Fatalf("Run = %v, want go build's exit error naming the command", err)
+	}
+	if !strings.Contains(rest.String(), "# example.com/m/lib") || !strings.Contains(rest.String(), "lib.go:3:") || !strings.Contains(rest.String(), "undefinedThing") {
+		t.Errorf("pass-through output %q: want go's compile error as printed", rest.String())
+	}
+	if !strings.Contains(progress.String(), "app: build failed after ") {
+		t.Errorf("progress %q: want the failure in the last line", progress.String())
+	}
+}
+
+// go test's standard output reaches stdout unchanged (CI reads the summary
+// lines) and its exit code is returned.
+func TestRunTestPassesOutputAndExitCode(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	script := `printf 'ok  \texample.com/a\t0.1s\n'; printf 'FAIL\texample.com/b\t0.2s\n'; printf 'no newline'; echo oops >&2; exit 3`
+	err := RunTest(context.Background(), "make test", []string{"sh", "-c", script}, []string{"std"}, &stdout, &stderr)
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() != 3 {
+		t.Fatalf("RunTest = %v, want exit status 3", err)
+	}
+	if want := "ok  \texample.com/a\t0.1s\nFAIL\texample.com/b\t0.2s\nno newline"; stdout.String() != want {
+		t.Errorf("stdout = %q, want %q", stdout.String(), want)
+	}
+	if stderr.String() != "oops\n" {
+		t.Errorf("stderr = %q, want the command's own", stderr.String())
+	}
+}
