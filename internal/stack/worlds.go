@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync/atomic"
+	"testing"
 
 	"k8s.io/client-go/kubernetes"
 
@@ -30,18 +31,19 @@ type World struct {
 	Driver string
 }
 
-// New numbers the next world and creates its namespace. driver, when
-// set, replaces the numbered driver name.
-func (w *Worlds) New(ctx context.Context, client kubernetes.Interface, driver string) (World, error) {
+// New numbers the next world and creates its namespace, failing t when
+// it cannot. driver, when set, replaces the numbered driver name.
+func (w *Worlds) New(t testing.TB, ctx context.Context, client kubernetes.Interface, driver string) World {
+	t.Helper()
 	p := fmt.Sprintf("%s%d", w.Prefix, w.seq.Add(1))
 	world := World{Prefix: p, Namespace: p + "-ns", Driver: p + ".csi.latch.test"}
 	if driver != "" {
 		world.Driver = driver
 	}
 	if err := localcluster.CreateNamespace(ctx, client, world.Namespace); err != nil {
-		return World{}, err
+		t.Fatal(err)
 	}
-	return world, nil
+	return world
 }
 
 // NextPrefix is the prefix the next New gives (for a test that derives

@@ -106,10 +106,7 @@ func newWorld(t *testing.T, w world) *env {
 	ctx, cancel := context.WithCancel(klog.NewContext(context.Background(), klog.Background()))
 	t.Cleanup(cancel)
 	client := cluster.Client()
-	names, err := worlds.New(ctx, client, w.driver)
-	if err != nil {
-		t.Fatal(err)
-	}
+	names := worlds.New(t, ctx, client, w.driver)
 	e := &env{
 		t: t, ctx: ctx, client: client,
 		prefix: names.Prefix, ns: names.Namespace, driver: names.Driver,

@@ -114,10 +114,7 @@ func newEnv(t *testing.T, o options) *env {
 	ctx, cancel := context.WithCancel(klog.NewContext(context.Background(), logger))
 	t.Cleanup(cancel)
 	client := cluster.Client()
-	names, err := worlds.New(ctx, client, o.driver)
-	if err != nil {
-		t.Fatal(err)
-	}
+	names := worlds.New(t, ctx, client, o.driver)
 	e := &env{
 		t: t, ctx: ctx, client: client, opts: o,
 		prefix: names.Prefix, ns: names.Namespace, driver: names.Driver,
