@@ -147,7 +147,7 @@ func (c *coexistence) prime(logger klog.Logger) {
 		// History, not evidence: after the documented swap every object
 		// kube-controller-manager wrote still names it.
 		logger.Info("Another field manager wrote attach/detach fields before this controller started; only its writes from now on count as another attach/detach controller",
-			"manager", h.Manager, "kind", h.Kind, "name", h.Name, "field", h.Field, "writtenAt", h.At, "watermark", c.watermark)
+			"manager", h.Manager, "kind", string(h.Kind), "name", h.Name, "field", h.Field, "writtenAt", h.At, "watermark", c.watermark)
 	}
 }
 
@@ -169,7 +169,7 @@ func (c *coexistence) report(obj runtime.Object, ev decide.CoexistEvidence) {
 		what = "changed status.volumesAttached of Node"
 	}
 	logger.Error(nil, "Another attach/detach controller is running in this cluster: turn one off (kube-controller-manager: --controllers=*,-attachdetach)",
-		"manager", ev.Manager, "kind", ev.Kind, "name", ev.Name, "field", ev.Field, "writtenAt", ev.At, "nextReportAfter", c.period)
+		"manager", ev.Manager, "kind", string(ev.Kind), "name", ev.Name, "field", ev.Field, "writtenAt", ev.At, "nextReportAfter", c.period)
 	if c.recorder != nil {
 		c.recorder.Eventf(obj, v1.EventTypeWarning, OtherControllerReason,
 			"Field manager %q %s %s at %s: another attach/detach controller runs beside latch's attachdetach-controller (kube-controller-manager with attachdetach in --controllers?); both create and delete VolumeAttachments. Turn one off.",
