@@ -107,10 +107,11 @@ func execute(ctx context.Context, cfg *Config, stdout io.Writer, now func() time
 		if err != nil {
 			return exitError, err
 		}
-		if err := render.Status(stdout, rows, cfg.Output); err != nil {
+		findings := diagnose.StatusFindings(vas)
+		if err := render.StatusWithFindings(stdout, rows, findings, cfg.Output); err != nil {
 			return exitError, err
 		}
-		if diagnose.Failing(rows) {
+		if diagnose.Failing(rows) || (diagnose.Report{Findings: findings}).Problems() > 0 {
 			return exitProblem, nil
 		}
 		return exitHealthy, nil

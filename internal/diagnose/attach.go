@@ -26,6 +26,16 @@ type attachment struct {
 
 func (a *attachment) wanted() bool { return len(a.wantedBy) > 0 }
 
+// detachBlockedByKubelet reports whether the VolumeAttachment is being
+// deleted while the node still reports the volume in use: the attacher is
+// not needed before the kubelet unmounts it.
+func (a *attachment) detachBlockedByKubelet() bool {
+	if a.va == nil || a.va.DeletionTimestamp == nil || a.nodeObj == nil {
+		return false
+	}
+	return slices.Contains(a.nodeObj.Status.VolumesInUse, kube.UniqueVolumeName(a.vol.driver, a.vol.handle))
+}
+
 // pending reports whether csi-attacher still has work to do.
 func (a *attachment) pending() bool {
 	return a.va != nil && (a.va.DeletionTimestamp != nil || !a.va.Status.Attached)
@@ -57,7 +67,7 @@ func (w *walker) explainAttachment(vol *volume, node string, va *storagev1.Volum
 	}
 	conflict := w.explainMultiAttach(a)
 	w.explainVAState(a, conflict)
-	w.explainLease(vol.driver, a.pending() || (a.va == nil && a.wanted()))
+	w.explainLease(vol.driver, a.pending() || (a.va == nil && a.wanted()), !a.detachBlockedByKubelet())
 	w.explainNodeVolumes(a)
 	if a.va != nil {
 		w.explainEvents(RefVA, "", a.va.Name, "VolumeAttachment "+a.va.Name, nil)

@@ -66,7 +66,10 @@ const checkAttacherPodsCommand = `kubectl get pods -A -o jsonpath='{range .items
 // with a csi-attacher container tell "leader election is off" (one runs
 // without --leader-election) from "no attacher of this driver runs" (none
 // runs, or all run with leader election and would hold a Lease).
-func (w *walker) explainNoLease(name, driver string, important bool) {
+//
+// A missing attacher is a problem when it is needed now, else (a detach
+// that still waits for the kubelet) a waiting finding.
+func (w *walker) explainNoLease(name, driver string, important, needed bool) {
 	obj := "Lease " + name
 	if !important {
 		w.add(Finding{Check: "attacher.lease", Object: obj, Status: StatusInfo,
@@ -128,5 +131,9 @@ func (w *walker) explainNoLease(name, driver string, important bool) {
 		msg += "; not running: " + strings.Join(notRunning, ", ")
 		hint = fmt.Sprintf("see why the csi-attacher Pod does not run: kubectl -n %s describe pod %s (and kubectl get csidriver %s)", firstNotRunning.Namespace, firstNotRunning.Name, driver)
 	}
-	w.add(Finding{Check: "attacher.lease", Object: obj, Status: StatusProblem, Message: msg, Hint: hint})
+	status := StatusProblem
+	if !needed {
+		status = StatusWaiting
+	}
+	w.add(Finding{Check: "attacher.lease", Object: obj, Status: status, Message: msg, Hint: hint})
 }

@@ -76,6 +76,13 @@ func TestExplainOperatorFindings(t *testing.T) {
 			want: []expect{{"attacher.lease", StatusProblem, []string{"storage/ctrl-0 (Pending)"}}},
 		},
 		{
+			name:    "no Lease, no attacher Pod, but the detach still waits for the kubelet's unmount → waiting, not yet a problem",
+			target:  Target{Kind: TargetVA, Name: vaA},
+			objs:    drop[*coordLease](edit(drop[*v1.Pod](healthy(), ""), vaA, func(va *storagev1.VolumeAttachment) { va.DeletionTimestamp = agoPtr(time.Minute) }), ""),
+			want:    []expect{{"attacher.lease", StatusWaiting, []string{"no Pod runs a csi-attacher container"}}},
+			healthy: true,
+		},
+		{
 			name:   "Pod on a node that does not exist → only the missing node, no second CSINode problem",
 			objs:   drop[*storagev1.CSINode](drop[*v1.Node](healthy(), ""), ""),
 			want:   []expect{{"node.exists", StatusProblem, []string{"Node node-a not found", "kubectl delete pod -n app web"}}},

@@ -148,7 +148,10 @@ func codeSuffix(code *int32) string {
 // explainLease checks that a csi-attacher of the driver runs, through its
 // leader election Lease; once per driver. important says something waits
 // for the attacher, which makes a missing Lease worth more than a note.
-func (w *walker) explainLease(driver string, important bool) {
+//
+// needed says the attacher would have work now (not only once the kubelet
+// unmounted a volume): a missing attacher is then a problem, else waiting.
+func (w *walker) explainLease(driver string, important, needed bool) {
 	if w.leaseChecked[driver] {
 		return
 	}
@@ -163,7 +166,7 @@ func (w *walker) explainLease(driver string, important bool) {
 		return
 	}
 	if len(leases) == 0 {
-		w.explainNoLease(name, driver, important)
+		w.explainNoLease(name, driver, important, needed)
 		return
 	}
 	// Several namespaces may hold one (an old install); the freshest tells

@@ -127,7 +127,7 @@ func (w *walker) explainPVDeletion(pv *v1.PersistentVolume, vol *volume) {
 			since, strings.Join(ours, ", ")),
 		Hint: fmt.Sprintf("csi-attacher of driver %s removes it; check that it runs (see the Lease below). If that driver is gone for good and the volume is detached in the backend, remove the finalizer: kubectl patch pv %s --type=merge -p '{\"metadata\":{\"finalizers\":null}}'", vol.driver, pv.Name)})
 	// No VA, so no attachment chain will check the attacher: do it here.
-	w.explainLease(vol.driver, true)
+	w.explainLease(vol.driver, true, true)
 }
 
 // explainDriver reports whether the driver needs attaching at all.

@@ -75,6 +75,9 @@ func reportText(w io.Writer, r diagnose.Report) error {
 // statusDoc is the machine-readable shape of `status`.
 type statusDoc struct {
 	Items []diagnose.Row `json:"items"`
+	// Findings are about all VolumeAttachments together
+	// (diagnose.StatusFindings); absent when there are none.
+	Findings []diagnose.Finding `json:"findings,omitempty"`
 }
 
 // shortName is how many characters of a VolumeAttachment name the table
@@ -87,16 +90,45 @@ const maxExcerpt = 60
 
 // Status writes VolumeAttachment rows.
 func Status(w io.Writer, rows []diagnose.Row, f Format) error {
+	return StatusWithFindings(w, rows, nil, f)
+}
+
+// StatusWithFindings writes VolumeAttachment rows, then the findings about
+// them all (in the table formats, one line each with its next step).
+func StatusWithFindings(w io.Writer, rows []diagnose.Row, findings []diagnose.Finding, f Format) error {
 	switch f {
 	case JSON, YAML:
 		if rows == nil {
 			rows = []diagnose.Row{}
 		}
-		return encode(w, statusDoc{Items: rows}, f)
+		return encode(w, statusDoc{Items: rows, Findings: findings}, f)
 	case Table, Wide, "":
-		return statusTable(w, rows, f == Wide)
+		if err := statusTable(w, rows, f == Wide); err != nil {
+			return err
+		}
+		return findingLines(w, findings)
 	}
 	return fmt.Errorf("unknown output format %q for status (want one of %v)", f, StatusFormats())
+}
+
+// findingLines writes findings after a blank line, as explain's text does.
+func findingLines(w io.Writer, findings []diagnose.Finding) error {
+	if len(findings) == 0 {
+		return nil
+	}
+	ew := &errWriter{w: w}
+	ew.printf("\n")
+	for _, f := range findings {
+		subject := ""
+		if f.Object != "" {
+			subject = f.Object + ": "
+		}
+		ew.printf("%-8s %s%s\n", strings.ToUpper(string(f.Status)), subject, f.Message)
+		if f.Hint != "" {
+			ew.printf("%-8s   next: %s\n", "", f.Hint)
+		}
+	}
+	return ew.err
 }
 
 func statusTable(w io.Writer, rows []diagnose.Row, wide bool) error {
