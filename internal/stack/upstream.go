@@ -103,17 +103,9 @@ func UpstreamAttacherArgs(c UpstreamAttacherConfig) []string {
 // StartUpstreamAttacher builds (once per process) and starts the upstream
 // external-attacher v4.13.0 and waits until its HTTP endpoint answers.
 func StartUpstreamAttacher(ctx context.Context, c UpstreamAttacherConfig) (*Upstream, error) {
-	bin, err := testsupport.UpstreamBinary("external-attacher")
+	bin, err := prepareUpstream("external-attacher", &c.Name, &c.HTTPEndpoint)
 	if err != nil {
 		return nil, err
-	}
-	if c.Name == "" {
-		c.Name = "external-attacher"
-	}
-	if c.HTTPEndpoint == "" {
-		if c.HTTPEndpoint, err = freeLoopbackAddr(); err != nil {
-			return nil, fmt.Errorf("%s: %w", c.Name, err)
-		}
 	}
 	u := &Upstream{
 		Args:       UpstreamAttacherArgs(c),
@@ -179,17 +171,9 @@ func KubeControllerManagerArgs(c KubeControllerManagerConfig) []string {
 // StartKubeControllerManager builds (once per process) and starts
 // kube-controller-manager v1.36.3 and waits until its /healthz answers.
 func StartKubeControllerManager(ctx context.Context, c KubeControllerManagerConfig) (*Upstream, error) {
-	bin, err := testsupport.UpstreamBinary("kube-controller-manager")
+	bin, err := prepareUpstream("kube-controller-manager", &c.Name, &c.SecureAddr)
 	if err != nil {
 		return nil, err
-	}
-	if c.Name == "" {
-		c.Name = "kube-controller-manager"
-	}
-	if c.SecureAddr == "" {
-		if c.SecureAddr, err = freeLoopbackAddr(); err != nil {
-			return nil, fmt.Errorf("%s: %w", c.Name, err)
-		}
 	}
 	var tmp string
 	if c.CertDir == "" {
@@ -337,6 +321,25 @@ func (u *Upstream) Scrape(ctx context.Context) (testsupport.Samples, error) {
 		return nil, fmt.Errorf("scrape %s: status %d: %s", u.MetricsURL, resp.StatusCode, body)
 	}
 	return testsupport.ParseText(body)
+}
+
+// prepareUpstream builds binary (once per process) and fills in what its
+// config left empty: the component's name (the binary's) and its
+// endpoint's address (a free loopback port).
+func prepareUpstream(binary string, name, addr *string) (string, error) {
+	bin, err := testsupport.UpstreamBinary(binary)
+	if err != nil {
+		return "", err
+	}
+	if *name == "" {
+		*name = binary
+	}
+	if *addr == "" {
+		if *addr, err = freeLoopbackAddr(); err != nil {
+			return "", fmt.Errorf("%s: %w", *name, err)
+		}
+	}
+	return bin, nil
 }
 
 // freeLoopbackAddr is a loopback host:port nothing listens on right now.
