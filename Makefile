@@ -11,7 +11,7 @@ TEST_TIMEOUT ?= 25m
 # build with the same tag.
 BUILD_TAGS ?= grpcnotrace
 
-.PHONY: all build test lint fmt vet staticcheck demo up clean soak image bench
+.PHONY: all build test lint fmt vet staticcheck demo up clean soak image bench bench-scale
 
 all: build
 
@@ -29,6 +29,11 @@ test:
 SCALE ?= full
 bench:
 	$(GO) run ./bench/cmd/latch-bench --scale=$(SCALE) $(if $(SCENARIOS),--scenarios=$(SCENARIOS)) $(if $(PROFILE),--profile=bench/results/profiles) $(if $(ATTACHER),--attacher-binary=$(ATTACHER)) $(if $(ATTACHER_FLAGS),--attacher-flags="$(ATTACHER_FLAGS)") $(if $(CONTROLLER_FLAGS),--controller-flags="$(CONTROLLER_FLAGS)") $(if $(POD_CREATORS),--pod-creators=$(POD_CREATORS)) $(if $(VA_CREATORS),--va-creators=$(VA_CREATORS)) $(if $(CONTROL_PLANE_GOGC),--control-plane-gogc=$(CONTROL_PLANE_GOGC)) $(if $(CONTROL_PLANE_MEMORY_LIMIT_MIB),--control-plane-memory-limit-mib=$(CONTROL_PLANE_MEMORY_LIMIT_MIB))
+
+## bench-scale: the scale scenario (docs/scale.md): every volume attached, then csi-attacher, attachdetach-controller and kube-controller-manager cold-started on the same objects (SIZE=small|medium|full; full = 10,000 nodes, 100,000 volumes; NO_KCM=1 leaves kube-controller-manager out)
+SIZE ?= small
+bench-scale:
+	$(GO) run ./bench/cmd/latch-scale --size=$(SIZE) $(if $(NO_KCM),--no-kcm)
 
 ## soak: the long seeded chaos run (LATCH_SOAK=1; replay a run with LATCH_CHAOS_SEED=<seed>)
 soak:

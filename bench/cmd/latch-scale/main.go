@@ -1,0 +1,143 @@
+// Command latch-scale runs the scale scenario (issue 23, docs/scale.md) on
+// a local control plane: every volume attached before the components
+// start, then csi-attacher, latch's attachdetach-controller and
+// kube-controller-manager's attach/detach controller cold-started one after
+// another on the same objects. It prints latch beside
+// kube-controller-manager and writes the figures as JSON.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"k8s.io/klog/v2"
+
+	"github.com/latchcsi/latch/bench"
+	"github.com/latchcsi/latch/internal/localcluster"
+	"github.com/latchcsi/latch/internal/testsupport"
+)
+
+func main() { os.Exit(run(os.Args[1:])) }
+
+func run(args []string) int {
+	fs := flag.NewFlagSet("latch-scale", flag.ContinueOnError)
+	size := fs.String("size", "small", "small (50 nodes, 500 volumes), medium (1,000 nodes, 10,000 volumes) or full (10,000 nodes, 100,000 volumes).")
+	nodes := fs.Int("nodes", 0, "Override the size's node count.")
+	volumes := fs.Int("volumes", 0, "Override the size's volume count.")
+	creators := fs.Int("creators", 0, "Override the size's creates in flight.")
+	window := fs.Duration("writes-window", 0, "Override how long after each start the components' writes are counted (the size's own: 10s small, 1m otherwise).")
+	noKCM := fs.Bool("no-kcm", false, "Leave kube-controller-manager out (its first build takes minutes).")
+	out := fs.String("out", "bench/results", "Directory of the JSON report (latch-scale-<size>-<UTC>.json).")
+	workDir := fs.String("work-dir", "", "Directory for binaries, kubeconfig and logs; default: a new temporary directory (kept, its path is printed).")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	sz, err := bench.ScaleSizesFor(bench.ScaleSize(*size))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "latch-scale:", err)
+		return 2
+	}
+	for _, o := range []struct {
+		v   int
+		dst *int
+	}{{*nodes, &sz.Nodes}, {*volumes, &sz.Volumes}, {*creators, &sz.Creators}} {
+		if o.v > 0 {
+			*o.dst = o.v
+		}
+	}
+	if *window > 0 {
+		sz.WritesWindow = *window
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	rep, err := scale(ctx, bench.ScaleSize(*size), sz, *workDir, *out, !*noKCM)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "latch-scale:", err)
+		return 1
+	}
+	if failed := rep.Failed(); len(failed) > 0 {
+		fmt.Fprintln(os.Stderr, "latch-scale: correctness failures:\n  "+strings.Join(failed, "\n  "))
+		return 1
+	}
+	return 0
+}
+
+func scale(ctx context.Context, size bench.ScaleSize, sz bench.ScaleSizes, workDir, outDir string, withKCM bool) (*bench.ScaleReport, error) {
+	if workDir == "" {
+		dir, err := os.MkdirTemp("", "latch-scale")
+		if err != nil {
+			return nil, err
+		}
+		workDir = dir
+	}
+	fmt.Printf("work directory (binaries, kubeconfig, logs): %s\n", workDir)
+	logFile, err := os.Create(filepath.Join(workDir, "control-plane.log"))
+	if err != nil {
+		return nil, err
+	}
+	defer logFile.Close()
+	klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
+	klog.InitFlags(klogFlags)
+	_ = klogFlags.Set("logtostderr", "false")
+	_ = klogFlags.Set("alsologtostderr", "false")
+	_ = klogFlags.Set("stderrthreshold", "FATAL")
+	klog.SetOutput(logFile)
+	defer klog.Flush()
+
+	binDir := filepath.Join(workDir, "bin")
+	fmt.Println("building ./cmd/csi-attacher ./cmd/attachdetach-controller")
+	build := exec.CommandContext(ctx, "go", "build", "-tags", "grpcnotrace", "-o", binDir+"/", "./cmd/csi-attacher", "./cmd/attachdetach-controller")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		return nil, fmt.Errorf("build the components: %w", err)
+	}
+	cfg := bench.ScaleConfig{
+		Size: size, Sizes: sz, Out: os.Stdout, LogDir: workDir,
+		AttacherBinary:   filepath.Join(binDir, "csi-attacher"),
+		ControllerBinary: filepath.Join(binDir, "attachdetach-controller"),
+		Kubeconfig:       filepath.Join(workDir, "kubeconfig"),
+	}
+	if withKCM {
+		fmt.Println("building kube-controller-manager v1.36.3 (minutes when the build cache is cold)")
+		if cfg.KCMBinary, err = testsupport.UpstreamBinary("kube-controller-manager"); err != nil {
+			return nil, err
+		}
+		defer testsupport.RemoveBinaries()
+	}
+	startCtx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	cluster, err := localcluster.Start(startCtx, localcluster.Options{EtcdLogOutput: filepath.Join(workDir, "etcd.log")})
+	cancel()
+	if err != nil {
+		return nil, err
+	}
+	defer cluster.Stop()
+	if err := cluster.WriteKubeconfig(cfg.Kubeconfig); err != nil {
+		return nil, err
+	}
+	cfg.Cluster = cluster
+	started := time.Now()
+	rep, runErr := bench.RunScale(klog.NewContext(ctx, klog.Background()), cfg)
+	if rep == nil {
+		return nil, runErr
+	}
+	rep.PrintTable(os.Stdout)
+	path, err := rep.WriteJSON(outDir, size, started)
+	if err != nil {
+		return nil, errors.Join(runErr, err)
+	}
+	fmt.Printf("\nreport: %s\n", path)
+	return rep, runErr
+}

@@ -1,0 +1,223 @@
+package bench
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"time"
+
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/latchcsi/latch/internal/app"
+	"github.com/latchcsi/latch/internal/localcluster"
+)
+
+// The scale scenario (issue 23, docs/scale.md): a cluster of many nodes
+// and volumes, every volume already attached (node status and
+// VolumeAttachment), on which csi-attacher, latch's
+// attachdetach-controller and kube-controller-manager's attach/detach
+// controller are cold-started one after another and measured on the same
+// objects.
+
+// ScaleSize names a scale run's size.
+type ScaleSize string
+
+const (
+	ScaleSmall  ScaleSize = "small"
+	ScaleMedium ScaleSize = "medium"
+	ScaleFull   ScaleSize = "full"
+)
+
+// ScaleSizes are a scale run's object counts and windows.
+type ScaleSizes struct {
+	Nodes   int `json:"nodes"`
+	Volumes int `json:"volumes"` // PVC/PV pairs, Pods and VolumeAttachments, one volume per Pod
+	// Creators are the harness's creates in flight.
+	Creators int `json:"creators"`
+	// WritesWindow is how long after a start the components' API writes
+	// are counted (the issue's "first minute"; shorter for small runs).
+	WritesWindow time.Duration `json:"writesWindow"`
+	// ActionTimeout bounds each wait for a first action.
+	ActionTimeout time.Duration `json:"actionTimeout"`
+}
+
+// ScaleSizesFor returns the sizes of a named size.
+func ScaleSizesFor(s ScaleSize) (ScaleSizes, error) {
+	switch s {
+	case ScaleSmall:
+		return ScaleSizes{Nodes: 50, Volumes: 500, Creators: 32, WritesWindow: 5 * time.Second, ActionTimeout: time.Minute}, nil
+	case ScaleMedium:
+		return ScaleSizes{Nodes: 1000, Volumes: 10000, Creators: 64, WritesWindow: time.Minute, ActionTimeout: 5 * time.Minute}, nil
+	case ScaleFull:
+		return ScaleSizes{Nodes: 10000, Volumes: 100000, Creators: 96, WritesWindow: time.Minute, ActionTimeout: 10 * time.Minute}, nil
+	}
+	return ScaleSizes{}, fmt.Errorf("unknown scale size %q (want small, medium or full)", s)
+}
+
+// ScaleConfig is one scale run.
+type ScaleConfig struct {
+	Cluster *localcluster.Cluster
+	Size    ScaleSize
+	Sizes   ScaleSizes // zero: ScaleSizesFor(Size)
+	// Kubeconfig is a kubeconfig file of Cluster for the child processes.
+	Kubeconfig string
+	// AttacherBinary and ControllerBinary are latch's csi-attacher and
+	// attachdetach-controller; KCMBinary is kube-controller-manager
+	// (empty: kube-controller-manager is not measured).
+	AttacherBinary, ControllerBinary, KCMBinary string
+	// LogDir receives each child's output.
+	LogDir string
+	// Cleanup deletes every object of the run at the end (for a shared
+	// control plane).
+	Cleanup bool
+	Out     io.Writer
+	RunID   string
+}
+
+// ScaleReport is one scale run: the issue's top-level figures (nil: not
+// measured by this run) plus the checks.
+type ScaleReport struct {
+	Figures map[string]any
+	Checks  []Check
+	// Notes say what was not measured and why.
+	Notes []string
+}
+
+// ScaleRequiredKeys are the issue's top-level JSON names; those marked
+// kcm also appear with the kcm_ prefix.
+var ScaleRequiredKeys = []struct {
+	Name string
+	KCM  bool
+}{
+	{"nodes", false}, {"volumes", false},
+	{"controller_ready_s", true}, {"controller_first_action_s", true}, {"controller_peak_rss_mb", true},
+	{"controller_idle_cpu_percent", true}, {"controller_writes_first_minute", true},
+	{"recovery_p99_s", true}, {"recovery_double_attached", true},
+	{"attacher_ready_s", false}, {"attacher_peak_rss_mb", false}, {"attacher_publishes_at_start", false},
+	{"listvolumes_reconcile_wall_s", false}, {"listvolumes_reconcile_cpu_s", false},
+}
+
+// scaleEnv is what the scale run works with.
+type scaleEnv struct {
+	cfg    *ScaleConfig
+	sz     ScaleSizes
+	client kubernetes.Interface // the harness's, writes counted
+	writes *writeCounter
+	admin  kubernetes.Interface // reads (metrics, watches)
+	rest   *rest.Config
+	rep    *ScaleReport
+	w      *scaleWorld
+}
+
+// RunScale runs the scale scenario. Failed checks are in the report; the
+// error is for a run that could not be carried out.
+func RunScale(ctx context.Context, cfg ScaleConfig) (*ScaleReport, error) {
+	if cfg.Out == nil {
+		cfg.Out = io.Discard
+	}
+	if cfg.Sizes == (ScaleSizes{}) {
+		s, err := ScaleSizesFor(cfg.Size)
+		if err != nil {
+			return nil, err
+		}
+		cfg.Sizes = s
+	}
+	if cfg.RunID == "" {
+		b := make([]byte, 3)
+		_, _ = rand.Read(b)
+		cfg.RunID = hex.EncodeToString(b)
+	}
+	if cfg.LogDir == "" {
+		dir, err := os.MkdirTemp("", "latch-scale")
+		if err != nil {
+			return nil, err
+		}
+		cfg.LogDir = dir
+	}
+	cc := *cfg.Cluster.RESTConfig()
+	writes := newWriteCounter()
+	client, err := kubernetes.NewForConfig(countingConfig(&cc, writes, "latch-scale"))
+	if err != nil {
+		return nil, err
+	}
+	admin, err := kubernetes.NewForConfig(app.ComponentConfig(cfg.Cluster.RESTConfig(), "latch-scale-observer"))
+	if err != nil {
+		return nil, err
+	}
+	rep := &ScaleReport{Figures: map[string]any{}}
+	for _, k := range ScaleRequiredKeys {
+		rep.Figures[k.Name] = nil
+		if k.KCM {
+			rep.Figures["kcm_"+k.Name] = nil
+		}
+	}
+	started := time.Now().UTC()
+	rep.Figures["started"] = started.Format(time.RFC3339)
+	rep.Figures["size"] = string(cfg.Size)
+	rep.Figures["nodes"] = cfg.Sizes.Nodes
+	rep.Figures["volumes"] = cfg.Sizes.Volumes
+	rep.Figures["cpus"] = runtime.NumCPU()
+	rep.Figures["go_version"] = runtime.Version()
+	rep.Figures["writes_window_s"] = cfg.Sizes.WritesWindow.Seconds()
+	e := &scaleEnv{cfg: &cfg, sz: cfg.Sizes, client: client, writes: writes, admin: admin, rest: cfg.Cluster.RESTConfig(), rep: rep}
+	fmt.Fprintf(cfg.Out, "latch scale: size=%s nodes=%d volumes=%d cpus=%d logs=%s\n", cfg.Size, cfg.Sizes.Nodes, cfg.Sizes.Volumes, runtime.NumCPU(), cfg.LogDir)
+
+	err = e.run(ctx)
+	if cfg.Cleanup && e.w != nil {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Minute)
+		if cerr := e.w.cleanup(cctx); cerr != nil && err == nil {
+			err = fmt.Errorf("cleanup: %w", cerr)
+		}
+		cancel()
+	}
+	rep.Figures["finished"] = time.Now().UTC().Format(time.RFC3339)
+	rep.Figures["wall_s"] = round2(time.Since(started).Seconds())
+	if u, perr := procUsage(os.Getpid()); perr == nil {
+		rep.Figures["control_plane_peak_rss_mb"] = round2(float64(u.PeakRSSBytes) / (1 << 20))
+	}
+	rep.Notes = append(rep.Notes,
+		"not measured by this harness yet: steady state (controller_idle_cpu_percent), recovery burst (recovery_*), ListVolumes reconcile (listvolumes_*); their keys are null")
+	return rep, err
+}
+
+func (e *scaleEnv) run(ctx context.Context) error {
+	w, err := e.buildWorld(ctx)
+	e.w = w
+	if err != nil {
+		return fmt.Errorf("create the objects: %w", err)
+	}
+	if err := e.attacherColdStart(ctx); err != nil {
+		return fmt.Errorf("csi-attacher cold start: %w", err)
+	}
+	if err := e.controllerColdStart(ctx, "latch"); err != nil {
+		return fmt.Errorf("attachdetach-controller cold start: %w", err)
+	}
+	if e.cfg.KCMBinary != "" {
+		if err := e.controllerColdStart(ctx, "kcm"); err != nil {
+			return fmt.Errorf("kube-controller-manager cold start: %w", err)
+		}
+	} else {
+		e.rep.Notes = append(e.rep.Notes, "kube-controller-manager was not run (no binary)")
+	}
+	return nil
+}
+
+func (r *ScaleReport) check(name, target, value string, pass bool) {
+	r.Checks = append(r.Checks, Check{Name: name, Target: target, Value: value, Pass: pass, Correctness: true})
+}
+
+// Failed lists the failed checks.
+func (r *ScaleReport) Failed() []string {
+	var out []string
+	for _, c := range r.Checks {
+		if !c.Pass {
+			out = append(out, fmt.Sprintf("%s: %s (want %s)", c.Name, c.Value, c.Target))
+		}
+	}
+	return out
+}

@@ -1,0 +1,299 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
+
+	"github.com/latchcsi/latch/internal/stack"
+)
+
+// The volumes created at start, past the pre-attached ones.
+const (
+	startAttacherVA = iota // a VolumeAttachment the harness creates for the cold attacher
+	startLatchPod          // a Pod created when latch's controller starts
+	startKCMPod            // a Pod created when kube-controller-manager starts
+	startProbeLatch        // the probes that the in-process attacher is ready
+	startProbeKCM
+)
+
+// attacherColdStart starts csi-attacher (the binary) with every volume's
+// VolumeAttachment attached and one new VolumeAttachment: its ready time is
+// when the new one is attached; it must publish nothing else and unpublish
+// nothing.
+func (e *scaleEnv) attacherColdStart(ctx context.Context) error {
+	w := e.w
+	i := w.volumes + startAttacherVA
+	if err := w.createVolume(ctx, i, false); err != nil {
+		return err
+	}
+	va := newVA(w.va(i), w.driver, w.pv(i), w.node(i))
+	if _, err := e.client.StorageV1().VolumeAttachments().Create(ctx, va, metav1.CreateOptions{}); err != nil {
+		return err
+	}
+	// Its Pod, so that the controllers started later want it.
+	if err := w.createPod(ctx, i); err != nil {
+		return err
+	}
+	publishesBefore := len(w.driverMock.CallsTo("ControllerPublishVolume"))
+	unpublishesBefore := len(w.driverMock.CallsTo("ControllerUnpublishVolume"))
+	before, err := e.writeSnapshot(ctx, nil)
+	if err != nil {
+		return err
+	}
+	p, err := startScaleProc("csi-attacher", e.cfg.AttacherBinary, filepath.Join(e.cfg.LogDir, "csi-attacher.log"), nil,
+		"--csi-address=unix://"+w.socket, "--kubeconfig="+e.cfg.Kubeconfig)
+	if err != nil {
+		return err
+	}
+	defer p.stop()
+	err = p.waitUntil(ctx, e.sz.ActionTimeout, "the new VolumeAttachment attached", func(ctx context.Context) bool {
+		got, err := e.admin.StorageV1().VolumeAttachments().Get(ctx, w.va(i), metav1.GetOptions{})
+		return err == nil && got.Status.Attached
+	})
+	if err != nil {
+		return err
+	}
+	e.rep.Figures["attacher_ready_s"] = round2(time.Since(p.started).Seconds())
+	e.restUntil(ctx, p)
+	after, err := e.writeSnapshot(ctx, nil)
+	if err != nil {
+		return err
+	}
+	var others int
+	for _, c := range w.driverMock.CallsTo("ControllerPublishVolume")[publishesBefore:] {
+		if c.VolumeID != w.pv(i) {
+			others++
+		}
+	}
+	unpublishes := len(w.driverMock.CallsTo("ControllerUnpublishVolume")) - unpublishesBefore
+	u := p.usage()
+	e.rep.Figures["attacher_peak_rss_mb"] = round2(float64(u.PeakRSSBytes) / (1 << 20))
+	e.rep.Figures["attacher_cpu_s_first_window"] = round2(u.CPUSeconds)
+	e.rep.Figures["attacher_publishes_at_start"] = others
+	e.rep.Figures["attacher_unpublishes_at_start"] = unpublishes
+	e.rep.Figures["attacher_writes_first_window"] = after.Sub(before).Total()
+	e.rep.Figures["attacher_writes_first_window_by_kind"] = after.Sub(before)
+	e.rep.check("csi-attacher: no ControllerPublish for an attached VolumeAttachment", "0", fmt.Sprint(others), others == 0)
+	e.rep.check("csi-attacher: no ControllerUnpublish at start", "0", fmt.Sprint(unpublishes), unpublishes == 0)
+	return e.checkNothingDetached(ctx, "csi-attacher")
+}
+
+// writeSnapshot is the API server's write counts less the harness's and
+// the kubelet stand-in's (and extra's, an in-process attacher), without
+// Leases (the API server's own heartbeats).
+func (e *scaleEnv) writeSnapshot(ctx context.Context, extra *writeCounter) (Writes, error) {
+	all, err := apiWrites(ctx, e.admin)
+	if err != nil {
+		return nil, err
+	}
+	out := all.Sub(e.writes.snapshot()).Sub(e.w.kubeletWrites.snapshot())
+	if extra != nil {
+		out = out.Sub(extra.snapshot())
+	}
+	for k := range out {
+		// The API server's own: its Lease heartbeat and the kubernetes
+		// Service's endpoints reconciler.
+		if strings.HasSuffix(k, " leases") || strings.HasSuffix(k, " endpoints") {
+			delete(out, k)
+		}
+	}
+	return out, nil
+}
+
+// restUntil waits until the writes window since p's start has passed.
+func (e *scaleEnv) restUntil(ctx context.Context, p *scaleProc) {
+	select {
+	case <-ctx.Done():
+	case <-time.After(time.Until(p.started.Add(e.sz.WritesWindow))):
+	}
+}
+
+// checkNothingDetached checks that every pre-attached volume still has its
+// VolumeAttachment, attached and not being deleted, and is still in its
+// node's status.volumesAttached.
+func (e *scaleEnv) checkNothingDetached(ctx context.Context, who string) error {
+	w := e.w
+	vas, err := e.admin.StorageV1().VolumeAttachments().List(ctx, metav1.ListOptions{LabelSelector: w.label})
+	if err != nil {
+		return err
+	}
+	ok := 0
+	for _, va := range vas.Items {
+		if va.Status.Attached && va.DeletionTimestamp == nil {
+			ok++
+		}
+	}
+	e.rep.check(who+": every pre-attached VolumeAttachment attached and not deleted", fmt.Sprint(w.volumes), fmt.Sprint(ok), ok == w.volumes)
+	nodes, err := e.admin.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: w.label})
+	if err != nil {
+		return err
+	}
+	listed := 0
+	for _, n := range nodes.Items {
+		for _, a := range n.Status.VolumesAttached {
+			if strings.Contains(string(a.Name), "^"+w.prefix+"-pv") {
+				listed++
+			}
+		}
+	}
+	// Volumes attached at start add to the count: at least every
+	// pre-attached one must be listed.
+	e.rep.check(who+": every pre-attached volume still in its node's status.volumesAttached", fmt.Sprintf(">= %d", w.volumes), fmt.Sprint(listed), listed >= w.volumes)
+	return nil
+}
+
+// controllerColdStart starts an attach/detach controller (latch's or
+// kube-controller-manager's, prefix "" or "kcm_") with every volume
+// attached and a Pod created at start, with an in-process csi-attacher
+// attaching what it is asked to.
+func (e *scaleEnv) controllerColdStart(ctx context.Context, which string) error {
+	w := e.w
+	prefix := ""
+	if which == "kcm" {
+		prefix = "kcm_"
+	}
+	i, probe := w.volumes+startLatchPod, w.volumes+startProbeLatch
+	if which == "kcm" {
+		i, probe = w.volumes+startKCMPod, w.volumes+startProbeKCM
+	}
+	attWrites, stopAtt, err := e.readyInProcessAttacher(ctx, probe)
+	if err != nil {
+		return err
+	}
+	defer stopAtt()
+	unpublishesBefore := len(w.driverMock.CallsTo("ControllerUnpublishVolume"))
+	before, err := e.writeSnapshot(ctx, attWrites)
+	if err != nil {
+		return err
+	}
+	var p *scaleProc
+	if which == "kcm" {
+		p, err = e.startKCM()
+	} else {
+		p, err = startScaleProc("attachdetach-controller", e.cfg.ControllerBinary, filepath.Join(e.cfg.LogDir, "attachdetach-controller.log"),
+			[]milestone{{"synced", "Caches are synced"}, {"rebuilt", "Rebuilt the actual state of the world"}},
+			"--kubeconfig="+e.cfg.Kubeconfig, "--leader-elect=false", "--http-endpoint=")
+	}
+	if err != nil {
+		return err
+	}
+	defer p.stop()
+	// The Pod created at start: its volume must get attached.
+	if err := w.createVolume(ctx, i, false); err != nil {
+		return err
+	}
+	if err := w.createPod(ctx, i); err != nil {
+		return err
+	}
+	err = p.waitUntil(ctx, e.sz.ActionTimeout, "a VolumeAttachment for the Pod created at start", func(ctx context.Context) bool {
+		_, err := e.admin.StorageV1().VolumeAttachments().Get(ctx, w.va(i), metav1.GetOptions{})
+		return err == nil
+	})
+	if err != nil {
+		return err
+	}
+	e.rep.Figures[prefix+"controller_first_action_s"] = round2(time.Since(p.started).Seconds())
+	err = p.waitUntil(ctx, e.sz.ActionTimeout, "the Pod created at start attached and in its node's status", func(ctx context.Context) bool {
+		n, err := e.admin.CoreV1().Nodes().Get(ctx, w.node(i), metav1.GetOptions{})
+		return err == nil && slices.ContainsFunc(n.Status.VolumesAttached, func(a v1.AttachedVolume) bool { return a.Name == w.uniqueName(i) })
+	})
+	if err != nil {
+		return err
+	}
+	e.rep.Figures[prefix+"controller_attached_s"] = round2(time.Since(p.started).Seconds())
+	if s, ok := p.since("synced"); ok {
+		e.rep.Figures[prefix+"controller_ready_s"] = round2(s)
+	} else {
+		e.rep.Notes = append(e.rep.Notes, which+": no cache-sync line in the log; "+prefix+"controller_ready_s not measured")
+	}
+	if s, ok := p.since("rebuilt"); ok {
+		e.rep.Figures[prefix+"controller_rebuilt_s"] = round2(s)
+	}
+	e.restUntil(ctx, p)
+	after, err := e.writeSnapshot(ctx, attWrites)
+	if err != nil {
+		return err
+	}
+	d := after.Sub(before)
+	u := p.usage()
+	e.rep.Figures[prefix+"controller_peak_rss_mb"] = round2(float64(u.PeakRSSBytes) / (1 << 20))
+	e.rep.Figures[prefix+"controller_cpu_s_first_window"] = round2(u.CPUSeconds)
+	e.rep.Figures[prefix+"controller_writes_first_minute"] = d.Total()
+	e.rep.Figures[prefix+"controller_writes_first_window_by_kind"] = d
+	unpublishes := len(w.driverMock.CallsTo("ControllerUnpublishVolume")) - unpublishesBefore
+	e.rep.check(which+": no ControllerUnpublish", "0", fmt.Sprint(unpublishes), unpublishes == 0)
+	deletes := 0
+	for k, v := range d {
+		if strings.HasPrefix(k, "DELETE volumeattachments") {
+			deletes += v
+		}
+	}
+	e.rep.check(which+": no VolumeAttachment deleted", "0", fmt.Sprint(deletes), deletes == 0)
+	return e.checkNothingDetached(ctx, which)
+}
+
+// startKCM starts kube-controller-manager with only its attach/detach
+// controller, its client limits raised so that they are not what is
+// measured.
+func (e *scaleEnv) startKCM() (*scaleProc, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	certs, err := os.MkdirTemp(e.cfg.LogDir, "kcm-certs")
+	if err != nil {
+		return nil, err
+	}
+	args := stack.KubeControllerManagerArgs(stack.KubeControllerManagerConfig{
+		Kubeconfig: e.cfg.Kubeconfig, SecureAddr: addr, CertDir: certs,
+		Args: []string{"--kube-api-qps=1000", "--kube-api-burst=2000"},
+	})
+	return startScaleProc("kube-controller-manager", e.cfg.KCMBinary, filepath.Join(e.cfg.LogDir, "kube-controller-manager.log"),
+		[]milestone{{"started", "Starting attach detach controller"}, {"synced", "Caches are synced"}}, args...)
+}
+
+// readyInProcessAttacher runs csi-attacher in this process, its writes
+// counted apart, and waits until it attached a probe VolumeAttachment
+// (volume probe), so that the controller measured next finds it ready.
+func (e *scaleEnv) readyInProcessAttacher(ctx context.Context, probe int) (*writeCounter, func(), error) {
+	w := e.w
+	counter := newWriteCounter()
+	cfg := stack.AttacherConfig(countingConfig(rest.CopyConfig(e.rest), counter, "latch-scale-attacher"), w.socket)
+	actx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	c := stack.Attacher(actx, "csi-attacher", cfg)
+	stop := func() { cancel(); _ = c.Stop() }
+	if err := w.createVolume(ctx, probe, false); err != nil {
+		stop()
+		return nil, nil, err
+	}
+	va := newVA(w.va(probe), w.driver, w.pv(probe), w.node(probe))
+	if _, err := e.client.StorageV1().VolumeAttachments().Create(ctx, va, metav1.CreateOptions{}); err != nil {
+		stop()
+		return nil, nil, err
+	}
+	if err := w.createPod(ctx, probe); err != nil {
+		stop()
+		return nil, nil, err
+	}
+	err := waitFor(ctx, e.sz.ActionTimeout, "the in-process csi-attacher to attach its probe", func() bool {
+		got, err := e.admin.StorageV1().VolumeAttachments().Get(ctx, w.va(probe), metav1.GetOptions{})
+		return err == nil && got.Status.Attached
+	})
+	if err != nil {
+		stop()
+		return nil, nil, err
+	}
+	return counter, stop, nil
+}

@@ -1,0 +1,137 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// scaleProc is a component run as a child process whose output lines are
+// watched for milestones (cache sync, state rebuilt): the time a line is
+// read stands for the time it was logged.
+type scaleProc struct {
+	name    string
+	cmd     *exec.Cmd
+	started time.Time
+	exited  chan struct{}
+	out     *milestoneWriter
+	log     *os.File
+}
+
+// milestone is a substring that marks a step; it only counts after the
+// milestone before it in the list was seen.
+type milestone struct{ key, substr string }
+
+type milestoneWriter struct {
+	mu         sync.Mutex
+	file       *os.File
+	partial    []byte
+	milestones []milestone
+	next       int
+	seen       map[string]time.Time
+}
+
+func (m *milestoneWriter) Write(p []byte) (int, error) {
+	now := time.Now()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	_, _ = m.file.Write(p)
+	m.partial = append(m.partial, p...)
+	for {
+		i := bytes.IndexByte(m.partial, '\n')
+		if i < 0 {
+			break
+		}
+		line := string(m.partial[:i])
+		m.partial = m.partial[i+1:]
+		if m.next < len(m.milestones) && strings.Contains(line, m.milestones[m.next].substr) {
+			m.seen[m.milestones[m.next].key] = now
+			m.next++
+		}
+	}
+	return len(p), nil
+}
+
+func startScaleProc(name, binary, logPath string, milestones []milestone, args ...string) (*scaleProc, error) {
+	f, err := os.Create(logPath)
+	if err != nil {
+		return nil, err
+	}
+	w := &milestoneWriter{file: f, milestones: milestones, seen: map[string]time.Time{}}
+	cmd := exec.Command(binary, args...)
+	cmd.Stdout, cmd.Stderr = w, w
+	p := &scaleProc{name: name, cmd: cmd, exited: make(chan struct{}), out: w, log: f}
+	p.started = time.Now()
+	if err := cmd.Start(); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("start %s (%s): %w", name, binary, err)
+	}
+	go func() { _ = cmd.Wait(); close(p.exited) }()
+	return p, nil
+}
+
+// since returns how long after the start milestone key was seen.
+func (p *scaleProc) since(key string) (float64, bool) {
+	p.out.mu.Lock()
+	defer p.out.mu.Unlock()
+	at, ok := p.out.seen[key]
+	if !ok {
+		return 0, false
+	}
+	return at.Sub(p.started).Seconds(), true
+}
+
+// usage is the process's CPU time and peak RSS so far.
+func (p *scaleProc) usage() Usage {
+	u, _ := procUsage(p.cmd.Process.Pid)
+	return u
+}
+
+// alive fails once the process exited.
+func (p *scaleProc) alive() error {
+	select {
+	case <-p.exited:
+		return fmt.Errorf("%s exited early: %v (log %s)", p.name, p.cmd.ProcessState, p.log.Name())
+	default:
+		return nil
+	}
+}
+
+// stop sends SIGTERM, SIGKILL after 30 seconds, and waits.
+func (p *scaleProc) stop() {
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.exited:
+	case <-time.After(30 * time.Second):
+		_ = p.cmd.Process.Kill()
+		<-p.exited
+	}
+	p.log.Close()
+}
+
+// waitUntil polls cond every 100ms while the process lives, up to timeout.
+func (p *scaleProc) waitUntil(ctx context.Context, timeout time.Duration, what string, cond func(context.Context) bool) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		if cond(ctx) {
+			return nil
+		}
+		if err := p.alive(); err != nil {
+			return err
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s: %s not within %s", p.name, what, timeout)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}

@@ -1,0 +1,98 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/latchcsi/latch/internal/testsupport"
+)
+
+// TestScaleSmallColdStartsDetachNothingPublishNothingAttachedAndActFirst
+// runs the scale scenario's small size (50 nodes, 500 attached volumes)
+// with csi-attacher, latch's attachdetach-controller and
+// kube-controller-manager as child processes, and checks the invariants:
+// nothing detached or unpublished, no ControllerPublish for an attached
+// VolumeAttachment, the first action (a new VolumeAttachment attached, a
+// Pod created at start attached) happens, and the JSON has every key.
+func TestScaleSmallColdStartsDetachNothingPublishNothingAttachedAndActFirst(t *testing.T) {
+	attacher := testsupport.MustBinary(t, "cmd/csi-attacher")
+	controller := testsupport.MustBinary(t, "cmd/attachdetach-controller")
+	kcm := testsupport.MustUpstreamBinary(t, "kube-controller-manager")
+	dir := t.TempDir()
+	kubeconfig := filepath.Join(dir, "kubeconfig")
+	if err := cluster.WriteKubeconfig(kubeconfig); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	var out bytes.Buffer
+	rep, err := RunScale(ctx, ScaleConfig{
+		Cluster: cluster, Size: ScaleSmall, Kubeconfig: kubeconfig,
+		AttacherBinary: attacher, ControllerBinary: controller, KCMBinary: kcm,
+		LogDir: dir, Cleanup: true, Out: &out,
+	})
+	if rep != nil {
+		rep.PrintTable(&out)
+	}
+	t.Logf("\n%s", out.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range rep.Failed() {
+		t.Error(f)
+	}
+	if len(rep.Checks) < 10 {
+		t.Errorf("only %d checks ran: %+v", len(rep.Checks), rep.Checks)
+	}
+	if n := rep.Figures["attacher_publishes_at_start"]; n != 0 {
+		t.Errorf("attacher_publishes_at_start = %v, want 0", n)
+	}
+	path, err := rep.WriteJSON(dir, ScaleSmall, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got map[string]any
+	if err := json.Unmarshal(raw, &got); err != nil {
+		t.Fatal(err)
+	}
+	measured := map[string]bool{
+		"nodes": true, "volumes": true, "controller_ready_s": true, "controller_first_action_s": true,
+		"controller_peak_rss_mb": true, "controller_writes_first_minute": true,
+		"attacher_ready_s": true, "attacher_peak_rss_mb": true, "attacher_publishes_at_start": true,
+	}
+	for _, k := range ScaleRequiredKeys {
+		names := []string{k.Name}
+		if k.KCM {
+			names = append(names, "kcm_"+k.Name)
+		}
+		for _, name := range names {
+			v, ok := got[name]
+			if !ok {
+				t.Errorf("%s has no key %q", path, name)
+				continue
+			}
+			base := name
+			if len(name) > 4 && name[:4] == "kcm_" {
+				base = name[4:]
+			}
+			if measured[base] && v == nil {
+				t.Errorf("%s: %q is null, want a measured figure", path, name)
+			}
+		}
+	}
+	if v, _ := got["nodes"].(float64); v != 50 {
+		t.Errorf("nodes = %v, want 50", got["nodes"])
+	}
+	if v, _ := got["volumes"].(float64); v != 500 {
+		t.Errorf("volumes = %v, want 500", got["volumes"])
+	}
+}
