@@ -21,9 +21,23 @@ build:
 	$(GO) build -tags $(BUILD_TAGS) -o $(BIN_DIR)/ ./cmd/...
 	cp $(BIN_DIR)/latchctl $(BIN_DIR)/kubectl-latch
 
+# demo, up and test compile a lot on a first run (the in-process
+# kube-apiserver, and the real kube-scheduler, kube-controller-manager and
+# kubelet): they say so in one line, then hack/buildprogress (standard
+# library only, built first with go build -v so even its own compile shows)
+# prints "[n/N packages] compiling <pkg>, <elapsed>" at least every 10 s.
+PROGRESS := $(BIN_DIR)/buildprogress
+BUILD_PROGRESS := mkdir -p $(BIN_DIR) && $(GO) build -v -o $(PROGRESS) ./hack/buildprogress
+COLD := tens of minutes on 2 cores with an empty Go build cache, seconds when warm
+
 ## test: the whole suite, unit and end-to-end, on an in-process control plane
+# The packages the tests import are compiled first with progress (go build:
+# no test binary is linked twice), then go test runs as before: its summary
+# lines on standard output, a heartbeat on standard error while it is silent.
 test:
-	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
+	@echo "make test: a first run compiles every package and test binary (kube-apiserver in-process; kube-controller-manager, kube-scheduler and kubelet for the upstream tests): $(COLD); then the tests run for minutes (README: first run). Progress follows."
+	@$(BUILD_PROGRESS)
+	@$(PROGRESS) test -label "make test" -- $(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
 
 ## bench: benchmarks A–F on a local control plane (SCALE=small|full, SCENARIOS=A,B,..., PROFILE=1, ATTACHER=path, ATTACHER_FLAGS=..., CONTROLLER_FLAGS=..., POD_CREATORS=N, VA_CREATORS=N, CONTROL_PLANE_GOGC=N, CONTROL_PLANE_MEMORY_LIMIT_MIB=N); see docs/performance.md
 SCALE ?= full
@@ -40,12 +54,20 @@ soak:
 	LATCH_SOAK=1 $(GO) test -count=1 -timeout 30m -v -run '^TestChaos' ./test/e2e/reliability/
 
 ## demo: the whole attach/detach path in one process (latch-local demo)
+# latch-local is built into $(BIN_DIR) with progress and run from there; it
+# prints what it builds of the upstream binaries and their progress. No
+# BUILD_TAGS: the tests build without them, and grpcnotrace would make a cold
+# machine compile gRPC and everything above it (etcd, the API server) twice.
 demo:
-	$(GO) run ./cmd/latch-local demo
+	@echo "make demo: a first run compiles latch-local (kube-apiserver and etcd in-process), then kube-scheduler, kube-controller-manager and the kubelet: $(COLD) (README: first run). Progress follows."
+	@$(BUILD_PROGRESS)
+	@$(PROGRESS) build -label "make demo" -o $(BIN_DIR)/latch-local ./cmd/latch-local -- $(BIN_DIR)/latch-local demo
 
 ## up: keep a local control plane with nodes, driver and controllers running
 up:
-	$(GO) run ./cmd/latch-local up
+	@echo "make up: a first run compiles latch-local (kube-apiserver and etcd in-process), then kube-scheduler, kube-controller-manager and the kubelet: $(COLD) (README: first run). Progress follows."
+	@$(BUILD_PROGRESS)
+	@$(PROGRESS) build -label "make up" -o $(BIN_DIR)/latch-local ./cmd/latch-local -- $(BIN_DIR)/latch-local up
 
 ## image: one container image per released binary (the targets of build/Dockerfile; needs docker with BuildKit)
 IMAGE_REGISTRY ?= ghcr.io/latchcsi
