@@ -15,6 +15,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/client-go/util/retry"
 
 	"github.com/latchcsi/latch/internal/localcluster"
 	"github.com/latchcsi/latch/internal/stack"
@@ -30,9 +31,9 @@ func vaName(handle, node string) string {
 	return fmt.Sprintf("csi-%x", sha256.Sum256([]byte(handle+driver+node)))
 }
 
-func (w *world) eventually(what string, cond func(ctx context.Context) (bool, error)) {
+func (w *world) eventually(what string, cond func(ctx context.Context) (bool, error), onFail ...func()) {
 	w.t.Helper()
-	testsupport.Eventually(w.t, w.ctx, wait, what, cond)
+	testsupport.Eventually(w.t, w.ctx, wait, what, cond, onFail...)
 }
 
 // consistently fails the test if cond turns false within d.
@@ -173,16 +174,39 @@ func (w *world) calls(method, handle, node string) map[codes.Code]int {
 // volume creates a bound PV and PVC (name for both, the handle too).
 func (w *world) volume(ns, name string, modes ...v1.PersistentVolumeAccessMode) string {
 	w.t.Helper()
-	if _, _, err := localcluster.CreateBoundVolume(w.ctx, w.s.Client, localcluster.VolumeSpec{
+	_, _, err := localcluster.CreateBoundVolume(w.ctx, w.s.Client, localcluster.VolumeSpec{
 		Namespace: ns, Name: name, Driver: driver, AccessModes: modes,
-	}); err != nil {
+	})
+	if apierrors.IsConflict(err) {
+		// kube-controller-manager's PV binder (newHollowWorld) bound the
+		// pre-bound pair and wrote the PVC between its create and
+		// CreateBoundVolume's status write.
+		err = w.markPVCBound(ns, name)
+	}
+	if err != nil {
 		w.t.Fatal(err)
 	}
+	w.volumeAt = time.Now()
 	return name
 }
 
+// kcmPVGrace is how long after creating a volume a world of kube-
+// controller-manager's attach/detach controller waits before creating a
+// Pod that uses it. That controller has no PersistentVolume event
+// handler: a Pod (or PVC) event it handles while the PV is not yet in its
+// informer's cache is dropped until its next full Pod list, 3 minutes
+// later (DesiredStateOfWorldPopulatorListPodsRetryDuration), and a Pod
+// created milliseconds after its PV can reach it first (separate watch
+// streams). In a cluster the scheduler and the kubelet's first status
+// write put time and a second Pod event between the two; the worlds set
+// spec.nodeName at once, so they wait instead (docs/interop.md).
+const kcmPVGrace = time.Second
+
 func (w *world) pod(ns, name, node string, claims ...string) {
 	w.t.Helper()
+	if w.pair.ad == kcmAD && len(claims) > 0 {
+		time.Sleep(time.Until(w.volumeAt.Add(kcmPVGrace)))
+	}
 	if _, err := w.s.Client.CoreV1().Pods(ns).Create(w.ctx, localcluster.NewPod(ns, name, node, claims...), metav1.CreateOptions{}); err != nil {
 		w.t.Fatal(err)
 	}
@@ -241,4 +265,38 @@ func vaFacts(va *storagev1.VolumeAttachment) string {
 	return fmt.Sprintf("attacher=%s node=%s source=%s attached=%v finalizers=%v nodeID=%s%s",
 		va.Spec.Attacher, va.Spec.NodeName, src, va.Status.Attached, va.Finalizers,
 		va.Annotations["csi.alpha.kubernetes.io/node-id"], errMsg)
+}
+
+// logVolume logs what a failed wait needs to tell "no VolumeAttachment
+// was made" (the attach/detach controller) from "it was not acted on"
+// (the attacher): the VolumeAttachment of handle on node, if any, and
+// the driver's calls for the volume.
+func (w *world) logVolume(handle, node string) {
+	w.t.Helper()
+	if va, ok := w.getVA(vaName(handle, node)); ok {
+		w.t.Logf("VolumeAttachment %s: %s", va.Name, vaFacts(va))
+	} else {
+		w.t.Logf("no VolumeAttachment of %s on %s: the attach/detach controller made none", handle, node)
+	}
+	for _, m := range []string{"ControllerPublishVolume", "ControllerUnpublishVolume"} {
+		w.t.Logf("%s of %s on %s by result: %v", m, handle, node, w.calls(m, handle, node))
+	}
+}
+
+// markPVCBound sets the PVC's status to Bound unless it already is.
+func (w *world) markPVCBound(ns, name string) error {
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		pvc, err := w.s.Client.CoreV1().PersistentVolumeClaims(ns).Get(w.ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if pvc.Status.Phase == v1.ClaimBound {
+			return nil
+		}
+		pvc.Status.Phase = v1.ClaimBound
+		pvc.Status.AccessModes = pvc.Spec.AccessModes
+		pvc.Status.Capacity = pvc.Spec.Resources.Requests
+		_, err = w.s.Client.CoreV1().PersistentVolumeClaims(ns).UpdateStatus(w.ctx, pvc, metav1.UpdateOptions{})
+		return err
+	})
 }

@@ -262,7 +262,7 @@ func failingDriverRecovers(w *world, o *outcome) {
 	w.eventually("attachError on the VolumeAttachment", func(context.Context) (bool, error) {
 		va, ok := w.getVA(vaName(pv, "node-a"))
 		return ok && va.Status.AttachError != nil, nil
-	})
+	}, func() { w.logVolume(pv, "node-a") })
 	va, _ := w.getVA(vaName(pv, "node-a"))
 	// latch's attacher names the operation, volume and node ahead of the
 	// driver's error (docs/interop.md, "Differences"); upstream's message

@@ -220,12 +220,13 @@ func TestSwapAttachDetach_kcmToLatchAndBack(t *testing.T) {
 	// Swap: kcm without its attach/detach controller, latch's started.
 	gone, stop := l.inFlight()
 	w.stop(w.kcm)
+	stopped := time.Now()
 	w.kcm = w.startKCM(stack.ControllersExceptAttachDetach...)
 	w.ctrl = w.startController(latchAD, controllerOptions{leaderElect: true})
 	before := kcm
 	kcm = w.waitLease("kube-system", kcmLease, "handed over to the restarted kube-controller-manager", handedOver(kcm))
 	ad := w.waitLease("kube-system", latchADLease, "held by attachdetach-controller", held)
-	t.Logf("swap: kcm Lease %s → %s; attachdetach-controller's %s", before, kcm, ad)
+	t.Logf("swap: kcm Lease %s → %s (%s after the old kcm stopped); attachdetach-controller's %s", before, kcm, time.Since(stopped).Round(time.Second), ad)
 	stop()
 	l.settled(gone, false)
 	l.add(2)
@@ -239,9 +240,10 @@ func TestSwapAttachDetach_kcmToLatchAndBack(t *testing.T) {
 	w.ctrl = nil
 	w.waitLease("kube-system", latchADLease, "released by the stopped attachdetach-controller", func(l leaseState) bool { return l.holder == "" })
 	w.stop(w.kcm)
+	stopped = time.Now()
 	w.kcm = w.startKCM("*")
 	back := w.waitLease("kube-system", kcmLease, "handed over to kube-controller-manager with attachdetach", handedOver(kcm))
-	t.Logf("rollback: kcm Lease %s → %s", kcm, back)
+	t.Logf("rollback: kcm Lease %s → %s (%s after the old kcm stopped)", kcm, back, time.Since(stopped).Round(time.Second))
 	stop()
 	l.settled(gone, false)
 	l.add(2)

@@ -51,14 +51,17 @@ func newWorkload(w *world, ns string) *workload {
 }
 
 // add creates count Pods, each with a volume of its own, spread over the
-// two nodes.
+// two nodes: the volumes first, then the Pods.
 func (l *workload) add(count int) {
+	first := l.n + 1
 	for range count {
 		l.n++
-		pod, vol := fmt.Sprintf("app-%d", l.n), fmt.Sprintf("%s-vol-%d", l.ns, l.n)
-		node := worldNodes[l.n%2]
+		vol := fmt.Sprintf("%s-vol-%d", l.ns, l.n)
 		l.w.volume(l.ns, vol)
 		l.vols = append(l.vols, vol)
+	}
+	for i := first; i <= l.n; i++ {
+		pod, vol, node := fmt.Sprintf("app-%d", i), fmt.Sprintf("%s-vol-%d", l.ns, i), worldNodes[i%2]
 		l.w.pod(l.ns, pod, node, vol)
 		l.want[pod], l.node[pod] = vol, node
 	}

@@ -94,6 +94,8 @@ type world struct {
 	kubelets map[string]context.CancelFunc
 	downable map[string]*localcluster.Kubelet
 	seq      int
+	// volumeAt is when the last volume was created (kcmPVGrace).
+	volumeAt time.Time
 }
 
 // worldNodes are the nodes every world starts with; downableNodes too,
