@@ -23,7 +23,7 @@ func mains(ctx context.Context, flags, pkgs []string) []string {
 // files) and test mains go test builds itself. go build compiles them into
 // the build cache go test then reads, and links nothing.
 func testDeps(ctx context.Context, flags, pkgs []string) ([]string, error) {
-	args := append([]string{"-deps", "-test", "-f", `{{if and (ne .Name "main") (not .ForTest) (or .GoFiles .CgoFiles)}}{{.ImportPath}}{{end}}`}, flags...)
+	args := append([]string{"-e", "-deps", "-test", "-f", `{{if and (ne .Name "main") (not .ForTest) (or .GoFiles .CgoFiles)}}{{.ImportPath}}{{end}}`}, flags...)
 	return goList(ctx, append(args, pkgs...))
 }
 

@@ -82,15 +82,17 @@ func run(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintln(stderr, "buildprogress test: no command after --")
 			return 2
 		}
+		// A package that does not compile must not hide the others' test
+		// results: go test runs anyway and reports it as it always did.
 		patterns := strings.Fields(*pkgs)
 		deps, err := testDeps(ctx, flags, patterns)
 		if err != nil {
-			fmt.Fprintf(stderr, "%s: %v\n", *label, err)
-			return 1
-		}
-		b := buildprogress.Build{Label: *label, What: fmt.Sprintf("compiling the %d packages the tests of %s import (no test binary linked yet)", len(deps), *pkgs), Flags: flags, Packages: deps, Progress: stderr, Passthrough: stderr}
-		if err := b.Run(ctx); err != nil {
-			return 1
+			fmt.Fprintf(stderr, "%s: %v\n%s: go test runs without the compile step\n", *label, err, *label)
+		} else {
+			b := buildprogress.Build{Label: *label, What: fmt.Sprintf("compiling the %d packages the tests of %s import (no test binary linked yet)", len(deps), *pkgs), Flags: flags, Packages: deps, Progress: stderr, Passthrough: stderr}
+			if err := b.Run(ctx); err != nil {
+				fmt.Fprintf(stderr, "%s: some packages did not compile (above); go test runs anyway and reports them\n", *label)
+			}
 		}
 		fmt.Fprintf(stderr, "%s: %s\n", *label, strings.Join(then, " "))
 		if err := buildprogress.RunTest(ctx, *label, then, patterns, stdout, stderr); err != nil {

@@ -1,0 +1,167 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// The commands a newcomer runs go through this program: make demo, make up
+// and make test each print the first-run line, build it, then run their
+// command through it; CI runs exactly the README's test command.
+func TestMakefileTargetsShowProgress(t *testing.T) {
+	root := filepath.Join("..", "..")
+	makefile, err := os.ReadFile(filepath.Join(root, "Makefile"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	recipe := func(target string) string {
+		m := regexp.MustCompile(`(?m)^` + target + `:.*\n((?:\t.*\n)+)`).FindSubmatch(makefile)
+		if m == nil {
+			t.Fatalf("Makefile: no target %q", target)
+		}
+		return string(m[1])
+	}
+	for target, want := range map[string]string{
+		"demo": "$(PROGRESS) build -label \"make demo\" -o $(BIN_DIR)/latch-local ./cmd/latch-local -- $(BIN_DIR)/latch-local demo",
+		"up":   "$(PROGRESS) build -label \"make up\" -o $(BIN_DIR)/latch-local ./cmd/latch-local -- $(BIN_DIR)/latch-local up",
+		"test": "$(PROGRESS) test -label \"make test\" -- $(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...",
+	} {
+		lines := strings.Split(strings.TrimRight(recipe(target), "\n"), "\n")
+		if len(lines) != 3 || !strings.HasPrefix(lines[0], "\t@echo \"make "+target+": a first run compiles ") || !strings.Contains(lines[0], "$(COLD)") ||
+			lines[1] != "\t@$(BUILD_PROGRESS)" || lines[2] != "\t@"+want {
+			t.Errorf("make %s runs\n%s\nwant the first-run line, @$(BUILD_PROGRESS), then @%s", target, strings.Join(lines, "\n"), want)
+		}
+	}
+	for _, want := range []string{
+		"PROGRESS := $(BIN_DIR)/buildprogress\n",
+		"BUILD_PROGRESS := mkdir -p $(BIN_DIR) && $(GO) build -v -o $(PROGRESS) ./hack/buildprogress\n",
+		"COLD := tens of minutes on 2 cores with an empty Go build cache, seconds when warm\n",
+	} {
+		if !bytes.Contains(makefile, []byte(want)) {
+			t.Errorf("Makefile lacks %q", want)
+		}
+	}
+	ci, err := os.ReadFile(filepath.Join(root, ".ci", "run"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	readme, err := os.ReadFile(filepath.Join(root, "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasSuffix(string(ci), "\nmake test\n") || !bytes.Contains(readme, []byte("\nmake test ")) {
+		t.Errorf(".ci/run must end with the README's test command, make test")
+	}
+}
+
+// This program compiles in seconds on a cold cache only if it imports
+// nothing but the standard library and internal/buildprogress.
+func TestImportsOnlyTheStandardLibrary(t *testing.T) {
+	out, err := goList(t.Context(), []string{"-deps", "-f", `{{if not .Standard}}{{.ImportPath}}{{end}}`, "."})
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(out)
+	want := []string{"github.com/latchcsi/latch/hack/buildprogress", "github.com/latchcsi/latch/internal/buildprogress"}
+	if !slices.Equal(out, want) {
+		t.Errorf("non-standard dependencies = %q, want %q", out, want)
+	}
+}
+
+// module writes a module with a library, a test-only helper package and a
+// command, and changes into it.
+func module(t *testing.T, lib string) {
+	t.Helper()
+	dir := t.TempDir()
+	for name, text := range map[string]string{
+		"go.mod":              "module example.com/m\n\ngo 1.26\n",
+		"lib/lib.go":          lib,
+		"lib/lib_test.go":     "package lib\n\nimport \"testing\"\n\nfunc TestAnswer(t *testing.T) {}\n",
+		"lib/x_test.go":       "package lib_test\n\nimport (\n\t\"testing\"\n\n\t\"example.com/m/helper\"\n)\n\nfunc TestX(t *testing.T) { helper.Help() }\n",
+		"helper/helper.go":    "package helper\n\nfunc Help() {}\n",
+		"onlytests/x_test.go": "package onlytests\n\nimport \"testing\"\n\nfunc TestY(t *testing.T) {}\n",
+		"cmd/app/main.go":     "package main\n\nimport \"example.com/m/lib\"\n\nfunc main() { println(lib.Answer()) }\n",
+	} {
+		p := filepath.Join(dir, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Chdir(dir)
+}
+
+// What make test compiles before go test: the packages and everything
+// their tests import (helper is imported by a test only), never a test
+// variant, a test main or a command (which go build would link).
+func TestTestDeps(t *testing.T) {
+	module(t, "package lib\n\nfunc Answer() int { return 42 }\n")
+	deps, err := testDeps(t.Context(), nil, []string{"./..."})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"example.com/m/lib", "example.com/m/helper", "testing", "runtime"} {
+		if !slices.Contains(deps, want) {
+			t.Errorf("testDeps lacks %q: %q", want, deps)
+		}
+	}
+	for _, d := range deps {
+		if strings.Contains(d, ".test") || strings.Contains(d, " ") || d == "example.com/m/cmd/app" || d == "example.com/m/onlytests" {
+			t.Errorf("testDeps has %q (a test variant, test main, command or test-only package)", d)
+		}
+	}
+}
+
+// make test: go test's standard output passes through unchanged and its
+// exit code is make's; a package that does not compile does not stop the
+// run (go test reports it, as it always did).
+func TestRunTestMode(t *testing.T) {
+	module(t, "package lib\n\nfunc Answer() int { return undefinedThing }\n")
+	var stdout, stderr bytes.Buffer
+	code := run([]string{"test", "-label", "make test", "--", "go", "test", "-count=1", "./..."}, &stdout, &stderr)
+	if code != 1 {
+		t.Errorf("exit code %d, want go test's 1", code)
+	}
+	for _, want := range []string{"FAIL\texample.com/m/lib [build failed]\n", "ok  \texample.com/m/onlytests\t"} {
+		if !strings.Contains(stdout.String(), want) {
+			t.Errorf("stdout lacks %q:\n%s", want, stdout.String())
+		}
+	}
+	for _, want := range []string{
+		"make test: compiling the ",
+		"undefinedThing",
+		"make test: some packages did not compile (above); go test runs anyway and reports them\n",
+		"make test: go test -count=1 ./...\n",
+	} {
+		if !strings.Contains(stderr.String(), want) {
+			t.Errorf("stderr lacks %q:\n%s", want, stderr.String())
+		}
+	}
+	if strings.Contains(stdout.String(), "make test:") {
+		t.Errorf("progress lines on stdout:\n%s", stdout.String())
+	}
+}
+
+// make demo: a build that fails stops before the command, with go's error.
+func TestRunBuildModeStopsOnError(t *testing.T) {
+	module(t, "package lib\n\nfunc Answer() int { return undefinedThing }\n")
+	var stdout, stderr bytes.Buffer
+	marker := filepath.Join(t.TempDir(), "ran")
+	code := run([]string{"build", "-label", "make demo", "-o", filepath.Join(t.TempDir(), "app"), "./cmd/app", "--", "touch", marker}, &stdout, &stderr)
+	if code != 1 {
+		t.Errorf("exit code %d, want 1", code)
+	}
+	if _, err := os.Stat(marker); err == nil {
+		t.Errorf("the command ran after a failed build")
+	}
+	if !strings.Contains(stderr.String(), "undefinedThing") || !strings.Contains(stderr.String(), "make demo: build failed after ") {
+		t.Errorf("stderr lacks go's error and the failure line:\n%s", stderr.String())
+	}
+}
