@@ -108,7 +108,7 @@ func buildWithProgress(w io.Writer, dir, importPath, out string, flags []string)
 	where := "latch's module"
 	if dir != "" {
 		where = dir
-		if rel, err := filepath.Rel(filepath.Join(upstreamRoot(), "..", ".."), dir); err == nil {
+		if rel, err := filepath.Rel(filepath.Join(upstreamRoot(), "..", ".."), dir); err == nil && !strings.HasPrefix(rel, "..") {
 			where = rel
 		}
 	}
