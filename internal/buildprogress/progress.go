@@ -96,7 +96,7 @@ func (p *Progress) Tick(now time.Time) (string, bool) {
 func (p *Progress) Done(now time.Time, err error) string {
 	elapsed := p.elapsed(now)
 	if err != nil {
-		return fmt.Sprintf("%s: build failed after %s (%d packages compiled): %v", p.Label, elapsed, p.done, err)
+		return fmt.Sprintf("%s: build failed after %s (%s compiled): %v", p.Label, elapsed, packages(p.done), err)
 	}
 	if p.done == 0 {
 		return fmt.Sprintf("%s: done in %s (no package to compile: all in the Go build cache)", p.Label, elapsed)
@@ -106,11 +106,11 @@ func (p *Progress) Done(now time.Time, err error) string {
 
 func (p *Progress) line(now time.Time) string {
 	p.lastPrint, p.printed = now, p.done
-	count := fmt.Sprintf("%d packages", p.done)
+	count := packages(p.done)
 	if p.total > 0 {
 		count = fmt.Sprintf("%d/%d packages", min(p.done, p.total), p.total)
 	}
-	phase := "loading packages, checking the Go build cache"
+	phase := "checking the Go build cache / linking"
 	switch {
 	case p.last != "" && p.isMain(p.last):
 		phase = "compiling and linking " + p.last
@@ -118,6 +118,13 @@ func (p *Progress) line(now time.Time) string {
 		phase = "compiling " + p.last
 	}
 	return fmt.Sprintf("%s: [%s] %s, %s", p.Label, count, phase, p.elapsed(now))
+}
+
+func packages(n int) string {
+	if n == 1 {
+		return "1 package"
+	}
+	return fmt.Sprintf("%d packages", n)
 }
 
 func (p *Progress) isMain(pkg string) bool {

@@ -85,14 +85,14 @@ func TestProgressWarmAndFailed(t *testing.T) {
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	p := &Progress{Label: "kube-scheduler"}
 	p.Start(t0, "building")
-	if l, ok := p.Tick(t0.Add(10 * time.Second)); !ok || l != "kube-scheduler: [0 packages] loading packages, checking the Go build cache, 10s" {
+	if l, ok := p.Tick(t0.Add(10 * time.Second)); !ok || l != "kube-scheduler: [0 packages] checking the Go build cache / linking, 10s" {
 		t.Errorf("heartbeat with nothing compiled = %q, %v", l, ok)
 	}
 	if got := p.Done(t0.Add(12*time.Second), nil); got != "kube-scheduler: done in 12s (no package to compile: all in the Go build cache)" {
 		t.Errorf("Done warm = %q", got)
 	}
 	p.Package(t0.Add(13*time.Second), "example.com/broken")
-	if got := p.Done(t0.Add(14*time.Second), errString("exit status 1")); got != "kube-scheduler: build failed after 14s (1 packages compiled): exit status 1" {
+	if got := p.Done(t0.Add(14*time.Second), errString("exit status 1")); got != "kube-scheduler: build failed after 14s (1 package compiled): exit status 1" {
 		t.Errorf("Done failed = %q", got)
 	}
 }
