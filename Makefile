@@ -25,7 +25,7 @@ build:
 # kube-apiserver, and the real kube-scheduler, kube-controller-manager and
 # kubelet): they say so in one line, then hack/buildprogress (standard
 # library only, built first with go build -v so even its own compile shows)
-# prints "[n/N packages] compiling <pkg>, <elapsed>" at least every 10 s.
+# prints "[n/N packages] compiling <pkg>, <elapsed>" every 5 to 10 s.
 PROGRESS := $(BIN_DIR)/buildprogress
 BUILD_PROGRESS := mkdir -p $(BIN_DIR) && $(GO) build -v -o $(PROGRESS) ./hack/buildprogress
 COLD := tens of minutes on 2 cores with an empty Go build cache, seconds when warm
