@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"fmt"
+	"math"
 	"net"
 	"os"
 	"path/filepath"
@@ -12,9 +13,12 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
+	"github.com/latchcsi/latch/internal/csimock"
 	"github.com/latchcsi/latch/internal/stack"
+	"github.com/latchcsi/latch/internal/testsupport"
 )
 
 // The volumes created at start, past the pre-attached ones.
@@ -51,7 +55,10 @@ func (e *scaleEnv) attacherColdStart(ctx context.Context) error {
 		return err
 	}
 	p, err := startScaleProc("csi-attacher", e.cfg.AttacherBinary, filepath.Join(e.cfg.LogDir, "csi-attacher.log"), nil,
-		"--csi-address=unix://"+w.socket, "--kubeconfig="+e.cfg.Kubeconfig)
+		"--csi-address=unix://"+w.socket, "--kubeconfig="+e.cfg.Kubeconfig,
+		// The first ListVolumes reconcile runs when the writes window
+		// ends, in pages of 500 (measured by listVolumesReconcile).
+		"--reconcile-sync="+e.sz.WritesWindow.String(), fmt.Sprintf("--max-entries=%d", scaleMaxEntries))
 	if err != nil {
 		return err
 	}
@@ -67,6 +74,9 @@ func (e *scaleEnv) attacherColdStart(ctx context.Context) error {
 	e.restUntil(ctx, p)
 	after, err := e.writeSnapshot(ctx, nil)
 	if err != nil {
+		return err
+	}
+	if err := e.listVolumesReconcile(ctx, p); err != nil {
 		return err
 	}
 	var others int
@@ -230,6 +240,9 @@ func (e *scaleEnv) controllerColdStart(ctx context.Context, which string) error 
 	e.rep.Figures[prefix+"controller_cpu_s_first_window"] = round2(u.CPUSeconds)
 	e.rep.Figures[prefix+"controller_writes_first_minute"] = d.Total()
 	e.rep.Figures[prefix+"controller_writes_first_window_by_kind"] = d
+	if err := e.idle(ctx, p, prefix); err != nil {
+		return err
+	}
 	unpublishes := len(w.driverMock.CallsTo("ControllerUnpublishVolume")) - unpublishesBefore
 	e.rep.check(which+": no ControllerUnpublish", "0", fmt.Sprint(unpublishes), unpublishes == 0)
 	deletes := 0
@@ -296,4 +309,92 @@ func (e *scaleEnv) readyInProcessAttacher(ctx context.Context, probe int) (*writ
 		return nil, nil, err
 	}
 	return counter, stop, nil
+}
+
+// idle measures p's CPU over IdleWindow with nothing changing, and the API
+// requests the API server served meanwhile (all verbs, every client: the
+// harness and the kubelet stand-in are idle, the in-process csi-attacher
+// too unless it resyncs).
+func (e *scaleEnv) idle(ctx context.Context, p *scaleProc, prefix string) error {
+	before, err := apiRequests(ctx, e.admin)
+	if err != nil {
+		return err
+	}
+	u0 := p.usage()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(e.sz.IdleWindow):
+	}
+	if err := p.alive(); err != nil {
+		return err
+	}
+	u1 := p.usage()
+	after, err := apiRequests(ctx, e.admin)
+	if err != nil {
+		return err
+	}
+	win := e.sz.IdleWindow.Seconds()
+	e.rep.Figures[prefix+"controller_idle_cpu_percent"] = round2(100 * (u1.CPUSeconds - u0.CPUSeconds) / win)
+	e.rep.Figures[prefix+"idle_api_requests_per_minute"] = round2(float64(after-before) * 60 / win)
+	e.rep.Figures[prefix+"controller_idle_rss_mb"] = round2(float64(u1.PeakRSSBytes) / (1 << 20))
+	return nil
+}
+
+// apiRequests is the sum of the API server's apiserver_request_total.
+func apiRequests(ctx context.Context, client kubernetes.Interface) (int, error) {
+	raw, err := client.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("read the API server's metrics: %w", err)
+	}
+	samples, err := testsupport.ParseText(raw)
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, s := range samples.Find("apiserver_request_total", nil) {
+		n += int(s.Value)
+	}
+	return n, nil
+}
+
+// scaleMaxEntries is csi-attacher's --max-entries in the scale run.
+const scaleMaxEntries = 500
+
+// listVolumesReconcile waits for csi-attacher's first ListVolumes
+// reconcile (every page of it) and records its wall time, from the first
+// page's start to the last page's end in the driver's call log, and the
+// attacher's CPU over it (sampled when the first page is seen and after
+// the last, so it includes up to 50 ms either side).
+func (e *scaleEnv) listVolumesReconcile(ctx context.Context, p *scaleProc) error {
+	w := e.w
+	// The seeded volumes and the one published at start.
+	pages := (w.volumes + 1 + scaleMaxEntries - 1) / scaleMaxEntries
+	var u0 Usage
+	err := p.waitUntil(ctx, e.sz.WritesWindow+e.sz.ActionTimeout, "the first ListVolumes page", func(context.Context) bool {
+		if len(w.driverMock.CallsTo("ListVolumes")) > 0 {
+			u0 = p.usage()
+			return true
+		}
+		return false
+	})
+	if err != nil {
+		return err
+	}
+	var calls []csimock.Call
+	err = p.waitUntil(ctx, e.sz.ActionTimeout, fmt.Sprintf("%d ListVolumes pages", pages), func(context.Context) bool {
+		calls = w.driverMock.CallsTo("ListVolumes")
+		return len(calls) >= pages && !calls[pages-1].End.IsZero()
+	})
+	if err != nil {
+		return err
+	}
+	u1 := p.usage()
+	wall := calls[pages-1].End.Sub(calls[0].Start)
+	// Milliseconds matter here: a few pages take well under 10 ms.
+	e.rep.Figures["listvolumes_reconcile_wall_s"] = math.Round(wall.Seconds()*1000) / 1000
+	e.rep.Figures["listvolumes_reconcile_cpu_s"] = round2(u1.CPUSeconds - u0.CPUSeconds)
+	e.rep.Figures["listvolumes_reconcile_pages"] = pages
+	e.rep.Figures["listvolumes_max_entries"] = scaleMaxEntries
+	return nil
 }

@@ -42,7 +42,7 @@ func (r *ScaleReport) PrintTable(out io.Writer) {
 	for _, k := range []string{
 		"controller_ready_s", "controller_rebuilt_s", "controller_first_action_s", "controller_attached_s",
 		"controller_peak_rss_mb", "controller_cpu_s_first_window", "controller_writes_first_minute",
-		"controller_idle_cpu_percent", "recovery_p99_s", "recovery_double_attached",
+		"controller_idle_cpu_percent", "controller_idle_rss_mb", "idle_api_requests_per_minute", "recovery_p99_s", "recovery_double_attached",
 	} {
 		fmt.Fprintf(out, "%-34s %14s %14s\n", k, show(r.Figures[k]), show(r.Figures["kcm_"+k]))
 	}
@@ -76,6 +76,9 @@ func show(v any) string {
 	case nil:
 		return "-"
 	case float64:
+		if x != 0 && x < 0.1 {
+			return fmt.Sprintf("%.3f", x)
+		}
 		return fmt.Sprintf("%.2f", x)
 	default:
 		return fmt.Sprint(x)

@@ -66,8 +66,9 @@ func TestScaleSmallColdStartsDetachNothingPublishNothingAttachedAndActFirst(t *t
 	}
 	measured := map[string]bool{
 		"nodes": true, "volumes": true, "controller_ready_s": true, "controller_first_action_s": true,
-		"controller_peak_rss_mb": true, "controller_writes_first_minute": true,
+		"controller_peak_rss_mb": true, "controller_writes_first_minute": true, "controller_idle_cpu_percent": true,
 		"attacher_ready_s": true, "attacher_peak_rss_mb": true, "attacher_publishes_at_start": true,
+		"listvolumes_reconcile_wall_s": true, "listvolumes_reconcile_cpu_s": true,
 	}
 	for _, k := range ScaleRequiredKeys {
 		names := []string{k.Name}

@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/latchcsi/latch/internal/attacher/decide"
 	"github.com/latchcsi/latch/internal/csimock"
 	"github.com/latchcsi/latch/internal/kube"
 	"github.com/latchcsi/latch/internal/kube/kubenames"
@@ -179,7 +180,10 @@ func (w *scaleWorld) createVolume(ctx context.Context, i int, attached bool) err
 	va := newVA(w.va(i), w.driver, w.pv(i), w.node(i))
 	va.Labels = labels
 	va.Finalizers = []string{kube.AttacherFinalizer(w.driver)}
-	va.Annotations = map[string]string{kube.VANodeIDAnnotation: stack.NodeID(w.node(i))}
+	// As csi-attacher leaves an attached VA (a failover, not the first
+	// start after the swap from upstream's external-attacher, which adds
+	// the volume-handle annotation to every VA once: docs/scale.md).
+	va.Annotations = map[string]string{kube.VANodeIDAnnotation: stack.NodeID(w.node(i)), decide.AnnVolumeHandle: w.pv(i)}
 	cva, err := w.client.StorageV1().VolumeAttachments().Create(ctx, va, metav1.CreateOptions{})
 	if err != nil {
 		return err
