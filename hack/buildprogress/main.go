@@ -52,10 +52,14 @@ func run(args []string, stdout, stderr io.Writer) int {
 		flags = []string{"-tags", *tags}
 	}
 	// Ctrl-C reaches the whole process group: the go command stops by
-	// itself, and so does the command run after it; this program waits.
+	// itself, and so does the command run after it; this program waits for
+	// them. (Caught, not ignored: an ignored signal would stay ignored in
+	// the children.) SIGTERM sent to this program alone is passed on as an
+	// interrupt (buildprogress.Build, RunTest).
+	interrupts := make(chan os.Signal, 1)
+	signal.Notify(interrupts, os.Interrupt)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
 	defer stop()
-	signal.Ignore(syscall.SIGINT)
 
 	switch mode {
 	case "build":
@@ -70,7 +74,6 @@ func run(args []string, stdout, stderr io.Writer) int {
 		if len(then) == 0 {
 			return 0
 		}
-		signal.Reset(syscall.SIGINT)
 		path, err := exec.LookPath(then[0])
 		if err == nil {
 			err = syscall.Exec(path, then, os.Environ())

@@ -69,6 +69,7 @@ func RunTest(ctx context.Context, label string, argv, pkgs []string, stdout, std
 	}
 	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
 	cmd.Stderr = stderr
+	interruptOnCancel(cmd)
 	pipe, err := cmd.StdoutPipe()
 	if err != nil {
 		return err

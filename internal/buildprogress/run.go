@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"os"
 	"os/exec"
 	"strings"
 	"time"
@@ -101,6 +102,7 @@ func watchLines(ctx context.Context, dir string, args []string, stdout io.Writer
 	cmd := exec.CommandContext(ctx, "go", args...)
 	cmd.Dir = dir
 	cmd.Stdout = stdout
+	interruptOnCancel(cmd)
 	pipe, err := cmd.StderrPipe()
 	if err != nil {
 		return err
@@ -142,4 +144,12 @@ func shorten(args []string) string {
 		return strings.Join(args, " ")
 	}
 	return fmt.Sprintf("%s ... (%d more)", strings.Join(args[:8], " "), len(args)-8)
+}
+
+// interruptOnCancel makes a cancelled context interrupt the command, as
+// Ctrl-C would (go test passes it on to the test binary, which ends its
+// tests), and kill it only if it has not ended 30 s later.
+func interruptOnCancel(cmd *exec.Cmd) {
+	cmd.Cancel = func() error { return cmd.Process.Signal(os.Interrupt) }
+	cmd.WaitDelay = 30 * time.Second
 }

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // module writes a tiny module (stdlib only: it compiles in a second) with
@@ -89,5 +90,24 @@ func TestRunTestPassesOutputAndExitCode(t *testing.T) {
 	}
 	if stderr.String() != "oops\n" {
 		t.Errorf("stderr = %q, want the command's own", stderr.String())
+	}
+}
+
+// SIGTERM to make's progress printer (a cancelled context) interrupts go
+// test as Ctrl-C would, so it can end its test binaries, instead of
+// killing it and leaving them running.
+func TestRunTestInterruptsOnCancel(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	time.AfterFunc(500*time.Millisecond, cancel)
+	var stdout, stderr bytes.Buffer
+	script := `trap 'kill $!; echo interrupted; exit 7' INT; echo started; sleep 20 & wait`
+	start := time.Now()
+	err := RunTest(ctx, "make test", []string{"sh", "-c", script}, []string{"std"}, &stdout, &stderr)
+	if err == nil || time.Since(start) > 10*time.Second {
+		t.Fatalf("RunTest = %v after %s, want an error within seconds", err, time.Since(start))
+	}
+	if stdout.String() != "started\ninterrupted\n" {
+		t.Errorf("stdout = %q, want the command's trap of SIGINT to have run", stdout.String())
 	}
 }
