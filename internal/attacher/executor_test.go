@@ -8,6 +8,7 @@ import (
 	"reflect"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -90,7 +91,7 @@ func newExecFixture(t *testing.T, objs ...runtime.Object) *execFixture {
 	}
 	t.Cleanup(func() { csiClient.Close() })
 
-	client, tracker := newRVClientset()
+	client, tracker, watches := newWatchedRVClientset()
 	for _, o := range objs {
 		if err := tracker.Add(o); err != nil {
 			t.Fatal(err)
@@ -115,13 +116,24 @@ func newExecFixture(t *testing.T, objs ...runtime.Object) *execFixture {
 			t.Fatalf("cache of %v did not sync", typ)
 		}
 	}
+	// Tests delete objects in the tracker and wait for the informers to
+	// see it: only after their watches run.
+	for _, resource := range []string{"volumeattachments", "persistentvolumes"} {
+		select {
+		case <-watches.watching(resource):
+		case <-ctx.Done():
+			t.Fatalf("no informer watches %s", resource)
+		}
+	}
 	client.ClearActions()
 	return &execFixture{t: t, ctx: ctx, client: client, tracker: tracker, ctrl: ctrl, driver: driver, recorder: recorder,
 		vaStore: factory.Storage().V1().VolumeAttachments().Informer().GetStore(), pvStore: factory.Core().V1().PersistentVolumes().Informer().GetStore()}
 }
 
-// newRVClientset is fake.NewSimpleClientset over a VersionedTracker.
-func newRVClientset() (*fake.Clientset, *kubetest.VersionedTracker) {
+// newWatchedRVClientset is fake.NewSimpleClientset over a
+// VersionedTracker, and says when each resource's watch started.
+func newWatchedRVClientset() (*fake.Clientset, *kubetest.VersionedTracker, *watchLog) {
+	watches := &watchLog{}
 	tracker := &kubetest.VersionedTracker{ObjectTracker: clienttesting.NewObjectTracker(scheme.Scheme, scheme.Codecs.UniversalDecoder())}
 	cs := &fake.Clientset{}
 	cs.AddReactor("*", "*", clienttesting.ObjectReaction(tracker))
@@ -134,10 +146,48 @@ func newRVClientset() (*fake.Clientset, *kubetest.VersionedTracker) {
 		if err != nil {
 			return false, nil, err
 		}
+		watches.record(action.GetResource().Resource)
 		return true, w, nil
 	})
-	return cs, tracker
+	return cs, tracker, watches
 }
+
+// watchLog records which resources a fake clientset's informers watch, so
+// a fixture can wait until an informer's watch runs: a synced cache only
+// says its List returned, and an object the test deletes before the Watch
+// starts would never leave the cache.
+type watchLog struct {
+	mu      sync.Mutex
+	started map[string]chan struct{}
+}
+
+func (l *watchLog) ch(resource string) chan struct{} {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.started == nil {
+		l.started = map[string]chan struct{}{}
+	}
+	ch, ok := l.started[resource]
+	if !ok {
+		ch = make(chan struct{})
+		l.started[resource] = ch
+	}
+	return ch
+}
+
+func (l *watchLog) record(resource string) {
+	ch := l.ch(resource)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	select {
+	case <-ch:
+	default:
+		close(ch)
+	}
+}
+
+// watching is closed once an informer watches resource.
+func (l *watchLog) watching(resource string) <-chan struct{} { return l.ch(resource) }
 
 // apiWrite is one mutating API call the controller made.
 type apiWrite struct {
