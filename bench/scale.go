@@ -42,6 +42,9 @@ type ScaleSizes struct {
 	// WritesWindow is how long after a start the components' API writes
 	// are counted (the issue's "first minute"; shorter for small runs).
 	WritesWindow time.Duration `json:"writesWindow"`
+	// MaxEntries is csi-attacher's --max-entries, the page size of its
+	// ListVolumes reconcile (0: 500).
+	MaxEntries int `json:"maxEntries"`
 	// IdleWindow is how long each controller's idle CPU and API requests
 	// are measured, after its writes window, with nothing changing.
 	IdleWindow time.Duration `json:"idleWindow"`
@@ -129,6 +132,9 @@ func RunScale(ctx context.Context, cfg ScaleConfig) (*ScaleReport, error) {
 			return nil, err
 		}
 		cfg.Sizes = s
+	}
+	if cfg.Sizes.MaxEntries <= 0 {
+		cfg.Sizes.MaxEntries = 500
 	}
 	if cfg.RunID == "" {
 		b := make([]byte, 3)

@@ -57,8 +57,8 @@ func (e *scaleEnv) attacherColdStart(ctx context.Context) error {
 	p, err := startScaleProc("csi-attacher", e.cfg.AttacherBinary, filepath.Join(e.cfg.LogDir, "csi-attacher.log"), nil,
 		"--csi-address=unix://"+w.socket, "--kubeconfig="+e.cfg.Kubeconfig,
 		// The first ListVolumes reconcile runs when the writes window
-		// ends, in pages of 500 (measured by listVolumesReconcile).
-		"--reconcile-sync="+e.sz.WritesWindow.String(), fmt.Sprintf("--max-entries=%d", scaleMaxEntries))
+		// ends, in pages of MaxEntries (measured by listVolumesReconcile).
+		"--reconcile-sync="+e.sz.WritesWindow.String(), fmt.Sprintf("--max-entries=%d", e.sz.MaxEntries))
 	if err != nil {
 		return err
 	}
@@ -358,9 +358,6 @@ func apiRequests(ctx context.Context, client kubernetes.Interface) (int, error) 
 	return n, nil
 }
 
-// scaleMaxEntries is csi-attacher's --max-entries in the scale run.
-const scaleMaxEntries = 500
-
 // listVolumesReconcile waits for csi-attacher's first ListVolumes
 // reconcile (every page of it) and records its wall time, from the first
 // page's start to the last page's end in the driver's call log, and the
@@ -369,7 +366,7 @@ const scaleMaxEntries = 500
 func (e *scaleEnv) listVolumesReconcile(ctx context.Context, p *scaleProc) error {
 	w := e.w
 	// The seeded volumes and the one published at start.
-	pages := (w.volumes + 1 + scaleMaxEntries - 1) / scaleMaxEntries
+	pages := (w.volumes + 1 + e.sz.MaxEntries - 1) / e.sz.MaxEntries
 	var u0 Usage
 	err := p.waitUntil(ctx, e.sz.WritesWindow+e.sz.ActionTimeout, "the first ListVolumes page", func(context.Context) bool {
 		if len(w.driverMock.CallsTo("ListVolumes")) > 0 {
@@ -395,6 +392,6 @@ func (e *scaleEnv) listVolumesReconcile(ctx context.Context, p *scaleProc) error
 	e.rep.Figures["listvolumes_reconcile_wall_s"] = math.Round(wall.Seconds()*1000) / 1000
 	e.rep.Figures["listvolumes_reconcile_cpu_s"] = round2(u1.CPUSeconds - u0.CPUSeconds)
 	e.rep.Figures["listvolumes_reconcile_pages"] = pages
-	e.rep.Figures["listvolumes_max_entries"] = scaleMaxEntries
+	e.rep.Figures["listvolumes_max_entries"] = e.sz.MaxEntries
 	return nil
 }
