@@ -44,7 +44,7 @@ func TestFailingPVFinalizerRemovalIsLoggedAndRetriedUntilRemoved(t *testing.T) {
 		}
 		return err == nil && !slices.Contains(obj.Finalizers, ourFinalizer), err
 	})
-	if got := tr.Count("PATCH persistentvolumes") - before; got != 3 {
+	if got := recorded(e, tr, "PATCH persistentvolumes", before+3) - before; got != 3 {
 		t.Errorf("PV finalizer removals = %d, want 3 (two refused, then the one that took)", got)
 	}
 	if line := logs.find(fmt.Sprintf("remove finalizer from PersistentVolume %q", pv), refusal); line == "" {
@@ -71,7 +71,7 @@ func TestTrivialModeRefusedStatusWriteIsRetriedUntilAttached(t *testing.T) {
 	e.createVA(e.newVA(vaName, pv, e.node))
 
 	va := e.waitAttached(vaName, 30*time.Second)
-	if got := tr.Count("PATCH volumeattachments/status"); got != 3 {
+	if got := recorded(e, tr, "PATCH volumeattachments/status", 3); got != 3 {
 		t.Errorf("status writes = %d, want 3 (two refused, then attached)", got)
 	}
 	if va.Status.AttachError != nil || len(va.Finalizers) != 0 {
@@ -90,4 +90,16 @@ func logLines(l *errorLog) []string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return slices.Clone(l.lines)
+}
+
+// recorded waits until tr has recorded at least want writes of key and
+// returns the count then: a test can see the object change before the
+// writer's client has read the API server's answer, which is when the
+// transport records the write.
+func recorded(e *env, tr *testsupport.APITransport, key string, want int) int {
+	e.t.Helper()
+	e.eventually(10*time.Second, fmt.Sprintf("%d %s recorded", want, key), func() (bool, error) {
+		return tr.Count(key) >= want, nil
+	})
+	return tr.Count(key)
 }

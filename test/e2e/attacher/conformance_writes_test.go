@@ -30,7 +30,7 @@ func TestFailedAttachedStatusWriteIsRetriedUntilTheVAIsAttached(t *testing.T) {
 		if got := len(e.driver.CallsTo(publishMethod)); got != 2 {
 			t.Fatalf("run %d: ControllerPublish calls = %d, want 2 (the first, and the retry after the refused status write)", i, got)
 		}
-		if got := tr.Count("PATCH volumeattachments/status"); got != 2 {
+		if got := recorded(e, tr, "PATCH volumeattachments/status", 2); got != 2 {
 			t.Fatalf("run %d: status writes = %d, want 2 (refused, then attached)", i, got)
 		}
 		e.stopAtt()
@@ -48,7 +48,7 @@ func TestRefusedAttachErrorWriteIsRetriedUntilShown(t *testing.T) {
 	tr.Fail(testsupport.Match{Method: "patch", Resource: "volumeattachments/status", Name: vaName}, 2, http.StatusForbidden, "injected: cannot patch status")
 	e.createVA(e.newVA(vaName, pv, e.node))
 	e.waitAttachError(vaName, pv)
-	if got := tr.Count("PATCH volumeattachments/status"); got != 3 {
+	if got := recorded(e, tr, "PATCH volumeattachments/status", 3); got != 3 {
 		t.Errorf("status writes = %d, want 3 (two refused, then the error)", got)
 	}
 	if n := len(e.driver.CallsTo(publishMethod)); n != 0 {
