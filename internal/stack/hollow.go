@@ -6,12 +6,8 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
-	"syscall"
-	"time"
 
 	"github.com/latchcsi/latch/internal/csimock"
 	"github.com/latchcsi/latch/internal/testsupport"
@@ -60,8 +56,8 @@ type HollowNode struct {
 	bin    string
 	args   []string
 	output io.Writer
-	// proc is the running kubelet's process (nil once killed).
-	proc *os.Process
+	// crash SIGKILLs the running kubelet's process.
+	crash func()
 }
 
 // maxSocketPath is the longest unix socket path Linux accepts (108 bytes
@@ -129,36 +125,13 @@ func (h *HollowNode) StartKubelet(ctx context.Context) error {
 			return fmt.Errorf("hollow node %s: the kubelet still runs", h.Name)
 		}
 	}
-	cmd := exec.Command(h.bin, h.args...)
-	cmd.Stdout, cmd.Stderr = h.output, h.output
-	if err := cmd.Start(); err != nil {
+	// hollow-kubelet ends on SIGTERM with status 0, without touching its
+	// Pods or volumes, as a kubelet without graceful node shutdown does.
+	c, crash, err := child(ctx, "hollow-kubelet-"+h.Name, h.output, exitedZero, h.bin, h.args...)
+	if err != nil {
 		return fmt.Errorf("hollow node %s: start hollow-kubelet: %w", h.Name, err)
 	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	h.proc = cmd.Process
-	h.Kubelet = Go(ctx, "hollow-kubelet-"+h.Name, func(ctx context.Context) error {
-		select {
-		case err := <-exited:
-			return fmt.Errorf("exited early: %v", err)
-		case <-ctx.Done():
-		}
-		// hollow-kubelet ends on SIGTERM without touching its Pods or
-		// volumes, as a kubelet without graceful node shutdown does.
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case err := <-exited:
-			var exit *exec.ExitError
-			if err != nil && (!errors.As(err, &exit) || exit.ExitCode() != 0) {
-				return fmt.Errorf("exited after SIGTERM: %v", err)
-			}
-		case <-time.After(30 * time.Second):
-			_ = cmd.Process.Kill()
-			<-exited
-			return errors.New("killed: did not exit within 30s of SIGTERM")
-		}
-		return ctx.Err()
-	})
+	h.Kubelet, h.crash = c, crash
 	return nil
 }
 
@@ -175,13 +148,10 @@ func (h *HollowNode) StopKubelet() error {
 // KillKubelet kills the kubelet (SIGKILL) and waits for it to be gone: a
 // kubelet that stops reporting at once. The node endpoint keeps serving.
 func (h *HollowNode) KillKubelet() error {
-	if h.Kubelet == nil || h.proc == nil {
+	if h.Kubelet == nil || h.crash == nil {
 		return fmt.Errorf("hollow node %s: no kubelet to kill", h.Name)
 	}
-	if err := h.proc.Kill(); err != nil && !errors.Is(err, os.ErrProcessDone) {
-		return fmt.Errorf("hollow node %s: kill the kubelet: %w", h.Name, err)
-	}
-	h.Kubelet.Kill()
+	h.crash()
 	<-h.Kubelet.Exited()
 	return nil
 }
