@@ -191,7 +191,7 @@ func RunScale(ctx context.Context, cfg ScaleConfig) (*ScaleReport, error) {
 		rep.Figures["control_plane_peak_rss_mb"] = round2(float64(u.PeakRSSBytes) / (1 << 20))
 	}
 	rep.Notes = append(rep.Notes,
-		"not measured by this harness yet: the steady state's trickle (1 Pod created and 1 deleted per second), the recovery burst (recovery_*; their keys are null), the ListVolumes reconcile at --max-entries 1000 unless --max-entries says so")
+		"not measured by this harness yet: the steady state's trickle (1 Pod created and 1 deleted per second), the recovery burst (recovery_*; their keys are null), the per-object heap benchmark")
 	return rep, err
 }
 
