@@ -82,7 +82,7 @@ func creator(va *storagev1.VolumeAttachment) string {
 			continue
 		}
 		var fields map[string]json.RawMessage
-		if err := json.Unmarshal(e.FieldsV1.Raw, &fields); err != nil {
+		if err := json.Unmarshal(e.FieldsV1.GetRawBytes(), &fields); err != nil {
 			continue
 		}
 		if _, ok := fields["f:spec"]; ok {

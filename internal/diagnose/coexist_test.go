@@ -26,9 +26,9 @@ func createdBy(name, manager string, age time.Duration) *storagev1.VolumeAttachm
 	later := ago(age - time.Second)
 	va.ManagedFields = []metav1.ManagedFieldsEntry{
 		{Manager: manager, Operation: metav1.ManagedFieldsOperationUpdate, APIVersion: "storage.k8s.io/v1", Time: &t,
-			FieldsType: "FieldsV1", FieldsV1: &metav1.FieldsV1{Raw: []byte(specFields)}},
+			FieldsType: "FieldsV1", FieldsV1: metav1.NewFieldsV1(specFields)},
 		{Manager: kube.AttacherFieldManager, Operation: metav1.ManagedFieldsOperationUpdate, APIVersion: "storage.k8s.io/v1", Time: &later,
-			FieldsType: "FieldsV1", FieldsV1: &metav1.FieldsV1{Raw: []byte(metaFields)}},
+			FieldsType: "FieldsV1", FieldsV1: metav1.NewFieldsV1(metaFields)},
 	}
 	return va
 }

@@ -132,10 +132,10 @@ func CoexistWatermark(w time.Time, created time.Time, fields []metav1.ManagedFie
 func fieldOwner(entries []metav1.ManagedFieldsEntry, subresource string, path ...string) (metav1.ManagedFieldsEntry, bool) {
 	last := []byte(`"` + path[len(path)-1] + `"`)
 	for _, e := range entries {
-		if e.Subresource != subresource || e.FieldsV1 == nil || !bytes.Contains(e.FieldsV1.Raw, last) {
+		if e.Subresource != subresource || e.FieldsV1 == nil || !bytes.Contains(e.FieldsV1.GetRawBytes(), last) {
 			continue
 		}
-		if hasField(e.FieldsV1.Raw, path) {
+		if hasField(e.FieldsV1.GetRawBytes(), path) {
 			return e, true
 		}
 	}

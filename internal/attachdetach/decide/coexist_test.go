@@ -31,7 +31,7 @@ var (
 func mfEntry(manager, subresource, fields string, at time.Time) metav1.ManagedFieldsEntry {
 	return metav1.ManagedFieldsEntry{
 		Manager: manager, Operation: metav1.ManagedFieldsOperationUpdate, Subresource: subresource,
-		Time: &metav1.Time{Time: at}, FieldsType: "FieldsV1", FieldsV1: &metav1.FieldsV1{Raw: []byte(fields)},
+		Time: &metav1.Time{Time: at}, FieldsType: "FieldsV1", FieldsV1: metav1.NewFieldsV1(fields),
 	}
 }
 
