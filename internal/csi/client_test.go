@@ -13,7 +13,6 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
-	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/ktesting"
 )
 
@@ -322,17 +321,7 @@ func TestListVolumes_repeatedTokenIsAnErrorNotALoop(t *testing.T) {
 
 func TestLogging_secretsNeverReachTheLog(t *testing.T) {
 	const secret = "s3cr3t-Passw0rd"
-	logger := ktesting.NewLogger(t, ktesting.NewConfig(ktesting.Verbosity(10), ktesting.BufferLogs(true)))
-	ctx := klog.NewContext(context.Background(), logger)
-	d := &fakeDriver{publishErr: status.Error(codes.Internal, "backend down")}
-	c := connectFake(t, ctx, d, Options{})
-	secrets := map[string]string{"password": secret}
-	_, _ = c.ControllerPublish(ctx, PublishRequest{VolumeID: "vol-1", NodeID: "node-1", Secrets: secrets})
-	d.publishErr = nil
-	_, _ = c.ControllerPublish(ctx, PublishRequest{VolumeID: "vol-1", NodeID: "node-1", Secrets: secrets})
-	_ = c.ControllerUnpublish(ctx, "vol-1", "node-1", secrets)
-
-	logs := logger.GetSink().(ktesting.Underlier).GetBuffer().String()
+	logs := publishUnpublishLogged(t, 10, secret, [3]string{"vol-1", "vol-1", "vol-1"})
 	for _, want := range []string{"Calling CSI driver", "ControllerPublishVolume", "ControllerUnpublishVolume", "vol-1", "***stripped***"} {
 		if !strings.Contains(logs, want) {
 			t.Errorf("log lacks %q; the calls were not logged:\n%s", want, logs)

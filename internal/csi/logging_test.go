@@ -31,17 +31,7 @@ func linesWith(logs string, parts ...string) int {
 // answer once, secrets stripped.
 func TestLogging_eachCallLoggedOnceAtVerbosity5(t *testing.T) {
 	const secret = "s3cr3t-Passw0rd-5"
-	logger := ktesting.NewLogger(t, ktesting.NewConfig(ktesting.Verbosity(5), ktesting.BufferLogs(true)))
-	ctx := klog.NewContext(context.Background(), logger)
-	d := &fakeDriver{publishErr: status.Error(codes.Internal, "backend down")}
-	c := connectFake(t, ctx, d, Options{})
-	secrets := map[string]string{"password": secret}
-	_, _ = c.ControllerPublish(ctx, PublishRequest{VolumeID: "vol-1", NodeID: "node-1", Secrets: secrets})
-	d.publishErr = nil
-	_, _ = c.ControllerPublish(ctx, PublishRequest{VolumeID: "vol-2", NodeID: "node-1", Secrets: secrets})
-	_ = c.ControllerUnpublish(ctx, "vol-3", "node-1", secrets)
-
-	logs := logger.GetSink().(ktesting.Underlier).GetBuffer().String()
+	logs := publishUnpublishLogged(t, 5, secret, [3]string{"vol-1", "vol-2", "vol-3"})
 	for _, want := range []struct {
 		what  string
 		parts []string
@@ -92,4 +82,21 @@ func TestLogging_maxLogLengthCapsRequestAndResponse(t *testing.T) {
 	if strings.Contains(logs, secret) {
 		t.Fatalf("secret value found in the log:\n%s", logs)
 	}
+}
+
+// publishUnpublishLogged makes a publish the fake driver refuses, a
+// publish that succeeds and an unpublish, of vols in that order, each with
+// secret among its secrets, logging at verbosity v, and returns the log.
+func publishUnpublishLogged(t *testing.T, v int, secret string, vols [3]string) string {
+	t.Helper()
+	logger := ktesting.NewLogger(t, ktesting.NewConfig(ktesting.Verbosity(v), ktesting.BufferLogs(true)))
+	ctx := klog.NewContext(context.Background(), logger)
+	d := &fakeDriver{publishErr: status.Error(codes.Internal, "backend down")}
+	c := connectFake(t, ctx, d, Options{})
+	secrets := map[string]string{"password": secret}
+	_, _ = c.ControllerPublish(ctx, PublishRequest{VolumeID: vols[0], NodeID: "node-1", Secrets: secrets})
+	d.publishErr = nil
+	_, _ = c.ControllerPublish(ctx, PublishRequest{VolumeID: vols[1], NodeID: "node-1", Secrets: secrets})
+	_ = c.ControllerUnpublish(ctx, vols[2], "node-1", secrets)
+	return logger.GetSink().(ktesting.Underlier).GetBuffer().String()
 }

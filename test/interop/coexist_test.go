@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"io"
 	"strings"
 	"sync"
 	"testing"
@@ -15,7 +14,6 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 
 	"github.com/latchcsi/latch/internal/attachdetach/controller"
-	"github.com/latchcsi/latch/internal/stack"
 	"github.com/latchcsi/latch/internal/testsupport"
 )
 
@@ -75,25 +73,7 @@ func (w *world) startLatchAD(name string) (*peer, *lockedBuffer) {
 		"--max-wait-for-unmount=" + maxWaitForUnmount.String(),
 		"--coexistence-report-period=" + coexistPeriod.String(),
 	}
-	bin := testsupport.MustBinary(w.t, "cmd/attachdetach-controller")
-	c, err := stack.Process(w.ctx, name, io.MultiWriter(prefixed(w.out, name), out), bin, args...)
-	if err != nil {
-		w.t.Fatal(err)
-	}
-	p := &peer{name: name, args: args, comp: c, metricsURL: "http://" + endpoint + "/metrics"}
-	err = testsupport.Poll(w.ctx, time.Minute, func(ctx context.Context) (bool, error) {
-		select {
-		case <-c.Exited():
-			return false, fmt.Errorf("%s exited: %v", name, c.Result())
-		default:
-		}
-		_, err := testsupport.Scrape(ctx, p.metricsURL)
-		return err == nil, nil
-	})
-	if err != nil {
-		_ = c.Stop()
-		w.t.Fatalf("%s did not serve /metrics: %v (output in %s)", name, err, w.out.Name())
-	}
+	p := w.startLatch(name, "cmd/attachdetach-controller", endpoint, args, out)
 	// /metrics is served before the caches sync: wait for the controller
 	// to run, and one second more, so that what happens next is later
 	// than the initial lists' watermark (managedFields times have

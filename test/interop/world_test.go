@@ -3,6 +3,7 @@ package interop
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -230,11 +231,12 @@ func (w *world) startController(kind adKind, o controllerOptions) *peer {
 	return w.startLatch(name, "cmd/attachdetach-controller", endpoint, args)
 }
 
-// startLatch runs one of latch's binaries and waits for its /metrics.
-func (w *world) startLatch(name, pkg, endpoint string, args []string) *peer {
+// startLatch runs one of latch's binaries and waits for its /metrics. Its
+// output goes to the world's log and to also.
+func (w *world) startLatch(name, pkg, endpoint string, args []string, also ...io.Writer) *peer {
 	w.t.Helper()
 	bin := testsupport.MustBinary(w.t, pkg)
-	c, err := stack.Process(w.ctx, name, prefixed(w.out, name), bin, args...)
+	c, err := stack.Process(w.ctx, name, io.MultiWriter(append([]io.Writer{prefixed(w.out, name)}, also...)...), bin, args...)
 	if err != nil {
 		w.t.Fatal(err)
 	}

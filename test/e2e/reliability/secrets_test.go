@@ -5,11 +5,8 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -144,28 +141,10 @@ func TestControllerPublishSecretsNeverInCsiAttacherLogs_everyLoggingFormatAndCon
 			if err := cluster.WriteKubeconfig(kubeconfig); err != nil {
 				t.Fatal(err)
 			}
-			out := &testsupport.SyncBuffer{}
-			cmd := exec.Command(bin, append([]string{
+			out, stop := startBinary(t, bin, append([]string{
 				"--csi-address=" + e.socket, "--kubeconfig=" + kubeconfig, "-v=10",
 				"--timeout=10s", "--retry-interval-start=100ms", "--retry-interval-max=1s", "--reconcile-sync=0",
 			}, mode.args...)...)
-			cmd.Stdout, cmd.Stderr = out, out
-			if err := cmd.Start(); err != nil {
-				t.Fatal(err)
-			}
-			exited := make(chan error, 1)
-			go func() { exited <- cmd.Wait() }()
-			stop := sync.OnceFunc(func() {
-				_ = cmd.Process.Signal(syscall.SIGTERM)
-				select {
-				case <-exited:
-				case <-time.After(30 * time.Second):
-					_ = cmd.Process.Kill()
-					<-exited
-					t.Errorf("csi-attacher did not exit within 30s of SIGTERM")
-				}
-			})
-			t.Cleanup(stop)
 
 			n1 := e.addNode("n1")
 			a, b := e.volume("a"), e.volume("b")
