@@ -126,14 +126,29 @@ func (h *history) first(match func(change) bool) (change, bool) {
 }
 
 // mustFirst is first that fails the test, naming what was looked for.
+// The history is fed by watches, which trail the GETs a test waits on: a
+// change the test has already seen through a GET may not be recorded
+// yet, so mustFirst waits up to recordLag for it before failing. The
+// watch of one resource delivers its changes in RV order, so the first
+// match recorded is the first there is.
 func (h *history) mustFirst(t *testing.T, what string, match func(change) bool) change {
 	t.Helper()
-	c, ok := h.first(match)
-	if !ok {
-		t.Fatalf("no recorded change: %s", what)
+	deadline := time.Now().Add(recordLag)
+	for {
+		c, ok := h.first(match)
+		if ok {
+			return c
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no recorded change within %s: %s", recordLag, what)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
-	return c
 }
+
+// recordLag bounds how long a watch event may trail the write it reports
+// on the loopback API server of these tests.
+const recordLag = 30 * time.Second
 
 func vaNamed(name string, cond func(*storagev1.VolumeAttachment) bool) func(change) bool {
 	return func(c change) bool {
