@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/latchcsi/latch/internal/testsupport/gomodule"
 )
 
 // The commands a newcomer runs go through this program: make demo, make up
@@ -77,25 +79,14 @@ func TestImportsOnlyTheStandardLibrary(t *testing.T) {
 // command, and changes into it.
 func module(t *testing.T, lib string) {
 	t.Helper()
-	dir := t.TempDir()
-	for name, text := range map[string]string{
-		"go.mod":              "module example.com/m\n\ngo 1.26\n",
+	t.Chdir(gomodule.Write(t, "example.com/m", map[string]string{
 		"lib/lib.go":          lib,
 		"lib/lib_test.go":     "package lib\n\nimport \"testing\"\n\nfunc TestAnswer(t *testing.T) {}\n",
 		"lib/x_test.go":       "package lib_test\n\nimport (\n\t\"testing\"\n\n\t\"example.com/m/helper\"\n)\n\nfunc TestX(t *testing.T) { helper.Help() }\n",
 		"helper/helper.go":    "package helper\n\nfunc Help() {}\n",
 		"onlytests/x_test.go": "package onlytests\n\nimport \"testing\"\n\nfunc TestY(t *testing.T) {}\n",
 		"cmd/app/main.go":     "package main\n\nimport \"example.com/m/lib\"\n\nfunc main() { println(lib.Answer()) }\n",
-	} {
-		p := filepath.Join(dir, name)
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(p, []byte(text), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	t.Chdir(dir)
+	}))
 }
 
 // What make test compiles before go test: the packages and everything

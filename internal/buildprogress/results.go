@@ -1,7 +1,6 @@
 package buildprogress
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"io"
@@ -74,40 +73,16 @@ func RunTest(ctx context.Context, label string, argv, pkgs []string, stdout, std
 	if err != nil {
 		return err
 	}
-	if err := cmd.Start(); err != nil {
+	err = follow(cmd, pipe, func(l string) {
+		_, _ = io.WriteString(stdout, l)
+		r.Line(time.Now(), strings.TrimSuffix(l, "\n"))
+	}, func() {
+		if hb, ok := r.Tick(time.Now()); ok {
+			fmt.Fprintln(stderr, hb)
+		}
+	})
+	if err != nil {
 		return fmt.Errorf("%s: %w", strings.Join(argv, " "), err)
 	}
-	lines := make(chan string)
-	go func() {
-		defer close(lines)
-		rd := bufio.NewReader(pipe)
-		for {
-			l, err := rd.ReadString('\n')
-			if l != "" {
-				lines <- l
-			}
-			if err != nil {
-				return
-			}
-		}
-	}()
-	ticker := time.NewTicker(time.Second)
-	defer ticker.Stop()
-	for {
-		select {
-		case l, ok := <-lines:
-			if !ok {
-				if err := cmd.Wait(); err != nil {
-					return fmt.Errorf("%s: %w", strings.Join(argv, " "), err)
-				}
-				return nil
-			}
-			_, _ = io.WriteString(stdout, l)
-			r.Line(time.Now(), strings.TrimSuffix(l, "\n"))
-		case <-ticker.C:
-			if hb, ok := r.Tick(time.Now()); ok {
-				fmt.Fprintln(stderr, hb)
-			}
-		}
-	}
+	return nil
 }

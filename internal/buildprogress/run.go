@@ -95,9 +95,9 @@ func countDeps(ctx context.Context, dir string, flags, pkgs []string) int {
 	return strings.Count(string(out), "\n")
 }
 
-// watchLines runs go with args, hands each line of its stderr to line
-// (stdout goes to stdout, or is discarded if nil), and calls tick about
-// once a second until the command ends.
+// watchLines runs go with args, hands each line of its stderr (without
+// its newline) to line (stdout goes to stdout, or is discarded if nil),
+// and calls tick about once a second until the command ends.
 func watchLines(ctx context.Context, dir string, args []string, stdout io.Writer, line func(string), tick func()) error {
 	cmd := exec.CommandContext(ctx, "go", args...)
 	cmd.Dir = dir
@@ -107,20 +107,29 @@ func watchLines(ctx context.Context, dir string, args []string, stdout io.Writer
 	if err != nil {
 		return err
 	}
+	return follow(cmd, pipe, func(l string) { line(strings.TrimSuffix(l, "\n")) }, tick)
+}
+
+// follow starts cmd, hands each line read from pipe (one of cmd's output
+// pipes, with its newline if it had one) to line, calls tick about once a
+// second, and returns cmd's exit error once pipe is drained.
+func follow(cmd *exec.Cmd, pipe io.Reader, line func(string), tick func()) error {
 	if err := cmd.Start(); err != nil {
 		return err
 	}
 	lines := make(chan string)
 	go func() {
 		defer close(lines)
-		sc := bufio.NewScanner(pipe)
-		sc.Buffer(make([]byte, 64*1024), 1024*1024)
-		for sc.Scan() {
-			lines <- sc.Text()
+		rd := bufio.NewReader(pipe)
+		for {
+			l, err := rd.ReadString('\n')
+			if l != "" {
+				lines <- l
+			}
+			if err != nil {
+				return
+			}
 		}
-		// A line too long for the scanner: keep draining, or the command
-		// would block writing.
-		_, _ = io.Copy(io.Discard, pipe)
 	}()
 	ticker := time.NewTicker(time.Second)
 	defer ticker.Stop()

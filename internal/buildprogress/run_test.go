@@ -4,33 +4,23 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/latchcsi/latch/internal/testsupport/gomodule"
 )
 
 // module writes a tiny module (stdlib only: it compiles in a second) with
 // a library and a command, and returns its directory.
 func module(t *testing.T, lib string) string {
 	t.Helper()
-	dir := t.TempDir()
-	for name, text := range map[string]string{
-		"go.mod":          "module example.com/m\n\ngo 1.26\n",
+	return gomodule.Write(t, "example.com/m", map[string]string{
 		"lib/lib.go":      lib,
 		"cmd/app/main.go": "package main\n\nimport \"example.com/m/lib\"\n\nfunc main() { println(lib.Answer()) }\n",
-	} {
-		p := filepath.Join(dir, name)
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(p, []byte(text), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return dir
+	})
 }
 
 func TestBuildRunCompilesWithProgress(t *testing.T) {

@@ -3,29 +3,23 @@ package testsupport
 import (
 	"bytes"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/latchcsi/latch/internal/testsupport/gomodule"
 )
 
 // writeModule writes a one-package module (stdlib only) and returns its
 // directory.
 func writeModule(t *testing.T, main string) string {
 	t.Helper()
-	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "go.mod"), []byte("module example.com/tiny\n\ngo 1.26\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "main.go"), []byte(main), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return dir
+	return gomodule.Write(t, "example.com/tiny", map[string]string{"main.go": main})
 }
 
 // latch-local sets a progress writer: a build says what it builds and
 // from where, and how it ended; without one a build prints nothing.
 func TestBuildProgressSaysWhatIsBuilt(t *testing.T) {
-	defer RemoveBinaries()
+	isolateBinaries(t)
 	var progress bytes.Buffer
 	SetBuildProgress(&progress)
 	defer SetBuildProgress(nil)
@@ -58,7 +52,7 @@ func TestBuildProgressSaysWhatIsBuilt(t *testing.T) {
 // A failed build's error carries go's compile error (not only the progress
 // output), as the silent build's does.
 func TestBuildProgressErrorCarriesGoOutput(t *testing.T) {
-	defer RemoveBinaries()
+	isolateBinaries(t)
 	var progress bytes.Buffer
 	SetBuildProgress(&progress)
 	defer SetBuildProgress(nil)
