@@ -3,14 +3,19 @@ package testsupport
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
 	"path"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
+	"syscall"
 
 	"github.com/latchcsi/latch/internal/buildprogress"
 )
@@ -19,8 +24,12 @@ import (
 const Module = "github.com/latchcsi/latch"
 
 var builds struct {
-	mu   sync.Mutex
+	mu sync.Mutex
+	// dir is where this process's builds go: a directory of
+	// binaryCacheDir, or (without one) a temporary directory
+	// RemoveBinaries deletes.
 	dir  string
+	temp bool
 	done map[string]*build
 	// progress, if set (SetBuildProgress), receives what is built and
 	// progress lines while go build runs.
@@ -47,7 +56,8 @@ type build struct {
 }
 
 // Binary builds a package of the module (e.g. "cmd/csi-attacher") once per
-// process into a shared temporary directory and returns the binary's path.
+// process into the directory BinaryDirEnv names and returns the binary's
+// path.
 // Extra go build flags (e.g. "-tags", "grpcnotrace") make a build of their
 // own. RemoveBinaries deletes them (call it from TestMain).
 func Binary(pkg string, flags ...string) (string, error) {
@@ -64,21 +74,32 @@ func buildOnce(dir, importPath string, flags ...string) (string, error) {
 		builds.done = map[string]*build{}
 	}
 	if builds.dir == "" {
-		tmp, err := os.MkdirTemp("", "latch-bin")
+		d, temp, err := binaryDir()
 		if err != nil {
 			builds.mu.Unlock()
 			return "", fmt.Errorf("build %s: %w", importPath, err)
 		}
-		builds.dir = tmp
+		builds.dir, builds.temp = d, temp
 	}
 	b := builds.done[key]
 	if b == nil {
-		b = &build{out: filepath.Join(builds.dir, fmt.Sprintf("%d", len(builds.done)), path.Base(importPath))}
+		out, err := outputPath(builds.dir, dir, importPath, flags)
+		if err != nil {
+			builds.mu.Unlock()
+			return "", fmt.Errorf("build %s: %w", importPath, err)
+		}
+		b = &build{out: out}
 		builds.done[key] = b
 	}
 	progress := builds.progress
 	builds.mu.Unlock()
 	b.once.Do(func() {
+		unlock, err := lockOutput(b.out)
+		if err != nil {
+			b.err = fmt.Errorf("build %s: %w", importPath, err)
+			return
+		}
+		defer unlock()
 		if progress != nil {
 			b.err = buildWithProgress(progress, dir, importPath, b.out, flags)
 		} else {
@@ -89,6 +110,86 @@ func buildOnce(dir, importPath string, flags ...string) (string, error) {
 		}
 	})
 	return b.path, b.err
+}
+
+// BinaryDirEnv names the directory the built binaries are kept in between
+// runs (default: latch-test-binaries in the user's cache directory, next
+// to Go's own build cache). "off" builds into a temporary directory per
+// process instead, removed by RemoveBinaries.
+//
+// Why keep them: go build relinks a binary on every call unless its -o
+// file is already up to date (same build ID), and linking
+// kube-controller-manager, kube-scheduler and the kubelet takes tens of
+// seconds on two cores while the other test packages run. With one output
+// path per checkout, component and flags, only the first test process of
+// a run links; every later one (and every later run) finds the binary up
+// to date. go build still checks every input, so an edited source is
+// rebuilt as before.
+const BinaryDirEnv = "LATCH_TEST_BINARIES"
+
+// binaryDir is the directory builds go to, and whether it is this
+// process's own temporary one.
+func binaryDir() (dir string, temp bool, err error) {
+	d := os.Getenv(BinaryDirEnv)
+	if d == "" {
+		if cache, cerr := os.UserCacheDir(); cerr == nil {
+			d = filepath.Join(cache, "latch-test-binaries")
+		}
+	}
+	if d != "" && d != "off" {
+		if err := os.MkdirAll(d, 0o755); err == nil {
+			return d, false, nil
+		}
+	}
+	tmp, err := os.MkdirTemp("", "latch-bin")
+	return tmp, true, err
+}
+
+// outputPath is one path per checkout (or upstream module directory),
+// import path and flags under root: two checkouts, or two flag sets, never
+// share a binary.
+func outputPath(root, dir, importPath string, flags []string) (string, error) {
+	where, err := filepath.Abs(dir)
+	if err != nil {
+		return "", err
+	}
+	if dir == "" {
+		if where, err = moduleRoot(); err != nil {
+			return "", err
+		}
+	}
+	sum := sha256.Sum256([]byte(strings.Join(append([]string{where, importPath}, flags...), "\x00")))
+	return filepath.Join(root, hex.EncodeToString(sum[:8]), path.Base(importPath)), nil
+}
+
+// moduleRoot is the directory of latch's go.mod in this checkout.
+func moduleRoot() (string, error) {
+	_, file, _, ok := runtime.Caller(0)
+	if !ok {
+		return "", errors.New("cannot locate latch's module root")
+	}
+	return filepath.Abs(filepath.Join(filepath.Dir(file), "..", ".."))
+}
+
+// lockOutput holds an exclusive lock on out's directory for one build:
+// test packages run in parallel processes, and two go builds writing the
+// same -o file at once would race.
+func lockOutput(out string) (unlock func(), err error) {
+	if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
+		return nil, err
+	}
+	f, err := os.OpenFile(out+".lock", os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("lock %s: %w", f.Name(), err)
+	}
+	return func() {
+		_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
+		f.Close()
+	}, nil
 }
 
 func buildSilently(dir, importPath, out string, flags []string) error {
@@ -154,13 +255,14 @@ func MustBinary(t TB, pkg string, flags ...string) string {
 	return p
 }
 
-// RemoveBinaries deletes every binary Binary built.
+// RemoveBinaries forgets what this process built, and deletes it when it
+// went to a temporary directory (BinaryDirEnv "off", or no cache
+// directory); binaries kept between runs stay for the next process.
 func RemoveBinaries() {
 	builds.mu.Lock()
 	defer builds.mu.Unlock()
-	if builds.dir != "" {
+	if builds.dir != "" && builds.temp {
 		os.RemoveAll(builds.dir)
-		builds.dir = ""
-		builds.done = nil
 	}
+	builds.dir, builds.temp, builds.done = "", false, nil
 }

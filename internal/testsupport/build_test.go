@@ -2,11 +2,12 @@ package testsupport
 
 import (
 	"os"
+	"strings"
 	"testing"
 )
 
 func TestBinaryBuildsOncePerProcess(t *testing.T) {
-	defer RemoveBinaries()
+	isolateBinaries(t)
 	p1, err := Binary("cmd/csi-mock-driver")
 	if err != nil {
 		t.Fatal(err)
@@ -28,3 +29,71 @@ type fatalRecorder struct{ msg string }
 
 func (f *fatalRecorder) Helper()                        {}
 func (f *fatalRecorder) Fatalf(format string, _ ...any) { f.msg = format }
+
+// isolateBinaries makes the test's builds go to a directory of its own.
+func isolateBinaries(t *testing.T) string {
+	t.Helper()
+	RemoveBinaries()
+	dir := t.TempDir()
+	t.Setenv(BinaryDirEnv, dir)
+	t.Cleanup(RemoveBinaries)
+	return dir
+}
+
+// A binary is kept between processes (RemoveBinaries forgets it, as a new
+// test process would not know it): the next build of the same module,
+// import path and flags finds it up to date and does not relink it; other
+// flags get a binary of their own.
+func TestBinaryKeptBetweenProcessesIsNotRelinked(t *testing.T) {
+	root := isolateBinaries(t)
+	mod := writeModule(t, "package main\n\nfunc main() {}\n")
+	p1, err := buildOnce(mod, "example.com/tiny")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(p1, root+string(os.PathSeparator)) {
+		t.Fatalf("binary at %s, want it under %s (%s)", p1, root, BinaryDirEnv)
+	}
+	before, err := os.Stat(p1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	RemoveBinaries()
+	if _, err := os.Stat(p1); err != nil {
+		t.Fatalf("RemoveBinaries deleted a kept binary: %v", err)
+	}
+	p2, err := buildOnce(mod, "example.com/tiny")
+	if err != nil || p2 != p1 {
+		t.Fatalf("second process's build = %s %v, want %s", p2, err, p1)
+	}
+	after, err := os.Stat(p2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A relink writes a new file (go build removes the old one, or renames
+	// the new one over it); an up-to-date binary keeps its file (go build
+	// only touches its times).
+	if !os.SameFile(before, after) {
+		t.Errorf("binary relinked: file %v before, %v after", before.Sys(), after.Sys())
+	}
+	p3, err := buildOnce(mod, "example.com/tiny", "-trimpath")
+	if err != nil || p3 == p1 {
+		t.Errorf("build with other flags = %s %v, want a binary of its own (not %s)", p3, err, p1)
+	}
+}
+
+// With BinaryDirEnv "off" a process builds into a temporary directory
+// that RemoveBinaries deletes.
+func TestBinaryDirOffIsTemporary(t *testing.T) {
+	RemoveBinaries()
+	t.Setenv(BinaryDirEnv, "off")
+	t.Cleanup(RemoveBinaries)
+	p, err := buildOnce(writeModule(t, "package main\n\nfunc main() {}\n"), "example.com/tiny")
+	if err != nil {
+		t.Fatal(err)
+	}
+	RemoveBinaries()
+	if _, err := os.Stat(p); !os.IsNotExist(err) {
+		t.Errorf("binary %s still there after RemoveBinaries: %v", p, err)
+	}
+}
