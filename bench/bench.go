@@ -2,8 +2,6 @@ package bench
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"io"
 	"math"
@@ -14,9 +12,6 @@ import (
 	"strings"
 	"time"
 
-	"k8s.io/client-go/kubernetes"
-
-	"github.com/latchcsi/latch/internal/app"
 	"github.com/latchcsi/latch/internal/localcluster"
 )
 
@@ -247,9 +242,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		return nil, err
 	}
 	if cfg.RunID == "" {
-		b := make([]byte, 3)
-		_, _ = rand.Read(b)
-		cfg.RunID = hex.EncodeToString(b)
+		cfg.RunID = newRunID()
 	}
 	rep := &Report{
 		Started: time.Now().UTC(), Scale: cfg.Scale,
@@ -259,16 +252,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		DriverLatencyMS:    float64(cfg.DriverLatency) / float64(time.Millisecond), Sizes: cfg.Sizes,
 	}
 	rep.ControlPlaneGOGC, rep.ControlPlaneMemoryLimitMiB = collectorSettings()
-	cc := *cfg.Cluster.RESTConfig()
-	writes := newWriteCounter()
-	client, err := kubernetes.NewForConfig(countingConfig(&cc, writes, "latch-bench"))
-	if err != nil {
-		return nil, err
-	}
-	// The harness's own watches and metric reads speak protobuf too, so
-	// that observing a scenario costs the shared API server as little as
-	// it can.
-	admin, err := kubernetes.NewForConfig(app.ComponentConfig(cfg.Cluster.RESTConfig(), "latch-bench-observer"))
+	client, writes, admin, err := harnessClients(cfg.Cluster, "latch-bench")
 	if err != nil {
 		return nil, err
 	}

@@ -211,13 +211,7 @@ func (c *childComponent) stop() error {
 	// rusage's ru_maxrss would include the forked harness's pages from
 	// before exec.
 	live, _ := procUsage(c.cmd.Process.Pid)
-	_ = c.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-c.exited:
-	case <-time.After(30 * time.Second):
-		_ = c.cmd.Process.Kill()
-		<-c.exited
-	}
+	terminate(c.cmd.Process, c.exited)
 	u := Usage{LiveHeapBytes: c.liveHeap.Load(), PeakRSSBytes: live.PeakRSSBytes, CPUSeconds: live.CPUSeconds}
 	if ru, ok := c.cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
 		u.CPUSeconds = tvSeconds(ru.Utime) + tvSeconds(ru.Stime)
@@ -226,6 +220,18 @@ func (c *childComponent) stop() error {
 	c.final = &u
 	c.mu.Unlock()
 	return early
+}
+
+// terminate sends p SIGTERM, SIGKILL if it has not exited 30 seconds
+// later, and waits until exited (closed once p's Wait returned) is closed.
+func terminate(p *os.Process, exited <-chan struct{}) {
+	_ = p.Signal(syscall.SIGTERM)
+	select {
+	case <-exited:
+	case <-time.After(30 * time.Second):
+		_ = p.Kill()
+		<-exited
+	}
 }
 
 func tvSeconds(tv syscall.Timeval) float64 {

@@ -2,8 +2,6 @@ package bench
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"io"
 	"os"
@@ -13,7 +11,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
-	"github.com/latchcsi/latch/internal/app"
 	"github.com/latchcsi/latch/internal/localcluster"
 )
 
@@ -137,9 +134,7 @@ func RunScale(ctx context.Context, cfg ScaleConfig) (*ScaleReport, error) {
 		cfg.Sizes.MaxEntries = 500
 	}
 	if cfg.RunID == "" {
-		b := make([]byte, 3)
-		_, _ = rand.Read(b)
-		cfg.RunID = hex.EncodeToString(b)
+		cfg.RunID = newRunID()
 	}
 	if cfg.LogDir == "" {
 		dir, err := os.MkdirTemp("", "latch-scale")
@@ -148,13 +143,7 @@ func RunScale(ctx context.Context, cfg ScaleConfig) (*ScaleReport, error) {
 		}
 		cfg.LogDir = dir
 	}
-	cc := *cfg.Cluster.RESTConfig()
-	writes := newWriteCounter()
-	client, err := kubernetes.NewForConfig(countingConfig(&cc, writes, "latch-scale"))
-	if err != nil {
-		return nil, err
-	}
-	admin, err := kubernetes.NewForConfig(app.ComponentConfig(cfg.Cluster.RESTConfig(), "latch-scale-observer"))
+	client, writes, admin, err := harnessClients(cfg.Cluster, "latch-scale")
 	if err != nil {
 		return nil, err
 	}

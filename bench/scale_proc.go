@@ -8,7 +8,6 @@ import (
 	"os/exec"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 )
 
@@ -105,13 +104,7 @@ func (p *scaleProc) alive() error {
 
 // stop sends SIGTERM, SIGKILL after 30 seconds, and waits.
 func (p *scaleProc) stop() {
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-p.exited:
-	case <-time.After(30 * time.Second):
-		_ = p.cmd.Process.Kill()
-		<-p.exited
-	}
+	terminate(p.cmd.Process, p.exited)
 	p.log.Close()
 }
 

@@ -2,6 +2,8 @@ package bench
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"fmt"
 	"net/http"
 	"strings"
@@ -10,6 +12,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/latchcsi/latch/internal/app"
+	"github.com/latchcsi/latch/internal/localcluster"
 	"github.com/latchcsi/latch/internal/testsupport"
 )
 
@@ -119,4 +122,28 @@ func countingConfig(cfg *rest.Config, c *writeCounter, userAgent string) *rest.C
 		return c.api.Wrap(rt)
 	}
 	return out
+}
+
+// harnessClients returns the clients a run's own code uses: client's
+// writes are counted by writes (so they can be told from the components'),
+// admin's reads (watches, metrics) are not counted. Both speak protobuf, so
+// that observing a run costs the shared API server as little as it can.
+func harnessClients(cluster *localcluster.Cluster, name string) (client kubernetes.Interface, writes *writeCounter, admin kubernetes.Interface, err error) {
+	cc := *cluster.RESTConfig()
+	writes = newWriteCounter()
+	if client, err = kubernetes.NewForConfig(countingConfig(&cc, writes, name)); err != nil {
+		return nil, nil, nil, err
+	}
+	if admin, err = kubernetes.NewForConfig(app.ComponentConfig(cluster.RESTConfig(), name+"-observer")); err != nil {
+		return nil, nil, nil, err
+	}
+	return client, writes, admin, nil
+}
+
+// newRunID is a random name suffix that keeps a run's objects and driver
+// apart from an earlier run's on the same control plane.
+func newRunID() string {
+	b := make([]byte, 3)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
 }

@@ -10,7 +10,6 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"runtime"
@@ -122,17 +121,11 @@ func run(args []string) int {
 }
 
 func benchmark(ctx context.Context, o *options) (*bench.Report, error) {
-	if o.workDir == "" {
-		dir, err := os.MkdirTemp("", "latch-bench")
-		if err != nil {
-			return nil, err
-		}
-		o.workDir = dir
-	}
-	if err := os.MkdirAll(o.workDir, 0o755); err != nil {
+	dir, err := bench.PrepareWorkDir(o.workDir, "latch-bench")
+	if err != nil {
 		return nil, err
 	}
-	fmt.Printf("work directory (binaries, kubeconfig, logs): %s\n", o.workDir)
+	o.workDir = dir
 	closeLog, err := logToFile(filepath.Join(o.workDir, "latch-bench.log"), o.verbosity)
 	if err != nil {
 		return nil, err
@@ -146,9 +139,7 @@ func benchmark(ctx context.Context, o *options) (*bench.Report, error) {
 		debug.SetMemoryLimit(int64(o.controlPlaneMiB) << 20)
 	}
 
-	startCtx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-	cluster, err := localcluster.Start(startCtx, localcluster.Options{EtcdLogOutput: filepath.Join(o.workDir, "etcd.log")})
-	cancel()
+	cluster, err := bench.StartControlPlane(ctx, o.workDir)
 	if err != nil {
 		return nil, err
 	}
@@ -223,15 +214,8 @@ func childProcesses(ctx context.Context, o *options, cluster *localcluster.Clust
 	if o.attacherBinary == "" {
 		pkgs = append(pkgs, "./cmd/csi-attacher")
 	}
-	fmt.Printf("building %s\n", strings.Join(pkgs, " "))
-	// Built as the images build them (build/Dockerfile): static, with
-	// the grpcnotrace tag, which keeps csi-attacher's binary (and its
-	// resident code pages) small.
-	build := exec.CommandContext(ctx, "go", append([]string{"build", "-tags", "grpcnotrace", "-o", binDir + "/"}, pkgs...)...)
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		return nil, fmt.Errorf("build the components: %w", err)
+	if err := bench.BuildComponents(ctx, binDir, pkgs...); err != nil {
+		return nil, err
 	}
 	p := &bench.Processes{
 		AttacherBinary:   o.attacherBinary,
@@ -294,18 +278,13 @@ func writeJSON(path string, rep *bench.Report) error {
 
 // logToFile sends klog (the API server and in-process components) to path.
 func logToFile(path, verbosity string) (func(), error) {
-	fs := flag.NewFlagSet("klog", flag.ContinueOnError)
-	klog.InitFlags(fs)
 	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("open log file: %w", err)
 	}
-	for k, v := range map[string]string{"logtostderr": "false", "alsologtostderr": "false", "stderrthreshold": "FATAL", "v": verbosity} {
-		if err := fs.Set(k, v); err != nil {
-			f.Close()
-			return nil, err
-		}
+	if err := bench.LogTo(f, verbosity); err != nil {
+		f.Close()
+		return nil, err
 	}
-	klog.SetOutput(f)
 	return func() { klog.Flush(); f.Close() }, nil
 }

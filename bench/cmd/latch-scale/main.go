@@ -12,7 +12,6 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"strings"
@@ -22,7 +21,6 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/latchcsi/latch/bench"
-	"github.com/latchcsi/latch/internal/localcluster"
 	"github.com/latchcsi/latch/internal/testsupport"
 )
 
@@ -77,34 +75,23 @@ func run(args []string) int {
 }
 
 func scale(ctx context.Context, size bench.ScaleSize, sz bench.ScaleSizes, workDir, outDir string, withKCM bool) (*bench.ScaleReport, error) {
-	if workDir == "" {
-		dir, err := os.MkdirTemp("", "latch-scale")
-		if err != nil {
-			return nil, err
-		}
-		workDir = dir
+	workDir, err := bench.PrepareWorkDir(workDir, "latch-scale")
+	if err != nil {
+		return nil, err
 	}
-	fmt.Printf("work directory (binaries, kubeconfig, logs): %s\n", workDir)
 	logFile, err := os.Create(filepath.Join(workDir, "control-plane.log"))
 	if err != nil {
 		return nil, err
 	}
 	defer logFile.Close()
-	klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
-	klog.InitFlags(klogFlags)
-	_ = klogFlags.Set("logtostderr", "false")
-	_ = klogFlags.Set("alsologtostderr", "false")
-	_ = klogFlags.Set("stderrthreshold", "FATAL")
-	klog.SetOutput(logFile)
+	if err := bench.LogTo(logFile, "0"); err != nil {
+		return nil, err
+	}
 	defer klog.Flush()
 
 	binDir := filepath.Join(workDir, "bin")
-	fmt.Println("building ./cmd/csi-attacher ./cmd/attachdetach-controller")
-	build := exec.CommandContext(ctx, "go", "build", "-tags", "grpcnotrace", "-o", binDir+"/", "./cmd/csi-attacher", "./cmd/attachdetach-controller")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		return nil, fmt.Errorf("build the components: %w", err)
+	if err := bench.BuildComponents(ctx, binDir, "./cmd/csi-attacher", "./cmd/attachdetach-controller"); err != nil {
+		return nil, err
 	}
 	cfg := bench.ScaleConfig{
 		Size: size, Sizes: sz, Out: os.Stdout, LogDir: workDir,
@@ -119,9 +106,7 @@ func scale(ctx context.Context, size bench.ScaleSize, sz bench.ScaleSizes, workD
 		}
 		defer testsupport.RemoveBinaries()
 	}
-	startCtx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-	cluster, err := localcluster.Start(startCtx, localcluster.Options{EtcdLogOutput: filepath.Join(workDir, "etcd.log")})
-	cancel()
+	cluster, err := bench.StartControlPlane(ctx, workDir)
 	if err != nil {
 		return nil, err
 	}
