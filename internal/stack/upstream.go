@@ -1,6 +1,7 @@
 package stack
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -77,12 +78,8 @@ type UpstreamAttacherConfig struct {
 // UpstreamAttacherArgs are the flags StartUpstreamAttacher passes for c
 // (HTTPEndpoint must be set).
 func UpstreamAttacherArgs(c UpstreamAttacherConfig) []string {
-	v := c.V
-	if v == 0 {
-		v = 5
-	}
 	args := []string{
-		"--v=" + strconv.Itoa(v),
+		"--v=" + strconv.Itoa(cmp.Or(c.V, 5)),
 		"--csi-address=" + c.CSIAddress,
 		"--kubeconfig=" + c.Kubeconfig,
 		"--http-endpoint=" + c.HTTPEndpoint,
@@ -91,11 +88,7 @@ func UpstreamAttacherArgs(c UpstreamAttacherConfig) []string {
 		args = append(args, "--timeout="+c.Timeout.String())
 	}
 	if c.LeaderElection {
-		ns := c.LeaderElectionNamespace
-		if ns == "" {
-			ns = "default"
-		}
-		args = append(args, "--leader-election", "--leader-election-namespace="+ns)
+		args = append(args, "--leader-election", "--leader-election-namespace="+cmp.Or(c.LeaderElectionNamespace, "default"))
 	}
 	return append(args, c.Args...)
 }
@@ -147,16 +140,12 @@ func KubeControllerManagerArgs(c KubeControllerManagerConfig) []string {
 	if len(controllers) == 0 {
 		controllers = []string{"attachdetach"}
 	}
-	v := c.V
-	if v == 0 {
-		v = 2
-	}
 	host, port, _ := net.SplitHostPort(c.SecureAddr)
 	args := []string{
 		"--kubeconfig=" + c.Kubeconfig,
 		"--controllers=" + strings.Join(controllers, ","),
 		"--leader-elect=" + strconv.FormatBool(c.LeaderElect),
-		"--v=" + strconv.Itoa(v),
+		"--v=" + strconv.Itoa(cmp.Or(c.V, 2)),
 		"--bind-address=" + host,
 		"--secure-port=" + port,
 		"--cert-dir=" + c.CertDir,
