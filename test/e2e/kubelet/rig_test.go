@@ -55,26 +55,44 @@ type rigOptions struct {
 	Mock func(*csimock.Config)
 	// Controller adjusts the attach/detach controller.
 	Controller func(*controller.ServeConfig)
+	// ControlPlane runs the real kube-scheduler and kube-controller-manager
+	// (every controller but attachdetach), their logs shown when the test
+	// fails: kcm's PV controller completes the bindings of preboundVolume
+	// (the scheduler's VolumeBinding plugin waits for its
+	// pv.kubernetes.io/bind-completed), its root-ca publisher lets the
+	// kubelet mount the Pods' service-account tokens, its serviceaccount
+	// controller makes the namespace's ServiceAccount. The rig's Pods are
+	// then created without spec.nodeName by unscheduledPod.
+	ControlPlane bool
 }
 
 func newRig(t *testing.T, timeout time.Duration, o rigOptions) *rig {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	t.Cleanup(cancel)
-	s, err := stack.Start(ctx, stack.Options{
+	opts := stack.Options{
 		Cluster:          cluster,
 		Driver:           testDriver,
 		NoKubelet:        true,
 		Mock:             o.Mock,
 		AttacherConfig:   func(_ int, c *attacher.SidecarConfig) { stack.QuickAttacher(c) },
 		ControllerConfig: o.Controller,
-	})
+	}
+	var cpLog *testsupport.SyncBuffer
+	if o.ControlPlane {
+		cpLog = &testsupport.SyncBuffer{}
+		opts.Scheduler, opts.ControllerManager, opts.ControlPlaneOutput = true, true, cpLog
+	}
+	s, err := stack.Start(ctx, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
 		if err := s.Stop(); err != nil {
 			t.Error(err)
+		}
+		if cpLog != nil && t.Failed() {
+			t.Logf("kube-scheduler and kube-controller-manager log (tail):\n%s", tail(cpLog.String(), 200))
 		}
 	})
 	r := &rig{t: t, ctx: ctx, s: s, client: s.Client, nodes: map[string]*node{}}
@@ -86,7 +104,13 @@ func newRig(t *testing.T, timeout time.Duration, o rigOptions) *rig {
 	t.Cleanup(func() {
 		_ = r.client.StorageV1().CSIDrivers().Delete(context.Background(), testDriver, metav1.DeleteOptions{})
 	})
-	if err := localcluster.CreateNamespace(ctx, r.client, r.ns); err != nil {
+	if o.ControlPlane {
+		// No ServiceAccount by hand: kcm's serviceaccount controller makes it.
+		_, err = r.client.CoreV1().Namespaces().Create(ctx, &v1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: r.ns}}, metav1.CreateOptions{})
+	} else {
+		err = localcluster.CreateNamespace(ctx, r.client, r.ns)
+	}
+	if err != nil {
 		t.Fatal(err)
 	}
 	r.hist = recordHistory(t, ctx, r.client, r.ns)

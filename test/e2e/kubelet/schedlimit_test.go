@@ -15,9 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 
-	"github.com/latchcsi/latch/internal/attacher"
 	"github.com/latchcsi/latch/internal/localcluster"
-	"github.com/latchcsi/latch/internal/stack"
 	"github.com/latchcsi/latch/internal/testsupport"
 )
 
@@ -183,53 +181,10 @@ func TestSchedulerCSIVolumeLimit(t *testing.T) {
 }
 
 // newSchedulerRig is newRig with the real kube-scheduler and
-// kube-controller-manager (every controller but attachdetach) running,
-// their logs shown when the test fails: kcm's PV controller completes the
-// bindings of preboundVolume (the scheduler's VolumeBinding plugin waits
-// for its pv.kubernetes.io/bind-completed), its root-ca publisher lets the
-// kubelet mount the Pods' service-account tokens. The rig's Pods are
-// created without spec.nodeName by unscheduledPod.
+// kube-controller-manager (rigOptions.ControlPlane).
 func newSchedulerRig(t *testing.T, timeout time.Duration) *rig {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	t.Cleanup(cancel)
-	cpLog := &testsupport.SyncBuffer{}
-	s, err := stack.Start(ctx, stack.Options{
-		Cluster:            cluster,
-		Driver:             testDriver,
-		NoKubelet:          true,
-		Scheduler:          true,
-		ControllerManager:  true,
-		ControlPlaneOutput: cpLog,
-		Mock:               slowPublishAndUnstage,
-		AttacherConfig:     func(_ int, c *attacher.SidecarConfig) { stack.QuickAttacher(c) },
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := s.Stop(); err != nil {
-			t.Error(err)
-		}
-		if t.Failed() {
-			t.Logf("kube-scheduler and kube-controller-manager log (tail):\n%s", tail(cpLog.String(), 200))
-		}
-	})
-	r := &rig{t: t, ctx: ctx, s: s, client: s.Client, nodes: map[string]*node{}}
-	r.prefix = "k" + strconv.Itoa(int(runSeq.Add(1)))
-	r.ns = "kubelet-e2e-" + r.prefix
-	if _, err := r.client.StorageV1().CSIDrivers().Create(ctx, localcluster.NewCSIDriver(testDriver, new(true)), metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = r.client.StorageV1().CSIDrivers().Delete(context.Background(), testDriver, metav1.DeleteOptions{})
-	})
-	// No ServiceAccount by hand: kcm's serviceaccount controller makes it.
-	if _, err := r.client.CoreV1().Namespaces().Create(ctx, &v1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: r.ns}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	r.hist = recordHistory(t, ctx, r.client, r.ns)
-	return r
+	return newRig(t, timeout, rigOptions{Mock: slowPublishAndUnstage, ControlPlane: true})
 }
 
 // unscheduledPod creates Pod name mounting the PVCs of vols with no

@@ -3,7 +3,6 @@ package kubelet_test
 import (
 	"context"
 	"fmt"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -18,10 +17,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/latchcsi/latch/internal/attacher"
 	"github.com/latchcsi/latch/internal/csimock"
 	"github.com/latchcsi/latch/internal/kube"
-	"github.com/latchcsi/latch/internal/localcluster"
 	"github.com/latchcsi/latch/internal/stack"
 	"github.com/latchcsi/latch/internal/testsupport"
 )
@@ -41,55 +38,19 @@ import (
 // no VolumeAttachment is left.
 func TestStatefulSetOnRealControlPlane(t *testing.T) {
 	start := time.Now()
-	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
-	defer cancel()
-	const driver = "mock.csi.latch.dev"
-	cpLog := &testsupport.SyncBuffer{}
-	s, err := stack.Start(ctx, stack.Options{
-		Cluster:            cluster,
-		Driver:             driver,
-		NoKubelet:          true,
-		Scheduler:          true,
-		ControllerManager:  true,
-		ControlPlaneOutput: cpLog,
+	r := newRig(t, 6*time.Minute, rigOptions{
+		ControlPlane: true,
 		Mock: func(c *csimock.Config) {
 			c.Faults = append(c.Faults, csimock.Rule{ID: "slow-unstage", Method: "NodeUnstageVolume", Latency: unstageDelay})
 		},
-		AttacherConfig: func(_ int, c *attacher.SidecarConfig) { stack.QuickAttacher(c) },
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := s.Stop(); err != nil {
-			t.Error(err)
-		}
-		if t.Failed() {
-			t.Logf("scheduler and kube-controller-manager log (tail):\n%s", tail(cpLog.String(), 150))
-		}
 	})
 	t.Logf("kube-controller-manager and kube-scheduler serving after %s", time.Since(start).Round(time.Millisecond))
-	client := s.Client
-	if _, err := client.StorageV1().CSIDrivers().Create(ctx, localcluster.NewCSIDriver(driver, new(true)), metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = client.StorageV1().CSIDrivers().Delete(context.Background(), driver, metav1.DeleteOptions{})
-	})
-
-	n := strconv.Itoa(int(runSeq.Add(1)))
-	ns, class, set := "sts-e2e-"+n, "latch-sts-"+n, "web"
-	nodes := []string{"sts-" + n + "-a", "sts-" + n + "-b"}
-	// No ServiceAccount by hand: kcm's serviceaccount controller makes it.
-	if _, err := client.CoreV1().Namespaces().Create(ctx, &v1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	hist := recordHistory(t, ctx, client, ns)
-	for _, name := range nodes {
-		startReadyHollowNode(t, ctx, s, name, driver)
-	}
+	ctx, s, client, ns, hist := r.ctx, r.s, r.client, r.ns, r.hist
+	const driver = testDriver
+	class, set := "latch-sts-"+r.prefix, "web"
+	nodes := []string{r.addNode("a", 0).Name, r.addNode("b", 0).Name}
 	t.Logf("nodes %v Ready with the driver registered after %s", nodes, time.Since(start).Round(time.Millisecond))
-	dumpCalls := func() { t.Logf("mock driver calls:\n%s", callTable(s.Driver.Calls())) }
+	dumpCalls := r.dumpCalls
 
 	// Storage: a class no provisioner serves, and one PV per replica.
 	wffc := storagev1.VolumeBindingWaitForFirstConsumer
@@ -240,50 +201,6 @@ func TestStatefulSetOnRealControlPlane(t *testing.T) {
 	if ok, err := noVolumeAttachments(ctx, client, class); !ok || err != nil {
 		t.Errorf("VolumeAttachments left after the StatefulSet's deletion (err %v)", err)
 	}
-}
-
-// startReadyHollowNode starts a hollow kubelet for name and waits until
-// its Node is Ready and its CSINode lists driver; it is stopped (with its
-// log shown on failure) when the test ends.
-func startReadyHollowNode(t *testing.T, ctx context.Context, s *stack.Stack, name, driver string) *stack.HollowNode {
-	t.Helper()
-	log := &testsupport.SyncBuffer{}
-	h, err := s.StartHollowNode(ctx, stack.HollowOptions{Name: name, RootDir: t.TempDir(), Output: log})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := h.Stop(); err != nil {
-			t.Errorf("hollow kubelet %s: %v", name, err)
-		}
-		if t.Failed() {
-			t.Logf("hollow kubelet %s log (tail):\n%s", name, tail(log.String(), 80))
-		}
-		deleteNode(t, s.Client, name)
-	})
-	testsupport.Eventually(t, ctx, 2*time.Minute, "Node "+name+" Ready with "+driver+" in its CSINode", func(ctx context.Context) (bool, error) {
-		n, err := s.Client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
-		if apierrors.IsNotFound(err) {
-			return false, nil
-		}
-		if err != nil || !nodeReady(n) {
-			return false, err
-		}
-		cn, err := s.Client.StorageV1().CSINodes().Get(ctx, name, metav1.GetOptions{})
-		if apierrors.IsNotFound(err) {
-			return false, nil
-		}
-		if err != nil {
-			return false, err
-		}
-		for _, d := range cn.Spec.Drivers {
-			if d.Name == driver {
-				return true, nil
-			}
-		}
-		return false, nil
-	})
-	return h
 }
 
 // statefulSet is a StatefulSet of replicas Pods, each mounting its own
