@@ -2,204 +2,44 @@ package kubelet_test
 
 import (
 	"context"
-	"fmt"
-	"strconv"
-	"sync"
 	"testing"
-	"time"
 
-	v1 "k8s.io/api/core/v1"
-	storagev1 "k8s.io/api/storage/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
+
+	"github.com/latchcsi/latch/internal/testsupport/kubeletorder"
 )
 
-// change is one watch event as the test saw it. RV is the object's
-// resourceVersion: etcd's revision, one counter for every resource, so
-// comparing two RVs orders two writes exactly (the observed time only
-// bounds a write from above).
-type change struct {
-	Type     watch.EventType
-	RV       uint64
-	Observed time.Time
-	Obj      runtime.Object
-}
+// The API history the package's tests read: every change of Nodes,
+// VolumeAttachments and the Pods of the rig's namespace, recorded by
+// kubeletorder (shared with test/e2e/attachdetach) under the package's
+// short names.
 
-// history records every change of Nodes, VolumeAttachments and the Pods
-// of one namespace from the moment it starts.
-type history struct {
-	mu      sync.Mutex
-	changes []change
-}
+type change = kubeletorder.Change
 
-// recordHistory watches from the current resource version of each list
-// until the test ends. A watch that breaks before fails the test: the
-// history would have a hole.
+type history struct{ *kubeletorder.History }
+
 func recordHistory(t *testing.T, ctx context.Context, client kubernetes.Interface, ns string) *history {
 	t.Helper()
-	h := &history{}
-	ctx, cancel := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	t.Cleanup(func() {
-		cancel()
-		wg.Wait()
-	})
-	for _, w := range []struct {
-		what  string
-		list  func() (string, error)
-		watch func(rv string) (watch.Interface, error)
-	}{
-		{"nodes", func() (string, error) {
-			l, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
-			return rvOf(l, err)
-		}, func(rv string) (watch.Interface, error) {
-			return client.CoreV1().Nodes().Watch(ctx, metav1.ListOptions{ResourceVersion: rv})
-		}},
-		{"volumeattachments", func() (string, error) {
-			l, err := client.StorageV1().VolumeAttachments().List(ctx, metav1.ListOptions{})
-			return rvOf(l, err)
-		}, func(rv string) (watch.Interface, error) {
-			return client.StorageV1().VolumeAttachments().Watch(ctx, metav1.ListOptions{ResourceVersion: rv})
-		}},
-		{"pods", func() (string, error) {
-			l, err := client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
-			return rvOf(l, err)
-		}, func(rv string) (watch.Interface, error) {
-			return client.CoreV1().Pods(ns).Watch(ctx, metav1.ListOptions{ResourceVersion: rv})
-		}},
-	} {
-		rv, err := w.list()
-		if err != nil {
-			t.Fatalf("list %s: %v", w.what, err)
-		}
-		wi, err := w.watch(rv)
-		if err != nil {
-			t.Fatalf("watch %s: %v", w.what, err)
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			defer wi.Stop()
-			for ev := range wi.ResultChan() {
-				m, ok := ev.Object.(metav1.Object)
-				if ev.Type == watch.Error || !ok {
-					if ctx.Err() == nil {
-						t.Errorf("watch %s broke: %v", w.what, ev.Object)
-					}
-					return
-				}
-				n, err := strconv.ParseUint(m.GetResourceVersion(), 10, 64)
-				if err != nil {
-					t.Errorf("watch %s: resourceVersion %q: %v", w.what, m.GetResourceVersion(), err)
-					return
-				}
-				h.mu.Lock()
-				h.changes = append(h.changes, change{Type: ev.Type, RV: n, Observed: time.Now(), Obj: ev.Object.DeepCopyObject()})
-				h.mu.Unlock()
-			}
-		}()
-	}
-	return h
-}
-
-func rvOf(l metav1.ListInterface, err error) (string, error) {
-	if err != nil {
-		return "", err
-	}
-	return l.GetResourceVersion(), nil
+	return &history{kubeletorder.Record(t, ctx, client, ns)}
 }
 
 // first is the earliest recorded change (by RV) that match accepts.
-func (h *history) first(match func(change) bool) (change, bool) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	var best change
-	found := false
-	for _, c := range h.changes {
-		if match(c) && (!found || c.RV < best.RV) {
-			best, found = c, true
-		}
-	}
-	return best, found
-}
-
-// mustFirst is first that fails the test, naming what was looked for.
-// The history is fed by watches, which trail the GETs a test waits on: a
-// change the test has already seen through a GET may not be recorded
-// yet, so mustFirst waits up to recordLag for it before failing. The
-// watch of one resource delivers its changes in RV order, so the first
-// match recorded is the first there is.
-func (h *history) mustFirst(t *testing.T, what string, match func(change) bool) change {
-	t.Helper()
-	deadline := time.Now().Add(recordLag)
-	for {
-		c, ok := h.first(match)
-		if ok {
-			return c
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no recorded change within %s: %s", recordLag, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
-// recordLag bounds how long a watch event may trail the write it reports
-// on the loopback API server of these tests.
-const recordLag = 30 * time.Second
-
-func vaNamed(name string, cond func(*storagev1.VolumeAttachment) bool) func(change) bool {
-	return func(c change) bool {
-		va, ok := c.Obj.(*storagev1.VolumeAttachment)
-		return ok && va.Name == name && cond(va)
-	}
-}
-
-func podNamed(name string, cond func(*v1.Pod) bool) func(change) bool {
-	return func(c change) bool {
-		p, ok := c.Obj.(*v1.Pod)
-		return ok && p.Name == name && cond(p)
-	}
-}
-
-func nodeNamed(name string, cond func(*v1.Node) bool) func(change) bool {
-	return func(c change) bool {
-		n, ok := c.Obj.(*v1.Node)
-		return ok && n.Name == name && cond(n)
-	}
-}
-
-func inUse(n *v1.Node, vol v1.UniqueVolumeName) bool {
-	for _, u := range n.Status.VolumesInUse {
-		if u == vol {
-			return true
-		}
-	}
-	return false
-}
-
-// after is the first change of match with an RV above rv.
-func after(rv uint64, match func(change) bool) func(change) bool {
-	return func(c change) bool { return c.RV > rv && match(c) }
-}
-
-func (c change) String() string {
-	m := c.Obj.(metav1.Object)
-	return fmt.Sprintf("%s %T %s at RV %d (seen %s)", c.Type, c.Obj, m.GetName(), c.RV, c.Observed.Format("15:04:05.000"))
-}
+func (h *history) first(match func(change) bool) (change, bool) { return h.First(match) }
 
 // last is the latest recorded change (by RV) that match accepts.
-func (h *history) last(match func(change) bool) (change, bool) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	var best change
-	found := false
-	for _, c := range h.changes {
-		if match(c) && (!found || c.RV > best.RV) {
-			best, found = c, true
-		}
-	}
-	return best, found
+func (h *history) last(match func(change) bool) (change, bool) { return h.Last(match) }
+
+// mustFirst is first that fails the test, waiting up to
+// kubeletorder.RecordLag (30 s) for the watch to record the change.
+func (h *history) mustFirst(t *testing.T, what string, match func(change) bool) change {
+	t.Helper()
+	return h.MustFirst(t, what, match)
 }
+
+var (
+	vaNamed   = kubeletorder.VANamed
+	podNamed  = kubeletorder.PodNamed
+	nodeNamed = kubeletorder.NodeNamed
+	inUse     = kubeletorder.InUse
+	after     = kubeletorder.After
+)
