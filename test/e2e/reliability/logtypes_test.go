@@ -45,6 +45,32 @@ func startBinary(t *testing.T, bin string, args ...string) (*testsupport.SyncBuf
 	return out, stop
 }
 
+// kubeconfigFile writes the package's cluster's kubeconfig into a
+// temporary directory of t and returns its path.
+func kubeconfigFile(t *testing.T) string {
+	t.Helper()
+	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := cluster.WriteKubeconfig(kubeconfig); err != nil {
+		t.Fatal(err)
+	}
+	return kubeconfig
+}
+
+// attachWithAFailure attaches two new volumes, a and b, to node n through
+// Pods pa and pb. b's first ControllerPublish fails (PermissionDenied,
+// "credentials rejected"), so the error path, which logs the request,
+// runs too.
+func (e *env) attachWithAFailure(n string) (a, b string) {
+	e.t.Helper()
+	a, b = e.volume("a"), e.volume("b")
+	e.fault(csimock.Rule{Method: "ControllerPublishVolume", VolumeID: b, Times: 1, Code: codes.PermissionDenied, Message: "credentials rejected"})
+	e.pod("pa", n, a)
+	e.pod("pb", n, b)
+	e.waitAttached(a, n)
+	e.waitAttached(b, n)
+	return a, b
+}
+
 // jsonType is the JSON type of a decoded value as a log pipeline types a
 // field ("" for null, which fits any type).
 func jsonType(v any) string {
@@ -130,11 +156,7 @@ func TestJSONLogsOneTypePerKeyAndOneLinePerCSICall_bothBinariesAtVerbosity5(t *t
 		"password": []byte("pw-Lk2#pQ77-xV9n"),
 	}
 	e := newEnv(t, options{secret: secret, noAttacher: true, noController: true})
-	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
-	if err := cluster.WriteKubeconfig(kubeconfig); err != nil {
-		t.Fatal(err)
-	}
-	common := []string{"--kubeconfig=" + kubeconfig, "--logging-format=json", "-v=5"}
+	common := []string{"--kubeconfig=" + kubeconfigFile(t), "--logging-format=json", "-v=5"}
 	attOut, stopAtt := startBinary(t, attacherBin, append([]string{
 		"--csi-address=" + e.socket, "--timeout=10s", "--retry-interval-start=100ms",
 		"--retry-interval-max=1s", "--reconcile-sync=0",
@@ -144,12 +166,7 @@ func TestJSONLogsOneTypePerKeyAndOneLinePerCSICall_bothBinariesAtVerbosity5(t *t
 	}, common...)...)
 
 	n1, n2 := e.addNode("n1"), e.addNode("n2")
-	a, b := e.volume("a"), e.volume("b")
-	e.fault(csimock.Rule{Method: "ControllerPublishVolume", VolumeID: b, Times: 1, Code: codes.PermissionDenied, Message: "credentials rejected"})
-	e.pod("pa", n1, a)
-	e.pod("pb", n1, b)
-	e.waitAttached(a, n1)
-	e.waitAttached(b, n1)
+	a, b := e.attachWithAFailure(n1)
 	// a moves: detached from n1 before it is attached to n2.
 	e.deletePod("pa")
 	e.pod("qa", n2, a)

@@ -5,7 +5,6 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -137,24 +136,15 @@ func TestControllerPublishSecretsNeverInCsiAttacherLogs_everyLoggingFormatAndCon
 				"password": []byte("pw-Zr4?mW82-jH1y-" + mode.name[:4]),
 			}
 			e := newEnv(t, options{secret: secret, noAttacher: true})
-			kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
-			if err := cluster.WriteKubeconfig(kubeconfig); err != nil {
-				t.Fatal(err)
-			}
 			out, stop := startBinary(t, bin, append([]string{
-				"--csi-address=" + e.socket, "--kubeconfig=" + kubeconfig, "-v=10",
+				"--csi-address=" + e.socket, "--kubeconfig=" + kubeconfigFile(t), "-v=10",
 				"--timeout=10s", "--retry-interval-start=100ms", "--retry-interval-max=1s", "--reconcile-sync=0",
 			}, mode.args...)...)
 
 			n1 := e.addNode("n1")
-			a, b := e.volume("a"), e.volume("b")
 			// An attach that fails first (the error path logs the request)
 			// and a detach after a success: both read the secret.
-			e.fault(csimock.Rule{Method: "ControllerPublishVolume", VolumeID: b, Times: 1, Code: codes.PermissionDenied, Message: "credentials rejected"})
-			e.pod("pa", n1, a)
-			e.pod("pb", n1, b)
-			e.waitAttached(a, n1)
-			e.waitAttached(b, n1)
+			a, b := e.attachWithAFailure(n1)
 			e.deletePod("pa")
 			e.waitGone(a, n1)
 			e.deletePod("pb")
