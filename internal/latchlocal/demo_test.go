@@ -20,23 +20,8 @@ import (
 // The README's first command runs this demo; the test runs the same code
 // in-process and checks that every milestone happened, in order.
 func TestDemoWalksAttachConflictAndDetachInOrder(t *testing.T) {
-	_, ctx := ktesting.NewTestContext(t)
-	ctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
-	defer cancel()
-	env, err := Start(ctx, Options{Nodes: 2})
-	if err != nil {
-		t.Fatalf("Start: %v", err)
-	}
-	defer env.Stop()
-
-	r := RunDemo(ctx, env, nopReporter{})
-	if !r.OK {
-		t.Fatalf("demo failed at %q: %s", r.FailedStep, r.Error)
-	}
-	var got []string
-	for _, s := range r.Steps {
-		got = append(got, s.Phase+": "+s.Name)
-	}
+	ctx, env := startEnv(t, 3*time.Minute, Options{Nodes: 2})
+	r, got := runDemo(t, ctx, env)
 	want := []string{
 		"attach: PV and PVC created",
 		"attach: Pod app-1 created",
@@ -130,6 +115,36 @@ func applyExamples(t *testing.T, ctx context.Context, env *Env) {
 			}
 		}
 	}
+}
+
+// startEnv starts an environment with o for a test that may take up to
+// timeout; it is stopped when the test ends.
+func startEnv(t *testing.T, timeout time.Duration, o Options) (context.Context, *Env) {
+	t.Helper()
+	_, ctx := ktesting.NewTestContext(t)
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	t.Cleanup(cancel)
+	env, err := Start(ctx, o)
+	if err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	t.Cleanup(env.Stop)
+	return ctx, env
+}
+
+// runDemo runs the demo on env, ends the test if it failed (with the
+// driver's calls), and returns its result and its steps as "phase: name".
+func runDemo(t *testing.T, ctx context.Context, env *Env) (Result, []string) {
+	t.Helper()
+	r := RunDemo(ctx, env, nopReporter{})
+	if !r.OK {
+		t.Fatalf("demo failed at %q: %s\ncalls:\n%s", r.FailedStep, r.Error, calls(env.Driver.Calls()))
+	}
+	var steps []string
+	for _, s := range r.Steps {
+		steps = append(steps, s.Phase+": "+s.Name)
+	}
+	return r, steps
 }
 
 type nopReporter struct{}

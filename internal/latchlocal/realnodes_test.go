@@ -13,7 +13,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/klog/v2/ktesting"
 
 	"github.com/latchcsi/latch/internal/csimock"
 	"github.com/latchcsi/latch/internal/kube"
@@ -28,16 +27,9 @@ import (
 // bound, attached, mounted and Running, and takes everything down with
 // every volume unmounted before it is detached.
 func TestRealNodesDemoAndStatefulSetExample(t *testing.T) {
-	_, ctx := ktesting.NewTestContext(t)
-	ctx, cancel := context.WithTimeout(ctx, 6*time.Minute)
-	defer cancel()
 	start := time.Now()
 	logs := &testsupport.SyncBuffer{}
-	env, err := Start(ctx, Options{Nodes: 2, RealNodes: true, ProcessOutput: logs})
-	if err != nil {
-		t.Fatalf("Start: %v", err)
-	}
-	defer env.Stop()
+	ctx, env := startEnv(t, 6*time.Minute, Options{Nodes: 2, RealNodes: true, ProcessOutput: logs})
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("child processes' log (tail):\n%s", lastLines(logs.String(), 200))
@@ -48,14 +40,7 @@ func TestRealNodesDemoAndStatefulSetExample(t *testing.T) {
 		t.Fatalf("RealNodes: stand-in %v, %d hollow nodes; want no stand-in and 2 hollow nodes", env.Kubelet != nil, len(env.Hollow))
 	}
 
-	r := RunDemo(ctx, env, nopReporter{})
-	if !r.OK {
-		t.Fatalf("demo failed at %q: %s\ncalls:\n%s", r.FailedStep, r.Error, calls(env.Driver.Calls()))
-	}
-	var got []string
-	for _, s := range r.Steps {
-		got = append(got, s.Phase+": "+s.Name)
-	}
+	_, got := runDemo(t, ctx, env)
 	for _, want := range [][]string{
 		{"attach: VolumeAttachment attached", "attach: NodeStageVolume succeeded", "attach: NodePublishVolume succeeded", "attach: Pod Running"},
 		{"detach: Pod app-1 deleted", "detach: NodeUnpublishVolume succeeded", "detach: NodeUnstageVolume succeeded", "detach: kubelet released the volume (volumesInUse)", "detach: ControllerUnpublishVolume succeeded"},
