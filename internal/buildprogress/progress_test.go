@@ -7,7 +7,7 @@ import (
 )
 
 func TestIsPackageLine(t *testing.T) {
-	for line, want := range map[string]bool{
+	checkLines(t, "IsPackageLine", IsPackageLine, map[string]bool{
 		"k8s.io/apiserver/pkg/server": true,
 		"runtime":                     true,
 		"github.com/latchcsi/latch/cmd/latch-local": true,
@@ -19,9 +19,16 @@ func TestIsPackageLine(t *testing.T) {
 		"go: downloading k8s.io/api v0.36.3":          false,
 		"package foo is not in std (/usr/lib/go/src)": false,
 		"\tfoo.go:1: note":                            false,
-	} {
-		if got := IsPackageLine(line); got != want {
-			t.Errorf("IsPackageLine(%q) = %v, want %v", line, got, want)
+	})
+}
+
+// checkLines checks that the line classifier f (named name) says want of
+// each line.
+func checkLines(t *testing.T, name string, f func(string) bool, lines map[string]bool) {
+	t.Helper()
+	for line, want := range lines {
+		if got := f(line); got != want {
+			t.Errorf("%s(%q) = %v, want %v", name, line, got, want)
 		}
 	}
 }
@@ -102,18 +109,14 @@ type errString string
 func (e errString) Error() string { return string(e) }
 
 func TestResults(t *testing.T) {
-	for line, want := range map[string]bool{
+	checkLines(t, "IsResultLine", IsResultLine, map[string]bool{
 		"ok  \tgithub.com/latchcsi/latch/internal/csi\t1.2s":     true,
 		"FAIL\tgithub.com/latchcsi/latch/test/e2e/x\t90.1s":      true,
 		"?   \tgithub.com/latchcsi/latch/cmd/x\t[no test files]": true,
 		"--- FAIL: TestX (0.00s)":                                false,
 		"ok":                                                     false,
 		"FAIL":                                                   false,
-	} {
-		if got := IsResultLine(line); got != want {
-			t.Errorf("IsResultLine(%q) = %v, want %v", line, got, want)
-		}
-	}
+	})
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	r := &Results{Label: "make test", Total: 40}
 	r.Start(t0)
