@@ -6,6 +6,7 @@ import (
 	"sync"
 
 	"github.com/latchcsi/latch/internal/kube"
+	"github.com/latchcsi/latch/internal/runner"
 	"k8s.io/apimachinery/pkg/types"
 
 	storagev1 "k8s.io/api/storage/v1"
@@ -19,18 +20,11 @@ import (
 func (c *Controller) runReconciler(ctx context.Context) {
 	logger := klog.FromContext(ctx).WithName("listvolumes-reconciler")
 	ctx = klog.NewContext(ctx, logger)
-	ticker := c.clock.NewTicker(c.cfg.ReconcileSync)
-	defer ticker.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-ticker.C():
-		}
+	runner.Every(ctx, c.clock, c.cfg.ReconcileSync, func(ctx context.Context) {
 		if err := c.reconcileOnce(ctx); err != nil {
 			logger.Error(err, "ListVolumes reconcile failed; next try at the next period")
 		}
-	}
+	})
 }
 
 func (c *Controller) reconcileOnce(ctx context.Context) error {

@@ -12,6 +12,7 @@ import (
 	"github.com/latchcsi/latch/internal/attachdetach/decide"
 	"github.com/latchcsi/latch/internal/attachdetach/state"
 	"github.com/latchcsi/latch/internal/attachdetach/volume"
+	"github.com/latchcsi/latch/internal/runner"
 )
 
 // runVerify compares the actual state with the VolumeAttachments in the
@@ -21,16 +22,7 @@ import (
 // (plus, rarely, our own creates and deletes the informer has not shown
 // for a whole period, see verifyOwnWrites) and enqueues only the keys that disagree.
 func (c *Controller) runVerify(ctx context.Context) {
-	t := c.clock.NewTicker(c.cfg.VerifyPeriod)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C():
-			c.verify(ctx)
-		}
-	}
+	runner.Every(ctx, c.clock, c.cfg.VerifyPeriod, c.verify)
 }
 
 func (c *Controller) verify(ctx context.Context) {
