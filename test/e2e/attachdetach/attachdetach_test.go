@@ -20,7 +20,7 @@ import (
 func rwo() v1.PersistentVolumeAccessMode { return v1.ReadWriteOnce }
 
 func TestPodLifecycle_attachThenDetach(t *testing.T) {
-	e := newEnv(t, controller.Config{Workers: 4})
+	e := newRealKubeletEnv(t, controller.Config{Workers: 4})
 	node := e.addNode("n1")
 	pv := e.volume("data", rwo())
 	e.pod("app", node, pv)
@@ -44,7 +44,7 @@ func TestPodLifecycle_attachThenDetach(t *testing.T) {
 	}
 
 	e.deletePod("app")
-	e.waitPodGone("app") // the kubelet stand-in removes it after clearing volumesInUse
+	e.waitPodGone("app") // the kubelet removes it once its volumes are unmounted
 	e.waitVAGone(pv, node)
 	e.waitNodeAttached(node)
 	if n := e.node(node); len(n.Status.VolumesInUse) != 0 {
@@ -74,7 +74,7 @@ func TestPodLifecycle_attachThenDetach(t *testing.T) {
 }
 
 func TestMultiAttach_secondNodeWaitsWithOneEventThenAttaches(t *testing.T) {
-	e := newEnv(t, controller.Config{Workers: 4})
+	e := newRealKubeletEnv(t, controller.Config{Workers: 4})
 	n1, n2 := e.addNode("n1"), e.addNode("n2")
 	pv := e.volume("rwo", rwo())
 	e.pod("first", n1, pv)
@@ -285,7 +285,7 @@ func TestVolumeAttachmentOfDeletedPV_deletedWhenNothingWantsIt(t *testing.T) {
 }
 
 func TestPendingClaim_attachesOnceThePVCIsBound(t *testing.T) {
-	e := newEnv(t, controller.Config{Workers: 4})
+	e := newRealKubeletEnv(t, controller.Config{Workers: 4})
 	node := e.addNode("n1")
 	name := e.prefix + "-late-bound"
 	pvc := &v1.PersistentVolumeClaim{

@@ -19,7 +19,8 @@ import (
 // status. Once the fault is gone the attacher's retry succeeds and the
 // Pod gets SuccessfulAttachVolume and runs.
 func TestAttachError_driverRefusesPublish_warningOnPodThenAttachesOnceFixed(t *testing.T) {
-	e, drv := newEnvWithMockDriver(t, controller.Config{Workers: 4})
+	e := newRealKubeletEnv(t, controller.Config{Workers: 4})
+	drv := e.stack.Driver
 	node := e.addNode("n1")
 	pv := e.volume("refused", rwo())
 	driverMsg := "volume " + pv + " uses a disk layout this zone cannot attach"
@@ -58,7 +59,7 @@ func TestAttachError_driverRefusesPublish_warningOnPodThenAttachesOnceFixed(t *t
 	if got := e.events("app", "SuccessfulAttachVolume"); len(got) != 0 {
 		t.Errorf("SuccessfulAttachVolume while the attach fails: %+v", got)
 	}
-	if p := drv.PublishCount(pv, node+"-id"); p != 0 {
+	if p := drv.PublishCount(pv, e.nodeID(node)); p != 0 {
 		t.Errorf("driver published the volume %d times while refusing", p)
 	}
 
@@ -69,7 +70,7 @@ func TestAttachError_driverRefusesPublish_warningOnPodThenAttachesOnceFixed(t *t
 	e.waitNodeAttached(node, e.unique(pv))
 	e.waitEvent("app", "SuccessfulAttachVolume", fmt.Sprintf("AttachVolume.Attach succeeded for volume %q ", pv))
 	e.waitPodRunning("app")
-	if p := drv.PublishCount(pv, node+"-id"); p != 1 {
+	if p := drv.PublishCount(pv, e.nodeID(node)); p != 1 {
 		t.Errorf("successful publishes = %d, want 1", p)
 	}
 	if va, _ := e.getVA(e.vaName(pv, node)); va.Status.AttachError != nil {

@@ -1,7 +1,11 @@
 // Package attachdetach_test runs the attach/detach controller end to end
-// on the in-process kube-apiserver, with the kubelet stand-in and
-// csi-attacher in trivial mode (it marks every VolumeAttachment of its
-// driver attached). Tests run one after the other, each with its own
+// on the in-process kube-apiserver. Most tests run the kubelet stand-in
+// and csi-attacher in trivial mode (it marks every VolumeAttachment of its
+// driver attached); the tests whose subject is the Pod's lifecycle on a
+// node run the real kubelet instead (world.realKubelet: hollow kubelets,
+// the mock driver and the real csi-attacher), where every attach and
+// every detach is checked against the kubelet ordering contract
+// (kubeletorder). Tests run one after the other, each with its own
 // controller, driver, namespace and nodes; each cleans up what it made so
 // the next test's controller does not act on it.
 package attachdetach_test
@@ -44,8 +48,12 @@ type env struct {
 	prefix string
 
 	stack   *stack.Stack
-	kubelet *localcluster.Kubelet
+	kubelet *localcluster.Kubelet // nil in a real-kubelet world
 	nodes   []string
+	// real is the real-kubelet world's part (nil with the stand-in).
+	real *realKubelet
+	// wait bounds each eventually.
+	wait time.Duration
 
 	cfg      controller.Config
 	registry metrics.KubeRegistry
@@ -78,6 +86,11 @@ type world struct {
 	noController bool
 	// ctrlWrap: see env.
 	ctrlWrap func(http.RoundTripper) http.RoundTripper
+	// realKubelet runs no kubelet stand-in: addNode starts a hollow
+	// kubelet (the real kubelet, hollow.go) per node, with the mock
+	// driver's node endpoint for it, and the real csi-attacher in-process
+	// against the mock driver (mockDriver is implied).
+	realKubelet bool
 }
 
 func newEnv(t *testing.T, cfg controller.Config) *env {
@@ -90,14 +103,6 @@ func newEnv(t *testing.T, cfg controller.Config) *env {
 func newEnvWithoutController(t *testing.T, cfg controller.Config) *env {
 	t.Helper()
 	return newWorld(t, world{cfg: cfg, noController: true})
-}
-
-// newEnvWithMockDriver is newEnv with the real csi-attacher against the
-// mock CSI driver (world.mockDriver).
-func newEnvWithMockDriver(t *testing.T, cfg controller.Config) (*env, *csimock.Driver) {
-	t.Helper()
-	e := newWorld(t, world{cfg: cfg, mockDriver: true})
-	return e, e.stack.Driver
 }
 
 // newWorld makes the namespace and starts the stack as w says.
@@ -113,13 +118,15 @@ func newWorld(t *testing.T, w world) *env {
 		cfg:      w.cfg,
 		ctrlAPI:  testsupport.NewAPITransport(),
 		ctrlWrap: w.ctrlWrap,
+		wait:     timeout,
 	}
 	mode := stack.AttacherTrivial
-	if w.mockDriver {
+	if w.mockDriver || w.realKubelet {
 		mode = stack.AttacherInProcess
 	}
 	s, err := stack.Start(ctx, stack.Options{
 		Cluster: cluster, Driver: e.driver, Attacher: mode, Mock: w.driverConfig,
+		NoKubelet: w.realKubelet,
 		// The binary's configuration, with retries fast enough for the
 		// suite's timeouts.
 		AttacherConfig: func(_ int, cfg *attacher.SidecarConfig) {
@@ -135,6 +142,9 @@ func newWorld(t *testing.T, w world) *env {
 	}
 	e.stack, e.kubelet = s, s.Kubelet
 	t.Cleanup(e.cleanup)
+	if w.realKubelet {
+		e.startRealKubeletWorld()
+	}
 	if !w.noController {
 		e.startController()
 	}
@@ -183,6 +193,7 @@ func (e *env) stopController() {
 // cleanup stops the controller and removes what the test made that a
 // later test's controller would otherwise act on.
 func (e *env) cleanup() {
+	e.checkEveryDetachChecked()
 	e.stopController()
 	if n := e.refusedCreates(); n > 0 {
 		e.t.Errorf("%d VolumeAttachment creates of the controller were answered AlreadyExists", n)
@@ -196,7 +207,12 @@ func (e *env) cleanup() {
 		_ = e.client.CoreV1().Pods(e.ns).Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)})
 	}
 	for _, n := range e.nodes {
-		_ = e.kubelet.DeleteNode(ctx, n)
+		if e.kubelet != nil {
+			_ = e.kubelet.DeleteNode(ctx, n)
+			continue
+		}
+		_ = e.client.CoreV1().Nodes().Delete(ctx, n, metav1.DeleteOptions{})
+		_ = e.client.StorageV1().CSINodes().Delete(ctx, n, metav1.DeleteOptions{})
 	}
 	vas, _ := e.client.StorageV1().VolumeAttachments().List(ctx, metav1.ListOptions{})
 	for _, va := range vas.Items {

@@ -26,6 +26,9 @@ import (
 func (e *env) addNode(suffix string) string {
 	e.t.Helper()
 	name := e.prefix + "-" + suffix
+	if e.real != nil {
+		return e.addHollowNode(name)
+	}
 	if err := e.kubelet.AddNode(e.ctx, localcluster.NodeConfig{Name: name, Drivers: map[string]string{e.driver: name + "-id"}}); err != nil {
 		e.t.Fatal(err)
 	}
@@ -53,7 +56,13 @@ func (e *env) volumeOf(driver, name string, modes ...v1.PersistentVolumeAccessMo
 
 func (e *env) pod(name, node string, claims ...string) *v1.Pod {
 	e.t.Helper()
-	pod, err := e.client.CoreV1().Pods(e.ns).Create(e.ctx, localcluster.NewPod(e.ns, name, node, claims...), metav1.CreateOptions{})
+	p := localcluster.NewPod(e.ns, name, node, claims...)
+	if e.real != nil {
+		// The real kubelet would mount a service account token: no
+		// root-ca publisher runs to give it the CA bundle.
+		p.Spec.AutomountServiceAccountToken = new(false)
+	}
+	pod, err := e.client.CoreV1().Pods(e.ns).Create(e.ctx, p, metav1.CreateOptions{})
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -73,11 +82,17 @@ func (e *env) vaName(pv, node string) string { return kube.VolumeAttachmentName(
 
 // --- polling ---
 
-const timeout = 30 * time.Second
+// timeout bounds each eventually of a stand-in world; a real-kubelet
+// world waits realTimeout (the kubelet retries a mount that waits for
+// its attach with a backoff that grows to minutes).
+const (
+	timeout     = 30 * time.Second
+	realTimeout = 90 * time.Second
+)
 
 func (e *env) eventually(what string, cond func() (bool, error)) {
 	e.t.Helper()
-	testsupport.Eventually(e.t, e.ctx, timeout, what, func(context.Context) (bool, error) { return cond() })
+	testsupport.Eventually(e.t, e.ctx, e.wait, what, func(context.Context) (bool, error) { return cond() })
 }
 
 // consistently fails if cond turns false within d.
@@ -141,12 +156,18 @@ func (e *env) createVA(pv, node string) {
 	}
 }
 
+// waitVAGone waits until the VolumeAttachment of pv on node is gone. In
+// a real-kubelet world that is a detach after an unmount, and it is
+// checked against the kubelet ordering contract (checkDetach).
 func (e *env) waitVAGone(pv, node string) {
 	e.t.Helper()
 	e.eventually("VolumeAttachment of "+pv+" on "+node+" deleted", func() (bool, error) {
 		_, ok := e.getVA(e.vaName(pv, node))
 		return !ok, nil
 	})
+	if e.real != nil {
+		e.checkDetach(pv, node)
+	}
 }
 
 func (e *env) node(name string) *v1.Node {
@@ -182,12 +203,20 @@ func (e *env) waitNodeAttached(node string, want ...v1.UniqueVolumeName) {
 	})
 }
 
+// waitPodRunning waits until Pod name runs. In a real-kubelet world each
+// of its attachable volumes' attach is then checked against the kubelet
+// ordering contract (checkAttach).
 func (e *env) waitPodRunning(name string) {
 	e.t.Helper()
+	var pod *v1.Pod
 	e.eventually("pod "+name+" running", func() (bool, error) {
 		p, err := e.client.CoreV1().Pods(e.ns).Get(e.ctx, name, metav1.GetOptions{})
+		pod = p
 		return err == nil && p.Status.Phase == v1.PodRunning, nil
 	})
+	if e.real != nil {
+		e.checkPodAttaches(pod)
+	}
 }
 
 func (e *env) waitPodGone(name string) {

@@ -1,0 +1,194 @@
+package attachdetach_test
+
+// The real-kubelet world (world.realKubelet): one hollow kubelet per node
+// (stack.StartHollowNode: Kubernetes v1.36.3's kubelet with kubemark's
+// fake runtime and mounter) with the mock driver's node endpoint for it,
+// the real csi-attacher against the mock driver, and an API history from
+// which every attach and every detach of the test is checked against the
+// kubelet ordering contract (kubeletorder).
+
+import (
+	"strings"
+	"testing"
+
+	"google.golang.org/grpc/codes"
+	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/latchcsi/latch/internal/attachdetach/controller"
+	"github.com/latchcsi/latch/internal/stack"
+	"github.com/latchcsi/latch/internal/testsupport"
+	"github.com/latchcsi/latch/internal/testsupport/kubeletorder"
+)
+
+// realKubelet is a real-kubelet world's part of env.
+type realKubelet struct {
+	hist  *kubeletorder.History
+	order *kubeletorder.Checker
+	nodes map[string]*stack.HollowNode
+	// checked are the (volume, node ID) pairs whose detach was checked.
+	checked map[[2]string]bool
+}
+
+// newRealKubeletEnv is newEnv in a real-kubelet world.
+func newRealKubeletEnv(t *testing.T, cfg controller.Config) *env {
+	t.Helper()
+	return newWorld(t, world{cfg: cfg, realKubelet: true})
+}
+
+// startRealKubeletWorld records the API history from before the test's
+// first object.
+func (e *env) startRealKubeletWorld() {
+	e.wait = realTimeout
+	hist := kubeletorder.Record(e.t, e.ctx, e.client, e.ns)
+	e.real = &realKubelet{
+		hist:    hist,
+		order:   &kubeletorder.Checker{Driver: e.stack.Driver, DriverName: e.driver, History: hist},
+		nodes:   map[string]*stack.HollowNode{},
+		checked: map[[2]string]bool{},
+	}
+}
+
+// nodeID is the CSI node ID of node: NodeGetInfo's on a hollow node, the
+// stand-in's CSINode entry otherwise.
+func (e *env) nodeID(node string) string {
+	if e.real != nil {
+		return stack.NodeID(node)
+	}
+	return node + "-id"
+}
+
+// addHollowNode starts a hollow node (its root directory short: unix
+// socket paths under it are limited to 107 bytes) and waits until its
+// kubelet has registered the Node Ready and the driver in its CSINode
+// with NodeGetInfo's node ID. The kubelet stops when the test ends, its
+// log shown when the test failed.
+func (e *env) addHollowNode(name string) string {
+	t := e.t
+	t.Helper()
+	log := &testsupport.SyncBuffer{}
+	h, err := e.stack.StartHollowNode(e.ctx, stack.HollowOptions{Name: name, RootDir: testsupport.SocketDir(t), Output: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := h.Stop(); err != nil {
+			t.Errorf("hollow node %s: %v", name, err)
+		}
+		if t.Failed() {
+			t.Logf("hollow kubelet %s log (tail):\n%s", name, tail(log.String(), 80))
+		}
+	})
+	e.nodes = append(e.nodes, name)
+	e.real.nodes[name] = h
+	e.eventually("the kubelet registers Node "+name+" Ready and the driver in its CSINode", func() (bool, error) {
+		no, err := e.client.CoreV1().Nodes().Get(e.ctx, name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) || err == nil && !nodeReady(no) {
+			return false, nil
+		}
+		if err != nil {
+			return false, err
+		}
+		cn, err := e.client.StorageV1().CSINodes().Get(e.ctx, name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return false, nil
+		}
+		if err != nil {
+			return false, err
+		}
+		for _, d := range cn.Spec.Drivers {
+			if d.Name == e.driver {
+				if d.NodeID != e.nodeID(name) {
+					t.Fatalf("CSINode %s lists %s with node ID %q, want %q (NodeGetInfo's)", name, e.driver, d.NodeID, e.nodeID(name))
+				}
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	return name
+}
+
+func nodeReady(n *v1.Node) bool {
+	for _, c := range n.Status.Conditions {
+		if c.Type == v1.NodeReady {
+			return c.Status == v1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// checkDetach checks pv's detach from node after an unmount:
+// NodeUnpublish → NodeUnstage → the volume leaves volumesInUse → the
+// VolumeAttachment is deleted → ControllerUnpublish → the
+// VolumeAttachment is removed (kubeletorder.Checker.CheckDetach).
+func (e *env) checkDetach(pv, node string) kubeletorder.DetachFacts {
+	e.t.Helper()
+	e.real.checked[[2]string{pv, e.nodeID(node)}] = true
+	return e.real.order.CheckDetach(e.t, pv, node, e.nodeID(node))
+}
+
+// checkPodAttaches checks the attach of each volume of pod whose driver
+// requires attaching: ControllerPublish → NodeStage → NodePublish, and
+// the Pod Running only after the VolumeAttachment was attached
+// (kubeletorder.Checker.CheckAttach).
+func (e *env) checkPodAttaches(pod *v1.Pod) {
+	e.t.Helper()
+	for _, vol := range pod.Spec.Volumes {
+		if vol.PersistentVolumeClaim == nil {
+			continue
+		}
+		pvc, err := e.client.CoreV1().PersistentVolumeClaims(e.ns).Get(e.ctx, vol.PersistentVolumeClaim.ClaimName, metav1.GetOptions{})
+		if err != nil {
+			e.t.Fatalf("PVC %s of Pod %s: %v", vol.PersistentVolumeClaim.ClaimName, pod.Name, err)
+		}
+		pv, err := e.client.CoreV1().PersistentVolumes().Get(e.ctx, pvc.Spec.VolumeName, metav1.GetOptions{})
+		if err != nil {
+			e.t.Fatalf("PV %s of Pod %s: %v", pvc.Spec.VolumeName, pod.Name, err)
+		}
+		csi := pv.Spec.CSI
+		if csi == nil || csi.Driver != e.driver {
+			continue
+		}
+		d, err := e.client.StorageV1().CSIDrivers().Get(e.ctx, csi.Driver, metav1.GetOptions{})
+		if err != nil && !apierrors.IsNotFound(err) {
+			e.t.Fatalf("CSIDriver %s: %v", csi.Driver, err)
+		}
+		if err == nil && d.Spec.AttachRequired != nil && !*d.Spec.AttachRequired {
+			continue
+		}
+		e.real.order.CheckAttach(e.t, csi.VolumeHandle, pod.Spec.NodeName, e.nodeID(pod.Spec.NodeName), pod.Name)
+	}
+}
+
+// checkEveryDetachChecked fails the test for each successful
+// ControllerUnpublish of a real-kubelet world whose detach no check
+// read: every detach of every test is checked.
+func (e *env) checkEveryDetachChecked() {
+	if e.real == nil || e.t.Failed() {
+		return
+	}
+	for _, c := range e.stack.Driver.CallsTo("ControllerUnpublishVolume") {
+		if c.Done() && c.Code == codes.OK && !e.real.checked[[2]string{c.VolumeID, c.NodeID}] {
+			e.t.Errorf("the detach of %s from %s (ControllerUnpublish #%d) was not checked against the kubelet's order", c.VolumeID, c.NodeID, c.ID)
+		}
+	}
+}
+
+func tail(s string, lines int) string {
+	l := strings.Split(s, "\n")
+	if len(l) > lines {
+		l = l[len(l)-lines:]
+	}
+	return strings.Join(l, "\n")
+}
+
+// stopKubeletOf stops node's hollow kubelet (SIGTERM): its Pods and
+// volumes stay as they are, nothing reports them any more.
+func (e *env) stopKubeletOf(node string) {
+	e.t.Helper()
+	if err := e.real.nodes[node].StopKubelet(); err != nil {
+		e.t.Errorf("hollow node %s: %v", node, err)
+	}
+}
