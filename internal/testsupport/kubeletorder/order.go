@@ -128,11 +128,7 @@ func (k *Checker) CheckDetach(t testing.TB, vol, node, nodeID string) DetachFact
 	if !f.Unpublish.End.IsZero() && !f.Unstage.End.IsZero() && !f.Unpublish.End.Before(f.Unstage.Start) {
 		t.Errorf("NodeUnstage of %s on %s started before NodeUnpublish ended:\n%s", vol, nodeID, CallTable(mine))
 	}
-	for _, c := range mine {
-		if IsNodeMethod(c.Method) && (!c.Done() || !c.End.Before(f.CtrlUnpublish.Start)) {
-			t.Errorf("%s of %s on %s (#%d, %s–%s) in flight when ControllerUnpublish started (%s)", c.Method, vol, nodeID, c.ID, Stamp(c.Start), Stamp(c.End), Stamp(f.CtrlUnpublish.Start))
-		}
-	}
+	noNodeCallDuring(t, mine, f.CtrlUnpublish, vol, nodeID)
 	if !f.Unstage.End.IsZero() && !f.Unstage.End.Before(f.CtrlUnpublish.Start) {
 		t.Errorf("ControllerUnpublish of %s from %s (%s) before NodeUnstage ended (%s)", vol, nodeID, Stamp(f.CtrlUnpublish.Start), Stamp(f.Unstage.End))
 	}
@@ -150,6 +146,53 @@ func (k *Checker) CheckDetach(t testing.TB, vol, node, nodeID string) DetachFact
 			t.Errorf("%s left Node %s's volumesInUse (%s) before NodeUnstage ended (%s)", vol, node, dropped, Stamp(f.Unstage.End))
 		}
 	}
+	k.checkRemoval(t, &f, vol, va, nodeID)
+	nv := k.Driver.NodeVolumes(nodeID)
+	if _, staged := nv.Staged[vol]; staged || len(nv.Published[vol]) > 0 {
+		t.Errorf("node %s still holds %s after its detach: %+v", nodeID, vol, nv)
+	}
+	return f
+}
+
+// CheckForcedDetach asserts, for vol detached from Node node (CSI node
+// ID nodeID) without an unmount (the node's kubelet is gone): no Node
+// call of the volume on that node is in flight or starts once
+// ControllerUnpublish starts; ControllerUnpublish starts after the
+// VolumeAttachment's deletion, which a finalizer held; and the
+// VolumeAttachment disappears after ControllerUnpublish ended. The
+// facts' Unpublish and Unstage stay zero.
+func (k *Checker) CheckForcedDetach(t testing.TB, vol, node, nodeID string) DetachFacts {
+	t.Helper()
+	calls := k.Driver.Calls()
+	var f DetachFacts
+	var ok bool
+	if f.CtrlUnpublish, ok = FindNodeCall(calls, "ControllerUnpublishVolume", vol, nodeID, codes.OK); !ok {
+		t.Fatalf("no ControllerUnpublish of %s from %s; calls:\n%s", vol, nodeID, CallTable(calls))
+	}
+	noNodeCallDuring(t, VolumeCalls(calls, vol, nodeID), f.CtrlUnpublish, vol, nodeID)
+	va := kube.VolumeAttachmentName(vol, k.DriverName, node)
+	f.Deleting = k.History.MustFirst(t, "VolumeAttachment "+va+" deleted", VANamed(va, func(va *storagev1.VolumeAttachment) bool { return va.DeletionTimestamp != nil }))
+	k.checkRemoval(t, &f, vol, va, nodeID)
+	return f
+}
+
+// noNodeCallDuring fails for each Node call of mine (vol's calls on
+// nodeID) in flight or started once ctrlUnpublish started.
+func noNodeCallDuring(t testing.TB, mine []csimock.Call, ctrlUnpublish csimock.Call, vol, nodeID string) {
+	t.Helper()
+	for _, c := range mine {
+		if IsNodeMethod(c.Method) && (!c.Done() || !c.End.Before(ctrlUnpublish.Start)) {
+			t.Errorf("%s of %s on %s (#%d, %s–%s) in flight when ControllerUnpublish started (%s)", c.Method, vol, nodeID, c.ID, Stamp(c.Start), Stamp(c.End), Stamp(ctrlUnpublish.Start))
+		}
+	}
+}
+
+// checkRemoval asserts, for VolumeAttachment va whose deletion is
+// f.Deleting: a finalizer held it, ControllerUnpublish (f.CtrlUnpublish)
+// started after the deletion, and the object was removed (f.Gone, which
+// it sets) only after ControllerUnpublish ended.
+func (k *Checker) checkRemoval(t testing.TB, f *DetachFacts, vol, va, nodeID string) {
+	t.Helper()
 	obj := f.Deleting.Obj.(*storagev1.VolumeAttachment)
 	if f.CtrlUnpublish.Start.Before(obj.DeletionTimestamp.Time) {
 		t.Errorf("ControllerUnpublish of %s from %s (%s) before the VolumeAttachment's deletion (%s)", vol, nodeID, Stamp(f.CtrlUnpublish.Start), obj.DeletionTimestamp.Format(time.TimeOnly))
@@ -163,9 +206,4 @@ func (k *Checker) CheckDetach(t testing.TB, vol, node, nodeID string) DetachFact
 	if !f.Gone.Observed.After(f.CtrlUnpublish.End) {
 		t.Errorf("VolumeAttachment %s removed (%s) before ControllerUnpublish ended (%s)", va, f.Gone, Stamp(f.CtrlUnpublish.End))
 	}
-	nv := k.Driver.NodeVolumes(nodeID)
-	if _, staged := nv.Staged[vol]; staged || len(nv.Published[vol]) > 0 {
-		t.Errorf("node %s still holds %s after its detach: %+v", nodeID, vol, nv)
-	}
-	return f
 }

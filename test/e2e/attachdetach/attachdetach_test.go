@@ -176,8 +176,12 @@ func TestAttachRequiredFalse_noVolumeAttachment(t *testing.T) {
 	e.waitNodeAttached(node, e.unique(attached))
 }
 
+// A node goes away with its volumes mounted, as when its machine is
+// deleted: the kubelet stops (nothing unmounts) and the Node object is
+// deleted. Both volumes are detached without an unmount, after the Node's
+// deletion.
 func TestNodeDeleted_volumesDetached(t *testing.T) {
-	e := newEnv(t, controller.Config{Workers: 4, MaxWaitForUnmount: 2 * time.Second})
+	e := newRealKubeletEnv(t, controller.Config{Workers: 4, MaxWaitForUnmount: 2 * time.Second})
 	node := e.addNode("n1")
 	pv1, pv2 := e.volume("a", rwo()), e.volume("b", rwo())
 	e.pod("app", node, pv1, pv2)
@@ -185,11 +189,12 @@ func TestNodeDeleted_volumesDetached(t *testing.T) {
 	e.waitAttachedVA(pv2, node)
 	e.waitPodRunning("app")
 
-	if err := e.kubelet.DeleteNode(e.ctx, node); err != nil {
+	e.stopKubeletOf(node)
+	if err := e.client.CoreV1().Nodes().Delete(e.ctx, node, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	e.waitVAGone(pv1, node)
-	e.waitVAGone(pv2, node)
+	e.waitForcedDetach(pv1, node)
+	e.waitForcedDetach(pv2, node)
 	vas, err := e.client.StorageV1().VolumeAttachments().List(e.ctx, metav1.ListOptions{})
 	if err != nil {
 		t.Fatal(err)

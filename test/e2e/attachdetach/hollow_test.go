@@ -15,6 +15,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
 
 	"github.com/latchcsi/latch/internal/attachdetach/controller"
 	"github.com/latchcsi/latch/internal/stack"
@@ -127,6 +128,32 @@ func (e *env) checkDetach(pv, node string) kubeletorder.DetachFacts {
 	e.t.Helper()
 	e.real.checked[[2]string{pv, e.nodeID(node)}] = true
 	return e.real.order.CheckDetach(e.t, pv, node, e.nodeID(node))
+}
+
+// waitForcedDetach waits until the VolumeAttachment of pv on node is
+// gone after a detach without an unmount (node's kubelet is gone) and
+// checks it (kubeletorder.Checker.CheckForcedDetach): no Node call during
+// ControllerUnpublish, which follows the VolumeAttachment's deletion and
+// precedes its removal, and the deletion comes after the Node's. The
+// volume is still staged and published on the node's endpoint: nothing
+// unmounted it.
+func (e *env) waitForcedDetach(pv, node string) {
+	e.t.Helper()
+	e.eventually("VolumeAttachment of "+pv+" on "+node+" deleted", func() (bool, error) {
+		_, ok := e.getVA(e.vaName(pv, node))
+		return !ok, nil
+	})
+	e.real.checked[[2]string{pv, e.nodeID(node)}] = true
+	f := e.real.order.CheckForcedDetach(e.t, pv, node, e.nodeID(node))
+	nodeGone := e.real.hist.MustFirst(e.t, "Node "+node+" deleted", func(c kubeletorder.Change) bool {
+		return c.Type == watch.Deleted && kubeletorder.NodeNamed(node, func(*v1.Node) bool { return true })(c)
+	})
+	if f.Deleting.RV < nodeGone.RV {
+		e.t.Errorf("VolumeAttachment of %s on %s deleted (%s) before the Node (%s)", pv, node, f.Deleting, nodeGone)
+	}
+	if nv := e.stack.Driver.NodeVolumes(e.nodeID(node)); nv.Staged[pv] == "" || len(nv.Published[pv]) == 0 {
+		e.t.Errorf("%s is no longer staged and published on %s's endpoint (%+v): something unmounted it", pv, node, nv)
+	}
 }
 
 // checkPodAttaches checks the attach of each volume of pod whose driver
