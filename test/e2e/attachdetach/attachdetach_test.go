@@ -207,7 +207,7 @@ func TestNodeDeleted_volumesDetached(t *testing.T) {
 }
 
 func TestControllerRestart_rebuildsStateAndDetachesDanglingAttachment(t *testing.T) {
-	e := newEnv(t, controller.Config{Workers: 4})
+	e := newRealKubeletEnv(t, controller.Config{Workers: 4})
 	node := e.addNode("n1")
 	kept, dangling, late := e.volume("kept", rwo()), e.volume("dangling", rwo()), e.volume("late", rwo())
 	e.pod("kept", node, kept)
@@ -235,6 +235,12 @@ func TestControllerRestart_rebuildsStateAndDetachesDanglingAttachment(t *testing
 	}
 	if got := e.createCount(); got != 1 {
 		t.Errorf("VolumeAttachment creates after restart = %d, want 1 (only the new Pod's)", got)
+	}
+	// The kept Pod's volume stayed mounted through the restart.
+	for _, c := range e.stack.Driver.Calls() {
+		if c.VolumeID == kept && (c.Method == "NodeUnpublishVolume" || c.Method == "NodeUnstageVolume" || c.Method == "ControllerUnpublishVolume") {
+			t.Errorf("%s of the kept volume %s (#%d) across the controller restart", c.Method, kept, c.ID)
+		}
 	}
 }
 
