@@ -10,68 +10,147 @@ import (
 )
 
 // timedFIFO is the ready-item store under the Runner's workqueue. It
-// behaves exactly like workqueue's default FIFO but remembers when each item
+// behaves like workqueue's default FIFO but remembers when each item
 // became ready, so the age of the oldest waiting item, the one number that
 // tells whether workers keep up, costs one lock and one subtraction.
 //
+// It has two lanes. Items go to the first, in readiness order; an item
+// marked by markLater (Runner.EnqueueLater) goes to the second, which Pop
+// serves only when the first is empty. A plain add of an item waiting in
+// the second lane moves it to the first. The lanes order work, nothing
+// more: every item pushed is popped once, whatever its lane.
+//
 // Push, Pop, Len and Touch are called by workqueue with its own lock held;
-// mu only protects against OldestAge, which a metrics scrape calls from
-// another goroutine.
+// mu protects the lanes and marks against OldestAge (a metrics scrape) and
+// markLater/unmark (Runner's callers), which run without it.
 type timedFIFO[K comparable] struct {
 	clock clock.PassiveClock
 
 	mu sync.Mutex
 	// items is in readiness order: items[0] has waited longest.
 	items []timedItem[K]
+	// later is the second lane, in readiness order; inLater says which
+	// keys are in it.
+	later   []timedItem[K]
+	inLater map[K]struct{}
+	// marks are the keys whose next Push (or Touch) comes from
+	// EnqueueLater.
+	marks map[K]struct{}
 }
 
 type timedItem[K comparable] struct {
 	key   K
 	ready time.Time
+	// moved says the item left the second lane for the first: Pop skips
+	// its entry there.
+	moved bool
 }
 
 var _ workqueue.Queue[string] = (*timedFIFO[string])(nil)
 
 func newTimedFIFO[K comparable](c clock.PassiveClock) *timedFIFO[K] {
-	return &timedFIFO[K]{clock: c}
+	return &timedFIFO[K]{clock: c, inLater: map[K]struct{}{}, marks: map[K]struct{}{}}
 }
 
-// Touch is called when a queued item is added again. The item keeps its
-// place and its timestamp: it has been waiting since the first add.
-func (q *timedFIFO[K]) Touch(K) {}
+// markLater says the next add of key is a low-priority one.
+func (q *timedFIFO[K]) markLater(key K) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.marks[key] = struct{}{}
+}
+
+// unmark says the next add of key is a plain one.
+func (q *timedFIFO[K]) unmark(key K) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	delete(q.marks, key)
+}
+
+// Touch is called when a queued item is added again. An item in the first
+// lane keeps its place and timestamp (it has been waiting since the first
+// add). A plain add of an item in the second lane moves it to the end of
+// the first, with its timestamp; a low-priority add leaves it where it is.
+func (q *timedFIFO[K]) Touch(key K) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if _, marked := q.marks[key]; marked {
+		delete(q.marks, key)
+		return
+	}
+	if _, ok := q.inLater[key]; !ok {
+		return
+	}
+	for i := range q.later {
+		if it := &q.later[i]; !it.moved && it.key == key {
+			it.moved = true
+			q.items = append(q.items, timedItem[K]{key: key, ready: it.ready})
+			break
+		}
+	}
+	delete(q.inLater, key)
+}
 
 func (q *timedFIFO[K]) Push(key K) {
 	now := q.clock.Now()
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	if _, marked := q.marks[key]; marked {
+		delete(q.marks, key)
+		q.later = append(q.later, timedItem[K]{key: key, ready: now})
+		q.inLater[key] = struct{}{}
+		return
+	}
 	q.items = append(q.items, timedItem[K]{key: key, ready: now})
 }
 
 func (q *timedFIFO[K]) Len() int {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	return len(q.items)
+	return len(q.items) + len(q.inLater)
 }
 
 func (q *timedFIFO[K]) Pop() K {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	head := q.items[0]
-	q.items[0] = timedItem[K]{} // let the key be collected
-	q.items = q.items[1:]
-	return head.key
+	if len(q.items) > 0 {
+		head := q.items[0]
+		q.items[0] = timedItem[K]{} // let the key be collected
+		q.items = q.items[1:]
+		return head.key
+	}
+	for {
+		head := q.later[0]
+		q.later[0] = timedItem[K]{}
+		q.later = q.later[1:]
+		if !head.moved {
+			delete(q.inLater, head.key)
+			return head.key
+		}
+	}
 }
 
-// OldestAge returns how long the oldest ready item has been waiting for a
-// worker, or 0 when none is waiting. Items waiting out a backoff or a
-// RequeueAfter are not ready and do not count.
+// OldestAge returns how long the oldest ready item (of either lane) has
+// been waiting for a worker, or 0 when none is waiting. Items waiting out a
+// backoff or a RequeueAfter are not ready and do not count.
 func (q *timedFIFO[K]) OldestAge() time.Duration {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if len(q.items) == 0 {
+	var oldest time.Time
+	if len(q.items) > 0 {
+		oldest = q.items[0].ready
+	}
+	for _, it := range q.later {
+		if !it.moved {
+			if oldest.IsZero() || it.ready.Before(oldest) {
+				oldest = it.ready
+			}
+			break
+		}
+	}
+	if oldest.IsZero() {
 		return 0
 	}
-	return q.clock.Since(q.items[0].ready)
+	return q.clock.Since(oldest)
 }
 
 // OldestItemAgeMetricName is the name of the backlog age gauge. It has one

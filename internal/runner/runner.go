@@ -140,6 +140,20 @@ func New[K comparable](r Reconciler[K], opts Options) *Runner[K] {
 // relevant change, including changes the controller caused itself, and
 // those must not turn a 5-minute backoff into a hot loop.
 func (r *Runner[K]) Enqueue(key K) {
+	r.ready.unmark(key)
+	r.queue.Add(key)
+}
+
+// EnqueueLater asks for key to be reconciled once no key enqueued
+// otherwise is waiting: a low-priority lane, for work known to be probably
+// idle (a controller's start, which wakes every key it knows once), so
+// that it does not delay the keys woken by changes. A later Enqueue of a
+// key still waiting there moves it to the normal lane. The lanes order
+// work only: every key enqueued is reconciled, and under a sustained
+// stream of Enqueues a key in the low lane waits until the normal lane is
+// empty.
+func (r *Runner[K]) EnqueueLater(key K) {
+	r.ready.markLater(key)
 	r.queue.Add(key)
 }
 
@@ -156,6 +170,7 @@ func (r *Runner[K]) EnqueueAfter(key K, d time.Duration) {
 // costs one cheap extra pass.
 func (r *Runner[K]) ForgetAndEnqueue(key K) {
 	r.queue.Forget(key)
+	r.ready.unmark(key)
 	r.queue.Add(key)
 }
 

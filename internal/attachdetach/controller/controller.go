@@ -223,6 +223,10 @@ func New(cfg Config, client kubernetes.Interface, factory informers.SharedInform
 		podIndex:        c.pods.GetIndexer(),
 		pvIndex:         c.pvs.GetIndexer(),
 		migrationByNode: byNode,
+		// Every key woken before the rebuild ends (by the informers'
+		// initial events, then by the rebuild) is held and sorted into
+		// the key queue's lanes by releaseKeys.
+		held: map[state.Key]struct{}{},
 	}
 
 	if err := c.addHandlers(nodes, pvcs, drivers, vas, csiNodes); err != nil {

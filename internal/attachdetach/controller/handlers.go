@@ -33,9 +33,15 @@ func (c *Controller) addHandlers(nodes, pvcs, drivers, vas, csiNodes cache.Share
 		{csiNodes, kube.ChangeHandlers(c.csiNodeChanged, onDelete(c.csiNodeDeleted))},
 	}
 	for _, h := range handlers {
-		if _, err := h.inf.AddEventHandler(h.h); err != nil {
+		reg, err := h.inf.AddEventHandler(h.h)
+		if err != nil {
 			return fmt.Errorf("add event handler: %w", err)
 		}
+		// Run waits until every handler has seen its informer's initial
+		// list, not only until the caches hold it: the rebuild then
+		// follows every wake-up of the initial events, and releaseKeys
+		// sorts the keys they woke with the rebuild's own.
+		c.synced = append(c.synced, reg.HasSynced)
 	}
 	return nil
 }

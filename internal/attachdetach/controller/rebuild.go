@@ -19,7 +19,10 @@ func everything() labels.Selector { return labels.Everything() }
 // before any worker runs, in upstream's order: Node statuses (what the
 // kubelets were told is attached, what they use), then VolumeAttachments
 // (uncertain unless the node status explained them), then Pods. Every key
-// is enqueued once; from then on only changes enqueue keys.
+// is enqueued once; from then on only changes enqueue keys. The keys that
+// look settled (settledAtStart) wait in the key queue's low lane, so that
+// a change right after the start does not wait behind every volume of
+// the cluster.
 //
 // Every Pod is recorded here, synchronously, not handed to the Pod queue:
 // the key workers start together with the Pod workers, and a key decided
@@ -50,9 +53,6 @@ func (c *Controller) rebuild(ctx context.Context) {
 			logger.Error(err, "Some VolumeAttachments could not be added to the actual state")
 		}
 	}
-	for _, va := range vas {
-		c.wake.UnknownVolumeAttachment(va.Name)
-	}
 	pods, _ := c.podLister.List(everything())
 	recorded := c.recordPods(ctx, pods)
 	keys := c.asw.Keys()
@@ -60,10 +60,34 @@ func (c *Controller) rebuild(ctx context.Context) {
 		c.register(k)
 		c.wake.Key(k)
 	}
+	// A VolumeAttachment whose name is now registered is one of the keys
+	// above (its pass in the VolumeAttachment queue would only wake that
+	// key again, out of the low lane); the others go to the queue that
+	// resolves them.
+	for _, va := range vas {
+		if _, known := c.names.Get(va.Name); !known {
+			c.wake.UnknownVolumeAttachment(va.Name)
+		}
+	}
 	for _, node := range nodes {
 		c.wake.NodeStatus(node.Name)
 	}
-	logger.Info("Rebuilt the actual state of the world", "nodes", len(nodes), "volumeAttachments", len(vas), "attachments", len(keys), "pods", len(pods), "podsRecorded", recorded)
+	urgent, settled := c.wake.releaseKeys(c.settledAtStart)
+	logger.Info("Rebuilt the actual state of the world", "nodes", len(nodes), "volumeAttachments", len(vas), "attachments", len(keys), "pods", len(pods), "podsRecorded", recorded,
+		"keysToCheckFirst", urgent, "keysSettled", settled)
+}
+
+// settledAtStart says key looks as it should at start: attached, in its
+// node's status, wanted by a Pod and not being detached. Its pass most
+// likely finds nothing to do; it still runs, after the keys that may need
+// work.
+func (c *Controller) settledAtStart(k state.Key) bool {
+	a, ok := c.asw.Get(k)
+	if !ok || a.State != state.StateAttached || !a.ReportedInNodeStatus || !a.DetachRequestedAt.IsZero() {
+		return false
+	}
+	_, wanted := c.dsw.Get(k)
+	return wanted
 }
 
 // recordPods records the scheduled Pods in the desired state, as the Pod

@@ -25,7 +25,9 @@ import (
 func (c *Controller) syncVA(ctx context.Context, name string) (runner.Result, error) {
 	logger := klog.FromContext(ctx)
 	if key, ok := c.names.Get(name); ok {
-		c.wake.Key(key)
+		// Mostly the VolumeAttachments of the informer's initial list,
+		// queued here before the rebuild registered their names.
+		c.wake.KnownVolumeAttachment(key, c.settledAtStart(key))
 		return runner.Result{}, nil
 	}
 	va, exists, err := c.vaCache.Get(name)

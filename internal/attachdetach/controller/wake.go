@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"sync"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/tools/cache"
@@ -33,7 +34,8 @@ import (
 //	                              Node; PodsOfDriver ← CSIDriver; rebuild retry
 //	keys         (volume, node)   Volumes ← pods, vas, Plan; NodeKeys ← Node      Plan: Volumes,
 //	                              Ready/taint/gone; Keys ← volumesInUse, verify,  NodeStatus
-//	                              rebuild; MigrationKeys ← CSINode;
+//	                              rebuild (held, then released in two lanes:
+//	                              releaseKeys); MigrationKeys ← CSINode;
 //	                              VolumeAttachment ← VA event; Detaching
 //	vas          VA name          VolumeAttachment ← VA event (name unknown to    Volumes (adopt)
 //	                              state.Names); UnknownVolumeAttachment ←
@@ -59,6 +61,11 @@ type wake struct {
 	podIndex, pvIndex cache.Indexer
 	// migrationByNode is decide.Config.MigrationByNode.
 	migrationByNode map[string]bool
+
+	// held collects the key wakes while the controller rebuilds its state
+	// at start (holdKeys .. releaseKeys); nil otherwise.
+	heldMu sync.Mutex
+	held   map[state.Key]struct{}
 }
 
 // runners returns the four queues, for Run and the backlog metrics.
@@ -120,13 +127,54 @@ func (w *wake) PodsOfDriver(driver string) {
 
 // --- The key queue ---
 
+// key wakes k: held from the controller's construction until the rebuild
+// at start ends (releaseKeys), queued at once afterwards.
+func (w *wake) key(k state.Key) {
+	w.heldMu.Lock()
+	if w.held != nil {
+		w.held[k] = struct{}{}
+		w.heldMu.Unlock()
+		return
+	}
+	w.heldMu.Unlock()
+	w.keys.Enqueue(k)
+}
+
+// releaseKeys queues the keys held since the controller was built (the
+// wake-ups of the informers' initial events and of the rebuild, which
+// wakes every key it knows, most of them more than once) once each, and
+// stops holding: a key
+// settled says has nothing to do (attached, reported and wanted, as
+// before the restart) goes to the queue's low lane (Runner.EnqueueLater),
+// every other key to the normal one. A change after the start (a Pod
+// created while tens of thousands of settled keys wait) is then served
+// after the keys that may need work, not behind every key of the cluster;
+// the settled ones are still each reconciled once, when nothing else
+// waits.
+func (w *wake) releaseKeys(settled func(state.Key) bool) (urgent, later int) {
+	w.heldMu.Lock()
+	held := w.held
+	w.held = nil
+	w.heldMu.Unlock()
+	for k := range held {
+		if settled(k) {
+			w.keys.EnqueueLater(k)
+			later++
+		} else {
+			w.keys.Enqueue(k)
+			urgent++
+		}
+	}
+	return urgent, later
+}
+
 // Key wakes one (volume, node) key.
-func (w *wake) Key(k state.Key) { w.keys.Enqueue(k) }
+func (w *wake) Key(k state.Key) { w.key(k) }
 
 // Keys wakes each of keys (and nothing else of their volumes).
 func (w *wake) Keys(keys []state.Key) {
 	for _, k := range keys {
-		w.keys.Enqueue(k)
+		w.key(k)
 	}
 }
 
@@ -135,16 +183,16 @@ func (w *wake) Keys(keys []state.Key) {
 func (w *wake) Volumes(keys []state.Key) {
 	done := map[v1.UniqueVolumeName]bool{}
 	for _, k := range keys {
-		w.keys.Enqueue(k)
+		w.key(k)
 		if done[k.Volume] {
 			continue
 		}
 		done[k.Volume] = true
 		for _, e := range w.asw.ForVolume(k.Volume) {
-			w.keys.Enqueue(e.Key)
+			w.key(e.Key)
 		}
 		for _, n := range w.dsw.NodesWantingVolume(k.Volume) {
-			w.keys.Enqueue(state.Key{Volume: k.Volume, Node: n})
+			w.key(state.Key{Volume: k.Volume, Node: n})
 		}
 	}
 }
@@ -153,10 +201,10 @@ func (w *wake) Volumes(keys []state.Key) {
 // out-of-service taint or existence changed.
 func (w *wake) NodeKeys(node string) {
 	for _, e := range w.asw.ForNode(node) {
-		w.keys.Enqueue(e.Key)
+		w.key(e.Key)
 	}
 	for _, wv := range w.dsw.VolumesOnNode(node) {
-		w.keys.Enqueue(state.Key{Volume: wv.Volume.UniqueName, Node: node})
+		w.key(state.Key{Volume: wv.Volume.UniqueName, Node: node})
 	}
 }
 
@@ -165,7 +213,7 @@ func (w *wake) NodeKeys(node string) {
 func (w *wake) Detaching(node string) {
 	for _, e := range w.asw.ForNode(node) {
 		if e.State == state.StateDetaching {
-			w.keys.Enqueue(e.Key)
+			w.key(e.Key)
 		}
 	}
 }
@@ -212,10 +260,22 @@ func (w *wake) Plan(p decide.Plan, applied bool) {
 // VolumeAttachment queue, which resolves them.
 func (w *wake) VolumeAttachment(name string) {
 	if key, ok := w.names.Get(name); ok {
-		w.keys.Enqueue(key)
+		w.key(key)
 		return
 	}
 	w.vas.Enqueue(name)
+}
+
+// KnownVolumeAttachment wakes key, whose VolumeAttachment the queue
+// resolved to a registered name: into the low lane when settled (see
+// releaseKeys), the VolumeAttachment then being one of the initial list
+// queued before the rebuild registered it.
+func (w *wake) KnownVolumeAttachment(key state.Key, settled bool) {
+	if settled {
+		w.keys.EnqueueLater(key)
+		return
+	}
+	w.key(key)
 }
 
 // UnknownVolumeAttachment hands name to the VolumeAttachment queue

@@ -26,7 +26,7 @@ func TestOnlyWakeEnqueues(t *testing.T) {
 			t.Fatal(err)
 		}
 		ast.Inspect(f, func(n ast.Node) bool {
-			if sel, ok := n.(*ast.SelectorExpr); ok && sel.Sel.Name == "Enqueue" {
+			if sel, ok := n.(*ast.SelectorExpr); ok && (sel.Sel.Name == "Enqueue" || sel.Sel.Name == "EnqueueLater") {
 				t.Errorf("%s: Enqueue outside wake.go; add a named wake method instead", fset.Position(sel.Pos()))
 			}
 			return true
