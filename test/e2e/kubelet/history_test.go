@@ -26,9 +26,6 @@ func recordHistory(t *testing.T, ctx context.Context, client kubernetes.Interfac
 // first is the earliest recorded change (by RV) that match accepts.
 func (h *history) first(match func(change) bool) (change, bool) { return h.First(match) }
 
-// last is the latest recorded change (by RV) that match accepts.
-func (h *history) last(match func(change) bool) (change, bool) { return h.Last(match) }
-
 // mustFirst is first that fails the test, waiting up to
 // kubeletorder.RecordLag (30 s) for the watch to record the change.
 func (h *history) mustFirst(t *testing.T, what string, match func(change) bool) change {
