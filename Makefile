@@ -11,7 +11,7 @@ TEST_TIMEOUT ?= 25m
 # build with the same tag.
 BUILD_TAGS ?= grpcnotrace
 
-.PHONY: all build test lint fmt vet staticcheck demo up clean soak image bench bench-scale
+.PHONY: all build test lint fmt vet staticcheck demo up clean soak image bench bench-scale bench-objects
 
 all: build
 
@@ -48,6 +48,12 @@ bench:
 SIZE ?= small
 bench-scale:
 	$(GO) run ./bench/cmd/latch-scale --size=$(SIZE) $(if $(NO_KCM),--no-kcm)
+
+## bench-objects: heap bytes per VA, PV, Pod, Node, PVC and CSINode in each controller's caches, with and without its transforms, and the projection to 10,000 nodes / 100,000 volumes (docs/scale.md "Per-object cost"; OBJ_NODES=1000 OBJ_VOLUMES=10000; OBJ_FAKE=1 builds the objects on a fake clientset instead of the API server); JSON in bench/results/
+OBJ_NODES ?= 1000
+OBJ_VOLUMES ?= 10000
+bench-objects:
+	$(GO) test -count=1 -timeout 60m -run '^$$' -bench '^BenchmarkObjectCost$$' -benchtime 1x ./bench/ -args -objcost.nodes=$(OBJ_NODES) -objcost.volumes=$(OBJ_VOLUMES) -objcost.out=$(CURDIR)/bench/results $(if $(OBJ_FAKE),-objcost.fake)
 
 ## soak: the long seeded chaos run (LATCH_SOAK=1; replay a run with LATCH_CHAOS_SEED=<seed>)
 soak:

@@ -19,12 +19,14 @@ type objCost struct {
 	// Kind is Pod, Node, PVC, PV, VA or CSINode for an informer cache;
 	// "state" is the rest of what the running controller keeps (desired
 	// and actual state, bookkeeping), and "total" all of it, both per
-	// volume.
+	// volume, less "fixed": what it holds with no objects at all (bytes,
+	// not per object).
 	Kind string `json:"kind"`
 	// Variant is "transformed" (the cache as the controller fills it: its
 	// transforms and indexers), "untransformed" (whole objects, same
-	// indexers) or "measured" (state and total, from the running
-	// controller).
+	// indexers), "what-if" (objects cut to what the controller reads, see
+	// objWhatIf: not what latch caches today) or "measured" (state, total
+	// and fixed, from the running controller).
 	Variant string  `json:"variant"`
 	Objects int     `json:"objects"`
 	Bytes   float64 `json:"bytes_per_object"`
@@ -32,9 +34,13 @@ type objCost struct {
 
 // objCostReport is one run of the benchmark.
 type objCostReport struct {
-	Nodes   int       `json:"nodes"`
-	Volumes int       `json:"volumes"`
-	Costs   []objCost `json:"costs"`
+	Nodes   int `json:"nodes"`
+	Volumes int `json:"volumes"`
+	// APIServer says the objects were created through an API server
+	// (false: a fake clientset); BuildS is how long building them took.
+	APIServer bool      `json:"objects_from_apiserver"`
+	BuildS    float64   `json:"build_s"`
+	Costs     []objCost `json:"costs"`
 	// Writes counts the API writes and CSI calls each controller made
 	// while it was measured: the world is consistent, so anything here is
 	// work the figures include.
@@ -69,16 +75,23 @@ type objRun struct {
 	shutdown  func()
 }
 
-// measureObjCosts builds the scale world for nodes and volumes and measures
-// every controller on it.
-func measureObjCosts(ctx context.Context, nodes, volumes int) (*objCostReport, error) {
-	w, err := buildObjWorld(ctx, nodes, volumes)
+// measureObjCosts builds the scale world for nodes and volumes through
+// client (nil: a fake clientset; see buildObjWorld) and measures every
+// controller on it.
+func measureObjCosts(ctx context.Context, client kubernetes.Interface, nodes, volumes int) (*objCostReport, error) {
+	began := time.Now()
+	w, err := buildObjWorld(ctx, client, nodes, volumes)
 	if err != nil {
 		return nil, err
 	}
-	rep := &objCostReport{Nodes: nodes, Volumes: volumes, Writes: map[string]int{}}
+	empty, err := buildObjWorld(ctx, nil, 0, 0)
+	if err != nil {
+		return nil, err
+	}
+	rep := &objCostReport{Nodes: nodes, Volumes: volumes, APIServer: client != nil, Writes: map[string]int{},
+		BuildS: round2(time.Since(began).Seconds())}
 	for _, c := range objControllers() {
-		if err := measureController(ctx, w, c, rep); err != nil {
+		if err := measureController(ctx, w, empty, c, rep); err != nil {
 			return nil, fmt.Errorf("%s: %w", c.name, err)
 		}
 	}
@@ -91,11 +104,17 @@ func measureObjCosts(ctx context.Context, nodes, volumes int) (*objCostReport, e
 // informer caches alone, from what the cache held, to price each kind with
 // and without the controller's transforms; what the caches do not account
 // for is the controller's own state.
-func measureController(ctx context.Context, w *objWorld, c objController, rep *objCostReport) error {
+func measureController(ctx context.Context, w, empty *objWorld, c objController, rep *objCostReport) error {
+	// What the controller holds with no objects at all is not per object.
+	fixed, _, _, err := runController(ctx, empty, c, &objCostReport{Writes: map[string]int{}})
+	if err != nil {
+		return fmt.Errorf("on no objects: %w", err)
+	}
 	total, shaped, indexers, err := runController(ctx, w, c, rep)
 	if err != nil {
 		return err
 	}
+	total -= fixed
 	// The controller is stopped; its goroutines wind down (timers and
 	// loops that wake up to notice) and its caches are collected before
 	// the caches are priced one by one.
@@ -120,9 +139,21 @@ func measureController(ctx context.Context, w *objWorld, c objController, rep *o
 		rep.Costs = append(rep.Costs,
 			objCost{Component: c.name, Kind: k.kind, Variant: "transformed", Objects: n, Bytes: with},
 			objCost{Component: c.name, Kind: k.kind, Variant: "untransformed", Objects: n, Bytes: without})
+		if f := objWhatIf[c.name][k.kind]; f != nil {
+			cut, err := reshape(shaped[k.kind], f)
+			if err != nil {
+				return fmt.Errorf("%s what-if: %w", k.kind, err)
+			}
+			b, err := storeBytesPerObject(cut, indexers[k.kind])
+			if err != nil {
+				return fmt.Errorf("%s what-if cache: %w", k.kind, err)
+			}
+			rep.Costs = append(rep.Costs, objCost{Component: c.name, Kind: k.kind, Variant: "what-if", Objects: n, Bytes: b})
+		}
 		caches += with * float64(n)
 	}
 	rep.Costs = append(rep.Costs,
+		objCost{Component: c.name, Kind: "fixed", Variant: "measured", Objects: 0, Bytes: fixed},
 		objCost{Component: c.name, Kind: "state", Variant: "measured", Objects: w.volumes, Bytes: (total - caches) / float64(w.volumes)},
 		objCost{Component: c.name, Kind: "total", Variant: "measured", Objects: w.volumes, Bytes: total / float64(w.volumes)})
 	return nil
@@ -181,6 +212,23 @@ func runController(ctx context.Context, w *objWorld, c objController, rep *objCo
 	return total, shaped, indexers, nil
 }
 
+// reshape applies f to each encoded object.
+func reshape(encoded [][]byte, f func(k8sruntime.Object)) ([][]byte, error) {
+	out := make([][]byte, 0, len(encoded))
+	for _, b := range encoded {
+		obj, err := decodeObject(b)
+		if err != nil {
+			return nil, err
+		}
+		f(obj)
+		if b, err = encodeObject(obj); err != nil {
+			return nil, err
+		}
+		out = append(out, b)
+	}
+	return out, nil
+}
+
 // storeBytesPerObject fills a cache like an informer's (client-go's key
 // function, the given indexers) with the encoded objects, each decoded as
 // an informer decodes it, and returns the live heap it holds per object:
@@ -203,7 +251,8 @@ func storeBytesPerObject(encoded [][]byte, indexers cache.Indexers) (float64, er
 	return rounds[len(rounds)/2], nil
 }
 
-const storeRounds = 5
+// storeRounds is how many times each cache is filled (the median counts).
+var storeRounds = 3
 
 func fillStore(encoded [][]byte, indexers cache.Indexers) (float64, error) {
 	store := cache.NewIndexer(cache.DeletionHandlingMetaNamespaceKeyFunc, indexers)
@@ -225,18 +274,19 @@ func fillStore(encoded [][]byte, indexers cache.Indexers) (float64, error) {
 }
 
 // waitSettled waits until the controller's queues are empty (when it says)
-// and neither its writes nor the live heap have moved for a second.
+// and neither its writes nor the live heap (within 0.5 %) have moved for a
+// second.
 func waitSettled(ctx context.Context, w *objWorld, idle func() bool) error {
 	deadline := time.Now().Add(2 * time.Minute)
 	lastWrites, lastHeap, quiet := -1, uint64(0), 0
-	for quiet < 3 {
+	for quiet < 4 {
 		if time.Now().After(deadline) {
 			return fmt.Errorf("the controller did not settle in 2 minutes")
 		}
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-time.After(500 * time.Millisecond):
+		case <-time.After(250 * time.Millisecond):
 		}
 		writes, heap := countWrites(w), liveHeap()
 		steady := writes == lastWrites && heap < lastHeap+lastHeap/200 && heap+lastHeap/200 > lastHeap
@@ -294,7 +344,8 @@ func liveHeap() uint64 {
 }
 
 // metricUnit is the figure's unit for testing.B.ReportMetric, e.g.
-// attacher-heap-B/VA, attacher-whole-B/VA, adc-state-B/volume.
+// attacher-heap-B/VA, attacher-whole-B/VA, adc-whatif-B/Pod,
+// adc-state-B/volume, adc-fixed-B.
 func (c objCost) metricUnit() string {
 	comp := map[string]string{"csi-attacher": "attacher", "attachdetach-controller": "adc"}[c.Component]
 	switch c.Variant {
@@ -302,6 +353,11 @@ func (c objCost) metricUnit() string {
 		return comp + "-heap-B/" + c.Kind
 	case "untransformed":
 		return comp + "-whole-B/" + c.Kind
+	case "what-if":
+		return comp + "-whatif-B/" + c.Kind
+	}
+	if c.Kind == "fixed" {
+		return comp + "-fixed-B"
 	}
 	return comp + "-" + c.Kind + "-B/volume"
 }

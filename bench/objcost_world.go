@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -14,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/runtime/serializer/protobuf"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/kubernetes/scheme"
 	k8stesting "k8s.io/client-go/testing"
@@ -32,15 +34,15 @@ import (
 
 // objKinds are the kinds the two controllers cache, with their resources.
 var objKinds = []struct {
-	kind, apiKind string
-	resource      schema.GroupVersionResource
+	kind     string
+	resource schema.GroupVersionResource
 }{
-	{"Pod", "Pod", v1.SchemeGroupVersion.WithResource("pods")},
-	{"Node", "Node", v1.SchemeGroupVersion.WithResource("nodes")},
-	{"PVC", "PersistentVolumeClaim", v1.SchemeGroupVersion.WithResource("persistentvolumeclaims")},
-	{"PV", "PersistentVolume", v1.SchemeGroupVersion.WithResource("persistentvolumes")},
-	{"VA", "VolumeAttachment", storagev1.SchemeGroupVersion.WithResource("volumeattachments")},
-	{"CSINode", "CSINode", storagev1.SchemeGroupVersion.WithResource("csinodes")},
+	{"Pod", v1.SchemeGroupVersion.WithResource("pods")},
+	{"Node", v1.SchemeGroupVersion.WithResource("nodes")},
+	{"PVC", v1.SchemeGroupVersion.WithResource("persistentvolumeclaims")},
+	{"PV", v1.SchemeGroupVersion.WithResource("persistentvolumes")},
+	{"VA", storagev1.SchemeGroupVersion.WithResource("volumeattachments")},
+	{"CSINode", storagev1.SchemeGroupVersion.WithResource("csinodes")},
 }
 
 // objWorld is a scale world of nodes and volumes held by a fake clientset.
@@ -61,11 +63,17 @@ var protoSerializer = protobuf.NewSerializer(scheme.Scheme, scheme.Scheme)
 // buildObjWorld builds the scale scenario's objects for nodes and volumes:
 // per node a Node and its CSINode, per volume a bound PVC/PV pair, a
 // running Pod and an attached VolumeAttachment, and every volume in its
-// node's status.volumesAttached and volumesInUse.
-func buildObjWorld(ctx context.Context, nodes, volumes int) (*objWorld, error) {
-	client := fake.NewClientset()
+// node's status.volumesAttached and volumesInUse. They are created through
+// client, an API server's (real objects: defaults, managed fields, server
+// metadata) or, when nil, a fake clientset's (faster, without what the API
+// server adds). Either way the controllers are then run on a fake
+// clientset holding the objects (see objWorld.lists).
+func buildObjWorld(ctx context.Context, client kubernetes.Interface, nodes, volumes int) (*objWorld, error) {
+	if client == nil {
+		client = fake.NewClientset()
+	}
 	mock := csimock.DefaultConfig()
-	const id = "0c0c0c" // as long as a scale run's RunID
+	id := newRunID()
 	mock.Name = "scale-" + id + ".csi.latch.dev"
 	mock.NodeService = false
 	driverMock, err := csimock.New(mock)
@@ -74,12 +82,12 @@ func buildObjWorld(ctx context.Context, nodes, volumes int) (*objWorld, error) {
 	}
 	w := &scaleWorld{
 		prefix: "s" + id, driver: mock.Name, ns: "default", label: "latch-scale=" + id,
-		nodes: nodes, volumes: volumes, client: client, creators: 4, driverMock: driverMock,
+		nodes: nodes, volumes: volumes, client: client, creators: 32, driverMock: driverMock,
 	}
 	w.kubelet = localcluster.NewKubelet(client)
 	kctx, stop := context.WithCancel(ctx)
 	done := make(chan struct{})
-	go func() { defer close(done); w.kubelet.Run(kctx, 2) }()
+	go func() { defer close(done); w.kubelet.Run(kctx, 4) }()
 	defer func() { stop(); <-done }()
 
 	labels := map[string]string{"latch-scale": id}
@@ -107,16 +115,24 @@ func buildObjWorld(ctx context.Context, nodes, volumes int) (*objWorld, error) {
 	stop()
 	<-done
 
-	ow := &objWorld{driver: w.driver, nodes: nodes, volumes: volumes, client: client,
+	lists, err := listObjWorld(ctx, w)
+	if err != nil {
+		return nil, err
+	}
+	ow := &objWorld{driver: w.driver, nodes: nodes, volumes: volumes,
 		lists: map[string][]byte{}, objects: map[string][][]byte{}}
+	var all []runtime.Object
 	for _, k := range objKinds {
-		list, err := client.Tracker().List(k.resource, k.resource.GroupVersion().WithKind(k.apiKind), "")
-		if err != nil {
-			return nil, fmt.Errorf("list %s: %w", k.resource.Resource, err)
-		}
-		items, err := meta.ExtractList(list)
+		items, err := meta.ExtractList(lists[k.kind])
 		if err != nil {
 			return nil, err
+		}
+		want := volumes
+		if k.kind == "Node" || k.kind == "CSINode" {
+			want = nodes
+		}
+		if len(items) != want {
+			return nil, fmt.Errorf("the world has %d %ss, want %d", len(items), k.kind, want)
 		}
 		for _, obj := range items {
 			b, err := encodeObject(obj)
@@ -125,23 +141,17 @@ func buildObjWorld(ctx context.Context, nodes, volumes int) (*objWorld, error) {
 			}
 			ow.objects[k.kind] = append(ow.objects[k.kind], b)
 		}
-		if ow.lists[k.resource.Resource], err = encodeObject(list); err != nil {
+		all = append(all, items...)
+		if ow.lists[k.resource.Resource], err = encodeObject(lists[k.kind]); err != nil {
 			return nil, fmt.Errorf("encode %s list: %w", k.kind, err)
 		}
 	}
-	for _, k := range objKinds {
-		want := volumes
-		if k.kind == "Node" || k.kind == "CSINode" {
-			want = nodes
-		}
-		if got := len(ow.objects[k.kind]); got != want {
-			return nil, fmt.Errorf("the world has %d %ss, want %d", got, k.kind, want)
-		}
-	}
-	client.ClearActions()
-	// Informers list through this reactor: a fresh decode each time, as
-	// from an API server.
-	client.PrependReactor("list", "*", func(a k8stesting.Action) (bool, runtime.Object, error) {
+	// The controllers run on a fake clientset holding the world (for
+	// watches and any write), whose informers list through this reactor:
+	// a fresh decode each time, as from an API server, so that no cache
+	// shares memory with the fake's tracker.
+	ow.client = fake.NewClientset(all...)
+	ow.client.PrependReactor("list", "*", func(a k8stesting.Action) (bool, runtime.Object, error) {
 		b, ok := ow.lists[a.GetResource().Resource]
 		if !ok {
 			return false, nil, nil
@@ -152,12 +162,48 @@ func buildObjWorld(ctx context.Context, nodes, volumes int) (*objWorld, error) {
 	return ow, nil
 }
 
+// listObjWorld lists the world's objects by kind.
+func listObjWorld(ctx context.Context, w *scaleWorld) (map[string]runtime.Object, error) {
+	sel := metav1.ListOptions{LabelSelector: w.label}
+	core, storage := w.client.CoreV1(), w.client.StorageV1()
+	out := map[string]runtime.Object{}
+	var err error
+	if out["Pod"], err = core.Pods(w.ns).List(ctx, sel); err != nil {
+		return nil, err
+	}
+	if out["Node"], err = core.Nodes().List(ctx, sel); err != nil {
+		return nil, err
+	}
+	if out["PVC"], err = core.PersistentVolumeClaims(w.ns).List(ctx, sel); err != nil {
+		return nil, err
+	}
+	if out["PV"], err = core.PersistentVolumes().List(ctx, sel); err != nil {
+		return nil, err
+	}
+	if out["VA"], err = storage.VolumeAttachments().List(ctx, sel); err != nil {
+		return nil, err
+	}
+	// CSINodes carry no labels: the world's are its nodes' names.
+	csiNodes, err := storage.CSINodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, err
+	}
+	ours := map[string]bool{}
+	for i := range w.nodes {
+		ours[w.node(i)] = true
+	}
+	csiNodes.Items = slices.DeleteFunc(csiNodes.Items, func(n storagev1.CSINode) bool { return !ours[n.Name] })
+	out["CSINode"] = csiNodes
+	return out, nil
+}
+
 // waitObjWorldRunning waits until the kubelet stand-in runs every Pod and
 // every node reports its volumes in use.
 func waitObjWorldRunning(ctx context.Context, w *scaleWorld) error {
 	var running, inUse int
 	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 5*time.Minute, true, func(ctx context.Context) (bool, error) {
-		pods, err := w.client.CoreV1().Pods(w.ns).List(ctx, metav1.ListOptions{})
+		sel := metav1.ListOptions{LabelSelector: w.label}
+		pods, err := w.client.CoreV1().Pods(w.ns).List(ctx, sel)
 		if err != nil {
 			return false, err
 		}
@@ -167,7 +213,7 @@ func waitObjWorldRunning(ctx context.Context, w *scaleWorld) error {
 				running++
 			}
 		}
-		nodes, err := w.client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+		nodes, err := w.client.CoreV1().Nodes().List(ctx, sel)
 		if err != nil {
 			return false, err
 		}
