@@ -73,6 +73,9 @@ type APITransport struct {
 	mu     sync.Mutex
 	writes []Write
 	rules  []*rule
+	// sent counts writes by Key from the moment they are sent (or
+	// answered by a rule), before any answer: see Counts.
+	sent map[string]int
 
 	partitioned      atomic.Bool
 	partitionTimeout time.Duration
@@ -232,9 +235,11 @@ func (t *APITransport) Wrap(rt http.RoundTripper) http.RoundTripper {
 			}
 		} else if before != nil {
 			resp := statusResponse(req, before.code, before.message)
+			t.countSent(req.Method, p)
 			t.record(req, p, resp.StatusCode, nil, true, peekBody(resp))
 			return resp, nil
 		}
+		t.countSent(req.Method, p)
 		resp, err := rt.RoundTrip(req)
 		if err == nil && t.partitioned.Load() {
 			// Cut while the request was in flight (a watch): drop it.
@@ -350,14 +355,31 @@ func (t *APITransport) Writes() []Write {
 	return append([]Write(nil), t.writes...)
 }
 
-// Counts returns how many writes were sent, by Key (whatever their
-// answer).
+// countSent counts a write as it is sent.
+func (t *APITransport) countSent(method string, p parsedPath) {
+	if method == http.MethodGet {
+		return
+	}
+	key := Write{Method: method, Resource: p.resource, Subresource: p.subresource}.Key()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.sent == nil {
+		t.sent = map[string]int{}
+	}
+	t.sent[key]++
+}
+
+// Counts returns how many writes were sent, by Key, whatever their
+// answer. A write counts from the moment it is sent: a test that saw its
+// effect on the server (which happens before the writer's client reads
+// the answer) finds it counted. Writes, which carry the answers, lists a
+// write only once it is answered.
 func (t *APITransport) Counts() map[string]int {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	out := map[string]int{}
-	for _, w := range t.writes {
-		out[w.Key()]++
+	out := make(map[string]int, len(t.sent))
+	for k, n := range t.sent {
+		out[k] = n
 	}
 	return out
 }

@@ -155,3 +155,42 @@ func TestResourceOf(t *testing.T) {
 		}
 	}
 }
+
+// A write counts from the moment it is sent: a test that saw the write's
+// effect on the server, before the writer's client read the answer,
+// finds it counted. Writes lists it once answered.
+func TestAPITransportCountsAWriteBeforeItsAnswer(t *testing.T) {
+	received, release := make(chan struct{}), make(chan struct{})
+	s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		close(received) // the server has the write: its effect is visible
+		<-release
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusOK)
+		_, _ = w.Write([]byte(`{"kind":"VolumeAttachment","apiVersion":"storage.k8s.io/v1","metadata":{"name":"va"}}`))
+	}))
+	t.Cleanup(s.Close)
+	tr := NewAPITransport()
+	c := client(t, s, tr)
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.StorageV1().VolumeAttachments().Patch(context.Background(), "va", "application/merge-patch+json", []byte(`{}`), metav1.PatchOptions{}, "status")
+		done <- err
+	}()
+	<-received
+	if got := tr.Count("PATCH volumeattachments/status"); got != 1 {
+		t.Errorf("Count while the answer is pending = %d, want 1", got)
+	}
+	if got := len(tr.Writes()); got != 0 {
+		t.Errorf("Writes while the answer is pending = %d, want 0 (no answer yet)", got)
+	}
+	close(release)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if w := tr.Writes(); len(w) != 1 || w[0].Code != http.StatusOK || w[0].Key() != "PATCH volumeattachments/status" {
+		t.Errorf("Writes after the answer = %+v, want the answered PATCH", w)
+	}
+	if got := tr.Count("PATCH volumeattachments/status"); got != 1 {
+		t.Errorf("Count after the answer = %d, want still 1", got)
+	}
+}
