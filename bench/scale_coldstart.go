@@ -28,6 +28,7 @@ const (
 	startKCMPod            // a Pod created when kube-controller-manager starts
 	startProbeLatch        // the probes that the in-process attacher is ready
 	startProbeKCM
+	startReserved // the first index the trickle and the bursts hand out
 )
 
 // attacherColdStart starts csi-attacher (the binary) with every volume's
@@ -130,35 +131,48 @@ func (e *scaleEnv) restUntil(ctx context.Context, p *scaleProc) {
 
 // checkNothingDetached checks that every pre-attached volume still has its
 // VolumeAttachment, attached and not being deleted, and is still in its
-// node's status.volumesAttached.
+// node's status.volumesAttached: on the node it was created on, or the one
+// a recovery burst moved it to.
 func (e *scaleEnv) checkNothingDetached(ctx context.Context, who string) error {
 	w := e.w
-	vas, err := e.admin.StorageV1().VolumeAttachments().List(ctx, metav1.ListOptions{LabelSelector: w.label})
+	vas, err := e.admin.StorageV1().VolumeAttachments().List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return err
 	}
-	ok := 0
+	attached := map[placement]bool{}
 	for _, va := range vas.Items {
-		if va.Status.Attached && va.DeletionTimestamp == nil {
-			ok++
+		if va.Spec.Attacher == w.driver && va.Spec.Source.PersistentVolumeName != nil && va.Status.Attached && va.DeletionTimestamp == nil {
+			attached[placement{pv: *va.Spec.Source.PersistentVolumeName, node: va.Spec.NodeName}] = true
 		}
 	}
-	e.rep.check(who+": every pre-attached VolumeAttachment attached and not deleted", fmt.Sprint(w.volumes), fmt.Sprint(ok), ok == w.volumes)
 	nodes, err := e.admin.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: w.label})
 	if err != nil {
 		return err
 	}
-	listed := 0
+	listed := map[placement]bool{}
+	prefix := uniqueNamePrefix(w.driver)
 	for _, n := range nodes.Items {
 		for _, a := range n.Status.VolumesAttached {
-			if strings.Contains(string(a.Name), "^"+w.prefix+"-pv") {
-				listed++
+			if pv, ok := strings.CutPrefix(string(a.Name), prefix); ok {
+				listed[placement{pv: pv, node: n.Name}] = true
 			}
 		}
 	}
-	// Volumes attached at start add to the count: at least every
-	// pre-attached one must be listed.
-	e.rep.check(who+": every pre-attached volume still in its node's status.volumesAttached", fmt.Sprintf(">= %d", w.volumes), fmt.Sprint(listed), listed >= w.volumes)
+	okVA, okListed := 0, 0
+	for i := range w.volumes {
+		p := placement{pv: w.pv(i), node: w.node(i)}
+		if to, ok := w.moved[i]; ok {
+			p.node = to
+		}
+		if attached[p] {
+			okVA++
+		}
+		if listed[p] {
+			okListed++
+		}
+	}
+	e.rep.check(who+": every pre-attached VolumeAttachment attached and not deleted", fmt.Sprint(w.volumes), fmt.Sprint(okVA), okVA == w.volumes)
+	e.rep.check(who+": every pre-attached volume still in its node's status.volumesAttached", fmt.Sprint(w.volumes), fmt.Sprint(okListed), okListed == w.volumes)
 	return nil
 }
 
@@ -252,7 +266,23 @@ func (e *scaleEnv) controllerColdStart(ctx context.Context, which string) error 
 		}
 	}
 	e.rep.check(which+": no VolumeAttachment deleted", "0", fmt.Sprint(deletes), deletes == 0)
-	return e.checkNothingDetached(ctx, which)
+	if err := e.checkNothingDetached(ctx, which); err != nil {
+		return err
+	}
+	// Steady state with a trickle, then the recovery burst (it fails nodes
+	// for good, so it comes last), with the same controller and attacher.
+	aw, err := watchAttachments(ctx, e.admin, w.driver)
+	if err != nil {
+		return err
+	}
+	defer aw.close()
+	if err := e.trickle(ctx, p, which, prefix, aw, attWrites); err != nil {
+		return fmt.Errorf("trickle: %w", err)
+	}
+	if err := e.recoveryBurst(ctx, p, which, prefix, aw); err != nil {
+		return fmt.Errorf("recovery burst: %w", err)
+	}
+	return p.alive()
 }
 
 // startKCM starts kube-controller-manager with only its attach/detach

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -90,6 +91,21 @@ func (p *scaleProc) since(key string) (float64, bool) {
 func (p *scaleProc) usage() Usage {
 	u, _ := procUsage(p.cmd.Process.Pid)
 	return u
+}
+
+// rssBytes is the process's resident set now (VmRSS), 0 when unknown.
+func (p *scaleProc) rssBytes() uint64 {
+	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.cmd.Process.Pid))
+	if err != nil {
+		return 0
+	}
+	for line := range strings.Lines(string(status)) {
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			kb, _ := strconv.ParseUint(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			return kb << 10
+		}
+	}
+	return 0
 }
 
 // alive fails once the process exited.

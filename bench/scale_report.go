@@ -42,7 +42,10 @@ func (r *ScaleReport) PrintTable(out io.Writer) {
 	for _, k := range []string{
 		"controller_ready_s", "controller_rebuilt_s", "controller_first_action_s", "controller_attached_s",
 		"controller_peak_rss_mb", "controller_cpu_s_first_window", "controller_writes_first_minute",
-		"controller_idle_cpu_percent", "controller_idle_rss_mb", "idle_api_requests_per_minute", "recovery_p99_s", "recovery_double_attached",
+		"controller_idle_cpu_percent", "controller_idle_rss_mb", "idle_api_requests_per_minute",
+		"controller_trickle_cpu_percent", "controller_trickle_rss_mb", "trickle_api_requests_per_minute", "controller_trickle_writes_per_minute",
+		"trickle_pods_created", "trickle_attach_p50_s", "trickle_attach_p99_s",
+		"recovery_volumes", "recovery_p50_s", "recovery_p99_s", "recovery_all_attached_s", "recovery_double_attached",
 	} {
 		fmt.Fprintf(out, "%-34s %14s %14s\n", k, show(r.Figures[k]), show(r.Figures["kcm_"+k]))
 	}

@@ -69,6 +69,9 @@ func TestScaleSmallColdStartsDetachNothingPublishNothingAttachedAndActFirst(t *t
 		"controller_peak_rss_mb": true, "controller_writes_first_minute": true, "controller_idle_cpu_percent": true,
 		"attacher_ready_s": true, "attacher_peak_rss_mb": true, "attacher_publishes_at_start": true,
 		"listvolumes_reconcile_wall_s": true, "listvolumes_reconcile_cpu_s": true,
+		"controller_trickle_cpu_percent": true, "controller_trickle_rss_mb": true, "trickle_api_requests_per_minute": true,
+		"trickle_attach_p50_s": true, "trickle_attach_p99_s": true,
+		"recovery_p50_s": true, "recovery_p99_s": true, "recovery_double_attached": true, "recovery_volumes": true,
 	}
 	for _, k := range ScaleRequiredKeys {
 		names := []string{k.Name}
@@ -88,6 +91,17 @@ func TestScaleSmallColdStartsDetachNothingPublishNothingAttachedAndActFirst(t *t
 			if measured[base] && v == nil {
 				t.Errorf("%s: %q is null, want a measured figure", path, name)
 			}
+		}
+	}
+	for _, k := range []string{"recovery_double_attached", "kcm_recovery_double_attached"} {
+		if v, ok := got[k].(float64); !ok || v != 0 {
+			t.Errorf("%s = %v, want 0", k, got[k])
+		}
+	}
+	// 10% of 50 nodes fail in each burst, with their 50 volumes.
+	for _, k := range []string{"recovery_volumes", "kcm_recovery_volumes"} {
+		if v, _ := got[k].(float64); v != 50 {
+			t.Errorf("%s = %v, want 50", k, got[k])
 		}
 	}
 	if v, _ := got["nodes"].(float64); v != 50 {

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
@@ -43,9 +45,52 @@ type scaleWorld struct {
 	kubeletDone               chan struct{}
 	client                    kubernetes.Interface
 	creators                  int
+
+	// The recovery burst's nodes (failSet) are run by a stand-in of their
+	// own, stopped when the first burst fails them (a dead kubelet
+	// reports nothing): failK nodes for latch's burst, the failK before
+	// them for kube-controller-manager's.
+	failK           int
+	failing         *localcluster.Kubelet
+	stopFailingOnce sync.Once
+	stopFailing     context.CancelFunc
+	failingDone     chan struct{}
+	// moved are the volumes a recovery burst moved: volume index → node.
+	moved map[int]string
+	// extra hands out volume indexes past the start-time ones (trickle
+	// and replacement volumes).
+	extra atomic.Int64
 }
 
-func (w *scaleWorld) node(i int) string { return fmt.Sprintf("%s-n%05d", w.prefix, i%w.nodes) }
+// nodeName is node n's name.
+func (w *scaleWorld) nodeName(n int) string { return fmt.Sprintf("%s-n%05d", w.prefix, n) }
+
+// failSet is the nodes a recovery burst fails: the last failK for
+// latch ("latch"), the failK before them for kube-controller-manager.
+func (w *scaleWorld) failSet(which string) (lo, hi int) {
+	hi = w.nodes
+	if which == "kcm" {
+		hi -= w.failK
+	}
+	return hi - w.failK, hi
+}
+
+// healthyNodes is how many nodes (0 to healthyNodes-1) no burst fails:
+// the trickle and the replacement Pods use only them.
+func (w *scaleWorld) healthyNodes() int { return w.nodes - 2*w.failK }
+
+// stopFailingKubelet stops the stand-in of the fail sets' nodes.
+func (w *scaleWorld) stopFailingKubelet() {
+	w.stopFailingOnce.Do(func() {
+		if w.stopFailing != nil {
+			w.stopFailing()
+			<-w.failingDone
+		}
+	})
+}
+
+// node is volume i's node at creation (i mod nodes).
+func (w *scaleWorld) node(i int) string { return w.nodeName(i % w.nodes) }
 func (w *scaleWorld) pv(i int) string   { return fmt.Sprintf("%s-pv%06d", w.prefix, i) }
 func (w *scaleWorld) pod(i int) string  { return fmt.Sprintf("%s-pod%06d", w.prefix, i) }
 func (w *scaleWorld) va(i int) string {
@@ -89,6 +134,17 @@ func (e *scaleEnv) buildWorld(ctx context.Context) (*scaleWorld, error) {
 	kctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	w.stopKubelet, w.kubeletDone = cancel, make(chan struct{})
 	go func() { defer close(w.kubeletDone); w.kubelet.Run(kctx, 4) }()
+	// 10% of the nodes per burst, two bursts, and at least one healthy
+	// node to move to.
+	if w.failK = w.nodes / 10; w.nodes-2*w.failK < 1 {
+		w.failK = 0
+	}
+	w.moved = map[int]string{}
+	w.extra.Store(int64(w.volumes + startReserved))
+	w.failing = localcluster.NewKubelet(kc)
+	fctx, fcancel := context.WithCancel(context.WithoutCancel(ctx))
+	w.stopFailing, w.failingDone = fcancel, make(chan struct{})
+	go func() { defer close(w.failingDone); w.failing.Run(fctx, 2) }()
 
 	began := time.Now()
 	step := func(name string, f func() error) error {
@@ -102,9 +158,13 @@ func (e *scaleEnv) buildWorld(ctx context.Context) (*scaleWorld, error) {
 	}
 	labels := map[string]string{"latch-scale": id}
 	if err := step("nodes", func() error {
-		return parallel(ctx, w.nodes, w.creators, func(ctx context.Context, i int) error {
-			return w.kubelet.AddNode(ctx, localcluster.NodeConfig{Name: w.node(i), Labels: labels,
-				Drivers: map[string]string{w.driver: stack.NodeID(w.node(i))}})
+		return parallel(ctx, w.nodes, w.creators, func(ctx context.Context, n int) error {
+			k := w.kubelet
+			if n >= w.healthyNodes() {
+				k = w.failing
+			}
+			return k.AddNode(ctx, localcluster.NodeConfig{Name: w.nodeName(n), Labels: labels,
+				Drivers: map[string]string{w.driver: stack.NodeID(w.nodeName(n))}})
 		})
 	}); err != nil {
 		return w, err
@@ -200,18 +260,23 @@ func (w *scaleWorld) patchAttached(ctx context.Context, n int) error {
 		attached = append(attached, v1.AttachedVolume{Name: w.uniqueName(i)})
 	}
 	patch, _ := json.Marshal(map[string]any{"status": map[string]any{"volumesAttached": attached}})
-	_, err := w.client.CoreV1().Nodes().Patch(ctx, w.node(n), types.MergePatchType, patch, metav1.PatchOptions{}, "status")
+	_, err := w.client.CoreV1().Nodes().Patch(ctx, w.nodeName(n), types.MergePatchType, patch, metav1.PatchOptions{}, "status")
 	return err
 }
 
 func (w *scaleWorld) createPod(ctx context.Context, i int) error {
+	return w.createPodOn(ctx, w.pod(i), w.pv(i), w.node(i))
+}
+
+// createPodOn creates Pod name on node using claim.
+func (w *scaleWorld) createPodOn(ctx context.Context, name, claim, node string) error {
 	pod := &v1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: w.pod(i), Namespace: w.ns, Labels: map[string]string{"latch-scale": w.prefix[1:]}},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: w.ns, Labels: map[string]string{"latch-scale": w.prefix[1:]}},
 		Spec: v1.PodSpec{
-			NodeName:   w.node(i),
+			NodeName:   node,
 			Containers: []v1.Container{{Name: "c", Image: "registry.k8s.io/pause:3.10"}},
 			Volumes: []v1.Volume{{Name: "v", VolumeSource: v1.VolumeSource{
-				PersistentVolumeClaim: &v1.PersistentVolumeClaimVolumeSource{ClaimName: w.pv(i)}}}},
+				PersistentVolumeClaim: &v1.PersistentVolumeClaimVolumeSource{ClaimName: claim}}}},
 		},
 	}
 	_, err := w.client.CoreV1().Pods(w.ns).Create(ctx, pod, metav1.CreateOptions{})
@@ -238,6 +303,7 @@ func (w *scaleWorld) cleanup(ctx context.Context) error {
 		w.stopKubelet()
 		<-w.kubeletDone
 	}
+	w.stopFailingKubelet()
 	defer func() {
 		if w.driverMock != nil {
 			w.driverMock.Stop()
@@ -286,9 +352,9 @@ func (w *scaleWorld) cleanup(ctx context.Context) error {
 		return err
 	}
 	return parallel(ctx, w.nodes, w.creators, func(ctx context.Context, n int) error {
-		if err := ignoreNotFound(c.CoreV1().Nodes().Delete(ctx, w.node(n), metav1.DeleteOptions{})); err != nil {
+		if err := ignoreNotFound(c.CoreV1().Nodes().Delete(ctx, w.nodeName(n), metav1.DeleteOptions{})); err != nil {
 			return err
 		}
-		return ignoreNotFound(c.StorageV1().CSINodes().Delete(ctx, w.node(n), metav1.DeleteOptions{}))
+		return ignoreNotFound(c.StorageV1().CSINodes().Delete(ctx, w.nodeName(n), metav1.DeleteOptions{}))
 	})
 }

@@ -2,7 +2,8 @@
 // a local control plane: every volume attached before the components
 // start, then csi-attacher, latch's attachdetach-controller and
 // kube-controller-manager's attach/detach controller cold-started one after
-// another on the same objects. It prints latch beside
+// another on the same objects, each followed by a trickle of Pods and a
+// recovery burst (10% of the nodes fail). It prints latch beside
 // kube-controller-manager and writes the figures as JSON.
 package main
 
@@ -33,6 +34,7 @@ func run(args []string) int {
 	volumes := fs.Int("volumes", 0, "Override the size's volume count.")
 	creators := fs.Int("creators", 0, "Override the size's creates in flight.")
 	window := fs.Duration("writes-window", 0, "Override how long after each start the components' writes are counted (the size's own: 10s small, 1m otherwise).")
+	trickle := fs.Duration("trickle-window", 0, "Override how long the trickle (1 Pod created and 1 deleted per second) runs for each controller (the size's own: 10s small, 1m medium, 10m full).")
 	maxEntries := fs.Int("max-entries", 500, "csi-attacher's --max-entries: the page size of the ListVolumes reconcile that is timed.")
 	noKCM := fs.Bool("no-kcm", false, "Leave kube-controller-manager out (its first build takes minutes).")
 	out := fs.String("out", "bench/results", "Directory of the JSON report (latch-scale-<size>-<UTC>.json).")
@@ -59,6 +61,9 @@ func run(args []string) int {
 	sz.MaxEntries = *maxEntries
 	if *window > 0 {
 		sz.WritesWindow = *window
+	}
+	if *trickle > 0 {
+		sz.TrickleWindow = *trickle
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()

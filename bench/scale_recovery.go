@@ -1,0 +1,145 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
+
+	"github.com/latchcsi/latch/internal/localcluster"
+)
+
+// move is one volume of the recovery burst: from a failed node to a
+// healthy one, by a replacement Pod created at created.
+type move struct {
+	i        int
+	from, to placement
+	created  time.Time
+}
+
+// recoveryBurst is issue 23 step 3: 10% of the nodes (the fail set of
+// which, see scaleWorld.failSet) go NotReady, their kubelet dead (their
+// stand-in stops), get the out-of-service taint (NoExecute), their Pods
+// are force-deleted (grace 0) and a replacement Pod for each volume is
+// created on a healthy node. Per volume: the replacement's creation to its
+// VolumeAttachment on the new node attached and the volume in that node's
+// status. Checks: every moved volume attached on its new node, its old
+// VolumeAttachment gone, and no volume ever had two attached
+// VolumeAttachments at once (the watcher follows them throughout).
+func (e *scaleEnv) recoveryBurst(ctx context.Context, p *scaleProc, which, prefix string, aw *attachWatcher) error {
+	w := e.w
+	if w.failK == 0 {
+		e.rep.Notes = append(e.rep.Notes, fmt.Sprintf("%s: no recovery burst: %d nodes leave no 10%% to fail", which, w.nodes))
+		return nil
+	}
+	lo, hi := w.failSet(which)
+	var moves []*move
+	for i := range w.volumes {
+		if n := i % w.nodes; n >= lo && n < hi {
+			moves = append(moves, &move{i: i,
+				from: placement{pv: w.pv(i), node: w.node(i)},
+				to:   placement{pv: w.pv(i), node: w.nodeName(i % w.healthyNodes())}})
+		}
+	}
+	pvs := map[string]bool{}
+	for _, m := range moves {
+		pvs[m.from.pv] = true
+	}
+	// Their kubelets die: nothing reports for them any more (both fail
+	// sets share the stand-in; the other set's Pods change only in its own
+	// burst).
+	w.stopFailingKubelet()
+	began := time.Now()
+	if err := parallel(ctx, hi-lo, w.creators, func(ctx context.Context, k int) error {
+		name := w.nodeName(lo + k)
+		if err := w.kubelet.SetReady(ctx, name, false); err != nil {
+			return err
+		}
+		return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			return w.kubelet.Taint(ctx, name, v1.Taint{Key: localcluster.OutOfServiceTaint, Value: "nodeshutdown", Effect: v1.TaintEffectNoExecute})
+		})
+	}); err != nil {
+		return fmt.Errorf("fail nodes %s..%s: %w", w.nodeName(lo), w.nodeName(hi-1), err)
+	}
+	zero := int64(0)
+	if err := parallel(ctx, len(moves), w.creators, func(ctx context.Context, k int) error {
+		name := w.pod(moves[k].i)
+		err := e.client.CoreV1().Pods(w.ns).Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: &zero})
+		if ignoreNotFound(err) != nil {
+			return fmt.Errorf("force-delete pod %s: %w", name, err)
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
+	failed := time.Since(began)
+	if err := parallel(ctx, len(moves), w.creators, func(ctx context.Context, k int) error {
+		m := moves[k]
+		m.created = time.Now()
+		return w.createPodOn(ctx, fmt.Sprintf("%s-rpod%06d", w.prefix, m.i), w.pv(m.i), m.to.node)
+	}); err != nil {
+		return fmt.Errorf("replacement pods: %w", err)
+	}
+	attached := func() int {
+		n := 0
+		for _, m := range moves {
+			if _, ok := aw.attachedAt(m.to); ok {
+				n++
+			}
+		}
+		return n
+	}
+	_ = p.waitUntil(ctx, e.sz.ActionTimeout, "every moved volume attached on its new node", func(context.Context) bool { return attached() == len(moves) })
+	var lat []time.Duration
+	last := time.Time{}
+	for _, m := range moves {
+		// Its Pod is on the new node now, attached or not.
+		w.moved[m.i] = m.to.node
+		if at, ok := aw.attachedAt(m.to); ok {
+			lat = append(lat, at.Sub(m.created))
+			if at.After(last) {
+				last = at
+			}
+		}
+	}
+	oldGone := func() int {
+		n := 0
+		for _, m := range moves {
+			if aw.vaGone(m.from) {
+				n++
+			}
+		}
+		return n
+	}
+	// Attached on the new node means detached from the old one already
+	// (RWO), unless a controller attached twice; the old VA's last
+	// removal may trail in the watch.
+	_ = p.waitUntil(ctx, e.sz.ActionTimeout, "every moved volume's old VolumeAttachment gone", func(context.Context) bool { return oldGone() == len(moves) })
+	p50, p99 := percentiles(lat)
+	doubles := aw.doubleAttached(pvs)
+	slices.Sort(doubles)
+	e.rep.Figures[prefix+"recovery_volumes"] = len(moves)
+	e.rep.Figures[prefix+"recovery_nodes"] = hi - lo
+	e.rep.Figures[prefix+"recovery_fail_s"] = round2(failed.Seconds())
+	e.rep.Figures[prefix+"recovery_p50_s"] = round2(p50 / 1000)
+	e.rep.Figures[prefix+"recovery_p99_s"] = round2(p99 / 1000)
+	if !last.IsZero() {
+		e.rep.Figures[prefix+"recovery_all_attached_s"] = round2(last.Sub(began).Seconds())
+	}
+	e.rep.Figures[prefix+"recovery_double_attached"] = len(doubles)
+	got := attached()
+	e.rep.check(which+": recovery burst: every moved volume attached on its new node and in its status",
+		fmt.Sprint(len(moves)), fmt.Sprint(got), got == len(moves) && len(moves) > 0)
+	gone := oldGone()
+	e.rep.check(which+": recovery burst: every moved volume's VolumeAttachment on its failed node gone", fmt.Sprint(len(moves)), fmt.Sprint(gone), gone == len(moves))
+	e.rep.check(which+": recovery burst: no volume attached to two nodes at once", "0",
+		fmt.Sprintf("%d %v", len(doubles), trim(doubles, 5)), len(doubles) == 0)
+	if all := aw.doubleAttached(nil); len(all) > 0 {
+		e.rep.check(which+": no volume attached to two nodes at once (trickle and burst)", "0", fmt.Sprintf("%d %v", len(all), trim(all, 5)), false)
+	}
+	return nil
+}
