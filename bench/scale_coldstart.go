@@ -276,12 +276,18 @@ func (e *scaleEnv) controllerColdStart(ctx context.Context, which string) error 
 		return err
 	}
 	defer aw.close()
+	t := time.Now()
 	if err := e.trickle(ctx, p, which, prefix, aw, attWrites); err != nil {
 		return fmt.Errorf("trickle: %w", err)
 	}
+	e.rep.Figures[prefix+"trickle_step_s"] = round2(time.Since(t).Seconds())
+	fmt.Fprintf(e.cfg.Out, "  %s: trickle done in %.1fs\n", which, time.Since(t).Seconds())
+	t = time.Now()
 	if err := e.recoveryBurst(ctx, p, which, prefix, aw); err != nil {
 		return fmt.Errorf("recovery burst: %w", err)
 	}
+	e.rep.Figures[prefix+"recovery_step_s"] = round2(time.Since(t).Seconds())
+	fmt.Fprintf(e.cfg.Out, "  %s: recovery burst done in %.1fs\n", which, time.Since(t).Seconds())
 	return p.alive()
 }
 

@@ -46,11 +46,7 @@ type attachWatcher struct {
 
 // watchAttachments starts an attachWatcher and waits for its caches.
 func watchAttachments(ctx context.Context, client kubernetes.Interface, driver string) (*attachWatcher, error) {
-	aw := &attachWatcher{
-		driver: driver, prefix: uniqueNamePrefix(driver), done: make(chan struct{}),
-		vaAttached: map[placement]bool{}, vaExists: map[placement]bool{}, listed: map[string]map[string]bool{},
-		both: map[placement]time.Time{}, attachedVAs: map[string]map[string]bool{}, doubles: map[string]bool{},
-	}
+	aw := newAttachWatcher(driver)
 	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	aw.stop = cancel
 	f := informers.NewSharedInformerFactory(client, 0)
@@ -75,6 +71,14 @@ func watchAttachments(ctx context.Context, client kubernetes.Interface, driver s
 		}
 	}
 	return aw, nil
+}
+
+func newAttachWatcher(driver string) *attachWatcher {
+	return &attachWatcher{
+		driver: driver, prefix: uniqueNamePrefix(driver), done: make(chan struct{}),
+		vaAttached: map[placement]bool{}, vaExists: map[placement]bool{}, listed: map[string]map[string]bool{},
+		both: map[placement]time.Time{}, attachedVAs: map[string]map[string]bool{}, doubles: map[string]bool{},
+	}
 }
 
 // uniqueNamePrefix is the prefix of a CSI driver's volumes' names in
