@@ -61,7 +61,7 @@ func parse(args []string, stderr io.Writer) (*config, *flag.FlagSet, error) {
 	fs.StringVar(&c.logFile, "log-file", "", "Component logs go here (default: a file in the temporary directory).")
 	fs.StringVar(&c.verbosity, "v", "0", "Log verbosity of the components (klog -v).")
 	fs.BoolVar(&c.noColor, "no-color", false, "Never use colour.")
-	fs.BoolVar(&c.opts.RealNodes, "real-nodes", true, "Run the real kube-scheduler, kube-controller-manager and one hollow kubelet (the real kubelet, fake container runtime and mounter) per node, built from test/upstream on first use; false runs latch-local's kubelet stand-in and claim binder instead (starts in seconds, no scheduler: Pods must name their node).")
+	fs.BoolVar(&c.opts.RealNodes, "real-nodes", true, "Run the real kube-scheduler, kube-controller-manager and one hollow kubelet (the real kubelet, fake container runtime and mounter) per node, built from test/upstream on first use; false runs latch-local's kubelet stand-in instead, with kube-controller-manager's PV binder alone (no scheduler: Pods must name their node).")
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
 		return nil, fs, flag.ErrHelp
 	}
@@ -116,7 +116,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if c.opts.RealNodes {
 		term.info("Starting kube-apiserver, kube-scheduler, kube-controller-manager, %d hollow kubelets, the mock driver %s, csi-attacher and attachdetach-controller (logs: %s)", c.opts.Nodes, c.opts.Driver, logPath)
 	} else {
-		term.info("Starting the control plane, %d simulated nodes (kubelet stand-in), the mock driver %s, csi-attacher and attachdetach-controller (logs: %s)", c.opts.Nodes, c.opts.Driver, logPath)
+		term.info("Starting kube-apiserver, kube-controller-manager (its PV binder alone), %d simulated nodes (kubelet stand-in), the mock driver %s, csi-attacher and attachdetach-controller (logs: %s)", c.opts.Nodes, c.opts.Driver, logPath)
 	}
 	// The upstream binaries are built on first use: a cold build takes
 	// minutes, so say what is built and show progress while it runs.

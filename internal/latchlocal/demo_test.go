@@ -63,7 +63,8 @@ func TestDemoWalksAttachConflictAndDetachInOrder(t *testing.T) {
 	}
 
 	// `up` mode: the manifests in examples/, applied as kubectl would,
-	// get their Pod running (the binder binds the pre-bound claim).
+	// get their Pod running (kube-controller-manager's PV binder binds the
+	// pre-bound claim).
 	applyExamples(t, ctx, env)
 	if err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
 		p, err := env.Client.CoreV1().Pods("default").Get(ctx, "app-1", metav1.GetOptions{})
@@ -73,6 +74,15 @@ func TestDemoWalksAttachConflictAndDetachInOrder(t *testing.T) {
 	}
 	if got := env.Driver.Published("example-volume"); !slices.Equal(got, []string{NodeID(1)}) {
 		t.Errorf("example volume published to %v, want [%s]", got, NodeID(1))
+	}
+	// Bound by kube-controller-manager's PV binder, as in a cluster: it
+	// writes the bind-completed annotation latch has no code for.
+	pvc, err := env.Client.CoreV1().PersistentVolumeClaims("default").Get(ctx, "example-volume", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pvc.Status.Phase != v1.ClaimBound || pvc.Annotations["pv.kubernetes.io/bind-completed"] != "yes" {
+		t.Errorf("claim example-volume: phase %s, annotations %v; want Bound by the PV controller (pv.kubernetes.io/bind-completed)", pvc.Status.Phase, pvc.Annotations)
 	}
 }
 

@@ -41,10 +41,11 @@ type Options struct {
 	// EtcdLogOutput: see localcluster.Options.
 	EtcdLogOutput string
 	// RealNodes runs the real kube-scheduler, kube-controller-manager and
-	// one hollow kubelet per node instead of the kubelet stand-in and
-	// latch-local's claim binder (realnodes.go).
+	// one hollow kubelet per node instead of the kubelet stand-in
+	// (realnodes.go). Without it, kube-controller-manager runs only its
+	// PV binder (StandInControllers), so that claims bind as in a cluster.
 	RealNodes bool
-	// ProcessOutput receives the logs of the child processes RealNodes
+	// ProcessOutput receives the logs of the child processes latch-local
 	// starts (nil: discarded).
 	ProcessOutput io.Writer
 }
@@ -63,9 +64,14 @@ type Env struct {
 	Hollow []*stack.HollowNode
 
 	stack   *stack.Stack
-	binder  *stack.Component
 	nodeDir string
 }
+
+// StandInControllers are kube-controller-manager's --controllers beside
+// the kubelet stand-in: the PV binder alone binds claims (pre-bound or
+// matched, as in a cluster). The rest stays off: the node lifecycle
+// controller would evict the stand-in's nodes, which renew no Lease.
+var StandInControllers = []string{"persistentvolume-binder-controller"}
 
 // NodeName is the name of simulated node i (1-based).
 func NodeName(i int) string { return fmt.Sprintf("node-%d", i) }
@@ -103,10 +109,6 @@ func Start(ctx context.Context, opts Options) (_ *Env, err error) {
 			return nil, err
 		}
 	}
-	if !opts.RealNodes {
-		// Pre-bound claims applied by hand get bound (no PV controller here).
-		e.binder = stack.Go(ctx, "binder", func(ctx context.Context) error { e.runBinder(ctx); return nil })
-	}
 	if _, err := e.Client.StorageV1().CSIDrivers().Create(ctx, localcluster.NewCSIDriver(opts.Driver, nil), metavCreate()); err != nil && !isAlreadyExists(err) {
 		return nil, fmt.Errorf("create CSIDriver %s: %w", opts.Driver, err)
 	}
@@ -123,9 +125,12 @@ func Start(ctx context.Context, opts Options) (_ *Env, err error) {
 		NoController:     opts.NoAttachDetachController,
 		ControllerConfig: controllerConfig,
 	}
+	so.ControllerManager, so.ControlPlaneOutput = true, opts.ProcessOutput
 	if opts.RealNodes {
 		so.Nodes, so.NoKubelet = nil, true
-		so.Scheduler, so.ControllerManager, so.ControlPlaneOutput = true, true, opts.ProcessOutput
+		so.Scheduler = true
+	} else {
+		so.ControllerManagerControllers = StandInControllers
 	}
 	e.stack, err = stack.Start(ctx, so)
 	if err != nil {
@@ -179,9 +184,6 @@ func (e *Env) Stop() {
 	}
 	if e.stack != nil {
 		_ = e.stack.Stop()
-	}
-	if e.binder != nil {
-		_ = e.binder.Stop()
 	}
 	if e.Cluster != nil {
 		e.Cluster.Stop()

@@ -23,7 +23,7 @@ import (
 // root-CA publisher, ...) as child processes, and one hollow kubelet per
 // node (the real kubelet of v1.36.3 with a fake container runtime and a
 // fake mounter) next to the mock driver's node plugin for that node. The
-// kubelet stand-in and latch-local's own claim binder do not run.
+// kubelet stand-in does not run.
 
 // NodeReadyTimeout bounds the wait for a hollow node to be Ready with the
 // mock driver registered in its CSINode.

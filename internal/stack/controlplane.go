@@ -159,7 +159,7 @@ func (s *Stack) startControlPlane(ctx context.Context) error {
 	}
 	s.cpDir = dir
 	if o.ControllerManager {
-		if s.ControllerManager, err = StartControllerManager(ctx, s.Cluster, ControlPlaneConfig{Dir: dir, Output: o.ControlPlaneOutput, Args: o.ControllerManagerArgs}); err != nil {
+		if s.ControllerManager, err = StartControllerManager(ctx, s.Cluster, ControlPlaneConfig{Dir: dir, Output: o.ControlPlaneOutput, Args: o.ControllerManagerArgs, Controllers: o.ControllerManagerControllers}); err != nil {
 			return err
 		}
 		s.watch(s.ControllerManager.Component)

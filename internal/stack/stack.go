@@ -85,13 +85,15 @@ type Options struct {
 	ControllerConfig func(*controller.ServeConfig)
 	// Scheduler runs the real kube-scheduler, ControllerManager the real
 	// kube-controller-manager with every controller but attachdetach
-	// (controlplane.go); ControlPlaneOutput receives their logs (nil:
+	// (controlplane.go), or the ones ControllerManagerControllers names
+	// (its --controllers); ControlPlaneOutput receives their logs (nil:
 	// discarded), SchedulerArgs and ControllerManagerArgs are extra flags.
-	Scheduler             bool
-	ControllerManager     bool
-	ControlPlaneOutput    io.Writer
-	SchedulerArgs         []string
-	ControllerManagerArgs []string
+	Scheduler                    bool
+	ControllerManager            bool
+	ControllerManagerControllers []string
+	ControlPlaneOutput           io.Writer
+	SchedulerArgs                []string
+	ControllerManagerArgs        []string
 }
 
 // Stack is a running world.
