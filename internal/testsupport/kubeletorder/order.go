@@ -90,8 +90,12 @@ type DetachFacts struct {
 // NodeUnstage starts (each required when the kubelet ever tried the
 // matching NodePublish/NodeStage); no Node call of the volume on that
 // node is in flight or starts once ControllerUnpublish starts; the
-// VolumeAttachment's deletion comes after the last Node status that
-// listed the volume in volumesInUse (by RV); ControllerUnpublish starts
+// VolumeAttachment is deleted while the Node's status (the last before
+// the deletion, by RV) does not list the volume in volumesInUse, and the
+// volume leaves volumesInUse only after NodeUnstage ended; a Node status
+// that lists the volume again after the deletion (a kubelet tearing down
+// a Pod it took up late) is followed by no NodeStage or NodePublish of
+// it; ControllerUnpublish starts
 // after the deletion and after NodeUnstage ended; the VolumeAttachment
 // disappears after ControllerUnpublish ended; and the node holds the
 // volume neither staged nor published.
@@ -136,14 +140,32 @@ func (k *Checker) CheckDetach(t testing.TB, vol, node, nodeID string) DetachFact
 	va := kube.VolumeAttachmentName(vol, k.DriverName, node)
 	unique := kube.UniqueVolumeName(k.DriverName, vol)
 	f.Deleting = k.History.MustFirst(t, "VolumeAttachment "+va+" deleted", VANamed(va, func(va *storagev1.VolumeAttachment) bool { return va.DeletionTimestamp != nil }))
-	if last, ok := k.History.Last(NodeNamed(node, func(no *v1.Node) bool { return InUse(no, unique) })); ok {
+	beforeDeletion := func(match func(Change) bool) func(Change) bool {
+		return func(c Change) bool { return c.RV < f.Deleting.RV && match(c) }
+	}
+	// The Node status the deletion was decided on (the last one before
+	// it) must not list the volume in volumesInUse.
+	if cur, ok := k.History.Last(beforeDeletion(NodeNamed(node, func(*v1.Node) bool { return true }))); ok && InUse(cur.Obj.(*v1.Node), unique) {
+		t.Errorf("VolumeAttachment %s deleted (%s) while Node %s still listed %s in volumesInUse (%s)", va, f.Deleting, node, vol, cur)
+	}
+	if last, ok := k.History.Last(beforeDeletion(NodeNamed(node, func(no *v1.Node) bool { return InUse(no, unique) }))); ok {
 		f.LastInUse = last
-		if f.Deleting.RV < last.RV {
-			t.Errorf("VolumeAttachment %s deleted (%s) while Node %s still listed %s in volumesInUse (%s)", va, f.Deleting, node, vol, last)
-		}
 		if dropped, ok := k.History.First(After(last.RV, NodeNamed(node, func(no *v1.Node) bool { return !InUse(no, unique) }))); ok &&
 			!f.Unstage.End.IsZero() && !dropped.Observed.After(f.Unstage.End) {
 			t.Errorf("%s left Node %s's volumesInUse (%s) before NodeUnstage ended (%s)", vol, node, dropped, Stamp(f.Unstage.End))
+		}
+	}
+	// A Node status after the deletion may list the volume again: a
+	// kubelet that took up a Pod deleted before its next status update
+	// lists the Pod's volumes while it tears the Pod down. It must not
+	// mount it: the kubelet stages or publishes only a volume it listed
+	// and finds in volumesAttached, which the controller cleared first.
+	if again, ok := k.History.First(After(f.Deleting.RV, NodeNamed(node, func(no *v1.Node) bool { return InUse(no, unique) }))); ok {
+		for _, c := range mine {
+			if (c.Method == "NodeStageVolume" || c.Method == "NodePublishVolume") && c.Start.After(f.Deleting.Observed) {
+				t.Errorf("%s of %s on %s (#%d at %s) after the VolumeAttachment's deletion (%s); Node %s listed it again in volumesInUse (%s)",
+					c.Method, vol, nodeID, c.ID, Stamp(c.Start), f.Deleting, node, again)
+			}
 		}
 	}
 	k.checkRemoval(t, &f, vol, va, nodeID)
