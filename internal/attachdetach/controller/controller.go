@@ -188,6 +188,10 @@ func New(cfg Config, client kubernetes.Interface, factory informers.SharedInform
 		// managedFields before they are stripped.
 		transform := kube.StripManagedFields
 		switch inf {
+		case c.pods:
+			transform = trimPod
+		case pvcs:
+			transform = trimPVC
 		case nodes:
 			transform = c.coexist.transformNode
 		case vas:

@@ -1,0 +1,177 @@
+package controller
+
+import (
+	"reflect"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/latchcsi/latch/internal/attachdetach/volume"
+)
+
+// fullPod is a Pod as the API server returns it: containers, labels,
+// annotations, managed fields, a service-account token volume and config
+// volumes beside the ones that may be attached.
+func fullPod(mutate func(*v1.Pod)) *v1.Pod {
+	now := metav1.NewTime(time.Date(2026, 11, 26, 6, 0, 0, 0, time.UTC))
+	p := &v1.Pod{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: "app", Namespace: testNS, UID: "app-uid", ResourceVersion: "42", CreationTimestamp: now,
+			Labels: map[string]string{"app": "db"}, Annotations: map[string]string{"note": "big"},
+			ManagedFields:   []metav1.ManagedFieldsEntry{{Manager: "kubectl"}},
+			OwnerReferences: []metav1.OwnerReference{{Kind: "StatefulSet", Name: "db"}},
+		},
+		Spec: v1.PodSpec{
+			NodeName:   "node-a",
+			Containers: []v1.Container{{Name: "db", Image: "db:1", Command: []string{"run"}, Env: []v1.EnvVar{{Name: "A", Value: "B"}}}},
+			Volumes: []v1.Volume{
+				{Name: "data", VolumeSource: v1.VolumeSource{PersistentVolumeClaim: &v1.PersistentVolumeClaimVolumeSource{ClaimName: "data"}}},
+				{Name: "scratch", VolumeSource: v1.VolumeSource{Ephemeral: &v1.EphemeralVolumeSource{}}},
+				{Name: "inline", VolumeSource: v1.VolumeSource{CSI: &v1.CSIVolumeSource{Driver: testDriver}}},
+				{Name: "pd", VolumeSource: v1.VolumeSource{GCEPersistentDisk: &v1.GCEPersistentDiskVolumeSource{PDName: "pd-1"}}},
+				{Name: "token", VolumeSource: v1.VolumeSource{Projected: &v1.ProjectedVolumeSource{}}},
+				{Name: "config", VolumeSource: v1.VolumeSource{ConfigMap: &v1.ConfigMapVolumeSource{}}},
+				{Name: "creds", VolumeSource: v1.VolumeSource{Secret: &v1.SecretVolumeSource{SecretName: "s"}}},
+				{Name: "tmp", VolumeSource: v1.VolumeSource{EmptyDir: &v1.EmptyDirVolumeSource{}}},
+				{Name: "info", VolumeSource: v1.VolumeSource{DownwardAPI: &v1.DownwardAPIVolumeSource{}}},
+				{Name: "host", VolumeSource: v1.VolumeSource{HostPath: &v1.HostPathVolumeSource{Path: "/x"}}},
+				{Name: "img", VolumeSource: v1.VolumeSource{Image: &v1.ImageVolumeSource{Reference: "r"}}},
+			},
+		},
+		Status: v1.PodStatus{
+			Phase: v1.PodRunning,
+			Conditions: []v1.PodCondition{
+				{Type: v1.PodScheduled, Status: v1.ConditionTrue, LastTransitionTime: metav1.NewTime(now.Add(time.Second))},
+				{Type: v1.PodReady, Status: v1.ConditionTrue, Message: "ready"},
+			},
+			InitContainerStatuses: []v1.ContainerStatus{{Name: "init", State: v1.ContainerState{Terminated: &v1.ContainerStateTerminated{ExitCode: 0, Reason: "Completed"}}}},
+			ContainerStatuses:     []v1.ContainerStatus{{Name: "db", Image: "db:1", State: v1.ContainerState{Running: &v1.ContainerStateRunning{StartedAt: now}}}},
+			PodIPs:                []v1.PodIP{{IP: "10.0.0.1"}},
+		},
+	}
+	if mutate != nil {
+		mutate(p)
+	}
+	return p
+}
+
+// Every fact the controller reads of a Pod is the same on the trimmed
+// Pod, in every state a Pod's volumes depend on; what no decision reads is
+// gone; trimming a trimmed Pod changes nothing.
+func TestTrimPod_keepsEveryFactTheControllerReads(t *testing.T) {
+	deleted := metav1.NewTime(time.Date(2026, 11, 26, 6, 5, 0, 0, time.UTC))
+	for _, tc := range []struct {
+		name string
+		pod  *v1.Pod
+	}{
+		{"running", fullPod(nil)},
+		{"pending, not scheduled", fullPod(func(p *v1.Pod) { p.Spec.NodeName, p.Status.Phase, p.Status.Conditions = "", v1.PodPending, nil })},
+		{"succeeded", fullPod(func(p *v1.Pod) { p.Status.Phase = v1.PodSucceeded })},
+		{"failed", fullPod(func(p *v1.Pod) { p.Status.Phase = v1.PodFailed })},
+		{"deleting, container still running", fullPod(func(p *v1.Pod) { p.DeletionTimestamp = &deleted })},
+		{"deleting, every container terminated", fullPod(func(p *v1.Pod) {
+			p.DeletionTimestamp = &deleted
+			p.Status.ContainerStatuses[0].State = v1.ContainerState{Terminated: &v1.ContainerStateTerminated{ExitCode: 137}}
+		})},
+		{"deleting, container waiting", fullPod(func(p *v1.Pod) {
+			p.DeletionTimestamp = &deleted
+			p.Status.ContainerStatuses[0].State = v1.ContainerState{Waiting: &v1.ContainerStateWaiting{Reason: "CrashLoopBackOff"}}
+		})},
+		{"deleting, init container running", fullPod(func(p *v1.Pod) {
+			p.DeletionTimestamp = &deleted
+			p.Status.InitContainerStatuses[0].State = v1.ContainerState{Running: &v1.ContainerStateRunning{}}
+			p.Status.ContainerStatuses[0].State = v1.ContainerState{Waiting: &v1.ContainerStateWaiting{}}
+		})},
+		{"deleting, ephemeral container running", fullPod(func(p *v1.Pod) {
+			p.DeletionTimestamp = &deleted
+			p.Status.ContainerStatuses[0].State = v1.ContainerState{Terminated: &v1.ContainerStateTerminated{}}
+			p.Status.EphemeralContainerStatuses = []v1.ContainerStatus{{Name: "debug", State: v1.ContainerState{Running: &v1.ContainerStateRunning{}}}}
+		})},
+		{"only config volumes", fullPod(func(p *v1.Pod) { p.Spec.Volumes = p.Spec.Volumes[4:] })},
+		{"no status yet", fullPod(func(p *v1.Pod) { p.Status = v1.PodStatus{} })},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			orig := tc.pod.DeepCopy()
+			obj, err := trimPod(tc.pod)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := obj.(*v1.Pod)
+			if !reflect.DeepEqual(tc.pod, orig) {
+				t.Fatal("trimPod changed the object it was given")
+			}
+			// A Pod whose volumes no CSI driver attaches needs none of them
+			// trimmed (it has none left); whole, it resolves to nothing to
+			// attach: the desired state ends the same.
+			wantNeeds := volume.PodNeedsVolumes(orig) && tc.name != "only config volumes"
+			if volume.PodNeedsVolumes(got) != wantNeeds || volume.PodTerminated(got) != volume.PodTerminated(orig) {
+				t.Errorf("PodNeedsVolumes/PodTerminated = %v/%v trimmed, want %v/%v", volume.PodNeedsVolumes(got), volume.PodTerminated(got), wantNeeds, volume.PodTerminated(orig))
+			}
+			if !scheduledAt(got).Equal(scheduledAt(orig)) {
+				t.Errorf("scheduledAt = %v trimmed, %v whole", scheduledAt(got), scheduledAt(orig))
+			}
+			if got.Name != orig.Name || got.Namespace != orig.Namespace || got.UID != orig.UID || got.ResourceVersion != orig.ResourceVersion ||
+				got.Spec.NodeName != orig.Spec.NodeName || !got.DeletionTimestamp.Equal(orig.DeletionTimestamp) || !got.CreationTimestamp.Equal(&orig.CreationTimestamp) {
+				t.Errorf("identity or placement changed: %+v", got.ObjectMeta)
+			}
+			var kept []v1.Volume
+			for _, v := range orig.Spec.Volumes {
+				switch v.Name {
+				case "data", "scratch", "inline", "pd":
+					kept = append(kept, v)
+				}
+			}
+			if !reflect.DeepEqual(got.Spec.Volumes, kept) {
+				t.Errorf("volumes kept = %+v, want the ones that may be attachable, whole: %+v", got.Spec.Volumes, kept)
+			}
+			if got.Labels != nil || got.Annotations != nil || got.ManagedFields != nil || got.OwnerReferences != nil ||
+				got.Spec.Containers != nil || got.Status.PodIPs != nil || len(got.Status.Conditions) > 1 {
+				t.Errorf("trimmed Pod keeps what nothing reads: %+v", got)
+			}
+			if again, _ := trimPod(got); again != any(got) {
+				t.Errorf("a trimmed Pod was trimmed again into a new object: %+v", again)
+			}
+		})
+	}
+	tomb := cache.DeletedFinalStateUnknown{Key: "team-a/app", Obj: fullPod(nil)}
+	if got, _ := trimPod(tomb); !reflect.DeepEqual(got, tomb) {
+		t.Errorf("a tombstone was changed: %+v", got)
+	}
+}
+
+// A claim keeps its identity, its volume name, its phase and its owners
+// (a generic ephemeral volume's claim must be controlled by its Pod).
+func TestTrimPVC_keepsBindingAndOwners(t *testing.T) {
+	_, pvc := boundClaim("disk-1", v1.ReadWriteOnce)
+	pvc.ResourceVersion = "7"
+	pvc.Labels = map[string]string{"a": "b"}
+	pvc.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "kcm"}}
+	ctrl := true
+	pvc.OwnerReferences = []metav1.OwnerReference{{Kind: "Pod", Name: "app", UID: "app-uid", Controller: &ctrl}}
+	orig := pvc.DeepCopy()
+	obj, err := trimPVC(pvc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := obj.(*v1.PersistentVolumeClaim)
+	want := &v1.PersistentVolumeClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: orig.Name, Namespace: orig.Namespace, UID: orig.UID, ResourceVersion: "7", OwnerReferences: orig.OwnerReferences},
+		Spec:       v1.PersistentVolumeClaimSpec{VolumeName: orig.Spec.VolumeName},
+		Status:     v1.PersistentVolumeClaimStatus{Phase: orig.Status.Phase},
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("trimPVC = %+v, want %+v", got, want)
+	}
+	if !reflect.DeepEqual(pvc, orig) {
+		t.Error("trimPVC changed the object it was given")
+	}
+	if again, _ := trimPVC(got); again != any(got) {
+		t.Errorf("a trimmed claim was trimmed again into a new object: %+v", again)
+	}
+	if !metav1.IsControlledBy(got, &v1.Pod{ObjectMeta: metav1.ObjectMeta{UID: "app-uid"}}) {
+		t.Error("the trimmed claim lost its controller reference")
+	}
+}
