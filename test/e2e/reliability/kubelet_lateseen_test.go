@@ -6,10 +6,13 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc/codes"
 	v1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/latchcsi/latch/internal/attachdetach/controller"
+	"github.com/latchcsi/latch/internal/csimock"
 	"github.com/latchcsi/latch/internal/kube"
 	"github.com/latchcsi/latch/internal/stack"
 	"github.com/latchcsi/latch/internal/testsupport"
@@ -110,5 +113,49 @@ func TestRealKubelet_podDeletedBeforeItsNodeStatusListsTheVolume_detachPassesThe
 	w.checkNothingLeft(time.Minute)
 	if n := w.checkDetaches(); n != rounds {
 		t.Errorf("%d detaches checked, want %d", n, rounds)
+	}
+}
+
+// TestRealKubelet_attacherKilledMidUnpublish_detachPassesTheOrderCheck:
+// csi-attacher is killed while its ControllerUnpublish is slow in the
+// driver; the new instance unpublishes again, at once, and removes the
+// finalizer; the dead instance's call ends later, OK. The volume was
+// unpublished (by the new instance's call) before the VolumeAttachment
+// went: the detach passes CheckDetach. The chaos run found this (seed
+// 1795672800539770089: CheckDetach reported "removed before
+// ControllerUnpublish ended", reading the dead instance's call).
+func TestRealKubelet_attacherKilledMidUnpublish_detachPassesTheOrderCheck(t *testing.T) {
+	w := newKubeletWorld(t, controller.Config{}, 1)
+	node := w.nodes[0]
+	pv := w.volume("slow")
+	if err := w.pod("p", node, pv); err != nil {
+		t.Fatal(err)
+	}
+	w.eventually(90*time.Second, "Pod p Running", func() bool {
+		p, err := w.client.CoreV1().Pods(w.ns).Get(w.ctx, "p", metav1.GetOptions{})
+		return err == nil && p.Status.Phase == v1.PodRunning
+	})
+	// Slower than the new instance takes to start, within the attacher's
+	// CSI timeout (attacherConfig: 3 s): the dead instance's call
+	// succeeds late.
+	w.fault(csimock.Rule{Method: "ControllerUnpublishVolume", Times: 1, Latency: 2500 * time.Millisecond})
+	w.deletePod("p")
+	w.eventually(90*time.Second, "ControllerUnpublish of "+pv+" in flight", func() bool { return w.inFlight("ControllerUnpublishVolume", pv) })
+	w.killAttacher()
+	w.waitGone(pv, node)
+	w.eventually(10*time.Second, "every ControllerUnpublish of "+pv+" ended", func() bool { return !w.inFlight("ControllerUnpublishVolume", pv) })
+	ok := 0
+	for _, c := range w.mock.CallsTo("ControllerUnpublishVolume") {
+		if c.VolumeID == pv && c.Code == codes.OK {
+			ok++
+		}
+	}
+	if ok < 2 {
+		t.Fatalf("%d successful ControllerUnpublish calls of %s, want the dead instance's and the new one's:\n%s", ok, pv, kubeletorder.CallTable(w.mock.CallsTo("ControllerUnpublishVolume")))
+	}
+	testsupport.Eventually(t, w.ctx, 90*time.Second, "Pod p gone", func(context.Context) (bool, error) { return w.podGone("p") })
+	w.checkNothingLeft(time.Minute)
+	if n := w.checkDetaches(); n != 1 {
+		t.Errorf("%d detaches checked, want 1", n)
 	}
 }
