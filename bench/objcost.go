@@ -24,9 +24,8 @@ type objCost struct {
 	Kind string `json:"kind"`
 	// Variant is "transformed" (the cache as the controller fills it: its
 	// transforms and indexers), "untransformed" (whole objects, same
-	// indexers), "what-if" (objects cut to what the controller reads, see
-	// objWhatIf: not what latch caches today) or "measured" (state, total
-	// and fixed, from the running controller).
+	// indexers) or "measured" (state, total and fixed, from the running
+	// controller).
 	Variant string  `json:"variant"`
 	Objects int     `json:"objects"`
 	Bytes   float64 `json:"bytes_per_object"`
@@ -139,17 +138,6 @@ func measureController(ctx context.Context, w, empty *objWorld, c objController,
 		rep.Costs = append(rep.Costs,
 			objCost{Component: c.name, Kind: k.kind, Variant: "transformed", Objects: n, Bytes: with},
 			objCost{Component: c.name, Kind: k.kind, Variant: "untransformed", Objects: n, Bytes: without})
-		if f := objWhatIf[c.name][k.kind]; f != nil {
-			cut, err := reshape(shaped[k.kind], f)
-			if err != nil {
-				return fmt.Errorf("%s what-if: %w", k.kind, err)
-			}
-			b, err := storeBytesPerObject(cut, indexers[k.kind])
-			if err != nil {
-				return fmt.Errorf("%s what-if cache: %w", k.kind, err)
-			}
-			rep.Costs = append(rep.Costs, objCost{Component: c.name, Kind: k.kind, Variant: "what-if", Objects: n, Bytes: b})
-		}
 		caches += with * float64(n)
 	}
 	rep.Costs = append(rep.Costs,
@@ -210,23 +198,6 @@ func runController(ctx context.Context, w *objWorld, c objController, rep *objCo
 		}
 	}
 	return total, shaped, indexers, nil
-}
-
-// reshape applies f to each encoded object.
-func reshape(encoded [][]byte, f func(k8sruntime.Object)) ([][]byte, error) {
-	out := make([][]byte, 0, len(encoded))
-	for _, b := range encoded {
-		obj, err := decodeObject(b)
-		if err != nil {
-			return nil, err
-		}
-		f(obj)
-		if b, err = encodeObject(obj); err != nil {
-			return nil, err
-		}
-		out = append(out, b)
-	}
-	return out, nil
 }
 
 // storeBytesPerObject fills a cache like an informer's (client-go's key
@@ -344,8 +315,8 @@ func liveHeap() uint64 {
 }
 
 // metricUnit is the figure's unit for testing.B.ReportMetric, e.g.
-// attacher-heap-B/VA, attacher-whole-B/VA, adc-whatif-B/Pod,
-// adc-state-B/volume, adc-fixed-B.
+// attacher-heap-B/VA, attacher-whole-B/VA, adc-state-B/volume,
+// adc-fixed-B.
 func (c objCost) metricUnit() string {
 	comp := map[string]string{"csi-attacher": "attacher", "attachdetach-controller": "adc"}[c.Component]
 	switch c.Variant {
@@ -353,8 +324,6 @@ func (c objCost) metricUnit() string {
 		return comp + "-heap-B/" + c.Kind
 	case "untransformed":
 		return comp + "-whole-B/" + c.Kind
-	case "what-if":
-		return comp + "-whatif-B/" + c.Kind
 	}
 	if c.Kind == "fixed" {
 		return comp + "-fixed-B"

@@ -25,8 +25,7 @@ func perCluster(kind string, nodes, volumes int) int {
 // projectHeap is the live heap component would hold for a cluster of nodes
 // and volumes, from the measured per-object costs (transformed caches,
 // plus the state per volume, plus what it holds with no objects).
-// With whatIf, kinds that have a what-if shape are priced at it.
-func (r *objCostReport) projectHeap(component string, nodes, volumes int, whatIf bool) float64 {
+func (r *objCostReport) projectHeap(component string, nodes, volumes int) float64 {
 	var heap float64
 	for _, c := range r.Costs {
 		if c.Component != component {
@@ -34,11 +33,7 @@ func (r *objCostReport) projectHeap(component string, nodes, volumes int, whatIf
 		}
 		switch {
 		case c.Variant == "transformed":
-			b := c.Bytes
-			if cut, ok := r.get(component, c.Kind, "what-if"); ok && whatIf {
-				b = cut
-			}
-			heap += b * float64(perCluster(c.Kind, nodes, volumes))
+			heap += c.Bytes * float64(perCluster(c.Kind, nodes, volumes))
 		case c.Kind == "state":
 			heap += c.Bytes * float64(volumes)
 		case c.Kind == "fixed":
@@ -56,7 +51,7 @@ func (r *objCostReport) table(out io.Writer) {
 	}
 	fmt.Fprintf(out, "per-object live heap, %d nodes / %d volumes (objects built through %s in %.0fs)\n", r.Nodes, r.Volumes, from, r.BuildS)
 	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(w, "component\tkind\tobjects\tB/object transformed\tB/object whole\tsaved\twhat-if\t")
+	fmt.Fprintln(w, "component\tkind\tobjects\tB/object transformed\tB/object whole\tsaved\t")
 	for _, comp := range objCostComponents {
 		for _, k := range objKinds {
 			with, ok := r.get(comp, k.kind, "transformed")
@@ -68,34 +63,28 @@ func (r *objCostReport) table(out io.Writer) {
 			if without > 0 {
 				saved = 100 * (without - with) / without
 			}
-			whatIf := ""
-			if b, ok := r.get(comp, k.kind, "what-if"); ok {
-				whatIf = fmt.Sprintf("%.0f", b)
-			}
-			fmt.Fprintf(w, "%s\t%s\t%d\t%.0f\t%.0f\t%.0f%%\t%s\t\n", comp, k.kind, perCluster(k.kind, r.Nodes, r.Volumes), with, without, saved, whatIf)
+			fmt.Fprintf(w, "%s\t%s\t%d\t%.0f\t%.0f\t%.0f%%\t\n", comp, k.kind, perCluster(k.kind, r.Nodes, r.Volumes), with, without, saved)
 		}
 		state, _ := r.get(comp, "state", "measured")
 		total, _ := r.get(comp, "total", "measured")
 		fixed, _ := r.get(comp, "fixed", "measured")
-		fmt.Fprintf(w, "%s\tstate per volume\t%d\t%.0f\t\t\t\t\n", comp, r.Volumes, state)
-		fmt.Fprintf(w, "%s\ttotal per volume\t%d\t%.0f\t\t\t\t\n", comp, r.Volumes, total)
-		fmt.Fprintf(w, "%s\twith no objects (MB)\t\t%.1f\t\t\t\t\n", comp, fixed/1e6)
+		fmt.Fprintf(w, "%s\tstate per volume\t%d\t%.0f\t\t\t\n", comp, r.Volumes, state)
+		fmt.Fprintf(w, "%s\ttotal per volume\t%d\t%.0f\t\t\t\n", comp, r.Volumes, total)
+		fmt.Fprintf(w, "%s\twith no objects (MB)\t\t%.1f\t\t\t\n", comp, fixed/1e6)
 	}
-	fmt.Fprintln(w, "\t\t\t\t\t\t\t")
-	fmt.Fprintln(w, "projected live heap\tnodes\tvolumes\tMB\t\t\t\t")
+	fmt.Fprintln(w, "\t\t\t\t\t\t")
+	fmt.Fprintln(w, "projected live heap\tnodes\tvolumes\tMB\t\t\t")
 	for _, size := range [][2]int{{r.Nodes, r.Volumes}, {10000, 100000}, {50000, 1000000}} {
-		sum, cut := 0.0, 0.0
+		sum := 0.0
 		for _, comp := range objCostComponents {
-			h := r.projectHeap(comp, size[0], size[1], false)
+			h := r.projectHeap(comp, size[0], size[1])
 			sum += h
-			cut += r.projectHeap(comp, size[0], size[1], true)
-			fmt.Fprintf(w, "%s\t%d\t%d\t%.0f\t\t\t\t\n", comp, size[0], size[1], h/1e6)
+			fmt.Fprintf(w, "%s\t%d\t%d\t%.0f\t\t\t\n", comp, size[0], size[1], h/1e6)
 		}
-		fmt.Fprintf(w, "both\t%d\t%d\t%.0f\t\t\t\t\n", size[0], size[1], sum/1e6)
-		fmt.Fprintf(w, "both, what-if shapes\t%d\t%d\t%.0f\t\t\t\t\n", size[0], size[1], cut/1e6)
+		fmt.Fprintf(w, "both\t%d\t%d\t%.0f\t\t\t\n", size[0], size[1], sum/1e6)
 	}
 	for _, k := range []string{"csi-attacher API writes", "csi-attacher CSI calls", "attachdetach-controller API writes"} {
-		fmt.Fprintf(w, "%s while measured\t%d\t\t\t\t\t\t\n", k, r.Writes[k])
+		fmt.Fprintf(w, "%s while measured\t%d\t\t\t\t\t\n", k, r.Writes[k])
 	}
 	w.Flush()
 }
@@ -110,19 +99,16 @@ func (r *objCostReport) write(dir string, at time.Time) (string, error) {
 		Nodes   int                `json:"nodes"`
 		Volumes int                `json:"volumes"`
 		HeapMB  map[string]float64 `json:"live_heap_mb"`
-		// WhatIfMB prices the kinds with a what-if shape at it.
-		WhatIfMB map[string]float64 `json:"live_heap_what_if_mb"`
 	}
 	out := struct {
 		*objCostReport
-		Started    string       `json:"finished"`
+		Finished   string       `json:"finished"`
 		Projection []projection `json:"projection"`
-	}{objCostReport: r, Started: at.UTC().Format(time.RFC3339)}
+	}{objCostReport: r, Finished: at.UTC().Format(time.RFC3339)}
 	for _, size := range [][2]int{{10000, 100000}, {50000, 1000000}} {
-		p := projection{Nodes: size[0], Volumes: size[1], HeapMB: map[string]float64{}, WhatIfMB: map[string]float64{}}
+		p := projection{Nodes: size[0], Volumes: size[1], HeapMB: map[string]float64{}}
 		for _, comp := range objCostComponents {
-			p.HeapMB[comp] = round2(r.projectHeap(comp, size[0], size[1], false) / 1e6)
-			p.WhatIfMB[comp] = round2(r.projectHeap(comp, size[0], size[1], true) / 1e6)
+			p.HeapMB[comp] = round2(r.projectHeap(comp, size[0], size[1]) / 1e6)
 		}
 		out.Projection = append(out.Projection, p)
 	}
