@@ -3,6 +3,8 @@ package state
 import (
 	"cmp"
 	"fmt"
+	"iter"
+	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -80,7 +82,7 @@ type Actual struct {
 	mu      sync.RWMutex
 	entries map[Key]*Attachment
 	// byVolume and byNode index entries for multi-attach and node status.
-	byVolume map[v1.UniqueVolumeName]map[string]struct{}
+	byVolume smallSets[v1.UniqueVolumeName, string]
 	byNode   map[string]map[v1.UniqueVolumeName]struct{}
 	// inUse is the last status.volumesInUse seen per node, plus volumes
 	// attached since (assumed mounted). Kept after the node is deleted:
@@ -94,7 +96,7 @@ type Actual struct {
 func NewActual() *Actual {
 	return &Actual{
 		entries:      map[Key]*Attachment{},
-		byVolume:     map[v1.UniqueVolumeName]map[string]struct{}{},
+		byVolume:     smallSets[v1.UniqueVolumeName, string]{},
 		byNode:       map[string]map[v1.UniqueVolumeName]struct{}{},
 		inUse:        map[string]map[v1.UniqueVolumeName]struct{}{},
 		deletedNodes: map[string]struct{}{},
@@ -116,7 +118,7 @@ func (a *Actual) Get(key Key) (Attachment, bool) {
 func (a *Actual) ForVolume(vol v1.UniqueVolumeName) []Attachment {
 	a.mu.RLock()
 	defer a.mu.RUnlock()
-	return sortedViewsLocked(a, a.byVolume[vol],
+	return sortedViewsLocked(a, slices.Values(a.byVolume[vol]),
 		func(node string) Key { return Key{Volume: vol, Node: node} },
 		func(x Attachment) string { return x.Node })
 }
@@ -125,15 +127,15 @@ func (a *Actual) ForVolume(vol v1.UniqueVolumeName) []Attachment {
 func (a *Actual) ForNode(node string) []Attachment {
 	a.mu.RLock()
 	defer a.mu.RUnlock()
-	return sortedViewsLocked(a, a.byNode[node],
+	return sortedViewsLocked(a, maps.Keys(a.byNode[node]),
 		func(vol v1.UniqueVolumeName) Key { return Key{Volume: vol, Node: node} },
 		func(x Attachment) string { return string(x.Volume) })
 }
 
 // sortedViewsLocked returns the views of the entries of the members of
 // one index set (key makes a member's Key), sorted by sortKey.
-func sortedViewsLocked[M comparable](a *Actual, set map[M]struct{}, key func(M) Key, sortKey func(Attachment) string) []Attachment {
-	out := make([]Attachment, 0, len(set))
+func sortedViewsLocked[M comparable](a *Actual, set iter.Seq[M], key func(M) Key, sortKey func(Attachment) string) []Attachment {
+	var out []Attachment
 	for m := range set {
 		out = append(out, a.viewLocked(a.entries[key(m)]))
 	}
@@ -196,13 +198,13 @@ func (a *Actual) Apply(key Key, u Update) bool {
 
 func (a *Actual) insertLocked(e *Attachment) {
 	a.entries[e.Key] = e
-	addIndex(a.byVolume, e.Volume, e.Node)
+	a.byVolume.add(e.Volume, e.Node)
 	addIndex(a.byNode, e.Node, e.Volume)
 }
 
 func (a *Actual) removeLocked(key Key) {
 	delete(a.entries, key)
-	delIndex(a.byVolume, key.Volume, key.Node)
+	a.byVolume.del(key.Volume, key.Node)
 	delIndex(a.byNode, key.Node, key.Volume)
 	if _, gone := a.deletedNodes[key.Node]; gone && len(a.byNode[key.Node]) == 0 {
 		delete(a.inUse, key.Node)
@@ -254,6 +256,33 @@ func (a *Actual) DeleteNode(node string) {
 		return
 	}
 	a.deletedNodes[node] = struct{}{}
+}
+
+// smallSets indexes small sets of values by key, each set a slice in no
+// order: a volume is attached to one node, rarely a few, and a map's
+// smallest table holds eight entries.
+type smallSets[K, V comparable] map[K][]V
+
+func (m smallSets[K, V]) add(k K, v V) {
+	if s := m[k]; !slices.Contains(s, v) {
+		m[k] = append(s, v)
+	}
+}
+
+func (m smallSets[K, V]) del(k K, v V) {
+	s := m[k]
+	i := slices.Index(s, v)
+	if i < 0 {
+		return
+	}
+	last := len(s) - 1
+	var zero V
+	s[i], s[last] = s[last], zero
+	if last == 0 {
+		delete(m, k)
+		return
+	}
+	m[k] = s[:last]
 }
 
 func addIndex[K, V comparable](m map[K]map[V]struct{}, k K, v V) {

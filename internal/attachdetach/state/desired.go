@@ -66,7 +66,7 @@ type Desired struct {
 	// hold volumes.
 	nodes map[string]*desiredNode
 	// volumeNodes indexes nodes by volume for NodesWantingVolume.
-	volumeNodes map[v1.UniqueVolumeName]map[string]struct{}
+	volumeNodes smallSets[v1.UniqueVolumeName, string]
 	// pods remembers what each pod was added with, so DeletePod and a
 	// re-AddPod know what to remove.
 	pods map[types.UID]*desiredPod
@@ -80,9 +80,42 @@ type desiredNode struct {
 type desiredVolume struct {
 	// spec is the latest resolution any pod was added with.
 	spec volume.Attachable
-	pods map[types.UID]PodRef
-	// specs is each pod's resolution (see Wanted.Specs).
-	specs map[types.UID]volume.Attachable
+	// users are the pods that want the volume on the node, each with its
+	// resolution (see Wanted.Specs), in no order. A slice, not a map:
+	// almost every volume has one pod, and a map's smallest table holds
+	// eight entries.
+	users []volumeUser
+}
+
+// volumeUser is one pod that wants a volume on a node.
+type volumeUser struct {
+	pod  PodRef
+	spec volume.Attachable
+}
+
+// set records pod's resolution, replacing what it had.
+func (dv *desiredVolume) set(pod PodRef, spec volume.Attachable) {
+	for i := range dv.users {
+		if dv.users[i].pod.UID == pod.UID {
+			dv.users[i] = volumeUser{pod: pod, spec: spec}
+			return
+		}
+	}
+	dv.users = append(dv.users, volumeUser{pod: pod, spec: spec})
+}
+
+// remove forgets the pod uid and reports whether any pod is left.
+func (dv *desiredVolume) remove(uid types.UID) (left bool) {
+	for i := range dv.users {
+		if dv.users[i].pod.UID == uid {
+			last := len(dv.users) - 1
+			dv.users[i] = dv.users[last]
+			dv.users[last] = volumeUser{}
+			dv.users = dv.users[:last]
+			break
+		}
+	}
+	return len(dv.users) > 0
 }
 
 type desiredPod struct {
@@ -98,7 +131,7 @@ type desiredPod struct {
 func NewDesired() *Desired {
 	return &Desired{
 		nodes:       map[string]*desiredNode{},
-		volumeNodes: map[v1.UniqueVolumeName]map[string]struct{}{},
+		volumeNodes: smallSets[v1.UniqueVolumeName, string]{},
 		pods:        map[types.UID]*desiredPod{},
 	}
 }
@@ -140,8 +173,8 @@ func (d *Desired) dropNodeVolumesLocked(name string, n *desiredNode) []Key {
 	var keys []Key
 	for vol, dv := range n.volumes {
 		keys = append(keys, Key{Volume: vol, Node: name})
-		for uid := range dv.pods {
-			delete(d.pods, uid)
+		for _, u := range dv.users {
+			delete(d.pods, u.pod.UID)
 		}
 		d.unindexLocked(vol, name)
 	}
@@ -184,13 +217,12 @@ func (d *Desired) AddPod(pod PodRef, node string, vols []volume.Attachable) (cha
 	for _, a := range vols {
 		dv, exists := n.volumes[a.UniqueName]
 		if !exists {
-			dv = &desiredVolume{pods: map[types.UID]PodRef{}, specs: map[types.UID]volume.Attachable{}}
+			dv = &desiredVolume{}
 			n.volumes[a.UniqueName] = dv
 			d.indexLocked(a.UniqueName, node)
 		}
 		dv.spec = a
-		dv.pods[pod.UID] = pod
-		dv.specs[pod.UID] = a
+		dv.set(pod, a)
 		p.volumes = append(p.volumes, a.UniqueName)
 		changed = append(changed, Key{Volume: a.UniqueName, Node: node})
 	}
@@ -223,9 +255,7 @@ func (d *Desired) deletePodLocked(uid types.UID) []Key {
 		if dv == nil {
 			continue
 		}
-		delete(dv.pods, uid)
-		delete(dv.specs, uid)
-		if len(dv.pods) == 0 {
+		if !dv.remove(uid) {
 			delete(n.volumes, vol)
 			d.unindexLocked(vol, p.node)
 		}
@@ -234,20 +264,11 @@ func (d *Desired) deletePodLocked(uid types.UID) []Key {
 }
 
 func (d *Desired) indexLocked(vol v1.UniqueVolumeName, node string) {
-	s := d.volumeNodes[vol]
-	if s == nil {
-		s = map[string]struct{}{}
-		d.volumeNodes[vol] = s
-	}
-	s[node] = struct{}{}
+	d.volumeNodes.add(vol, node)
 }
 
 func (d *Desired) unindexLocked(vol v1.UniqueVolumeName, node string) {
-	s := d.volumeNodes[vol]
-	delete(s, node)
-	if len(s) == 0 {
-		delete(d.volumeNodes, vol)
-	}
+	d.volumeNodes.del(vol, node)
 }
 
 // Get returns the volume wanted at key and its pods; ok is false when no
@@ -267,17 +288,18 @@ func (d *Desired) Get(key Key) (Wanted, bool) {
 }
 
 func (dv *desiredVolume) wanted() Wanted {
-	return Wanted{Volume: dv.spec, Specs: distinctSpecs(dv.specs), Pods: sortedPods(dv.pods)}
+	specs := make([]volume.Attachable, len(dv.users))
+	pods := make([]PodRef, len(dv.users))
+	for i, u := range dv.users {
+		specs[i], pods[i] = u.spec, u.pod
+	}
+	return Wanted{Volume: dv.spec, Specs: distinctSpecs(specs), Pods: sortPods(pods)}
 }
 
-// distinctSpecs returns the specs of m without repeats, sorted by
-// SpecName and access modes. Specs that differ in neither are the same
-// for multi-attach; the first in that order is kept.
-func distinctSpecs(m map[types.UID]volume.Attachable) []volume.Attachable {
-	out := make([]volume.Attachable, 0, len(m))
-	for _, a := range m {
-		out = append(out, a)
-	}
+// distinctSpecs sorts out by SpecName and access modes and returns it
+// without repeats. Specs that differ in neither are the same for
+// multi-attach; the first in that order is kept.
+func distinctSpecs(out []volume.Attachable) []volume.Attachable {
 	order := func(a, b volume.Attachable) int {
 		return cmp.Or(cmp.Compare(a.SpecName, b.SpecName), slices.Compare(a.AccessModes, b.AccessModes))
 	}
@@ -313,10 +335,7 @@ func (d *Desired) PodsWantingVolume(vol v1.UniqueVolumeName, node string) []PodR
 func (d *Desired) NodesWantingVolume(vol v1.UniqueVolumeName) []string {
 	d.mu.RLock()
 	defer d.mu.RUnlock()
-	out := make([]string, 0, len(d.volumeNodes[vol]))
-	for n := range d.volumeNodes[vol] {
-		out = append(out, n)
-	}
+	out := slices.Clone(d.volumeNodes[vol])
 	slices.Sort(out)
 	return out
 }
@@ -342,11 +361,7 @@ func (d *Desired) MarkReported(uid types.UID, dedupeKey string) bool {
 	return true
 }
 
-func sortedPods(m map[types.UID]PodRef) []PodRef {
-	out := make([]PodRef, 0, len(m))
-	for _, p := range m {
-		out = append(out, p)
-	}
+func sortPods(out []PodRef) []PodRef {
 	slices.SortFunc(out, ComparePods)
 	return out
 }

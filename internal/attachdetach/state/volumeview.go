@@ -20,7 +20,7 @@ func (d *Desired) WantedForVolume(vol v1.UniqueVolumeName) []NodeWanted {
 	d.mu.RLock()
 	defer d.mu.RUnlock()
 	out := make([]NodeWanted, 0, len(d.volumeNodes[vol]))
-	for node := range d.volumeNodes[vol] {
+	for _, node := range d.volumeNodes[vol] {
 		n := d.nodes[node]
 		if n == nil {
 			continue
