@@ -53,6 +53,10 @@ func (e *scaleEnv) recoveryBurst(ctx context.Context, p *scaleProc, which, prefi
 	// sets share the stand-in; the other set's Pods change only in its own
 	// burst).
 	w.stopFailingKubelet()
+	writesBefore, err := apiWrites(ctx, e.admin)
+	if err != nil {
+		return err
+	}
 	began := time.Now()
 	if err := parallel(ctx, hi-lo, w.creators, func(ctx context.Context, k int) error {
 		name := w.nodeName(lo + k)
@@ -119,6 +123,14 @@ func (e *scaleEnv) recoveryBurst(ctx context.Context, p *scaleProc, which, prefi
 	// (RWO), unless a controller attached twice; the old VA's last
 	// removal may trail in the watch.
 	_ = p.waitUntil(ctx, e.sz.ActionTimeout, "every moved volume's old VolumeAttachment gone", func(context.Context) bool { return oldGone() == len(moves) })
+	// The API server's writes (every client's) from the first NotReady to
+	// the last attach: how close the burst comes to what the API server
+	// on this machine can take.
+	if writesAfter, err := apiWrites(ctx, e.admin); err == nil && !last.IsZero() {
+		n := writesAfter.Sub(writesBefore).Total()
+		e.rep.Figures[prefix+"recovery_api_writes"] = n
+		e.rep.Figures[prefix+"recovery_api_writes_per_s"] = round2(float64(n) / last.Sub(began).Seconds())
+	}
 	p50, p99 := percentiles(lat)
 	doubles := aw.doubleAttached(pvs)
 	slices.Sort(doubles)

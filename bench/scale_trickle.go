@@ -31,6 +31,28 @@ type tricklePod struct {
 // volume must have been attached and, at the end, be detached.
 func (e *scaleEnv) trickle(ctx context.Context, p *scaleProc, which, prefix string, aw *attachWatcher, attWrites *writeCounter) error {
 	w := e.w
+	var pods []*tricklePod
+	oldest, skipped := 0, 0
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	// Each Pod's PVC/PV is created a second before the Pod, as a Pod
+	// reaches a node only once its claim is bound: kube-controller-manager
+	// has no PersistentVolume handler, so a Pod whose PV its cache has not
+	// seen yet waits for the desired-state populator's rescan (up to 3
+	// minutes, docs/scale.md).
+	prepare := func() (*tricklePod, error) {
+		i := int(w.extra.Add(1)) - 1
+		tp := &tricklePod{i: i, at: placement{pv: w.pv(i), node: w.nodeName(i % w.healthyNodes())}}
+		if err := w.createVolume(ctx, i, false); err != nil {
+			return nil, fmt.Errorf("trickle volume %s: %w", w.pv(i), err)
+		}
+		return tp, nil
+	}
+	next, err := prepare()
+	if err != nil {
+		return err
+	}
+	<-tick.C
 	reqBefore, err := apiRequests(ctx, e.admin)
 	if err != nil {
 		return err
@@ -40,22 +62,19 @@ func (e *scaleEnv) trickle(ctx context.Context, p *scaleProc, which, prefix stri
 		return err
 	}
 	u0 := p.usage()
-	var pods []*tricklePod
-	oldest, skipped := 0, 0
-	tick := time.NewTicker(time.Second)
-	defer tick.Stop()
 	began := time.Now()
 	for n := int(e.sz.TrickleWindow / time.Second); len(pods) < n; {
-		i := int(w.extra.Add(1)) - 1
-		tp := &tricklePod{i: i, at: placement{pv: w.pv(i), node: w.nodeName(i % w.healthyNodes())}}
-		if err := w.createVolume(ctx, i, false); err != nil {
-			return fmt.Errorf("trickle volume %s: %w", w.pv(i), err)
-		}
+		tp := next
 		tp.created = time.Now()
-		if err := w.createPodOn(ctx, w.pod(i), w.pv(i), tp.at.node); err != nil {
-			return fmt.Errorf("trickle pod %s: %w", w.pod(i), err)
+		if err := w.createPodOn(ctx, w.pod(tp.i), w.pv(tp.i), tp.at.node); err != nil {
+			return fmt.Errorf("trickle pod %s: %w", w.pod(tp.i), err)
 		}
 		pods = append(pods, tp)
+		if len(pods) < n {
+			if next, err = prepare(); err != nil {
+				return err
+			}
+		}
 		if o := pods[oldest]; oldest < len(pods)-1 {
 			if _, ok := aw.attachedAt(o.at); ok && time.Since(o.created) >= trickleLag {
 				if err := e.deletePod(ctx, w.pod(o.i)); err != nil {
@@ -93,6 +112,7 @@ func (e *scaleEnv) trickle(ctx context.Context, p *scaleProc, which, prefix stri
 	e.rep.Figures[prefix+"controller_trickle_rss_mb"] = round2(float64(rss) / (1 << 20))
 	e.rep.Figures[prefix+"trickle_api_requests_per_minute"] = round2(float64(reqAfter-reqBefore) * perMin)
 	e.rep.Figures[prefix+"controller_trickle_writes_per_minute"] = round2(float64(writesAfter.Sub(writesBefore).Total()) * perMin)
+	e.rep.Figures[prefix+"controller_trickle_writes_by_kind"] = writesAfter.Sub(writesBefore)
 	e.rep.Figures[prefix+"trickle_pods_created"] = len(pods)
 	e.rep.Figures[prefix+"trickle_pods_deleted_in_window"] = deletedInWindow
 	e.rep.Figures[prefix+"trickle_deletes_deferred"] = skipped
