@@ -70,15 +70,15 @@ func (c *Controller) syncPod(ctx context.Context, key string) (runner.Result, er
 // Pod, and detaching a volume a container still uses would be worse than
 // keeping it. Unsupported in-tree plugins get a Warning event, once per
 // Pod volume.
-func (c *Controller) resolvePod(ctx context.Context, pod *v1.Pod, rec state.PodRecord) ([]volume.Attachable, map[string]volume.Attachable, map[string]bool) {
+func (c *Controller) resolvePod(ctx context.Context, pod *v1.Pod, rec state.PodRecord) ([]volume.Attachable, []state.PodVolume, map[string]bool) {
 	logger := klog.FromContext(ctx)
 	results := c.resolver.ResolvePod(ctx, pod, objects{c})
-	next := make(map[string]volume.Attachable, len(results))
+	var next []state.PodVolume
 	warned := rec.Warned
 	for i, r := range results {
 		switch r.Status {
 		case volume.StatusAttach:
-			next[r.PodVolume] = r.Volume
+			next = append(next, state.PodVolume{Name: r.PodVolume, Volume: r.Volume})
 			continue
 		case volume.StatusUnsupported:
 			if !warned[r.PodVolume] {
@@ -94,8 +94,8 @@ func (c *Controller) resolvePod(ctx context.Context, pod *v1.Pod, rec state.PodR
 		// attachRequired off, its plugin is no longer migrated) leaves the
 		// desired state, as kcm's populator removes non-attachable volumes:
 		// it is detached once the node no longer uses it.
-		if prev, ok := rec.Volumes[r.PodVolume]; ok && r.Status != volume.StatusNoAttach {
-			next[r.PodVolume] = prev
+		if prev, ok := rec.Volume(r.PodVolume); ok && r.Status != volume.StatusNoAttach {
+			next = append(next, state.PodVolume{Name: r.PodVolume, Volume: prev})
 			results[i] = volume.Result{PodVolume: r.PodVolume, Status: volume.StatusAttach, Volume: prev}
 			logger.V(4).Info("Keeping the earlier resolution of a pod volume", "pod", klog.KObj(pod), "volume", r.PodVolume, "status", r.Status, "reason", r.Message)
 			continue

@@ -236,8 +236,8 @@ func (c *Controller) podAttached(p state.PodRef, now time.Time) {
 	if !ok || rec.UID != p.UID {
 		return
 	}
-	for _, a := range rec.Volumes {
-		e, ok := c.asw.Get(state.Key{Volume: a.UniqueName, Node: rec.Node})
+	for _, v := range rec.Volumes {
+		e, ok := c.asw.Get(state.Key{Volume: v.Volume.UniqueName, Node: rec.Node})
 		if !ok || e.State != state.StateAttached {
 			return
 		}

@@ -13,13 +13,31 @@ import (
 type PodRecord struct {
 	UID  types.UID
 	Node string
-	// Volumes maps pod volume names to the attachable they resolved to.
-	Volumes map[string]volume.Attachable
+	// Volumes are the pod volumes that resolved to an attachable, in pod
+	// spec order (a slice, not a map: a Pod has one or a few, and a map's
+	// smallest table holds eight entries).
+	Volumes []PodVolume
 	// Scheduled is when the Pod was bound to its node (PodScheduled
 	// condition, else its creation), for the attach latency metric.
 	Scheduled time.Time
 	// Warned holds pod volumes already reported as unsupported.
 	Warned map[string]bool
+}
+
+// PodVolume is one pod volume and the attachable it resolved to.
+type PodVolume struct {
+	Name   string
+	Volume volume.Attachable
+}
+
+// Volume returns what the pod volume name resolved to.
+func (r PodRecord) Volume(name string) (volume.Attachable, bool) {
+	for _, v := range r.Volumes {
+		if v.Name == name {
+			return v.Volume, true
+		}
+	}
+	return volume.Attachable{}, false
 }
 
 // Pods indexes, per "namespace/name" (PodKey), what each Pod was
