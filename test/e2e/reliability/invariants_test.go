@@ -324,7 +324,15 @@ func (e *env) checkHistory() int {
 		case !ok:
 			ep.unknown = true
 		case ep.published && !ep.unknown:
-			if what := e.disruptedBetween(ep.lastCall, c.Start); what != "" {
+			// Judged in completion order, a call that ended late may
+			// have started first (a killed csi-attacher's slow call):
+			// the window between the two starts is what could hide an
+			// outcome, whichever began first.
+			from, to := ep.lastCall, c.Start
+			if to.Before(from) {
+				from, to = to, from
+			}
+			if what := e.disruptedBetween(from, to); what != "" {
 				e.repeats[what]++
 				break
 			}
