@@ -129,6 +129,7 @@ func (e *scaleEnv) recoveryBurst(ctx context.Context, p *scaleProc, which, prefi
 	if writesAfter, err := apiWrites(ctx, e.admin); err == nil && !last.IsZero() {
 		n := writesAfter.Sub(writesBefore).Total()
 		e.rep.Figures[prefix+"recovery_api_writes"] = n
+		e.rep.Figures[prefix+"recovery_api_writes_by_kind"] = writesAfter.Sub(writesBefore)
 		e.rep.Figures[prefix+"recovery_api_writes_per_s"] = round2(float64(n) / last.Sub(began).Seconds())
 	}
 	p50, p99 := percentiles(lat)

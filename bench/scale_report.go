@@ -57,7 +57,8 @@ func (r *ScaleReport) PrintTable(out io.Writer) {
 		fmt.Fprintf(out, "%-34s %14s %14s\n", k, show(r.Figures[k]), "")
 	}
 	for _, k := range []string{"attacher_writes_first_window_by_kind", "controller_writes_first_window_by_kind", "kcm_controller_writes_first_window_by_kind",
-		"controller_trickle_writes_by_kind", "kcm_controller_trickle_writes_by_kind"} {
+		"controller_trickle_writes_by_kind", "kcm_controller_trickle_writes_by_kind",
+		"recovery_api_writes_by_kind", "kcm_recovery_api_writes_by_kind"} {
 		if v := r.Figures[k]; v != nil {
 			fmt.Fprintf(out, "%s: %v\n", k, v)
 		}
