@@ -83,7 +83,7 @@ func TestObjectCostSmallWorld(t *testing.T) {
 			if with <= 0 || with > bound || without <= 0 || without > bound {
 				t.Errorf("%s %s: %.0f B transformed, %.0f B untransformed; want both in (0, %d]", comp.name, kind, with, without, bound)
 			}
-			// 64 bytes of slack for the heap's noise over 20 objects.
+			// 64 bytes of slack for the heap's noise.
 			if with > without+64 {
 				t.Errorf("%s %s: the transform makes the cache larger: %.0f B > %.0f B", comp.name, kind, with, without)
 			}
