@@ -26,11 +26,12 @@ import (
 )
 
 // The per-object cost benchmark (issue 23 step 5, docs/scale.md "Per-object
-// cost") needs the scale scenario's objects without an API server: they are
-// built by the scale world's own constructors (scaleWorld.createVolume,
-// createPod, patchAttached, and the kubelet stand-in's AddNode, which also
-// runs the Pods and reports volumesInUse) against a fake clientset, then
-// kept protobuf-encoded, the form an informer receives them in.
+// cost") prices the scale scenario's objects: they are built by the scale
+// world's own constructors (scaleWorld.createVolume, createPod,
+// patchAttached, and the kubelet stand-in's AddNode, which also runs the
+// Pods and reports volumesInUse) through an API server or a fake clientset,
+// then kept protobuf-encoded, the form an informer receives them in, and
+// served to the controllers by a fake clientset.
 
 // objKinds are the kinds the two controllers cache, with their resources.
 var objKinds = []struct {
