@@ -57,6 +57,7 @@ func (e *scaleEnv) recoveryBurst(ctx context.Context, p *scaleProc, which, prefi
 	if err != nil {
 		return err
 	}
+	u0 := p.usage()
 	began := time.Now()
 	if err := parallel(ctx, hi-lo, w.creators, func(ctx context.Context, k int) error {
 		name := w.nodeName(lo + k)
@@ -132,6 +133,8 @@ func (e *scaleEnv) recoveryBurst(ctx context.Context, p *scaleProc, which, prefi
 		e.rep.Figures[prefix+"recovery_api_writes_by_kind"] = writesAfter.Sub(writesBefore)
 		e.rep.Figures[prefix+"recovery_api_writes_per_s"] = round2(float64(n) / last.Sub(began).Seconds())
 	}
+	e.rep.Figures[prefix+"controller_recovery_cpu_s"] = round2(p.usage().CPUSeconds - u0.CPUSeconds)
+	e.recoveryStages(prefix, began, moves, aw)
 	p50, p99 := percentiles(lat)
 	doubles := aw.doubleAttached(pvs)
 	slices.Sort(doubles)
@@ -155,4 +158,43 @@ func (e *scaleEnv) recoveryBurst(ctx context.Context, p *scaleProc, which, prefi
 		e.rep.check(which+": no volume attached to two nodes at once (trickle and burst)", "0", fmt.Sprintf("%d %v", len(all), trim(all, 5)), false)
 	}
 	return nil
+}
+
+// recoveryStages splits the moved volumes' recovery into its steps, each a
+// p50 and p99 over the volumes that reached it: the old VolumeAttachment
+// gone (from the first node failed), the new one created (from when both
+// its Pod existed and the old one was gone: the controller's reaction),
+// attached (from its creation: the csi-attacher's), listed in the new
+// node's status (from attached: the controller's status write).
+func (e *scaleEnv) recoveryStages(prefix string, began time.Time, moves []*move, aw *attachWatcher) {
+	var gone, create, attach, list []time.Duration
+	for _, m := range moves {
+		old, now := aw.timesAt(m.from), aw.timesAt(m.to)
+		if !old.gone.IsZero() {
+			gone = append(gone, old.gone.Sub(began))
+		}
+		ready := m.created
+		if old.gone.After(ready) {
+			ready = old.gone
+		}
+		if !now.created.IsZero() && !old.gone.IsZero() {
+			create = append(create, max(0, now.created.Sub(ready)))
+		}
+		if !now.attached.IsZero() {
+			attach = append(attach, now.attached.Sub(now.created))
+		}
+		if !now.listed.IsZero() && !now.attached.IsZero() {
+			list = append(list, max(0, now.listed.Sub(now.attached)))
+		}
+	}
+	p50s, p99s := map[string]float64{}, map[string]float64{}
+	for _, st := range []struct {
+		name string
+		ds   []time.Duration
+	}{{"old_va_gone_since_failure", gone}, {"va_created_after_pod_and_old_gone", create}, {"va_attached_after_created", attach}, {"listed_after_attached", list}} {
+		p50, p99 := percentiles(st.ds)
+		p50s[st.name], p99s[st.name] = round2(p50/1000), round2(p99/1000)
+	}
+	e.rep.Figures[prefix+"recovery_stages_p50_s"] = p50s
+	e.rep.Figures[prefix+"recovery_stages_p99_s"] = p99s
 }

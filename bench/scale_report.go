@@ -45,7 +45,7 @@ func (r *ScaleReport) PrintTable(out io.Writer) {
 		"controller_idle_cpu_percent", "controller_idle_rss_mb", "idle_api_requests_per_minute",
 		"controller_trickle_cpu_percent", "controller_trickle_rss_mb", "trickle_api_requests_per_minute", "controller_trickle_writes_per_minute",
 		"trickle_pods_created", "trickle_attach_p50_s", "trickle_attach_p99_s",
-		"recovery_volumes", "recovery_p50_s", "recovery_p99_s", "recovery_all_attached_s", "recovery_fail_s", "recovery_api_writes_per_s", "recovery_double_attached",
+		"recovery_volumes", "recovery_p50_s", "recovery_p99_s", "recovery_all_attached_s", "recovery_fail_s", "controller_recovery_cpu_s", "recovery_api_writes_per_s", "recovery_double_attached",
 	} {
 		fmt.Fprintf(out, "%-34s %14s %14s\n", k, show(r.Figures[k]), show(r.Figures["kcm_"+k]))
 	}
@@ -58,7 +58,8 @@ func (r *ScaleReport) PrintTable(out io.Writer) {
 	}
 	for _, k := range []string{"attacher_writes_first_window_by_kind", "controller_writes_first_window_by_kind", "kcm_controller_writes_first_window_by_kind",
 		"controller_trickle_writes_by_kind", "kcm_controller_trickle_writes_by_kind",
-		"recovery_api_writes_by_kind", "kcm_recovery_api_writes_by_kind"} {
+		"recovery_api_writes_by_kind", "kcm_recovery_api_writes_by_kind",
+		"recovery_stages_p50_s", "kcm_recovery_stages_p50_s", "recovery_stages_p99_s", "kcm_recovery_stages_p99_s"} {
 		if v := r.Figures[k]; v != nil {
 			fmt.Fprintf(out, "%s: %v\n", k, v)
 		}

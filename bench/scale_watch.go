@@ -38,6 +38,9 @@ type attachWatcher struct {
 	listed map[string]map[string]bool
 	// both is when a placement was first attached and listed at once.
 	both map[placement]time.Time
+	// times are when a placement's VA was first seen, first attached and
+	// gone, and when it was first listed in its node's status.
+	times map[placement]*vaTimes
 	// attachedVAs: per volume, the names of its attached VAs.
 	attachedVAs map[string]map[string]bool
 	// doubles: volumes seen with two attached VAs at once.
@@ -77,8 +80,31 @@ func newAttachWatcher(driver string) *attachWatcher {
 	return &attachWatcher{
 		driver: driver, prefix: uniqueNamePrefix(driver), done: make(chan struct{}),
 		vaAttached: map[placement]bool{}, vaExists: map[placement]bool{}, listed: map[string]map[string]bool{},
-		both: map[placement]time.Time{}, attachedVAs: map[string]map[string]bool{}, doubles: map[string]bool{},
+		both: map[placement]time.Time{}, times: map[placement]*vaTimes{}, attachedVAs: map[string]map[string]bool{}, doubles: map[string]bool{},
 	}
+}
+
+// vaTimes are the moments of one placement's VolumeAttachment (zero:
+// not seen).
+type vaTimes struct{ created, attached, listed, gone time.Time }
+
+func (aw *attachWatcher) timesOf(p placement) *vaTimes {
+	t := aw.times[p]
+	if t == nil {
+		t = &vaTimes{}
+		aw.times[p] = t
+	}
+	return t
+}
+
+// timesAt returns a copy of p's moments.
+func (aw *attachWatcher) timesAt(p placement) vaTimes {
+	aw.mu.Lock()
+	defer aw.mu.Unlock()
+	if t := aw.times[p]; t != nil {
+		return *t
+	}
+	return vaTimes{}
 }
 
 // uniqueNamePrefix is the prefix of a CSI driver's volumes' names in
@@ -106,6 +132,16 @@ func (aw *attachWatcher) onVA(obj any, deleted bool) {
 	defer aw.mu.Unlock()
 	aw.vaExists[p] = !deleted
 	aw.vaAttached[p] = attached
+	t := aw.timesOf(p)
+	switch {
+	case deleted:
+		t.gone = now
+	case t.created.IsZero():
+		t.created = now
+	}
+	if attached && t.attached.IsZero() {
+		t.attached = now
+	}
 	names := aw.attachedVAs[pv]
 	if attached {
 		if names == nil {
@@ -143,7 +179,11 @@ func (aw *attachWatcher) onNode(obj any, deleted bool) {
 	}
 	aw.listed[node.Name] = listed
 	for pv := range listed {
-		aw.settle(placement{pv: pv, node: node.Name}, now)
+		p := placement{pv: pv, node: node.Name}
+		if t := aw.times[p]; t != nil && t.listed.IsZero() {
+			t.listed = now
+		}
+		aw.settle(p, now)
 	}
 }
 

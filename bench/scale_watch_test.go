@@ -61,6 +61,12 @@ func TestAttachWatcherTimesAttachesAndFindsDoubleAttachments(t *testing.T) {
 	if !aw.detached(placement{"good", "n1"}) || !aw.vaGone(placement{"good", "n1"}) {
 		t.Error("good on n1 not detached after its VA went and n1 no longer lists it")
 	}
+	if got := aw.timesAt(placement{"good", "n2"}); got.created.IsZero() || got.attached.Before(got.created) || got.listed.Before(got.attached) || !got.gone.IsZero() {
+		t.Errorf("good on n2's moments = %+v, want created <= attached <= listed, not gone", got)
+	}
+	if got := aw.timesAt(placement{"good", "n1"}); got.gone.IsZero() {
+		t.Errorf("good on n1's moments = %+v, want gone set", got)
+	}
 	if aw.detached(placement{"bad", "n1"}) {
 		t.Error("bad on n1 counted detached while attached")
 	}
