@@ -90,6 +90,7 @@ func Start(ctx context.Context, component string, c ClientOptions) (context.Cont
 	logger := klog.Background()
 	ctx = klog.NewContext(ctx, logger)
 	logger.Info("Starting "+component, "version", version.Version)
+	applyMemoryLimit(logger)
 	restConfig, err := RESTConfig(c.Kubeconfig, c.QPS, c.Burst, c.ContentType)
 	if err != nil {
 		logger.Error(err, "Cannot build an API client configuration")
