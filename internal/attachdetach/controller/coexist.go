@@ -82,7 +82,7 @@ func (c *coexistence) transformVA(obj any) (any, error) {
 			Created: va.CreationTimestamp.Time,
 		}, func() bool { return c.nodeManaged(va.Spec.NodeName) })
 	}
-	return kube.StripManagedFields(obj)
+	return trimVA(obj)
 }
 
 func (c *coexistence) transformNode(obj any) (any, error) {
@@ -97,7 +97,7 @@ func (c *coexistence) transformNode(obj any) (any, error) {
 			VolumesAttachedChanged: seen && prev != digest || !seen && len(node.Status.VolumesAttached) > 0,
 		}, nil)
 	}
-	return kube.StripManagedFields(obj)
+	return trimNode(obj)
 }
 
 // nodeGone forgets a deleted node's list.

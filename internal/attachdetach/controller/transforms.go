@@ -2,8 +2,11 @@ package controller
 
 import (
 	v1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/latchcsi/latch/internal/kube"
 )
 
 // The Pod and PVC informers' transforms keep, of each object, what the
@@ -25,7 +28,13 @@ import (
 //   - Pod status: phase, the PodScheduled condition (the
 //     schedule-to-attach metric) and, per container, whether it is
 //     waiting, running or terminated (volume.PodTerminated);
-//   - claim: spec.volumeName and status.phase.
+//   - claim: spec.volumeName and status.phase;
+//   - VolumeAttachment (the controller only creates and deletes them, never
+//     writes one it read): name, UID, resourceVersion, timestamps, the whole
+//     spec, status.attached, attachError and detachError;
+//   - Node: name, UID, resourceVersion, timestamps, the controller-managed
+//     annotation, taints, the Ready condition, volumesAttached and
+//     volumesInUse (not its images, addresses, capacity or node info).
 
 // trimPod is the Pod informer's transform.
 func trimPod(obj any) (any, error) {
@@ -121,3 +130,55 @@ func trimPVC(obj any) (any, error) {
 }
 
 var _ cache.TransformFunc = trimPVC
+
+// trimVA is the VolumeAttachment informer's transform (after the
+// coexistence guard read its managed fields).
+func trimVA(obj any) (any, error) {
+	va, ok := obj.(*storagev1.VolumeAttachment)
+	if !ok {
+		return obj, nil
+	}
+	return &storagev1.VolumeAttachment{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: va.Name, UID: va.UID, ResourceVersion: va.ResourceVersion,
+			CreationTimestamp: va.CreationTimestamp, DeletionTimestamp: va.DeletionTimestamp,
+		},
+		Spec: va.Spec,
+		Status: storagev1.VolumeAttachmentStatus{
+			Attached: va.Status.Attached, AttachError: va.Status.AttachError, DetachError: va.Status.DetachError,
+		},
+	}, nil
+}
+
+var _ cache.TransformFunc = trimVA
+
+// trimNode is the Node informer's transform (after the coexistence guard
+// read its managed fields).
+func trimNode(obj any) (any, error) {
+	node, ok := obj.(*v1.Node)
+	if !ok {
+		return obj, nil
+	}
+	out := &v1.Node{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: node.Name, UID: node.UID, ResourceVersion: node.ResourceVersion,
+			CreationTimestamp: node.CreationTimestamp, DeletionTimestamp: node.DeletionTimestamp,
+		},
+		Spec: v1.NodeSpec{Taints: node.Spec.Taints},
+		Status: v1.NodeStatus{
+			VolumesAttached: node.Status.VolumesAttached,
+			VolumesInUse:    node.Status.VolumesInUse,
+		},
+	}
+	if v, ok := node.Annotations[kube.ControllerManagedAttachAnnotation]; ok {
+		out.Annotations = map[string]string{kube.ControllerManagedAttachAnnotation: v}
+	}
+	for _, c := range node.Status.Conditions {
+		if c.Type == v1.NodeReady {
+			out.Status.Conditions = []v1.NodeCondition{{Type: c.Type, Status: c.Status, LastTransitionTime: c.LastTransitionTime}}
+		}
+	}
+	return out, nil
+}
+
+var _ cache.TransformFunc = trimNode

@@ -6,10 +6,13 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/latchcsi/latch/internal/attachdetach/decide"
 	"github.com/latchcsi/latch/internal/attachdetach/volume"
+	"github.com/latchcsi/latch/internal/kube"
 )
 
 // fullPod is a Pod as the API server returns it: containers, labels,
@@ -173,5 +176,82 @@ func TestTrimPVC_keepsBindingAndOwners(t *testing.T) {
 	}
 	if !metav1.IsControlledBy(got, &v1.Pod{ObjectMeta: metav1.ObjectMeta{UID: "app-uid"}}) {
 		t.Error("the trimmed claim lost its controller reference")
+	}
+}
+
+// A VolumeAttachment keeps every fact decisions read (decide.VAFactsOf),
+// its identity and its whole spec; what csi-attacher writes for itself
+// (annotations, finalizers, attachment metadata) is gone.
+func TestTrimVA_keepsFactsAndSpec(t *testing.T) {
+	pvName := "disk-1"
+	deleted := metav1.NewTime(time.Date(2026, 11, 26, 7, 0, 0, 0, time.UTC))
+	for _, va := range []*storagev1.VolumeAttachment{
+		{
+			ObjectMeta: metav1.ObjectMeta{Name: "csi-1", UID: "va-uid", ResourceVersion: "9",
+				Annotations: map[string]string{"csi.alpha.kubernetes.io/node-id": "node-a-id"},
+				Finalizers:  []string{"external-attacher/" + testDriver}, ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "csi-attacher"}}},
+			Spec: storagev1.VolumeAttachmentSpec{Attacher: testDriver, NodeName: "node-a", Source: storagev1.VolumeAttachmentSource{PersistentVolumeName: &pvName}},
+			Status: storagev1.VolumeAttachmentStatus{Attached: true, AttachmentMetadata: map[string]string{"devicePath": "/dev/xvdb"},
+				DetachError: &storagev1.VolumeError{Message: "busy"}},
+		},
+		{
+			ObjectMeta: metav1.ObjectMeta{Name: "csi-2", UID: "va-uid-2", DeletionTimestamp: &deleted},
+			Spec:       storagev1.VolumeAttachmentSpec{Attacher: testDriver, NodeName: "node-b", Source: storagev1.VolumeAttachmentSource{InlineVolumeSpec: &v1.PersistentVolumeSpec{}}},
+			Status:     storagev1.VolumeAttachmentStatus{AttachError: &storagev1.VolumeError{Message: "denied"}},
+		},
+	} {
+		orig := va.DeepCopy()
+		obj, err := trimVA(va)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := obj.(*storagev1.VolumeAttachment)
+		if !reflect.DeepEqual(va, orig) {
+			t.Fatal("trimVA changed the object it was given")
+		}
+		if !reflect.DeepEqual(decide.VAFactsOf(got), decide.VAFactsOf(orig)) || !reflect.DeepEqual(got.Spec, orig.Spec) ||
+			got.Name != orig.Name || got.UID != orig.UID || got.ResourceVersion != orig.ResourceVersion {
+			t.Errorf("trimmed %s = %+v, want the facts, identity and spec of %+v", orig.Name, got, orig)
+		}
+		if got.Annotations != nil || got.Finalizers != nil || got.ManagedFields != nil || got.Status.AttachmentMetadata != nil {
+			t.Errorf("trimmed %s keeps what nothing reads: %+v", orig.Name, got)
+		}
+	}
+}
+
+// A Node keeps what decisions and the node status updater read
+// (decide.NodeFactsOf, volumesAttached, volumesInUse); its images,
+// addresses, capacity and the other conditions are gone.
+func TestTrimNode_keepsFactsAndVolumeLists(t *testing.T) {
+	node := managedNode("node-a")
+	node.ResourceVersion = "11"
+	node.Labels = map[string]string{"zone": "a"}
+	node.Annotations["other"] = "x"
+	node.Spec.Taints = []v1.Taint{{Key: "node.kubernetes.io/out-of-service", Effect: v1.TaintEffectNoExecute}}
+	node.Status.Conditions = append(node.Status.Conditions, v1.NodeCondition{Type: v1.NodeMemoryPressure, Status: v1.ConditionFalse})
+	node.Status.Images = []v1.ContainerImage{{Names: []string{"registry.example/app:1"}, SizeBytes: 1 << 20}}
+	node.Status.Addresses = []v1.NodeAddress{{Type: v1.NodeInternalIP, Address: "10.0.0.1"}}
+	node.Status.VolumesAttached = []v1.AttachedVolume{{Name: uniqueName("disk-1")}}
+	node.Status.VolumesInUse = []v1.UniqueVolumeName{uniqueName("disk-1")}
+	orig := node.DeepCopy()
+	obj, err := trimNode(node)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := obj.(*v1.Node)
+	if !reflect.DeepEqual(node, orig) {
+		t.Fatal("trimNode changed the object it was given")
+	}
+	if decide.NodeFactsOf(got) != decide.NodeFactsOf(orig) || !reflect.DeepEqual(got.Status.VolumesAttached, orig.Status.VolumesAttached) ||
+		!reflect.DeepEqual(got.Status.VolumesInUse, orig.Status.VolumesInUse) || got.Name != orig.Name || got.ResourceVersion != "11" {
+		t.Errorf("trimmed node = %+v, want the facts and volume lists of %+v", got, orig)
+	}
+	if got.Labels != nil || len(got.Annotations) != 1 || got.Status.Images != nil || got.Status.Addresses != nil || len(got.Status.Conditions) != 1 {
+		t.Errorf("trimmed node keeps what nothing reads: %+v", got)
+	}
+	unmanaged := managedNode("node-b")
+	delete(unmanaged.Annotations, kube.ControllerManagedAttachAnnotation)
+	if obj, _ := trimNode(unmanaged); decide.NodeFactsOf(obj.(*v1.Node)).Managed {
+		t.Error("an unmanaged node became managed when trimmed")
 	}
 }
