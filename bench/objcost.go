@@ -7,6 +7,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/latchcsi/latch/internal/testsupport/heap"
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
@@ -152,7 +153,7 @@ func measureController(ctx context.Context, w, empty *objWorld, c objController,
 // and the caches' indexers; c is stopped when it returns.
 func runController(ctx context.Context, w *objWorld, c objController, rep *objCostReport) (total float64, shaped map[string][][]byte, indexers map[string]cache.Indexers, err error) {
 	writesBefore := countWrites(w)
-	before := liveHeap()
+	before := heap.Live()
 	rctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	r, err := c.start(rctx, w.client, w.driver)
@@ -178,7 +179,7 @@ func runController(ctx context.Context, w *objWorld, c objController, rep *objCo
 	if err := waitSettled(ctx, w, r.idle); err != nil {
 		return 0, nil, nil, err
 	}
-	total = float64(liveHeap()) - float64(before)
+	total = float64(heap.Live()) - float64(before)
 	rep.Writes[c.name+" API writes"] = countWrites(w) - writesBefore
 	rep.Writes[c.name+" CSI calls"] = r.csiCalls()
 
@@ -231,7 +232,7 @@ func fillStore(encoded [][]byte, indexers cache.Indexers) (float64, error) {
 	// objects and the heap's noise is as small per object.
 	copies := (storeMinObjects + len(encoded) - 1) / len(encoded)
 	stores := make([]cache.Indexer, copies)
-	before := liveHeap()
+	before := heap.Live()
 	for i := range stores {
 		stores[i] = cache.NewIndexer(cache.DeletionHandlingMetaNamespaceKeyFunc, indexers)
 		for _, b := range encoded {
@@ -244,7 +245,7 @@ func fillStore(encoded [][]byte, indexers cache.Indexers) (float64, error) {
 			}
 		}
 	}
-	after := liveHeap()
+	after := heap.Live()
 	if got := len(stores[0].ListKeys()); got != len(encoded) {
 		return 0, fmt.Errorf("%d objects under %d keys", len(encoded), got)
 	}
@@ -270,7 +271,7 @@ func waitSettled(ctx context.Context, w *objWorld, idle func() bool) error {
 			return ctx.Err()
 		case <-time.After(250 * time.Millisecond):
 		}
-		writes, heap := countWrites(w), liveHeap()
+		writes, heap := countWrites(w), heap.Live()
 		steady := writes == lastWrites && heap < lastHeap+lastHeap/200 && heap+lastHeap/200 > lastHeap
 		if steady && (idle == nil || idle()) {
 			quiet++
@@ -298,14 +299,14 @@ func countWrites(w *objWorld) int {
 // settleHeap waits (at most 10 s) until the live heap stops shrinking or
 // growing: three readings 300 ms apart within 32 KiB of each other.
 func settleHeap(ctx context.Context) {
-	last, steady := liveHeap(), 0
+	last, steady := heap.Live(), 0
 	for deadline := time.Now().Add(10 * time.Second); steady < 3 && time.Now().Before(deadline); {
 		select {
 		case <-ctx.Done():
 			return
 		case <-time.After(300 * time.Millisecond):
 		}
-		h := liveHeap()
+		h := heap.Live()
 		if d := int64(h) - int64(last); d < 32<<10 && d > -32<<10 {
 			steady++
 		} else {
@@ -313,16 +314,6 @@ func settleHeap(ctx context.Context) {
 		}
 		last = h
 	}
-}
-
-// liveHeap is the live heap after two collections (the second frees what
-// the first's finalizers released).
-func liveHeap() uint64 {
-	var ms runtime.MemStats
-	runtime.GC()
-	runtime.GC()
-	runtime.ReadMemStats(&ms)
-	return ms.HeapAlloc
 }
 
 // metricUnit is the figure's unit for testing.B.ReportMetric, e.g.

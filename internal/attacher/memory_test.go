@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/latchcsi/latch/internal/testsupport/heap"
 	v1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -63,7 +64,7 @@ func BenchmarkInformerHeapPerObject(b *testing.B) {
 // synced attacher informers over objs.
 func informerHeapPerObject(b *testing.B, objs []k8sruntime.Object) float64 {
 	client := fake.NewClientset(objs...)
-	before := liveHeap()
+	before := heap.Live()
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -79,20 +80,12 @@ func informerHeapPerObject(b *testing.B, objs []k8sruntime.Object) float64 {
 	}
 	// Handlers run asynchronously after the sync; let them drain.
 	time.Sleep(200 * time.Millisecond)
-	after := liveHeap()
+	after := heap.Live()
 	perObject := float64(after-before) / float64(len(objs))
 	runtime.KeepAlive(ctrl)
 	cancel()
 	factory.Shutdown()
 	return perObject
-}
-
-func liveHeap() uint64 {
-	var ms runtime.MemStats
-	runtime.GC()
-	runtime.GC()
-	runtime.ReadMemStats(&ms)
-	return ms.HeapAlloc
 }
 
 func memObjects(ours, foreign, nodes int) []k8sruntime.Object {

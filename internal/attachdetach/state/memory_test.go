@@ -9,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/latchcsi/latch/internal/attachdetach/volume"
+	"github.com/latchcsi/latch/internal/testsupport/heap"
 )
 
 // BenchmarkStateHeapPerVolume reports the live heap the desired and the
@@ -21,7 +22,7 @@ import (
 func BenchmarkStateHeapPerVolume(b *testing.B) {
 	const volumes = 20000
 	for range b.N {
-		before := liveHeap()
+		before := heap.Live()
 		d, a := NewDesired(), NewActual()
 		for n := range volumes / 10 {
 			d.AddNode(fmt.Sprintf("node-%d", n), true)
@@ -38,17 +39,9 @@ func BenchmarkStateHeapPerVolume(b *testing.B) {
 			}
 			a.Apply(Key{Volume: at.UniqueName, Node: node}, Update{State: StateAttached, ReportedInNodeStatus: true, Spec: &at})
 		}
-		after := liveHeap()
+		after := heap.Live()
 		b.ReportMetric(float64(after-before)/volumes, "bytes/volume")
 		runtime.KeepAlive(d)
 		runtime.KeepAlive(a)
 	}
-}
-
-func liveHeap() uint64 {
-	runtime.GC()
-	runtime.GC()
-	var m runtime.MemStats
-	runtime.ReadMemStats(&m)
-	return m.HeapAlloc
 }
