@@ -79,7 +79,8 @@ type kchaos struct {
 // volumes to another node, SIGKILL a kubelet and start it again after a
 // short pause, restart the controller or csi-attacher, and inject driver
 // faults (transient errors of ControllerPublish/Unpublish and of
-// NodeStage/NodePublish, latency). Checked during the run and at its end:
+// NodeStage/NodePublish; latency on each of them except ControllerPublish,
+// see driverFault). Checked during the run and at its end:
 // no ReadWriteOnce volume published to two nodes at once; no volume
 // unmounted (NodeUnpublish) under a Pod the run had not deleted; every
 // Pod created either ran or was deleted (none stuck); every attach of a
@@ -364,20 +365,32 @@ func (c *kchaos) killKubelet() {
 // kubelet rebuilds its volumes after a restart from the Pods' volume
 // directories, which exist only while a volume is published: a volume
 // staged but not (or no longer) published on the node when the kubelet
-// dies is forgotten and never NodeUnstaged; a NodeStage that failed
-// with an uncertain code (Unavailable, say) and was not retried is
-// forgotten the same way. That is the kubelet's limit, not latch's (the
+// dies is forgotten and never NodeUnstaged; so is a Node call that
+// failed with a code the kubelet takes for an uncertain mount (the
+// transient codes the run injects: Unavailable, DeadlineExceeded,
+// ResourceExhausted, Aborted) until the kubelet cleans it up, even after
+// its Pod is gone. That is the kubelet's limit, not latch's (the
 // controller detaches once the Pod is deleted and the volume is in no
 // volumesInUse), so the run kills a kubelet only when every Pod of the
 // run on its node is mounted and not deleted, every volume staged there
-// is published, and no Node call is in flight there. Pods come and go
+// is published, no volume's last Node call there failed, and no Node
+// call is in flight there. Pods come and go
 // only from the run's own goroutine, so no new mount or unmount starts
 // before the kill.
 func (c *kchaos) busy(n string) string {
 	id := stack.NodeID(n)
+	last := map[string]csimock.Call{}
 	for _, call := range c.w.mock.NodeCalls(id) {
 		if !call.Done() {
 			return "a Node call in flight"
+		}
+		if kubeletorder.IsNodeMethod(call.Method) {
+			last[call.VolumeID] = call
+		}
+	}
+	for _, call := range last {
+		if call.Code != codes.OK {
+			return "a volume's last Node call failed (an uncertain mount)"
 		}
 	}
 	nv := c.w.mock.NodeVolumes(id)
@@ -411,11 +424,21 @@ func (c *kchaos) restartKubelet(n string) {
 
 // driverFault installs a short-lived driver fault: a transient error of
 // ControllerPublish/Unpublish or of the kubelet's NodeStage/NodePublish,
-// or latency on one of them.
+// or latency on one of them except ControllerPublish. The suite's
+// csi-attacher kill (killAttacher) cuts the replica's API connection and
+// ends its context, but its reconciles in flight drain with a context
+// that survives (internal/runner), so a slow ControllerPublish of the
+// dead replica still ends OK in the driver, after the new replica may
+// have unpublished it for a deleted VolumeAttachment: a publication no
+// VolumeAttachment asks for, and a double publish once the volume moves.
+// A real SIGKILL closes the gRPC connection and the mock driver ends the
+// delay with the cancellation, publishing nothing; so the run puts no
+// latency on ControllerPublish (a dead replica's late ControllerUnpublish
+// is harmless: a volume never goes back to a node).
 func (c *kchaos) driverFault() {
 	methods := []string{"ControllerPublishVolume", "ControllerUnpublishVolume", "NodeStageVolume", "NodePublishVolume"}
 	r := csimock.Rule{Method: methods[c.rng.IntN(len(methods))], Times: int64(1 + c.rng.IntN(3))}
-	if c.rng.IntN(3) == 0 {
+	if c.rng.IntN(3) == 0 && r.Method != "ControllerPublishVolume" {
 		r.Latency = time.Duration(200+c.rng.IntN(1300)) * time.Millisecond
 		c.done["driver latency "+r.Method]++
 	} else {
@@ -437,6 +460,9 @@ func (c *kchaos) checkNoDoublePublish() {
 		c.doublePublish = true
 		c.w.t.Errorf("a ReadWriteOnce volume was published to two nodes at once: %d times (max %d nodes), e.g. %+v",
 			p.SingleNodeViolationsTotal, p.MaxSingleNodePublishedNodes, p.SingleNodeViolations)
+		for _, v := range p.SingleNodeViolations {
+			c.w.t.Logf("the driver's calls of %s:\n%s", v.VolumeID, kubeletorder.CallTable(slices.DeleteFunc(c.w.mock.Calls(), func(call csimock.Call) bool { return call.VolumeID != v.VolumeID })))
+		}
 	}
 }
 

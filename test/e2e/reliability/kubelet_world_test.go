@@ -25,6 +25,7 @@ import (
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/klog/v2"
 
 	"github.com/latchcsi/latch/internal/attachdetach/controller"
@@ -169,6 +170,9 @@ func (w *kubeletWorld) checkDetaches() int {
 		node, ok := w.byID[c.NodeID]
 		if !ok {
 			w.t.Errorf("ControllerUnpublish #%d of %s from node ID %q, which no node of the world reports", c.ID, c.VolumeID, c.NodeID)
+			continue
+		}
+		if w.removedOutright(c.VolumeID, node) {
 			continue
 		}
 		tb := &recordingTB{TB: w.t, onFail: func() { w.explain(c.VolumeID, node) }}
@@ -334,4 +338,45 @@ func newKubeletPod(ns, name, node, claim string) *v1.Pod {
 	p := localcluster.NewPod(ns, name, node, claim)
 	p.Spec.AutomountServiceAccountToken = new(false)
 	return p
+}
+
+// removedOutright reports whether vol's VolumeAttachment on node went
+// from the API in one step, never marked deleted, and checks that
+// detach. Seen once (seed 1795676076185502302): the controller deleted a
+// VolumeAttachment (UID precondition) the instant csi-attacher added its
+// finalizer, and the API server removed it at once, the finalizer
+// notwithstanding; csi-attacher's ControllerPublish had succeeded and its
+// orphan path unpublished the volume. CheckDetach reads a deletion mark
+// there is not; this check asserts instead that the kubelet never staged
+// or published the volume there (no Node call of it on that node) and
+// that an OK ControllerUnpublish followed the last OK ControllerPublish;
+// checkNothingLeft asserts the rest.
+func (w *kubeletWorld) removedOutright(vol, node string) bool {
+	va := kube.VolumeAttachmentName(vol, w.driver, node)
+	if _, marked := w.hist.First(kubeletorder.VANamed(va, func(va *storagev1.VolumeAttachment) bool { return va.DeletionTimestamp != nil })); marked {
+		return false
+	}
+	gone, ok := w.hist.First(func(c kubeletorder.Change) bool {
+		return c.Type == watch.Deleted && kubeletorder.VANamed(va, func(*storagev1.VolumeAttachment) bool { return true })(c)
+	})
+	if !ok {
+		return false
+	}
+	w.t.Logf("VolumeAttachment %s (%s on %s) was removed without a deletion mark (%s)", va, vol, node, gone)
+	nodeID := stack.NodeID(node)
+	var lastPublish, lastUnpublish csimock.Call
+	for _, c := range kubeletorder.VolumeCalls(w.mock.Calls(), vol, nodeID) {
+		switch {
+		case kubeletorder.IsNodeMethod(c.Method):
+			w.t.Errorf("%s of %s on %s (#%d at %s) although its VolumeAttachment went without a deletion mark", c.Method, vol, node, c.ID, kubeletorder.Stamp(c.Start))
+		case c.Method == "ControllerPublishVolume" && c.Done() && c.Code == codes.OK:
+			lastPublish = c
+		case c.Method == "ControllerUnpublishVolume" && c.Done() && c.Code == codes.OK:
+			lastUnpublish = c
+		}
+	}
+	if !lastPublish.End.IsZero() && !lastUnpublish.Start.After(lastPublish.End) {
+		w.t.Errorf("%s was published to %s (#%d) and not unpublished after it (last ControllerUnpublish #%d)", vol, node, lastPublish.ID, lastUnpublish.ID)
+	}
+	return true
 }
