@@ -95,10 +95,26 @@ func CreateBoundVolume(ctx context.Context, client kubernetes.Interface, spec Vo
 	if err != nil {
 		return nil, nil, fmt.Errorf("mark PV %s bound: %w", spec.Name, err)
 	}
-	pvc.Status.Phase = v1.ClaimBound
-	pvc.Status.AccessModes = spec.AccessModes
-	pvc.Status.Capacity = v1.ResourceList{v1.ResourceStorage: size}
-	if pvc, err = client.CoreV1().PersistentVolumeClaims(spec.Namespace).UpdateStatus(ctx, pvc, metav1.UpdateOptions{}); err != nil {
+	// kube-controller-manager's PV controller, where it runs, binds the
+	// pre-bound pair too and writes the claim meanwhile: retry on conflict.
+	claims := client.CoreV1().PersistentVolumeClaims(spec.Namespace)
+	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		pvc.Status.Phase = v1.ClaimBound
+		pvc.Status.AccessModes = spec.AccessModes
+		pvc.Status.Capacity = v1.ResourceList{v1.ResourceStorage: size}
+		updated, err := claims.UpdateStatus(ctx, pvc, metav1.UpdateOptions{})
+		if apierrors.IsConflict(err) {
+			if fresh, gerr := claims.Get(ctx, pvc.Name, metav1.GetOptions{}); gerr == nil {
+				pvc = fresh
+			}
+			return err
+		}
+		if err == nil {
+			pvc = updated
+		}
+		return err
+	})
+	if err != nil {
 		return nil, nil, fmt.Errorf("mark PVC %s/%s bound: %w", spec.Namespace, spec.Name, err)
 	}
 	return pv, pvc, nil
