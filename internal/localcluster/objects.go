@@ -156,8 +156,10 @@ func CreateNamespace(ctx context.Context, client kubernetes.Interface, name stri
 	if _, err := client.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil {
 		return fmt.Errorf("create namespace %s: %w", name, err)
 	}
+	// kube-controller-manager's service-account controller, where it
+	// runs, may have made it already.
 	sa := &v1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: name, Name: "default"}}
-	if _, err := client.CoreV1().ServiceAccounts(name).Create(ctx, sa, metav1.CreateOptions{}); err != nil {
+	if _, err := client.CoreV1().ServiceAccounts(name).Create(ctx, sa, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("create default ServiceAccount in %s: %w", name, err)
 	}
 	return nil

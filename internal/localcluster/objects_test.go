@@ -37,3 +37,15 @@ func TestCreateBoundVolume_retriesTheClaimsStatusOnConflict(t *testing.T) {
 		t.Errorf("claim status writes %d, phase %q; want the conflict retried once and the claim Bound", statusWrites, pvc.Status.Phase)
 	}
 }
+
+// kube-controller-manager's service-account controller may create the
+// namespace's default ServiceAccount first: CreateNamespace takes it.
+func TestCreateNamespace_defaultServiceAccountAlreadyMade(t *testing.T) {
+	client := fake.NewClientset()
+	client.PrependReactor("create", "serviceaccounts", func(clienttesting.Action) (bool, runtime.Object, error) {
+		return true, nil, apierrors.NewAlreadyExists(schema.GroupResource{Resource: "serviceaccounts"}, "default")
+	})
+	if err := CreateNamespace(context.Background(), client, "team-a"); err != nil {
+		t.Fatalf("CreateNamespace: %v", err)
+	}
+}
