@@ -149,8 +149,9 @@ func NewCSIDriver(name string, attachRequired *bool) *storagev1.CSIDriver {
 	}
 }
 
-// CreateNamespace creates a namespace with a "default" ServiceAccount (no
-// controller creates one in a local cluster).
+// CreateNamespace creates a namespace with a "default" ServiceAccount
+// (without kube-controller-manager no controller creates one in a local
+// cluster).
 func CreateNamespace(ctx context.Context, client kubernetes.Interface, name string) error {
 	ns := &v1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}
 	if _, err := client.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil {
