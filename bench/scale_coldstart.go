@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math"
-	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -295,12 +294,10 @@ func (e *scaleEnv) controllerColdStart(ctx context.Context, which string) error 
 // controller, its client limits raised so that they are not what is
 // measured.
 func (e *scaleEnv) startKCM() (*scaleProc, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, err := testsupport.FreeLoopbackAddr()
 	if err != nil {
 		return nil, err
 	}
-	addr := ln.Addr().String()
-	ln.Close()
 	certs, err := os.MkdirTemp(e.cfg.LogDir, "kcm-certs")
 	if err != nil {
 		return nil, err

@@ -169,12 +169,12 @@ func (h *HollowNode) Stop() error {
 	return err
 }
 
-// freeLoopbackPort is a loopback TCP port nothing listens on right now.
+// freeLoopbackPort is testsupport.FreeLoopbackAddr's port.
 func freeLoopbackPort() (int, error) {
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, err := testsupport.FreeLoopbackAddr()
 	if err != nil {
-		return 0, fmt.Errorf("find a free loopback port: %w", err)
+		return 0, err
 	}
-	defer lis.Close()
-	return lis.Addr().(*net.TCPAddr).Port, nil
+	_, port, _ := net.SplitHostPort(addr)
+	return strconv.Atoi(port)
 }

@@ -331,15 +331,8 @@ func prepareUpstream(binary string, name, addr *string) (string, error) {
 	return bin, nil
 }
 
-// freeLoopbackAddr is a loopback host:port nothing listens on right now.
-func freeLoopbackAddr() (string, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", fmt.Errorf("find a free loopback port: %w", err)
-	}
-	defer ln.Close()
-	return ln.Addr().String(), nil
-}
+// freeLoopbackAddr is testsupport.FreeLoopbackAddr.
+func freeLoopbackAddr() (string, error) { return testsupport.FreeLoopbackAddr() }
 
 // upstreamProcess is Process for an upstream binary: neither the
 // external-attacher nor kube-controller-manager catches SIGTERM, so dying
