@@ -102,11 +102,8 @@ type DetachFacts struct {
 func (k *Checker) CheckDetach(t testing.TB, vol, node, nodeID string) DetachFacts {
 	t.Helper()
 	calls := k.Driver.Calls()
-	var f DetachFacts
+	f := DetachFacts{CtrlUnpublish: mustCtrlUnpublish(t, calls, vol, nodeID)}
 	var ok bool
-	if f.CtrlUnpublish, ok = FindNodeCall(calls, "ControllerUnpublishVolume", vol, nodeID, codes.OK); !ok {
-		t.Fatalf("no ControllerUnpublish of %s from %s; calls:\n%s", vol, nodeID, CallTable(calls))
-	}
 	mine := VolumeCalls(calls, vol, nodeID)
 	tried := func(m string) bool {
 		return slices.ContainsFunc(mine, func(c csimock.Call) bool { return c.Method == m })
@@ -186,11 +183,7 @@ func (k *Checker) CheckDetach(t testing.TB, vol, node, nodeID string) DetachFact
 func (k *Checker) CheckForcedDetach(t testing.TB, vol, node, nodeID string) DetachFacts {
 	t.Helper()
 	calls := k.Driver.Calls()
-	var f DetachFacts
-	var ok bool
-	if f.CtrlUnpublish, ok = FindNodeCall(calls, "ControllerUnpublishVolume", vol, nodeID, codes.OK); !ok {
-		t.Fatalf("no ControllerUnpublish of %s from %s; calls:\n%s", vol, nodeID, CallTable(calls))
-	}
+	f := DetachFacts{CtrlUnpublish: mustCtrlUnpublish(t, calls, vol, nodeID)}
 	noNodeCallDuring(t, VolumeCalls(calls, vol, nodeID), f.CtrlUnpublish, vol, nodeID)
 	va := kube.VolumeAttachmentName(vol, k.DriverName, node)
 	f.Deleting = k.History.MustFirst(t, "VolumeAttachment "+va+" deleted", VANamed(va, func(va *storagev1.VolumeAttachment) bool { return va.DeletionTimestamp != nil }))
@@ -239,4 +232,15 @@ func (k *Checker) checkRemoval(t testing.TB, f *DetachFacts, vol, va, nodeID str
 	if !f.Gone.Observed.After(done.End) {
 		t.Errorf("VolumeAttachment %s removed (%s) before any ControllerUnpublish ended (first at %s)", va, f.Gone, Stamp(done.End))
 	}
+}
+
+// mustCtrlUnpublish is the first ControllerUnpublish of vol from nodeID
+// that ended OK; the test fails without one.
+func mustCtrlUnpublish(t testing.TB, calls []csimock.Call, vol, nodeID string) csimock.Call {
+	t.Helper()
+	c, ok := FindNodeCall(calls, "ControllerUnpublishVolume", vol, nodeID, codes.OK)
+	if !ok {
+		t.Fatalf("no ControllerUnpublish of %s from %s; calls:\n%s", vol, nodeID, CallTable(calls))
+	}
+	return c
 }
