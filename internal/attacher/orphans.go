@@ -340,11 +340,7 @@ func (c *Controller) adoptRecords(ctx context.Context, recs map[string]orphanRec
 func (c *Controller) orphanSnapshot() map[string]orphan {
 	c.busyMu.Lock()
 	defer c.busyMu.Unlock()
-	out := make(map[string]orphan, len(c.orphans))
-	for name, o := range c.orphans {
-		out[name] = o
-	}
-	return out
+	return maps.Clone(c.orphans)
 }
 
 // dropUnlisted forgets the orphans (pending before the listing began) that

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"strings"
 	"sync"
@@ -377,11 +378,7 @@ func (t *APITransport) countSent(method string, p parsedPath) {
 func (t *APITransport) Counts() map[string]int {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	out := make(map[string]int, len(t.sent))
-	for k, n := range t.sent {
-		out[k] = n
-	}
-	return out
+	return maps.Clone(t.sent)
 }
 
 // Count returns how many writes with key ("PATCH volumeattachments") were
