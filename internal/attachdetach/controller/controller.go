@@ -192,6 +192,8 @@ func New(cfg Config, client kubernetes.Interface, factory informers.SharedInform
 			transform = trimPod
 		case pvcs:
 			transform = trimPVC
+		case c.pvs:
+			transform = trimPV
 		case nodes:
 			transform = c.coexist.transformNode
 		case vas:

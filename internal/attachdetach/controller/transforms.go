@@ -5,6 +5,7 @@ import (
 	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/cache"
+	csitrans "k8s.io/csi-translation-lib"
 
 	"github.com/latchcsi/latch/internal/kube"
 )
@@ -29,6 +30,10 @@ import (
 //     schedule-to-attach metric) and, per container, whether it is
 //     waiting, running or terminated (volume.PodTerminated);
 //   - claim: spec.volumeName and status.phase;
+//   - CSI PersistentVolume (see trimPV): name, UID, resourceVersion,
+//     spec.csi.driver and volumeHandle, access modes, the claim reference's
+//     namespace, name and UID; in-tree PVs of a plugin csi-translation-lib
+//     can translate stay whole (but for managed fields);
 //   - VolumeAttachment (the controller only creates and deletes them, never
 //     writes one it read): name, UID, resourceVersion, timestamps, the whole
 //     spec, status.attached, attachError and detachError;
@@ -130,6 +135,65 @@ func trimPVC(obj any) (any, error) {
 }
 
 var _ cache.TransformFunc = trimPVC
+
+// trimPV is the PersistentVolume informer's transform. What the
+// controller reads of a PV, and who reads it:
+//   - name (the cache key, the VolumeAttachment's spec.source and the
+//     events' "volume" name), UID (pvChanged tells a re-created PV from an
+//     update) and resourceVersion;
+//   - spec.claimRef's namespace, name and UID: volume.Resolver binds a
+//     claim only to the PV whose claimRef.uid is the claim's, and pvChanged
+//     and the driver wake find the claim's Pods by namespace/name;
+//   - spec.csi.driver and volumeHandle: the volume's unique name, the
+//     VolumeAttachment's attacher and name, the PV-by-driver index;
+//   - spec.accessModes: whether the volume may be attached to several
+//     nodes (volume.MultiAttachAllowed);
+//   - which volume source the spec has (CSI, a migratable in-tree one, or
+//     iSCSI, FC and FlexVolume, which are reported as unsupported).
+//
+// The controller never writes a PV and creates VolumeAttachments that name
+// the PV only (spec.source.persistentVolumeName), so nothing else of a CSI
+// PV is read: its labels, annotations, finalizers, capacity, volume
+// attributes, secrets references, fsType, node affinity, storage class,
+// mount options and status are dropped. An in-tree PV that
+// csi-translation-lib can translate (IsPVMigratable) is kept whole, but
+// for managed fields: its translation reads the in-tree source, the name,
+// labels (the zone of GCE PD and vSphere disks), annotations (Azure File's
+// resource group, Portworx's secret), access modes and node affinity, and
+// what it reads changes with the library. Any other non-CSI PV (NFS,
+// local, iSCSI...) keeps the name, UID, resourceVersion, claim reference,
+// access modes and its volume source, which says whether latch attaches it.
+//
+// A CSI or other non-migratable PV becomes a new object; running trimPV on
+// its result gives an equal one. A tombstone is returned as it is.
+func trimPV(obj any) (any, error) {
+	pv, ok := obj.(*v1.PersistentVolume)
+	if !ok {
+		return obj, nil
+	}
+	if pv.Spec.CSI == nil && pvTranslator.IsPVMigratable(pv) {
+		return kube.StripManagedFields(pv)
+	}
+	out := &v1.PersistentVolume{
+		ObjectMeta: metav1.ObjectMeta{Name: pv.Name, UID: pv.UID, ResourceVersion: pv.ResourceVersion},
+		Spec:       v1.PersistentVolumeSpec{AccessModes: pv.Spec.AccessModes},
+	}
+	if csi := pv.Spec.CSI; csi != nil {
+		out.Spec.CSI = &v1.CSIPersistentVolumeSource{Driver: csi.Driver, VolumeHandle: csi.VolumeHandle}
+	} else {
+		out.Spec.PersistentVolumeSource = pv.Spec.PersistentVolumeSource
+	}
+	if ref := pv.Spec.ClaimRef; ref != nil {
+		out.Spec.ClaimRef = &v1.ObjectReference{Namespace: ref.Namespace, Name: ref.Name, UID: ref.UID}
+	}
+	return out, nil
+}
+
+var _ cache.TransformFunc = trimPV
+
+// pvTranslator answers trimPV's IsPVMigratable; csi-translation-lib's
+// translator holds no state.
+var pvTranslator = csitrans.New()
 
 // trimVA is the VolumeAttachment informer's transform (after the
 // coexistence guard read its managed fields).

@@ -1,7 +1,10 @@
 package controller
 
 import (
+	"context"
+	"fmt"
 	"reflect"
+	"slices"
 	"testing"
 	"time"
 
@@ -9,6 +12,8 @@ import (
 	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/cache"
+	csitrans "k8s.io/csi-translation-lib"
+	"k8s.io/klog/v2"
 
 	"github.com/latchcsi/latch/internal/attachdetach/decide"
 	"github.com/latchcsi/latch/internal/attachdetach/volume"
@@ -253,5 +258,205 @@ func TestTrimNode_keepsFactsAndVolumeLists(t *testing.T) {
 	delete(unmanaged.Annotations, kube.ControllerManagedAttachAnnotation)
 	if obj, _ := trimNode(unmanaged); decide.NodeFactsOf(obj.(*v1.Node)).Managed {
 		t.Error("an unmanaged node became managed when trimmed")
+	}
+}
+
+// pvWorld is the volume.Objects of one claim and its PV, for resolving a
+// Pod volume against a whole or a trimmed PV.
+type pvWorld struct {
+	pvc *v1.PersistentVolumeClaim
+	pv  *v1.PersistentVolume
+}
+
+func (w pvWorld) PersistentVolumeClaim(ns, name string) (*v1.PersistentVolumeClaim, bool) {
+	return w.pvc, w.pvc != nil && w.pvc.Namespace == ns && w.pvc.Name == name
+}
+
+func (w pvWorld) PersistentVolume(name string) (*v1.PersistentVolume, bool) {
+	return w.pv, w.pv != nil && w.pv.Name == name
+}
+
+func (pvWorld) CSIDriver(string) (*storagev1.CSIDriver, bool) { return nil, false }
+
+// fullPV is a PV as the API server returns it, bound to claim "data":
+// labels, annotations (kubectl's last-applied copy), finalizers, managed
+// fields, capacity, node affinity, storage class, mount options and
+// status around the source mutate sets.
+func fullPV(mutate func(*v1.PersistentVolume)) *v1.PersistentVolume {
+	pv, _ := boundClaim("data", v1.ReadWriteOnce)
+	pv.Name = "pv-data"
+	pv.ResourceVersion = "17"
+	pv.CreationTimestamp = metav1.NewTime(time.Date(2026, 11, 26, 6, 0, 0, 0, time.UTC))
+	pv.Labels = map[string]string{"team": "a"}
+	pv.Annotations = map[string]string{
+		"pv.kubernetes.io/provisioned-by":                  testDriver,
+		"kubectl.kubernetes.io/last-applied-configuration": `{"kind":"PersistentVolume"}`,
+	}
+	pv.Finalizers = []string{"kubernetes.io/pv-protection", "external-attacher/" + testDriver}
+	pv.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "csi-provisioner"}}
+	pv.Spec.ClaimRef.APIVersion, pv.Spec.ClaimRef.ResourceVersion = "v1", "5"
+	pv.Spec.CSI.FSType, pv.Spec.CSI.ReadOnly = "ext4", true
+	pv.Spec.CSI.VolumeAttributes = map[string]string{"storage.kubernetes.io/csiProvisionerIdentity": "1764136800000-8081-" + testDriver}
+	pv.Spec.CSI.NodePublishSecretRef = &v1.SecretReference{Name: "publish", Namespace: testNS}
+	pv.Spec.StorageClassName = "fast"
+	pv.Spec.MountOptions = []string{"noatime"}
+	pv.Spec.NodeAffinity = &v1.VolumeNodeAffinity{Required: &v1.NodeSelector{NodeSelectorTerms: []v1.NodeSelectorTerm{{
+		MatchExpressions: []v1.NodeSelectorRequirement{{Key: v1.LabelTopologyZone, Operator: v1.NodeSelectorOpIn, Values: []string{"zone-a"}}},
+	}}}}
+	pv.Status.LastPhaseTransitionTime = &pv.CreationTimestamp
+	if mutate != nil {
+		mutate(pv)
+	}
+	return pv
+}
+
+// inTree replaces a PV's CSI source with an in-tree one.
+func inTree(src v1.PersistentVolumeSource) func(*v1.PersistentVolume) {
+	return func(pv *v1.PersistentVolume) { pv.Spec.PersistentVolumeSource = src }
+}
+
+// A PV resolves, trimmed, to the same volume as whole: the same result for
+// the Pod volume that claims it (the Attachable every decision reads: its
+// unique name, driver, handle, access modes, in-tree plugin), the same
+// volume for a VolumeAttachment that names it (the rebuild at start), the
+// same driver index and the same claim to wake. An in-tree PV of a plugin
+// csi-translation-lib translates stays whole and translates to the same CSI
+// source; a CSI PV keeps nothing the controller does not read. Trimming a
+// trimmed PV gives an equal PV.
+func TestTrimPV_resolvesAsTheWholePV(t *testing.T) {
+	ctx := context.Background()
+	tr := csitrans.New()
+	for _, tc := range []struct {
+		name string
+		pv   *v1.PersistentVolume
+		// migratable: csi-translation-lib translates the source; the PV
+		// must stay whole.
+		migratable bool
+		status     volume.Status
+	}{
+		{name: "CSI, ReadWriteOnce", pv: fullPV(nil), status: volume.StatusAttach},
+		{name: "CSI, ReadWriteMany", pv: fullPV(func(pv *v1.PersistentVolume) {
+			pv.Spec.AccessModes = []v1.PersistentVolumeAccessMode{v1.ReadWriteMany, v1.ReadOnlyMany}
+		}), status: volume.StatusAttach},
+		{name: "CSI, no access modes", pv: fullPV(func(pv *v1.PersistentVolume) { pv.Spec.AccessModes = nil }), status: volume.StatusAttach},
+		{name: "CSI, bound to another claim", pv: fullPV(func(pv *v1.PersistentVolume) { pv.Spec.ClaimRef.UID = "other-uid" }), status: volume.StatusPending},
+		{name: "CSI, not bound", pv: fullPV(func(pv *v1.PersistentVolume) { pv.Spec.ClaimRef = nil }), status: volume.StatusPending},
+		{name: "CSI, empty handle", pv: fullPV(func(pv *v1.PersistentVolume) { pv.Spec.CSI.VolumeHandle = "" }), status: volume.StatusInvalid},
+		{name: "GCE PD, zone from a label", pv: fullPV(func(pv *v1.PersistentVolume) {
+			inTree(v1.PersistentVolumeSource{GCEPersistentDisk: &v1.GCEPersistentDiskVolumeSource{PDName: "pd-1", FSType: "ext4"}})(pv)
+			pv.Labels[v1.LabelTopologyZone] = "europe-west1-b"
+			pv.Spec.NodeAffinity = nil
+		}), migratable: true, status: volume.StatusAttach},
+		{name: "AWS EBS, zone in the node affinity", pv: fullPV(inTree(v1.PersistentVolumeSource{
+			AWSElasticBlockStore: &v1.AWSElasticBlockStoreVolumeSource{VolumeID: "aws://eu-west-1a/vol-1"},
+		})), migratable: true, status: volume.StatusAttach},
+		{name: "Azure File, resource group in an annotation", pv: fullPV(func(pv *v1.PersistentVolume) {
+			inTree(v1.PersistentVolumeSource{AzureFile: &v1.AzureFilePersistentVolumeSource{SecretName: "azure-secret", ShareName: "share"}})(pv)
+			pv.Annotations["resourceGroup"] = "rg-1"
+			pv.Spec.AccessModes = []v1.PersistentVolumeAccessMode{v1.ReadWriteMany}
+		}), migratable: true, status: volume.StatusAttach},
+		{name: "NFS", pv: fullPV(inTree(v1.PersistentVolumeSource{NFS: &v1.NFSVolumeSource{Server: "nfs", Path: "/x"}})), status: volume.StatusNoAttach},
+		{name: "iSCSI", pv: fullPV(inTree(v1.PersistentVolumeSource{ISCSI: &v1.ISCSIPersistentVolumeSource{TargetPortal: "t", IQN: "i"}})), status: volume.StatusUnsupported},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, pvc := boundClaim("data", v1.ReadWriteOnce)
+			pvc.Spec.VolumeName = tc.pv.Name
+			whole := tc.pv.DeepCopy()
+			obj, err := trimPV(tc.pv)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := obj.(*v1.PersistentVolume)
+
+			resolver := volume.NewResolver(nil)
+			pod := podUsing("app", "node-a", pvc.Name)
+			wantRes := resolver.Resolve(ctx, pod, &pod.Spec.Volumes[0], pvWorld{pvc, whole})
+			if wantRes.Status != tc.status {
+				t.Fatalf("the whole PV resolves to %v (%s), the case wants %v", wantRes.Status, wantRes.Message, tc.status)
+			}
+			if res := resolver.Resolve(ctx, pod, &pod.Spec.Volumes[0], pvWorld{pvc, got}); !reflect.DeepEqual(res, wantRes) {
+				t.Errorf("trimmed, the Pod volume resolves to\n%+v\nwhole to\n%+v", res, wantRes)
+			}
+			va := &storagev1.VolumeAttachment{ObjectMeta: metav1.ObjectMeta{Name: "csi-1"},
+				Spec: storagev1.VolumeAttachmentSpec{Source: storagev1.VolumeAttachmentSource{PersistentVolumeName: &whole.Name}}}
+			wantA, wantErr := resolver.FromVolumeAttachment(ctx, va, pvWorld{pv: whole})
+			gotA, gotErr := resolver.FromVolumeAttachment(ctx, va, pvWorld{pv: got})
+			if !reflect.DeepEqual(gotA, wantA) || fmt.Sprint(gotErr) != fmt.Sprint(wantErr) {
+				t.Errorf("trimmed, the VolumeAttachment's volume is %+v, %v; whole %+v, %v", gotA, gotErr, wantA, wantErr)
+			}
+			if d, wantD := must(pvDriver(tr, got)), must(pvDriver(tr, whole)); !reflect.DeepEqual(d, wantD) {
+				t.Errorf("driver index %v trimmed, %v whole", d, wantD)
+			}
+			if !reflect.DeepEqual(got.Spec.ClaimRef == nil, whole.Spec.ClaimRef == nil) ||
+				(got.Spec.ClaimRef != nil && (got.Spec.ClaimRef.Namespace != whole.Spec.ClaimRef.Namespace || got.Spec.ClaimRef.Name != whole.Spec.ClaimRef.Name)) {
+				t.Errorf("claim reference %+v trimmed, %+v whole", got.Spec.ClaimRef, whole.Spec.ClaimRef)
+			}
+			if got.Name != whole.Name || got.UID != whole.UID || got.ResourceVersion != whole.ResourceVersion {
+				t.Errorf("identity changed: %+v", got.ObjectMeta)
+			}
+
+			if tc.migratable {
+				want, err := tr.TranslateInTreePVToCSI(klog.Background(), whole)
+				if err != nil {
+					t.Fatal(err)
+				}
+				translated, err := tr.TranslateInTreePVToCSI(klog.Background(), got)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !reflect.DeepEqual(translated.Spec, want.Spec) {
+					t.Errorf("trimmed, the in-tree PV translates to\n%+v\nwhole to\n%+v", translated.Spec, want.Spec)
+				}
+				whole.ManagedFields = nil
+				if !reflect.DeepEqual(got, whole) {
+					t.Errorf("a migratable in-tree PV lost more than its managed fields: %+v", got)
+				}
+			} else {
+				if !reflect.DeepEqual(tc.pv, whole) {
+					t.Fatal("trimPV changed the object it was given")
+				}
+				if got.Labels != nil || got.Annotations != nil || got.Finalizers != nil || got.ManagedFields != nil ||
+					got.Spec.Capacity != nil || got.Spec.NodeAffinity != nil || got.Spec.StorageClassName != "" ||
+					got.Spec.MountOptions != nil || !reflect.DeepEqual(got.Status, v1.PersistentVolumeStatus{}) ||
+					(got.Spec.CSI != nil && !reflect.DeepEqual(*got.Spec.CSI, v1.CSIPersistentVolumeSource{Driver: whole.Spec.CSI.Driver, VolumeHandle: whole.Spec.CSI.VolumeHandle})) {
+					t.Errorf("trimmed PV keeps what nothing reads: %+v", got)
+				}
+			}
+			if again, _ := trimPV(got.DeepCopy()); !reflect.DeepEqual(again, got) {
+				t.Errorf("trimming a trimmed PV changed it:\n%+v\n%+v", again, got)
+			}
+		})
+	}
+	tomb := cache.DeletedFinalStateUnknown{Key: "pv-data", Obj: fullPV(nil)}
+	if got, _ := trimPV(tomb); !reflect.DeepEqual(got, tomb) {
+		t.Errorf("a tombstone was changed: %+v", got)
+	}
+}
+
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
+}
+
+// The controller's PV informer caches the trimmed PV, and a Pod whose
+// claim is bound to it gets its VolumeAttachment.
+func TestTrimPV_isThePVInformersTransform(t *testing.T) {
+	pv := fullPV(nil)
+	_, pvc := boundClaim("data", v1.ReadWriteOnce)
+	pvc.Spec.VolumeName = pv.Name
+	w := newFakeWorld(t, Config{Workers: 2}, managedNode("node-a"), pv, pvc, podUsing("app", "node-a", "data"))
+	name := upstreamVAName("data", testDriver, "node-a")
+	if got := w.waitWrites(1); !slices.Equal(got, []string{"create volumeattachments " + name}) {
+		t.Fatalf("controller writes = %q, want the VolumeAttachment %s created", got, name)
+	}
+	obj, ok, err := w.c.pvs.GetStore().GetByKey(pv.Name)
+	if err != nil || !ok {
+		t.Fatalf("PV %s not cached: %v", pv.Name, err)
+	}
+	cached := obj.(*v1.PersistentVolume)
+	if cached.Labels != nil || cached.Annotations != nil || cached.Spec.Capacity != nil || cached.Spec.CSI.VolumeAttributes != nil {
+		t.Errorf("the PV informer caches the PV untrimmed: %+v", cached)
 	}
 }
