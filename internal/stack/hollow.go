@@ -22,6 +22,8 @@ import (
 // the plugin-registration socket in <root>/plugins_registry, so that the
 // kubelet registers the driver and writes the node's CSINode itself, then
 // stages and publishes the node's CSI volumes through it.
+// HollowOptions.ExtraDrivers adds the node plugins of more mock drivers
+// beside it, registered the same way.
 
 // HollowOptions shape one hollow node.
 type HollowOptions struct {
@@ -40,6 +42,15 @@ type HollowOptions struct {
 	// CSINode as the driver's allocatable count) and its
 	// ControllerPublishVolume to this node refuses more.
 	MaxVolumes int64
+	// ExtraDrivers are more mock drivers whose node plugin runs on this
+	// node beside the stack's: for each, a node endpoint for the node
+	// (node ID NodeID(Name)) on <root>/plugins/<its name>/csi.sock with
+	// its registration socket in the same plugins_registry, so the
+	// kubelet registers every driver in the node's CSINode and mounts
+	// each driver's volumes through its own plugin. The caller makes
+	// each driver (csimock.New, a name of its own; it need not serve its
+	// controller socket) and owns it; the endpoints stop with the node.
+	ExtraDrivers []*csimock.Driver
 }
 
 // HollowNode is a running hollow node; Stop ends it.
@@ -52,6 +63,9 @@ type HollowNode struct {
 	Kubelet *Component
 	// Endpoint is the mock driver's node plugin on this node.
 	Endpoint *csimock.NodeEndpoint
+	// ExtraEndpoints are HollowOptions.ExtraDrivers' node plugins on this
+	// node, in that order.
+	ExtraEndpoints []*csimock.NodeEndpoint
 
 	bin    string
 	args   []string
@@ -80,11 +94,21 @@ func (s *Stack) StartHollowNode(ctx context.Context, o HollowOptions) (_ *Hollow
 	if err != nil {
 		return nil, fmt.Errorf("hollow node %s: %w", o.Name, err)
 	}
-	socket := filepath.Join(o.RootDir, "plugins", s.DriverName, "csi.sock")
 	regDir := filepath.Join(o.RootDir, "plugins_registry")
-	for _, p := range []string{socket, filepath.Join(regDir, s.DriverName+"-reg.sock")} {
-		if len(p) > maxSocketPath {
-			return nil, fmt.Errorf("hollow node %s: socket path %s is %d bytes, over the %d-byte unix limit: use a shorter RootDir", o.Name, p, len(p), maxSocketPath)
+	drivers := append([]*csimock.Driver{s.Driver}, o.ExtraDrivers...)
+	sockets := make([]string, len(drivers))
+	for i, d := range drivers {
+		name := d.Config().Name
+		for _, other := range drivers[:i] {
+			if other.Config().Name == name {
+				return nil, fmt.Errorf("hollow node %s: two node plugins of driver %s", o.Name, name)
+			}
+		}
+		sockets[i] = filepath.Join(o.RootDir, "plugins", name, "csi.sock")
+		for _, p := range []string{sockets[i], filepath.Join(regDir, name+"-reg.sock")} {
+			if len(p) > maxSocketPath {
+				return nil, fmt.Errorf("hollow node %s: socket path %s is %d bytes, over the %d-byte unix limit: use a shorter RootDir", o.Name, p, len(p), maxSocketPath)
+			}
 		}
 	}
 	port, err := freeLoopbackPort()
@@ -101,9 +125,16 @@ func (s *Stack) StartHollowNode(ctx context.Context, o HollowOptions) (_ *Hollow
 			_ = h.Stop()
 		}
 	}()
-	h.Endpoint, err = s.Driver.StartNode(ctx, csimock.NodeConfig{NodeID: NodeID(o.Name), Socket: socket, RegistrationDir: regDir, MaxVolumes: o.MaxVolumes})
+	h.Endpoint, err = s.Driver.StartNode(ctx, csimock.NodeConfig{NodeID: NodeID(o.Name), Socket: sockets[0], RegistrationDir: regDir, MaxVolumes: o.MaxVolumes})
 	if err != nil {
 		return nil, fmt.Errorf("hollow node %s: %w", o.Name, err)
+	}
+	for i, d := range o.ExtraDrivers {
+		ep, err := d.StartNode(ctx, csimock.NodeConfig{NodeID: NodeID(o.Name), Socket: sockets[i+1], RegistrationDir: regDir})
+		if err != nil {
+			return nil, fmt.Errorf("hollow node %s: node plugin of driver %s: %w", o.Name, d.Config().Name, err)
+		}
+		h.ExtraEndpoints = append(h.ExtraEndpoints, ep)
 	}
 	h.args = append([]string{
 		"--kubeconfig=" + kubeconfig, "--name=" + o.Name, "--root-dir=" + o.RootDir, "--port=" + strconv.Itoa(port),
@@ -156,7 +187,7 @@ func (h *HollowNode) KillKubelet() error {
 	return nil
 }
 
-// Stop stops the kubelet (SIGTERM), then the node endpoint. The Node and
+// Stop stops the kubelet (SIGTERM), then the node endpoints. The Node and
 // CSINode objects stay, as after a node's kubelet stopped.
 func (h *HollowNode) Stop() error {
 	var err error
@@ -165,6 +196,9 @@ func (h *HollowNode) Stop() error {
 	}
 	if h.Endpoint != nil {
 		h.Endpoint.Stop()
+	}
+	for _, ep := range h.ExtraEndpoints {
+		ep.Stop()
 	}
 	return err
 }

@@ -1,7 +1,6 @@
 package attachdetach_test
 
 import (
-	"context"
 	"fmt"
 	"testing"
 	"time"
@@ -10,7 +9,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/component-base/metrics/testutil"
-	"k8s.io/utils/ptr"
 
 	"github.com/latchcsi/latch/internal/attachdetach/controller"
 	"github.com/latchcsi/latch/internal/kube"
@@ -151,29 +149,6 @@ func TestNotReadyNode_forceDetachDisabledKeepsVolumeAttached(t *testing.T) {
 		return ok && va.DeletionTimestamp == nil && len(attachedNames(e.node(node))) == 1, nil
 	})
 	expectForced(t, e, "timeout", 0)
-}
-
-func TestAttachRequiredFalse_noVolumeAttachment(t *testing.T) {
-	e := newEnv(t, controller.Config{Workers: 4})
-	noAttach := e.prefix + "-noattach.csi.latch.test"
-	if _, err := e.client.StorageV1().CSIDrivers().Create(e.ctx, localcluster.NewCSIDriver(noAttach, ptr.To(false)), metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = e.client.StorageV1().CSIDrivers().Delete(context.WithoutCancel(e.ctx), noAttach, metav1.DeleteOptions{})
-	})
-	node := e.addNode("n1")
-	plain := e.volumeOf(noAttach, e.prefix+"-plain", rwo())
-	attached := e.volume("attached", rwo())
-	e.pod("app", node, plain, attached)
-	// The Pod runs once the attachable volume is attached; by then the
-	// controller has decided about both volumes of the Pod.
-	e.waitAttachedVA(attached, node)
-	e.waitPodRunning("app")
-	if _, ok := e.getVA(kubeVAName(plain, noAttach, node)); ok {
-		t.Error("VolumeAttachment created for a driver with attachRequired=false")
-	}
-	e.waitNodeAttached(node, e.unique(attached))
 }
 
 // A node goes away with its volumes mounted, as when its machine is

@@ -3,14 +3,11 @@ package attachdetach_test
 import (
 	"fmt"
 	"testing"
-	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/utils/ptr"
 
 	"github.com/latchcsi/latch/internal/attachdetach/controller"
-	"github.com/latchcsi/latch/internal/localcluster"
 )
 
 // Another client deletes the VolumeAttachment of a running Pod (the
@@ -100,33 +97,4 @@ func sameMultiset(a, b []string) bool {
 		}
 	}
 	return true
-}
-
-// A CSIDriver change re-evaluates the Pods using that driver:
-// attachRequired=false at first (no VolumeAttachment; the Pod runs
-// without one), then the CSIDriver object is deleted (attachRequired is
-// immutable; no object means attach required), and the running Pod's
-// volume gets attached without any change to the Pod.
-func TestCSIDriverChange_attachRequiredAgain_podVolumeAttached(t *testing.T) {
-	e := newEnv(t, controller.Config{Workers: 4})
-	if _, err := e.client.StorageV1().CSIDrivers().Create(e.ctx, localcluster.NewCSIDriver(e.driver, ptr.To(false)), metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	node := e.addNode("n1")
-	pv := e.volume("later", rwo())
-	e.pod("app", node, pv)
-	e.waitPodRunning("app")
-	e.consistently("no VolumeAttachment while the driver needs no attach", 500*time.Millisecond, func() (bool, error) {
-		_, ok := e.getVA(e.vaName(pv, node))
-		return !ok, nil
-	})
-
-	if err := e.client.StorageV1().CSIDrivers().Delete(e.ctx, e.driver, metav1.DeleteOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	e.waitAttachedVA(pv, node)
-	e.waitNodeAttached(node, e.unique(pv))
-	if got := e.createCount(); got != 1 {
-		t.Errorf("VolumeAttachment creates = %d, want 1", got)
-	}
 }

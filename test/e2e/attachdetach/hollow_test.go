@@ -8,6 +8,8 @@ package attachdetach_test
 // kubelet ordering contract (kubeletorder).
 
 import (
+	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -18,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 
 	"github.com/latchcsi/latch/internal/attachdetach/controller"
+	"github.com/latchcsi/latch/internal/csimock"
 	"github.com/latchcsi/latch/internal/stack"
 	"github.com/latchcsi/latch/internal/testsupport"
 	"github.com/latchcsi/latch/internal/testsupport/kubeletorder"
@@ -66,10 +69,18 @@ func (e *env) nodeID(node string) string {
 // with NodeGetInfo's node ID. The kubelet stops when the test ends, its
 // log shown when the test failed.
 func (e *env) addHollowNode(name string) string {
+	e.t.Helper()
+	return e.addHollowNodeWith(name)
+}
+
+// addHollowNodeWith is addHollowNode for a node that also runs the node
+// plugins of the mock drivers extra (HollowOptions.ExtraDrivers): it
+// waits until the CSINode lists each of them too.
+func (e *env) addHollowNodeWith(name string, extra ...*csimock.Driver) string {
 	t := e.t
 	t.Helper()
 	log := &testsupport.SyncBuffer{}
-	h, err := e.stack.StartHollowNode(e.ctx, stack.HollowOptions{Name: name, RootDir: testsupport.SocketDir(t), Output: log})
+	h, err := e.stack.StartHollowNode(e.ctx, stack.HollowOptions{Name: name, RootDir: testsupport.SocketDir(t), Output: log, ExtraDrivers: extra})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,7 +94,11 @@ func (e *env) addHollowNode(name string) string {
 	})
 	e.nodes = append(e.nodes, name)
 	e.real.nodes[name] = h
-	e.eventually("the kubelet registers Node "+name+" Ready and the driver in its CSINode", func() (bool, error) {
+	want := []string{e.driver}
+	for _, d := range extra {
+		want = append(want, d.Config().Name)
+	}
+	e.eventually(fmt.Sprintf("the kubelet registers Node %s Ready and the drivers %q in its CSINode", name, want), func() (bool, error) {
 		no, err := e.client.CoreV1().Nodes().Get(e.ctx, name, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) || err == nil && !nodeReady(no) {
 			return false, nil
@@ -98,15 +113,17 @@ func (e *env) addHollowNode(name string) string {
 		if err != nil {
 			return false, err
 		}
+		listed := 0
 		for _, d := range cn.Spec.Drivers {
-			if d.Name == e.driver {
-				if d.NodeID != e.nodeID(name) {
-					t.Fatalf("CSINode %s lists %s with node ID %q, want %q (NodeGetInfo's)", name, e.driver, d.NodeID, e.nodeID(name))
-				}
-				return true, nil
+			if !slices.Contains(want, d.Name) {
+				continue
 			}
+			if d.NodeID != e.nodeID(name) {
+				t.Fatalf("CSINode %s lists %s with node ID %q, want %q (NodeGetInfo's)", name, d.Name, d.NodeID, e.nodeID(name))
+			}
+			listed++
 		}
-		return false, nil
+		return listed == len(want), nil
 	})
 	return name
 }
@@ -217,5 +234,18 @@ func (e *env) stopKubeletOf(node string) {
 	e.t.Helper()
 	if err := e.real.nodes[node].StopKubelet(); err != nil {
 		e.t.Errorf("hollow node %s: %v", node, err)
+	}
+}
+
+// restartKubeletOf stops node's hollow kubelet (SIGTERM) and starts it
+// again: a kubelet restart, its Pods and volumes reconstructed.
+func (e *env) restartKubeletOf(node string) {
+	e.t.Helper()
+	h := e.real.nodes[node]
+	if err := h.StopKubelet(); err != nil {
+		e.t.Fatalf("hollow node %s: %v", node, err)
+	}
+	if err := h.StartKubelet(e.ctx); err != nil {
+		e.t.Fatal(err)
 	}
 }
