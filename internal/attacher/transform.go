@@ -29,6 +29,9 @@ import (
 //     dropped from PersistentVolumes and CSINodes (the attacher never writes
 //     their annotations; VolumeAttachments keep all of theirs, because an
 //     annotation patch is computed against the cached map);
+//   - our VolumeAttachments lose their labels and owner references and
+//     share one copy of the strings every one of them repeats (see
+//     trimOwnVA);
 //   - CSINodes keep only driver's entry in spec.drivers;
 //   - VolumeAttachments of other attachers become a *ForeignVA placeholder
 //     (name and resourceVersion): the attacher never reads them;
@@ -49,6 +52,7 @@ import (
 func Transform(driver string) cache.TransformFunc {
 	driverOf := DriverOfPV(csitrans.New())
 	finalizer := kube.PVFinalizer(driver)
+	vaFinalizer := kube.AttacherFinalizer(driver)
 	sources := &sharedCSISources{m: map[string]*v1.CSIPersistentVolumeSource{}}
 	return func(obj any) (any, error) {
 		obj, err := kube.StripManagedFields(obj)
@@ -74,6 +78,7 @@ func Transform(driver string) cache.TransformFunc {
 			if o.Spec.Attacher != driver {
 				return &ForeignVA{Name: o.Name, ResourceVersion: o.ResourceVersion}, nil
 			}
+			trimOwnVA(o, driver, vaFinalizer)
 		case *storagev1.CSINode:
 			dropLastApplied(o)
 			keepDriver(o, driver)
@@ -144,6 +149,76 @@ func trimOwnCSIPV(pv *v1.PersistentVolume) {
 		MountOptions:           pv.Spec.MountOptions,
 	}
 	pv.Status = v1.PersistentVolumeStatus{}
+}
+
+// trimOwnVA cuts a VolumeAttachment of this attacher down, in place, to
+// what the attacher reads of it and computes its writes from. Little can
+// go, because every write is computed against the cached object:
+//
+//   - name; UID (status patches carry it as a precondition, orphans tell a
+//     replaced VolumeAttachment by it); resourceVersion (the guard of the
+//     metadata patches, own-write bookkeeping); creation time (the
+//     attach-latency metric); deletion time (detach);
+//   - annotations, whole: the node ID, volume handle and secret reference
+//     are read, and kube.SetAnnotationsPatch adds each key to the cached
+//     map or, when the cached map is empty, writes the map whole. An
+//     annotation dropped here (kubectl's last-applied copy, say) could
+//     leave the cached map empty, and the attacher's next annotation patch
+//     would then erase it on the server (the resourceVersion test passes);
+//   - finalizers, whole: the finalizer patches test and replace the list;
+//   - spec, whole: attacher, node, PV name or inline spec;
+//   - status, whole: status writes are merge patches diffed against the
+//     cached status (kube.VolumeAttachmentStatusPatch), attachmentMetadata
+//     included; an attached VolumeAttachment is re-confirmed with its own
+//     attachmentMetadata, and errors are compared before they are written.
+//
+// Labels, owner references, generateName and deletionGracePeriodSeconds are
+// dropped: nothing reads them and no patch touches them. spec.attacher, our
+// finalizer and the keys of our three annotations, which protobuf decoding
+// gives every VolumeAttachment its own copy of, are replaced by one shared
+// copy (equal strings, so nothing that reads them can tell).
+func trimOwnVA(va *storagev1.VolumeAttachment, driver, finalizer string) {
+	va.Labels, va.OwnerReferences, va.GenerateName, va.DeletionGracePeriodSeconds = nil, nil, "", nil
+	va.Spec.Attacher = driver
+	for i, f := range va.Finalizers {
+		if f == finalizer {
+			va.Finalizers[i] = finalizer
+		}
+	}
+	shared := 0
+	for k := range va.Annotations {
+		if sharedAnnotationKey(k) != "" {
+			shared++
+		}
+	}
+	if shared == 0 {
+		return
+	}
+	// Map keys cannot be replaced in place: the map is rebuilt, equal to
+	// the old one (client-go may transform an object twice; the second
+	// rebuild is a copy, garbage at once).
+	ann := make(map[string]string, len(va.Annotations))
+	for k, v := range va.Annotations {
+		if s := sharedAnnotationKey(k); s != "" {
+			k = s
+		}
+		ann[k] = v
+	}
+	va.Annotations = ann
+}
+
+// sharedAnnotationKey returns the constant for one of the annotation keys
+// the attacher writes on its VolumeAttachments, "" for any other key.
+func sharedAnnotationKey(k string) string {
+	switch k {
+	case kube.VANodeIDAnnotation:
+		return kube.VANodeIDAnnotation
+	case AnnVolumeHandle:
+		return AnnVolumeHandle
+	case AnnSecretRef:
+		return AnnSecretRef
+	}
+	return ""
 }
 
 // ForeignPV stands in the PV informer's store for a PersistentVolume of
