@@ -20,19 +20,12 @@ import (
 	"github.com/latchcsi/latch/internal/testsupport/kubeletorder"
 )
 
-// kchaosSize is how big and how long a real-kubelet chaos run is.
-type kchaosSize struct {
-	volumes, nodes int
-	duration       time.Duration
-	// tick is the pause between two random actions.
-	tick time.Duration
-}
-
-// The short run is part of the normal test suite; LATCH_SOAK=1 (make
-// soak) runs the long one.
+// The real-kubelet chaos run's sizes (chaosSize, as the stand-in chaos):
+// the short run is part of the normal test suite, LATCH_SOAK=1 (make soak)
+// runs the long one.
 var (
-	kchaosShort = kchaosSize{volumes: 8, nodes: 3, duration: 45 * time.Second, tick: 300 * time.Millisecond}
-	kchaosSoak  = kchaosSize{volumes: 20, nodes: 3, duration: 5 * time.Minute, tick: 250 * time.Millisecond}
+	kchaosShort = chaosSize{volumes: 8, nodes: 3, duration: 45 * time.Second, tick: 300 * time.Millisecond}
+	kchaosSoak  = chaosSize{volumes: 20, nodes: 3, duration: 5 * time.Minute, tick: 250 * time.Millisecond}
 )
 
 // kvol is one ReadWriteOnce volume of the run's pool.
@@ -96,10 +89,7 @@ type kchaos struct {
 // killed only while its node is quiet (busy): the real kubelet forgets,
 // across a restart, a volume staged but not published.
 func TestChaos_realKubelets_seededFaultsInvariantsHold(t *testing.T) {
-	size := kchaosShort
-	if os.Getenv("LATCH_SOAK") != "" {
-		size = kchaosSoak
-	}
+	size := pickChaosSize(kchaosShort, kchaosSoak)
 	seed := chaosSeed(t)
 	t.Logf("real-kubelet chaos seed %d (replay with LATCH_CHAOS_SEED=%d)", seed, seed)
 	fmt.Fprintf(os.Stderr, "real-kubelet chaos seed %d\n", seed)

@@ -35,6 +35,14 @@ var (
 	chaosSoak  = chaosSize{volumes: 200, nodes: 8, duration: 6 * time.Minute, tick: 40 * time.Millisecond}
 )
 
+// pickChaosSize is soak under LATCH_SOAK (make soak), else short.
+func pickChaosSize(short, soak chaosSize) chaosSize {
+	if os.Getenv("LATCH_SOAK") != "" {
+		return soak
+	}
+	return short
+}
+
 // chaosSeed is LATCH_CHAOS_SEED when set, else a fresh seed; either way it
 // is printed so a failing run can be replayed.
 func chaosSeed(t *testing.T) uint64 {
@@ -66,10 +74,7 @@ type chaos struct {
 }
 
 func TestChaos_seededRandomFaults_invariantsHold(t *testing.T) {
-	size := chaosShort
-	if os.Getenv("LATCH_SOAK") != "" {
-		size = chaosSoak
-	}
+	size := pickChaosSize(chaosShort, chaosSoak)
 	seed := chaosSeed(t)
 	t.Logf("chaos seed %d (replay with LATCH_CHAOS_SEED=%d)", seed, seed)
 	fmt.Fprintf(os.Stderr, "chaos seed %d\n", seed)
