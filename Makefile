@@ -11,7 +11,7 @@ TEST_TIMEOUT ?= 25m
 # build with the same tag.
 BUILD_TAGS ?= grpcnotrace
 
-.PHONY: all build test lint fmt vet staticcheck demo up clean soak image bench bench-scale bench-objects
+.PHONY: all build test lint fmt vet staticcheck demo up clean soak image bench bench-scale bench-objects upgrade-test
 
 all: build
 
@@ -58,6 +58,11 @@ bench-objects:
 ## soak: the long seeded chaos run (LATCH_SOAK=1; replay a run with LATCH_CHAOS_SEED=<seed>)
 soak:
 	LATCH_SOAK=1 $(GO) test -count=1 -timeout 30m -v -run '^TestChaos' ./test/e2e/reliability/
+
+## upgrade-test: an older latch (UPGRADE_FROM=<git revision>, default 0c7ab01: v0.1.0, built from the git history) upgraded to this checkout's build and rolled back, with volumes in flight (docs/upgrade.md); needs the git history (a shallow clone: git fetch --unshallow)
+UPGRADE_FROM ?= 0c7ab01
+upgrade-test:
+	LATCH_UPGRADE_FROM=$(UPGRADE_FROM) $(GO) test -count=1 -timeout 20m -tags upgrade -run '^TestUpgrade' -v ./test/interop/
 
 ## demo: the whole attach/detach path in one process (latch-local demo)
 # latch-local is built into $(BIN_DIR) with progress and run from there; it
