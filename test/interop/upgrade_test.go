@@ -223,11 +223,11 @@ func (w *world) swapBuildController(to latchBuild) {
 // reverse order), each swap a rolling update while attaches and detaches
 // are in flight (csi-attacher stopped in the middle of a publish, with an
 // orphaned publication recorded that the next one must undo). After every
-// swap: no volume a Pod still wants was
-// detached or unpublished, its VolumeAttachment kept its UID, no attached
-// volume was published again, everything in flight settled, the Lease
-// changed hands, and new Pods attach. The flags the two builds disagree on
-// are checked against docs/upgrade.md first.
+// swap: no volume a Pod still wants was detached or unpublished, its
+// VolumeAttachment kept its UID, no attached volume was published again,
+// everything in flight settled, the Lease changed hands, the orphan was
+// undone by the build that took over, and new Pods attach. What the two
+// builds disagree on (flags, work queue names) must be in docs/upgrade.md.
 func TestUpgrade_latchOldToNewAndBack(t *testing.T) {
 	old, cur := upgradeBuilds(t)
 	checkFlagCompatibility(t, old, cur)
