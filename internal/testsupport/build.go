@@ -64,33 +64,43 @@ func Binary(pkg string, flags ...string) (string, error) {
 	return buildOnce("", Module+"/"+strings.TrimPrefix(pkg, "./"), flags...)
 }
 
-// buildOnce builds importPath once per process (per importPath and flags)
-// with the go command run in dir ("" = the current directory, i.e. inside
-// latch's module) and returns the binary's path.
-func buildOnce(dir, importPath string, flags ...string) (string, error) {
-	key := strings.Join(append([]string{dir, importPath}, flags...), " ")
+// keptBuild returns this process's build kept under key, made on first
+// use with the output path out(the binaries' directory).
+func keptBuild(key string, out func(binDir string) (string, error)) (*build, error) {
 	builds.mu.Lock()
+	defer builds.mu.Unlock()
 	if builds.done == nil {
 		builds.done = map[string]*build{}
 	}
 	if builds.dir == "" {
 		d, temp, err := binaryDir()
 		if err != nil {
-			builds.mu.Unlock()
-			return "", fmt.Errorf("build %s: %w", importPath, err)
+			return nil, err
 		}
 		builds.dir, builds.temp = d, temp
 	}
 	b := builds.done[key]
 	if b == nil {
-		out, err := outputPath(builds.dir, dir, importPath, flags)
+		p, err := out(builds.dir)
 		if err != nil {
-			builds.mu.Unlock()
-			return "", fmt.Errorf("build %s: %w", importPath, err)
+			return nil, err
 		}
-		b = &build{out: out}
+		b = &build{out: p}
 		builds.done[key] = b
 	}
+	return b, nil
+}
+
+// buildOnce builds importPath once per process (per importPath and flags)
+// with the go command run in dir ("" = the current directory, i.e. inside
+// latch's module) and returns the binary's path.
+func buildOnce(dir, importPath string, flags ...string) (string, error) {
+	key := strings.Join(append([]string{dir, importPath}, flags...), " ")
+	b, err := keptBuild(key, func(binDir string) (string, error) { return outputPath(binDir, dir, importPath, flags) })
+	if err != nil {
+		return "", fmt.Errorf("build %s: %w", importPath, err)
+	}
+	builds.mu.Lock()
 	progress := builds.progress
 	builds.mu.Unlock()
 	b.once.Do(func() {

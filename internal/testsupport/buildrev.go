@@ -42,25 +42,10 @@ func BinaryAt(rev, pkg string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	builds.mu.Lock()
-	if builds.done == nil {
-		builds.done = map[string]*build{}
+	b, err := keptBuild("revision "+commit, func(binDir string) (string, error) { return filepath.Join(binDir, "rev-"+commit), nil })
+	if err != nil {
+		return "", fmt.Errorf("build latch at revision %s: %w", rev, err)
 	}
-	if builds.dir == "" {
-		d, temp, err := binaryDir()
-		if err != nil {
-			builds.mu.Unlock()
-			return "", fmt.Errorf("build latch at revision %s: %w", rev, err)
-		}
-		builds.dir, builds.temp = d, temp
-	}
-	key := "revision " + commit
-	b := builds.done[key]
-	if b == nil {
-		b = &build{out: filepath.Join(builds.dir, "rev-"+commit)}
-		builds.done[key] = b
-	}
-	builds.mu.Unlock()
 	b.once.Do(func() {
 		b.err = buildRevision(root, rev, commit, b.out)
 		if b.err == nil {

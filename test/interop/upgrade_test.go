@@ -88,7 +88,7 @@ func (w *world) startBuildAttacher(b latchBuild) *peer {
 	name := fmt.Sprintf("csi-attacher-%s-%d", b.name, w.seq)
 	endpoint := testsupport.FreeAddr(w.t)
 	args := stack.UpstreamAttacherArgs(w.attacherConfig(name, endpoint, swapAttacherArgs))
-	return w.startBuildBinary(name, b.attacher, endpoint, args)
+	return w.startBinary(name, b.attacher, endpoint, args)
 }
 
 // startBuildController starts b's attachdetach-controller with leader
@@ -102,31 +102,7 @@ func (w *world) startBuildController(b latchBuild) *peer {
 		"--kubeconfig=" + w.kcfg, "--v=2", "--http-endpoint=" + endpoint, "--leader-elect=true",
 		"--max-wait-for-unmount=" + maxWaitForUnmount.String(),
 	}
-	return w.startBuildBinary(name, b.controller, endpoint, args)
-}
-
-// startBuildBinary is startLatch with a given binary.
-func (w *world) startBuildBinary(name, bin, endpoint string, args []string) *peer {
-	w.t.Helper()
-	c, err := stack.Process(w.ctx, name, prefixed(w.out, name), bin, args...)
-	if err != nil {
-		w.t.Fatal(err)
-	}
-	p := &peer{name: name, args: args, comp: c, metricsURL: "http://" + endpoint + "/metrics"}
-	err = testsupport.Poll(w.ctx, time.Minute, func(ctx context.Context) (bool, error) {
-		select {
-		case <-c.Exited():
-			return false, fmt.Errorf("%s exited: %v", name, c.Result())
-		default:
-		}
-		_, err := testsupport.Scrape(ctx, p.metricsURL)
-		return err == nil, nil
-	})
-	if err != nil {
-		_ = c.Stop()
-		w.t.Fatalf("%s (%s %v) did not serve /metrics: %v (output in %s)", name, bin, args, err, w.out.Name())
-	}
-	return p
+	return w.startBinary(name, b.controller, endpoint, args)
 }
 
 // swapBuildAttacher is a rolling update of csi-attacher: to's starts as a

@@ -235,7 +235,13 @@ func (w *world) startController(kind adKind, o controllerOptions) *peer {
 // output goes to the world's log and to also.
 func (w *world) startLatch(name, pkg, endpoint string, args []string, also ...io.Writer) *peer {
 	w.t.Helper()
-	bin := testsupport.MustBinary(w.t, pkg)
+	return w.startBinary(name, testsupport.MustBinary(w.t, pkg), endpoint, args, also...)
+}
+
+// startBinary runs the binary bin (one of latch's, of this checkout or
+// another build) and waits for its /metrics at endpoint.
+func (w *world) startBinary(name, bin, endpoint string, args []string, also ...io.Writer) *peer {
+	w.t.Helper()
 	c, err := stack.Process(w.ctx, name, io.MultiWriter(append([]io.Writer{prefixed(w.out, name)}, also...)...), bin, args...)
 	if err != nil {
 		w.t.Fatal(err)
@@ -252,7 +258,7 @@ func (w *world) startLatch(name, pkg, endpoint string, args []string, also ...io
 	})
 	if err != nil {
 		_ = c.Stop()
-		w.t.Fatalf("%s (%v) did not serve /metrics: %v (output in %s)", name, args, err, w.out.Name())
+		w.t.Fatalf("%s (%s %v) did not serve /metrics: %v (output in %s)", name, bin, args, err, w.out.Name())
 	}
 	return p
 }
