@@ -8,11 +8,11 @@ import (
 	"path/filepath"
 	"time"
 
-	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
+	"github.com/latchcsi/latch/internal/kube"
 	"github.com/latchcsi/latch/internal/stack"
 )
 
@@ -78,7 +78,7 @@ func (e *Env) waitNodeReady(ctx context.Context, h *stack.HollowNode) error {
 			last = err.Error()
 			return false, nil
 		}
-		if !nodeReady(n) {
+		if !kube.NodeReady(n) {
 			last = "Node not Ready"
 			return false, nil
 		}
@@ -116,13 +116,4 @@ func (e *Env) stopHollowNodes() error {
 		e.nodeDir = ""
 	}
 	return errors.Join(errs...)
-}
-
-func nodeReady(n *v1.Node) bool {
-	for _, c := range n.Status.Conditions {
-		if c.Type == v1.NodeReady {
-			return c.Status == v1.ConditionTrue
-		}
-	}
-	return false
 }

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/latchcsi/latch/internal/kube"
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -58,7 +59,7 @@ func TestKubeletRegistersManagedReadyNodeAndCSINode(t *testing.T) {
 	if _, ok := node.Annotations[ControllerManagedAnnotation]; !ok {
 		t.Errorf("node annotations = %v, want %s", node.Annotations, ControllerManagedAnnotation)
 	}
-	if !nodeReady(node) {
+	if !kube.NodeReady(node) {
 		t.Errorf("node conditions = %v, want Ready=True", node.Status.Conditions)
 	}
 	csiNode, err := client.StorageV1().CSINodes().Get(ctx, "reg-node", metav1.GetOptions{})
@@ -76,7 +77,7 @@ func TestKubeletRegistersManagedReadyNodeAndCSINode(t *testing.T) {
 	if err := k.SetReady(ctx, "reg-node", false); err != nil {
 		t.Fatal(err)
 	}
-	if node, _ := client.CoreV1().Nodes().Get(ctx, "reg-node", metav1.GetOptions{}); nodeReady(node) {
+	if node, _ := client.CoreV1().Nodes().Get(ctx, "reg-node", metav1.GetOptions{}); kube.NodeReady(node) {
 		t.Errorf("node still Ready after SetReady(false)")
 	}
 	taint := v1.Taint{Key: OutOfServiceTaint, Value: "nodeshutdown", Effect: v1.TaintEffectNoExecute}
@@ -223,15 +224,6 @@ func TestKubeletKeepsPodWithUnboundClaimPending(t *testing.T) {
 		return len(objs) == 1, nil
 	})
 	s.stillNotRunning("its missing PVC")
-}
-
-func nodeReady(node *v1.Node) bool {
-	for _, c := range node.Status.Conditions {
-		if c.Type == v1.NodeReady {
-			return c.Status == v1.ConditionTrue
-		}
-	}
-	return false
 }
 
 func TestKubeletWaitsForTheCSITranslationOfAMigratedInlineVolume(t *testing.T) {

@@ -21,6 +21,7 @@ import (
 
 	"github.com/latchcsi/latch/internal/attachdetach/controller"
 	"github.com/latchcsi/latch/internal/csimock"
+	"github.com/latchcsi/latch/internal/kube"
 	"github.com/latchcsi/latch/internal/stack"
 	"github.com/latchcsi/latch/internal/testsupport"
 	"github.com/latchcsi/latch/internal/testsupport/kubeletorder"
@@ -100,7 +101,7 @@ func (e *env) addHollowNodeWith(name string, extra ...*csimock.Driver) string {
 	}
 	e.eventually(fmt.Sprintf("the kubelet registers Node %s Ready and the drivers %q in its CSINode", name, want), func() (bool, error) {
 		no, err := e.client.CoreV1().Nodes().Get(e.ctx, name, metav1.GetOptions{})
-		if apierrors.IsNotFound(err) || err == nil && !nodeReady(no) {
+		if apierrors.IsNotFound(err) || err == nil && !kube.NodeReady(no) {
 			return false, nil
 		}
 		if err != nil {
@@ -126,15 +127,6 @@ func (e *env) addHollowNodeWith(name string, extra ...*csimock.Driver) string {
 		return listed == len(want), nil
 	})
 	return name
-}
-
-func nodeReady(n *v1.Node) bool {
-	for _, c := range n.Status.Conditions {
-		if c.Type == v1.NodeReady {
-			return c.Status == v1.ConditionTrue
-		}
-	}
-	return false
 }
 
 // checkDetach checks pv's detach from node after an unmount:

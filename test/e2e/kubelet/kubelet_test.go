@@ -103,15 +103,6 @@ func slowPublishAndUnstage(c *csimock.Config) {
 		csimock.Rule{ID: "slow-unstage", Method: "NodeUnstageVolume", Latency: unstageDelay})
 }
 
-func nodeReady(n *v1.Node) bool {
-	for _, c := range n.Status.Conditions {
-		if c.Type == v1.NodeReady {
-			return c.Status == v1.ConditionTrue
-		}
-	}
-	return false
-}
-
 func stamp(t time.Time) string { return t.Format("15:04:05.000") }
 
 func tail(s string, lines int) string {

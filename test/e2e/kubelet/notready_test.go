@@ -65,7 +65,7 @@ func (r *rig) killAndWaitNotReady(n *node) time.Time {
 			return false, err
 		}
 		at = time.Now()
-		return !nodeReady(no), nil
+		return !kube.NodeReady(no), nil
 	})
 	return at
 }
@@ -179,6 +179,6 @@ func TestKubeletKilled_forceDetachDisabledKeepsVolumeAttached(t *testing.T) {
 	r.checkDetach(vol, n)
 	testsupport.Eventually(t, r.ctx, 30*time.Second, "Node "+n.Name+" Ready again", func(ctx context.Context) (bool, error) {
 		no, err := r.client.CoreV1().Nodes().Get(ctx, n.Name, metav1.GetOptions{})
-		return err == nil && nodeReady(no), err
+		return err == nil && kube.NodeReady(no), err
 	})
 }

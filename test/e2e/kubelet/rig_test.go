@@ -162,7 +162,7 @@ func (r *rig) waitRegistered(n *node) {
 		if apierrors.IsNotFound(err) {
 			return false, nil
 		}
-		if err != nil || !nodeReady(no) {
+		if err != nil || !kube.NodeReady(no) {
 			return false, err
 		}
 		d, err := r.csiNodeDriver(ctx, n.Name)
