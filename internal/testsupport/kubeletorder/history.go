@@ -35,7 +35,8 @@ type History struct {
 }
 
 // Record watches from the current resource version of each list until
-// the test ends. A watch that breaks before fails the test: the history
+// the test ends. A watch the API server ends (a restart) is resumed (see
+// follow); a watch that breaks otherwise fails the test: the history
 // would have a hole.
 func Record(t testing.TB, ctx context.Context, client kubernetes.Interface, ns string) *History {
 	t.Helper()
@@ -46,69 +47,42 @@ func Record(t testing.TB, ctx context.Context, client kubernetes.Interface, ns s
 		cancel()
 		wg.Wait()
 	})
-	for _, w := range []struct {
-		what  string
-		list  func() (string, error)
-		watch func(rv string) (watch.Interface, error)
-	}{
-		{"nodes", func() (string, error) {
-			l, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
-			return rvOf(l, err)
+	for _, s := range []source{
+		{"nodes", func() (runtime.Object, error) {
+			return client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 		}, func(rv string) (watch.Interface, error) {
-			return client.CoreV1().Nodes().Watch(ctx, metav1.ListOptions{ResourceVersion: rv})
+			return client.CoreV1().Nodes().Watch(ctx, metav1.ListOptions{ResourceVersion: rv, AllowWatchBookmarks: true})
 		}},
-		{"volumeattachments", func() (string, error) {
-			l, err := client.StorageV1().VolumeAttachments().List(ctx, metav1.ListOptions{})
-			return rvOf(l, err)
+		{"volumeattachments", func() (runtime.Object, error) {
+			return client.StorageV1().VolumeAttachments().List(ctx, metav1.ListOptions{})
 		}, func(rv string) (watch.Interface, error) {
-			return client.StorageV1().VolumeAttachments().Watch(ctx, metav1.ListOptions{ResourceVersion: rv})
+			return client.StorageV1().VolumeAttachments().Watch(ctx, metav1.ListOptions{ResourceVersion: rv, AllowWatchBookmarks: true})
 		}},
-		{"pods", func() (string, error) {
-			l, err := client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
-			return rvOf(l, err)
+		{"pods", func() (runtime.Object, error) {
+			return client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
 		}, func(rv string) (watch.Interface, error) {
-			return client.CoreV1().Pods(ns).Watch(ctx, metav1.ListOptions{ResourceVersion: rv})
+			return client.CoreV1().Pods(ns).Watch(ctx, metav1.ListOptions{ResourceVersion: rv, AllowWatchBookmarks: true})
 		}},
 	} {
-		rv, err := w.list()
+		l, err := s.list()
 		if err != nil {
-			t.Fatalf("list %s: %v", w.what, err)
+			t.Fatalf("list %s: %v", s.what, err)
 		}
-		wi, err := w.watch(rv)
+		rv, known, err := listed(l)
 		if err != nil {
-			t.Fatalf("watch %s: %v", w.what, err)
+			t.Fatalf("list %s: %v", s.what, err)
+		}
+		wi, err := s.watch(strconv.FormatUint(rv, 10))
+		if err != nil {
+			t.Fatalf("watch %s: %v", s.what, err)
 		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			defer wi.Stop()
-			for ev := range wi.ResultChan() {
-				m, ok := ev.Object.(metav1.Object)
-				if ev.Type == watch.Error || !ok {
-					if ctx.Err() == nil {
-						t.Errorf("watch %s broke: %v", w.what, ev.Object)
-					}
-					return
-				}
-				n, err := strconv.ParseUint(m.GetResourceVersion(), 10, 64)
-				if err != nil {
-					t.Errorf("watch %s: resourceVersion %q: %v", w.what, m.GetResourceVersion(), err)
-					return
-				}
-				h.mu.Lock()
-				h.changes = append(h.changes, Change{Type: ev.Type, RV: n, Observed: time.Now(), Obj: ev.Object.DeepCopyObject()})
-				h.mu.Unlock()
-			}
+			h.follow(ctx, t, s, wi, rv, known)
 		}()
 	}
 	return h
-}
-
-func rvOf(l metav1.ListInterface, err error) (string, error) {
-	if err != nil {
-		return "", err
-	}
-	return l.GetResourceVersion(), nil
 }
 
 // First is the earliest recorded change (by RV) that match accepts.
