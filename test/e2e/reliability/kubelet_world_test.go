@@ -96,7 +96,7 @@ func newKubeletWorld(t *testing.T, cfg controller.Config, nodes int) *kubeletWor
 	for _, name := range e.nodes {
 		e.eventually(90*time.Second, "the kubelet registers Node "+name+" Ready and the driver in its CSINode", func() bool {
 			no, err := client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
-			if err != nil || !nodeIsReady(no) {
+			if err != nil || !kube.NodeReady(no) {
 				return false
 			}
 			cn, err := client.StorageV1().CSINodes().Get(ctx, name, metav1.GetOptions{})
@@ -115,15 +115,6 @@ func newKubeletWorld(t *testing.T, cfg controller.Config, nodes int) *kubeletWor
 		})
 	}
 	return w
-}
-
-func nodeIsReady(n *v1.Node) bool {
-	for _, c := range n.Status.Conditions {
-		if c.Type == v1.NodeReady {
-			return c.Status == v1.ConditionTrue
-		}
-	}
-	return false
 }
 
 // pod creates a Pod on node using claim. The real kubelet would mount a
@@ -315,7 +306,7 @@ func (w *kubeletWorld) explain(vol, node string) {
 			}
 		case *v1.Node:
 			if o.Name == node {
-				s := fmt.Sprintf("inUse=%v attached=%v ready=%v", kubeletorder.InUse(o, unique), attachedTo(o), nodeIsReady(o))
+				s := fmt.Sprintf("inUse=%v attached=%v ready=%v", kubeletorder.InUse(o, unique), attachedTo(o), kube.NodeReady(o))
 				if s != lastNode {
 					fmt.Fprintf(&b, "  RV %d %s Node %s\n", c.RV, kubeletorder.Stamp(c.Observed), s)
 					lastNode = s
