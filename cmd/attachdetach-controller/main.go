@@ -62,6 +62,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		RESTConfig: restConfig,
 		Controller: controller.Config{
 			Workers:                     opts.workers,
+			NodeStatusWorkers:           opts.nodeStatusWorkers,
 			MaxWaitForUnmount:           opts.maxWaitForUnmount,
 			DisableForceDetachOnTimeout: opts.disableForceDetachOnTimeout,
 			VerifyPeriod:                opts.reconcileSync,

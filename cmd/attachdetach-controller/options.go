@@ -22,6 +22,7 @@ type options struct {
 	leader app.LeaderElection
 
 	workers                     int
+	nodeStatusWorkers           int
 	maxWaitForUnmount           time.Duration
 	disableForceDetachOnTimeout bool
 	reconcileSync               time.Duration
@@ -64,6 +65,7 @@ func parseOptions(args []string) (*options, error) {
 	fs.StringVar(&o.leader.Namespace, "leader-elect-resource-namespace", d.Leader.Namespace, "Namespace of the leader election Lease.")
 	fs.StringVar(&o.leader.LeaseName, "leader-elect-resource-name", d.Leader.LeaseName, "Name of the leader election Lease.")
 	fs.IntVar(&o.workers, "concurrent-attach-detach-syncs", d.Controller.Workers, "Number of (volume, node) keys reconciled in parallel.")
+	fs.IntVar(&o.nodeStatusWorkers, "node-status-workers", d.Controller.NodeStatusWorkers, "Number of nodes whose status.volumesAttached is written in parallel (one write per node at a time).")
 	fs.DurationVar(&o.maxWaitForUnmount, "max-wait-for-unmount", d.Controller.MaxWaitForUnmount, "How long a volume that no Pod wants any more but that a NotReady node still lists in volumesInUse waits before it is detached anyway.")
 	fs.BoolVar(&o.disableForceDetachOnTimeout, "disable-force-detach-on-timeout", d.Controller.DisableForceDetachOnTimeout, "Never detach a volume still in use by a NotReady node after --max-wait-for-unmount (the out-of-service taint still detaches).")
 	fs.DurationVar(&o.reconcileSync, "reconcile-sync", d.Controller.VerifyPeriod, "Period of the verify pass that compares the actual state with the VolumeAttachments; 0 disables it.")
@@ -78,6 +80,8 @@ func parseOptions(args []string) (*options, error) {
 	switch {
 	case o.workers <= 0:
 		return nil, fmt.Errorf("--concurrent-attach-detach-syncs must be positive, got %d", o.workers)
+	case o.nodeStatusWorkers <= 0:
+		return nil, fmt.Errorf("--node-status-workers must be positive, got %d", o.nodeStatusWorkers)
 	case o.maxWaitForUnmount <= 0:
 		return nil, fmt.Errorf("--max-wait-for-unmount must be positive, got %s", o.maxWaitForUnmount)
 	case o.coexistencePeriod < 0:

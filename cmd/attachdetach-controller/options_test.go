@@ -26,6 +26,7 @@ func TestParseOptions_defaultsMatchKubeControllerManager(t *testing.T) {
 		{"leader-elect-resource-namespace", o.leader.Namespace, "kube-system"},
 		{"leader-elect-resource-name", o.leader.LeaseName, "latch-attachdetach-controller"},
 		{"concurrent-attach-detach-syncs", o.workers, 50},
+		{"node-status-workers", o.nodeStatusWorkers, 16},
 		{"max-wait-for-unmount", o.maxWaitForUnmount, 6 * time.Minute},
 		{"disable-force-detach-on-timeout", o.disableForceDetachOnTimeout, false},
 		{"reconcile-sync", o.reconcileSync, time.Minute},
@@ -48,6 +49,7 @@ func TestParseOptions_rejectsInvalidValues(t *testing.T) {
 		want string
 	}{
 		{[]string{"--concurrent-attach-detach-syncs=0"}, "--concurrent-attach-detach-syncs"},
+		{[]string{"--node-status-workers=0"}, "--node-status-workers must be positive, got 0"},
 		{[]string{"--max-wait-for-unmount=0s"}, "--max-wait-for-unmount"},
 		{[]string{"--reconcile-sync=-1s"}, "--reconcile-sync"},
 		{[]string{"--coexistence-report-period=-1s"}, "--coexistence-report-period"},

@@ -43,7 +43,8 @@ type Config struct {
 	// (--concurrent-attach-detach-syncs; default 50). The node status updater gets
 	// its own workers (NodeStatusWorkers).
 	Workers int
-	// NodeStatusWorkers write Node.status.volumesAttached; default 4.
+	// NodeStatusWorkers write Node.status.volumesAttached, one node each
+	// at a time; default DefaultNodeStatusWorkers.
 	NodeStatusWorkers int
 	// MaxWaitForUnmount and DisableForceDetachOnTimeout: see decide.Config.
 	MaxWaitForUnmount           time.Duration
@@ -143,7 +144,7 @@ func New(cfg Config, client kubernetes.Interface, factory informers.SharedInform
 		cfg.Workers = 50
 	}
 	if cfg.NodeStatusWorkers <= 0 {
-		cfg.NodeStatusWorkers = 4
+		cfg.NodeStatusWorkers = DefaultNodeStatusWorkers
 	}
 	if cfg.MaxWaitForUnmount <= 0 {
 		cfg.MaxWaitForUnmount = decide.DefaultMaxWaitForUnmount

@@ -13,6 +13,14 @@ const (
 	DefaultKubeAPIBurst = 1000
 )
 
+// DefaultNodeStatusWorkers is how many nodes' status.volumesAttached are
+// written at once (--node-status-workers). Each write is one PATCH whose
+// time is the API server's; in a burst (volumes of many nodes attaching
+// at once) the writes of different nodes wait for each other when there
+// are too few workers, and the kubelet waits for its node's write before
+// it mounts (docs/scale.md, "Trickle and recovery burst").
+const DefaultNodeStatusWorkers = 16
+
 // DefaultLeaseName and DefaultLeaseNamespace name the leader election
 // Lease (--leader-elect-resource-name, --leader-elect-resource-namespace).
 const (
@@ -27,6 +35,7 @@ const (
 func DefaultConfig() Config {
 	return Config{
 		Workers:           50,
+		NodeStatusWorkers: DefaultNodeStatusWorkers,
 		MaxWaitForUnmount: 6 * time.Minute,
 		VerifyPeriod:      time.Minute,
 		CoexistencePeriod: DefaultCoexistencePeriod,
