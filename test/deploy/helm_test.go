@@ -233,6 +233,20 @@ func TestHelmValuesReachTheManifests(t *testing.T) {
 			t.Error("CSIDriver mock.csi.latch.dev not rendered")
 		}
 	})
+	t.Run("nodeStatusWorkers is passed only when set", func(t *testing.T) {
+		hasFlag := func(args []string) bool {
+			return slices.ContainsFunc(args, func(a string) bool { return strings.HasPrefix(a, "--node-status-workers") })
+		}
+		c := container(t, deployments(t, mustHelmTemplate(t, "nsw", nil)), "latch-attachdetach-controller", "attachdetach-controller")
+		if hasFlag(c.Args) {
+			t.Errorf("default controller args %v pass --node-status-workers; want it left to the binary's default", c.Args)
+		}
+		objs := mustHelmTemplate(t, "nsw", map[string]any{"attachdetachController": map[string]any{"nodeStatusWorkers": 32}})
+		c = container(t, deployments(t, objs), "latch-attachdetach-controller", "attachdetach-controller")
+		if !slices.Contains(c.Args, "--node-status-workers=32") {
+			t.Errorf("controller args %v lack --node-status-workers=32", c.Args)
+		}
+	})
 	t.Run("readSecrets=false drops the Secret rule", func(t *testing.T) {
 		for _, read := range []bool{true, false} {
 			objs := mustHelmTemplate(t, "sec", map[string]any{"csiAttacher": map[string]any{"readSecrets": read}})
