@@ -31,7 +31,7 @@ func TestMakefileTargetsShowProgress(t *testing.T) {
 	for target, want := range map[string]string{
 		"demo": "$(PROGRESS) build -label \"make demo\" -o $(BIN_DIR)/latch-local ./cmd/latch-local -- $(BIN_DIR)/latch-local demo",
 		"up":   "$(PROGRESS) build -label \"make up\" -o $(BIN_DIR)/latch-local ./cmd/latch-local -- $(BIN_DIR)/latch-local up",
-		"test": "$(PROGRESS) test -label \"make test\" -- $(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...",
+		"test": "$(PROGRESS) test -label \"make test\" -- $(GO) test -count=1 -p $(TEST_PARALLEL) -timeout $(TEST_TIMEOUT) $(TEST_PACKAGES)",
 	} {
 		lines := strings.Split(strings.TrimRight(recipe(target), "\n"), "\n")
 		if len(lines) != 3 || !strings.HasPrefix(lines[0], "\t@echo \"make "+target+": a first run compiles ") || !strings.Contains(lines[0], "$(COLD)") ||
@@ -43,6 +43,9 @@ func TestMakefileTargetsShowProgress(t *testing.T) {
 		"PROGRESS := $(BIN_DIR)/buildprogress\n",
 		"BUILD_PROGRESS := mkdir -p $(BIN_DIR) && $(GO) build -v -o $(PROGRESS) ./hack/buildprogress\n",
 		"COLD := tens of minutes on 2 cores with an empty Go build cache, seconds when warm\n",
+		// Every package runs (the longest first), four at a time.
+		"TEST_PARALLEL ?= 4\n",
+		"TEST_PACKAGES ?= ./test/interop/ ./test/e2e/... ./bench/ ./...\n",
 	} {
 		if !bytes.Contains(makefile, []byte(want)) {
 			t.Errorf("Makefile lacks %q", want)

@@ -6,8 +6,10 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
 )
 
 // TestLatchADAttachesWhenPVArrivesAfterPod: a Pod on a node whose bound
@@ -58,8 +60,23 @@ func TestLatchADAttachesWhenPVArrivesAfterPod(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pv.Status.Phase = v1.VolumeBound
-	if _, err := c.CoreV1().PersistentVolumes().UpdateStatus(ctx, pv, metav1.UpdateOptions{}); err != nil {
+	// The PV may be written before its status is (csi-attacher adds its
+	// finalizer once the controller made the VolumeAttachment, which can
+	// be at once): retry on the conflict from the latest copy.
+	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if pv.Status.Phase == v1.VolumeBound {
+			return nil
+		}
+		pv.Status.Phase = v1.VolumeBound
+		_, err := c.CoreV1().PersistentVolumes().UpdateStatus(ctx, pv, metav1.UpdateOptions{})
+		if apierrors.IsConflict(err) {
+			if latest, gerr := c.CoreV1().PersistentVolumes().Get(ctx, name, metav1.GetOptions{}); gerr == nil {
+				pv = latest
+			}
+		}
+		return err
+	})
+	if err != nil {
 		t.Fatal(err)
 	}
 	start := time.Now()
