@@ -9,7 +9,8 @@ TEST_TIMEOUT ?= 25m
 # the kubelet's and kube-controller-manager's periods, the API server):
 # test/interop and test/e2e/kubelet together used 17 % of the machine's CPU
 # time run one at a time. Four at a time on 2 cores took the warm suite
-# from about 12 to about 9 minutes (README, "First run").
+# from about 12 to about 6½ minutes, and a cold make test after make demo
+# from 15 to 9 (README, "Measured figures").
 TEST_PARALLEL ?= 4
 # The longest packages first, so that none of them starts last (go test
 # starts packages in the order given; a package named twice runs once).
