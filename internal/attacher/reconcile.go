@@ -5,14 +5,13 @@ import (
 	"slices"
 	"sync"
 
-	"github.com/latchcsi/latch/internal/kube"
-	"github.com/latchcsi/latch/internal/runner"
-	"k8s.io/apimachinery/pkg/types"
-
 	storagev1 "k8s.io/api/storage/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 
 	"github.com/latchcsi/latch/internal/attacher/decide"
+	"github.com/latchcsi/latch/internal/kube"
+	"github.com/latchcsi/latch/internal/runner"
 )
 
 // runReconciler compares the driver's view (ListVolumes with published
