@@ -7,10 +7,11 @@ import (
 	"slices"
 	"time"
 
-	"github.com/latchcsi/latch/internal/testsupport/heap"
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/latchcsi/latch/internal/testsupport/heap"
 )
 
 // objCost is one figure of the per-object cost benchmark: the live heap a

@@ -17,9 +17,10 @@ import (
 	"syscall"
 	"time"
 
+	"k8s.io/klog/v2"
+
 	"github.com/latchcsi/latch/internal/csimock"
 	"github.com/latchcsi/latch/internal/version"
-	"k8s.io/klog/v2"
 )
 
 func main() {

@@ -11,9 +11,10 @@ import (
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
-	"github.com/latchcsi/latch/internal/testsupport"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/latchcsi/latch/internal/testsupport"
 )
 
 func TestRunServesCSIAndHTTP(t *testing.T) {

@@ -10,8 +10,9 @@ import (
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
-	"github.com/latchcsi/latch/internal/testsupport"
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
+
+	"github.com/latchcsi/latch/internal/testsupport"
 )
 
 // TestRunServesNodeEndpoints: --node-endpoint serves a node plugin per

@@ -8,8 +8,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/latchcsi/latch/internal/csimock"
 	"k8s.io/klog/v2"
+
+	"github.com/latchcsi/latch/internal/csimock"
 )
 
 // options is everything the command line says.

@@ -16,7 +16,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/latchcsi/latch/internal/testsupport"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -26,6 +25,8 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/latchcsi/latch/internal/testsupport"
 )
 
 // The tests start the real process: the test binary run as the command,

@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/latchcsi/latch/internal/testsupport/heap"
 	v1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -18,6 +17,8 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	csitrans "k8s.io/csi-translation-lib"
+
+	"github.com/latchcsi/latch/internal/testsupport/heap"
 )
 
 // The cluster of benchmark scenario C at one tenth of its size: our

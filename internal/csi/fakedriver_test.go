@@ -9,9 +9,10 @@ import (
 	"testing"
 
 	csipb "github.com/container-storage-interface/spec/lib/go/csi"
-	"github.com/latchcsi/latch/internal/testsupport"
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/latchcsi/latch/internal/testsupport"
 )
 
 // fakeDriver implements just the Identity and Controller RPCs the client

@@ -6,10 +6,11 @@ import (
 	"testing"
 
 	"github.com/kubernetes-csi/csi-test/v5/pkg/sanity"
-	"github.com/latchcsi/latch/internal/testsupport"
 	"github.com/onsi/ginkgo/v2"
 	"github.com/onsi/gomega"
 	"k8s.io/klog/v2/ktesting"
+
+	"github.com/latchcsi/latch/internal/testsupport"
 )
 
 // sanityWorld is one driver deployment the sanity suite runs against;

@@ -7,13 +7,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/latchcsi/latch/internal/kube"
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
+
+	"github.com/latchcsi/latch/internal/kube"
 )
 
 func startKubelet(t *testing.T, ctx context.Context) (*Kubelet, kubernetes.Interface) {

@@ -5,9 +5,10 @@ import (
 	"sync"
 	"time"
 
+	v1 "k8s.io/api/core/v1"
+
 	"github.com/latchcsi/latch/internal/attachdetach/state"
 	"github.com/latchcsi/latch/internal/kube"
-	v1 "k8s.io/api/core/v1"
 )
 
 // opTimes remembers when attaches and detaches started, for the operation

@@ -12,14 +12,11 @@ package reliability_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
-	"slices"
-
-	"github.com/latchcsi/latch/internal/kube"
-	"github.com/latchcsi/latch/internal/localcluster"
 	"google.golang.org/grpc/codes"
 	v1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
@@ -30,6 +27,8 @@ import (
 
 	"github.com/latchcsi/latch/internal/attachdetach/controller"
 	"github.com/latchcsi/latch/internal/csimock"
+	"github.com/latchcsi/latch/internal/kube"
+	"github.com/latchcsi/latch/internal/localcluster"
 	"github.com/latchcsi/latch/internal/stack"
 	"github.com/latchcsi/latch/internal/testsupport"
 	"github.com/latchcsi/latch/internal/testsupport/kubeletorder"
