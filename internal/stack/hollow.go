@@ -125,16 +125,20 @@ func (s *Stack) StartHollowNode(ctx context.Context, o HollowOptions) (_ *Hollow
 			_ = h.Stop()
 		}
 	}()
-	h.Endpoint, err = s.Driver.StartNode(ctx, csimock.NodeConfig{NodeID: NodeID(o.Name), Socket: sockets[0], RegistrationDir: regDir, MaxVolumes: o.MaxVolumes})
-	if err != nil {
-		return nil, fmt.Errorf("hollow node %s: %w", o.Name, err)
-	}
-	for i, d := range o.ExtraDrivers {
-		ep, err := d.StartNode(ctx, csimock.NodeConfig{NodeID: NodeID(o.Name), Socket: sockets[i+1], RegistrationDir: regDir})
+	for i, d := range drivers {
+		cfg := csimock.NodeConfig{NodeID: NodeID(o.Name), Socket: sockets[i], RegistrationDir: regDir}
+		if i == 0 {
+			cfg.MaxVolumes = o.MaxVolumes // the stack's driver only
+		}
+		ep, err := d.StartNode(ctx, cfg)
 		if err != nil {
 			return nil, fmt.Errorf("hollow node %s: node plugin of driver %s: %w", o.Name, d.Config().Name, err)
 		}
-		h.ExtraEndpoints = append(h.ExtraEndpoints, ep)
+		if i == 0 {
+			h.Endpoint = ep
+		} else {
+			h.ExtraEndpoints = append(h.ExtraEndpoints, ep)
+		}
 	}
 	h.args = append([]string{
 		"--kubeconfig=" + kubeconfig, "--name=" + o.Name, "--root-dir=" + o.RootDir, "--port=" + strconv.Itoa(port),

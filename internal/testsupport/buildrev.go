@@ -106,7 +106,11 @@ func revisionNotFound(rev, root string, shallow bool) error {
 // complete build by this Go version is there already.
 func buildRevision(root, rev, commit, dir string) error {
 	stamp := filepath.Join(dir, revisionStamp)
-	if got, err := os.ReadFile(stamp); err == nil && string(got) == runtime.Version() {
+	built := func() bool {
+		got, err := os.ReadFile(stamp)
+		return err == nil && string(got) == runtime.Version()
+	}
+	if built() {
 		return nil
 	}
 	unlock, err := lockOutput(filepath.Join(dir, "build"))
@@ -114,8 +118,7 @@ func buildRevision(root, rev, commit, dir string) error {
 		return fmt.Errorf("build latch at revision %s: %w", rev, err)
 	}
 	defer unlock()
-	// Another process may have built it while this one waited.
-	if got, err := os.ReadFile(stamp); err == nil && string(got) == runtime.Version() {
+	if built() { // by another process while this one waited
 		return nil
 	}
 	os.Remove(stamp)

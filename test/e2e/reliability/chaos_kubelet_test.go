@@ -122,7 +122,7 @@ func TestChaos_realKubelets_seededFaultsInvariantsHold(t *testing.T) {
 	})
 	for _, p := range c.pods {
 		if p.deleted.IsZero() {
-			c.waitRunning(p.name, 90*time.Second)
+			c.w.waitRunning(p.name)
 		}
 	}
 	ran := c.checkAttaches()
@@ -368,14 +368,6 @@ func (c *kchaos) checkNoDoublePublish() {
 			c.w.t.Logf("the driver's calls of %s:\n%s", v.VolumeID, kubeletorder.CallTable(slices.DeleteFunc(c.w.mock.Calls(), func(call csimock.Call) bool { return call.VolumeID != v.VolumeID })))
 		}
 	}
-}
-
-func (c *kchaos) waitRunning(name string, timeout time.Duration) {
-	c.w.t.Helper()
-	c.w.eventually(timeout, "Pod "+name+" Running (a Pod the run did not delete must run)", func() bool {
-		p, err := c.w.client.CoreV1().Pods(c.w.ns).Get(c.w.ctx, name, metav1.GetOptions{})
-		return err == nil && p.Status.Phase == v1.PodRunning
-	})
 }
 
 // checkAttaches checks the attach of every Pod that ran with

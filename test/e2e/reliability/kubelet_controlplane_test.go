@@ -109,36 +109,6 @@ func (w *kubeletWorld) countOK(method string) int {
 	return n
 }
 
-// mustPod is pod that fails the test on an error.
-func (w *kubeletWorld) mustPod(name, node, claim string) {
-	w.t.Helper()
-	if err := w.pod(name, node, claim); err != nil {
-		w.t.Fatal(err)
-	}
-}
-
-// waitRunning waits for Pod name to be Running.
-func (w *kubeletWorld) waitRunning(name string) {
-	w.t.Helper()
-	w.eventually(90*time.Second, "Pod "+name+" Running", func() bool {
-		p, err := w.client.CoreV1().Pods(w.ns).Get(w.ctx, name, metav1.GetOptions{})
-		return err == nil && p.Status.Phase == v1.PodRunning
-	})
-}
-
-// waitPodGone waits for Pod name to be removed (the kubelet unmounted its
-// volumes first).
-func (w *kubeletWorld) waitPodGone(name string) {
-	w.t.Helper()
-	w.eventually(90*time.Second, "Pod "+name+" gone", func() bool {
-		gone, err := w.podGone(name)
-		if err != nil {
-			w.t.Log(err)
-		}
-		return gone
-	})
-}
-
 // TestRealKubelet_controllerKilledMidAttachAndMidDetach_orderHolds is
 // TestControllerKilled_midAttachAndMidDetach_newInstanceFinishesTheWork
 // on real kubelets: two hollow nodes, six volumes. With ControllerPublish

@@ -1,7 +1,6 @@
 package reliability_test
 
 import (
-	"context"
 	"fmt"
 	"testing"
 	"time"
@@ -9,13 +8,11 @@ import (
 	"google.golang.org/grpc/codes"
 	v1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/latchcsi/latch/internal/attachdetach/controller"
 	"github.com/latchcsi/latch/internal/csimock"
 	"github.com/latchcsi/latch/internal/kube"
 	"github.com/latchcsi/latch/internal/stack"
-	"github.com/latchcsi/latch/internal/testsupport"
 	"github.com/latchcsi/latch/internal/testsupport/kubeletorder"
 )
 
@@ -49,7 +46,7 @@ func TestRealKubelet_podDeletedBeforeItsKubeletSawIt_detachedUnmountedNeverMount
 	if err := h.StartKubelet(w.ctx); err != nil {
 		t.Fatal(err)
 	}
-	testsupport.Eventually(t, w.ctx, 90*time.Second, "Pod p gone", func(context.Context) (bool, error) { return w.podGone("p") })
+	w.waitPodGone("p")
 	for _, c := range kubeletorder.VolumeCalls(w.mock.Calls(), pv, stack.NodeID(node)) {
 		if kubeletorder.IsNodeMethod(c.Method) && (c.Method == "NodeStageVolume" || c.Method == "NodePublishVolume") {
 			t.Errorf("%s of %s on %s (#%d at %s) after its detach (VolumeAttachment deleted at RV %d)", c.Method, pv, node, c.ID, kubeletorder.Stamp(c.Start), deleted.RV)
@@ -96,7 +93,7 @@ func TestRealKubelet_podDeletedBeforeItsNodeStatusListsTheVolume_detachPassesThe
 		w.hist.MustFirst(t, "the kubelet's status of Pod "+pod, kubeletorder.PodNamed(pod, func(p *v1.Pod) bool { return len(p.Status.Conditions) > 0 }))
 		w.deletePod(pod)
 		w.waitGone(pv, node)
-		testsupport.Eventually(t, w.ctx, 90*time.Second, "Pod "+pod+" gone", func(context.Context) (bool, error) { return w.podGone(pod) })
+		w.waitPodGone(pod)
 		deleted := w.hist.MustFirst(t, "VolumeAttachment of "+pv+" deleted", kubeletorder.VANamed(w.vaName(pv, node), func(va *storagev1.VolumeAttachment) bool { return va.DeletionTimestamp != nil }))
 		if _, ok := w.hist.First(kubeletorder.After(deleted.RV, kubeletorder.NodeNamed(node, func(n *v1.Node) bool {
 			return kubeletorder.InUse(n, kube.UniqueVolumeName(w.driver, pv))
@@ -131,10 +128,7 @@ func TestRealKubelet_attacherKilledMidUnpublish_detachPassesTheOrderCheck(t *tes
 	if err := w.pod("p", node, pv); err != nil {
 		t.Fatal(err)
 	}
-	w.eventually(90*time.Second, "Pod p Running", func() bool {
-		p, err := w.client.CoreV1().Pods(w.ns).Get(w.ctx, "p", metav1.GetOptions{})
-		return err == nil && p.Status.Phase == v1.PodRunning
-	})
+	w.waitRunning("p")
 	// Slower than the new instance takes to start, within the attacher's
 	// CSI timeout (attacherConfig: 3 s): the dead instance's call
 	// succeeds late.
@@ -153,7 +147,7 @@ func TestRealKubelet_attacherKilledMidUnpublish_detachPassesTheOrderCheck(t *tes
 	if ok < 2 {
 		t.Fatalf("%d successful ControllerUnpublish calls of %s, want the dead instance's and the new one's:\n%s", ok, pv, kubeletorder.CallTable(w.mock.CallsTo("ControllerUnpublishVolume")))
 	}
-	testsupport.Eventually(t, w.ctx, 90*time.Second, "Pod p gone", func(context.Context) (bool, error) { return w.podGone("p") })
+	w.waitPodGone("p")
 	w.checkNothingLeft(time.Minute)
 	if n := w.checkDetaches(); n != 1 {
 		t.Errorf("%d detaches checked, want 1", n)
