@@ -10,14 +10,9 @@
 package interop
 
 import (
-	"os"
 	"testing"
 
 	"github.com/latchcsi/latch/internal/testsupport"
 )
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	testsupport.RemoveBinaries()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { testsupport.RunTestMain(m) }
