@@ -42,11 +42,7 @@ func logKeyUses(t *testing.T, dirs ...string) []logKeyUse {
 				return err
 			}
 			ast.Inspect(f, func(n ast.Node) bool {
-				call, ok := n.(*ast.CallExpr)
-				if !ok {
-					return true
-				}
-				sel, ok := call.Fun.(*ast.SelectorExpr)
+				call, sel, ok := methodCall(n)
 				if !ok {
 					return true
 				}
@@ -75,12 +71,19 @@ func logKeyUses(t *testing.T, dirs ...string) []logKeyUse {
 	return uses
 }
 
-func isObjectRef(e ast.Expr) bool {
-	call, ok := e.(*ast.CallExpr)
+// methodCall is n as a call of a selector (x.Name(...)): the call and its
+// selector; ok is false for any other node.
+func methodCall(n ast.Node) (*ast.CallExpr, *ast.SelectorExpr, bool) {
+	call, ok := n.(*ast.CallExpr)
 	if !ok {
-		return false
+		return nil, nil, false
 	}
 	sel, ok := call.Fun.(*ast.SelectorExpr)
+	return call, sel, ok
+}
+
+func isObjectRef(e ast.Expr) bool {
+	_, sel, ok := methodCall(e)
 	if !ok {
 		return false
 	}

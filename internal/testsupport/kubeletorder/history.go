@@ -87,16 +87,7 @@ func Record(t testing.TB, ctx context.Context, client kubernetes.Interface, ns s
 
 // First is the earliest recorded change (by RV) that match accepts.
 func (h *History) First(match func(Change) bool) (Change, bool) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	var best Change
-	found := false
-	for _, c := range h.changes {
-		if match(c) && (!found || c.RV < best.RV) {
-			best, found = c, true
-		}
-	}
-	return best, found
+	return h.pick(match, func(c, best Change) bool { return c.RV < best.RV })
 }
 
 // MustFirst is First that fails the test, naming what was looked for.
@@ -126,12 +117,18 @@ const RecordLag = 30 * time.Second
 
 // Last is the latest recorded change (by RV) that match accepts.
 func (h *History) Last(match func(Change) bool) (Change, bool) {
+	return h.pick(match, func(c, best Change) bool { return c.RV > best.RV })
+}
+
+// pick is the recorded change that match accepts and that beats every
+// other such change (better(c, best) says c beats best).
+func (h *History) pick(match func(Change) bool, better func(c, best Change) bool) (Change, bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	var best Change
 	found := false
 	for _, c := range h.changes {
-		if match(c) && (!found || c.RV > best.RV) {
+		if match(c) && (!found || better(c, best)) {
 			best, found = c, true
 		}
 	}
