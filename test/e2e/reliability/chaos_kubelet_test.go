@@ -90,9 +90,7 @@ type kchaos struct {
 // across a restart, a volume staged but not published.
 func TestChaos_realKubelets_seededFaultsInvariantsHold(t *testing.T) {
 	size := pickChaosSize(kchaosShort, kchaosSoak)
-	seed := chaosSeed(t)
-	t.Logf("real-kubelet chaos seed %d (replay with LATCH_CHAOS_SEED=%d)", seed, seed)
-	fmt.Fprintf(os.Stderr, "real-kubelet chaos seed %d\n", seed)
+	seed := chaosSeed(t, "real-kubelet chaos")
 	start := time.Now()
 
 	w := newKubeletWorld(t, controller.Config{}, size.nodes)

@@ -44,16 +44,19 @@ func pickChaosSize(short, soak chaosSize) chaosSize {
 }
 
 // chaosSeed is LATCH_CHAOS_SEED when set, else a fresh seed; either way it
-// is printed so a failing run can be replayed.
-func chaosSeed(t *testing.T) uint64 {
+// is printed, as run's seed, to the test log and to stderr so a failing
+// run can be replayed.
+func chaosSeed(t *testing.T, run string) uint64 {
+	seed := uint64(time.Now().UnixNano())
 	if s := os.Getenv("LATCH_CHAOS_SEED"); s != "" {
-		seed, err := strconv.ParseUint(s, 10, 64)
-		if err != nil {
+		var err error
+		if seed, err = strconv.ParseUint(s, 10, 64); err != nil {
 			t.Fatalf("LATCH_CHAOS_SEED=%q: %v", s, err)
 		}
-		return seed
 	}
-	return uint64(time.Now().UnixNano())
+	t.Logf("%s seed %d (replay with LATCH_CHAOS_SEED=%d)", run, seed, seed)
+	fmt.Fprintf(os.Stderr, "%s seed %d\n", run, seed)
+	return seed
 }
 
 // chaos is one run's bookkeeping.
@@ -75,9 +78,7 @@ type chaos struct {
 
 func TestChaos_seededRandomFaults_invariantsHold(t *testing.T) {
 	size := pickChaosSize(chaosShort, chaosSoak)
-	seed := chaosSeed(t)
-	t.Logf("chaos seed %d (replay with LATCH_CHAOS_SEED=%d)", seed, seed)
-	fmt.Fprintf(os.Stderr, "chaos seed %d\n", seed)
+	seed := chaosSeed(t, "chaos")
 	start := time.Now()
 
 	e := newEnv(t, options{ctrl: controller.Config{Workers: 8, MaxWaitForUnmount: 3 * time.Second}})

@@ -27,11 +27,8 @@ import (
 func TestRealKubelet_apiServerRestartMidBurst_everyAttachAndDetachInOrder(t *testing.T) {
 	w := newKubeletWorld(t, controller.Config{}, 2)
 	const n = 10
-	pvs := make([]string, n)
+	pvs := w.volumes(n)
 	node := func(i int) string { return w.nodes[i%len(w.nodes)] }
-	for i := range n {
-		pvs[i] = w.volume(fmt.Sprintf("v%d", i))
-	}
 	for i := range n / 2 {
 		w.mustPod(fmt.Sprintf("p%d", i), node(i), pvs[i])
 	}
@@ -123,11 +120,8 @@ func (w *kubeletWorld) countOK(method string) int {
 func TestRealKubelet_controllerKilledMidAttachAndMidDetach_orderHolds(t *testing.T) {
 	w := newKubeletWorld(t, controller.Config{}, 2)
 	const n = 6
-	pvs := make([]string, n)
+	pvs := w.volumes(n)
 	node := func(i int) string { return w.nodes[i%len(w.nodes)] }
-	for i := range n {
-		pvs[i] = w.volume(fmt.Sprintf("v%d", i))
-	}
 	w.fault(csimock.Rule{Method: "ControllerPublishVolume", Latency: 300 * time.Millisecond})
 	for i := range n {
 		w.mustPod(fmt.Sprintf("p%d", i), node(i), pvs[i])
