@@ -10,7 +10,6 @@ package attachdetach_test
 import (
 	"fmt"
 	"slices"
-	"strings"
 	"testing"
 
 	"google.golang.org/grpc/codes"
@@ -85,14 +84,7 @@ func (e *env) addHollowNodeWith(name string, extra ...*csimock.Driver) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		if err := h.Stop(); err != nil {
-			t.Errorf("hollow node %s: %v", name, err)
-		}
-		if t.Failed() {
-			t.Logf("hollow kubelet %s log (tail):\n%s", name, tail(log.String(), 80))
-		}
-	})
+	t.Cleanup(func() { testsupport.StopHollowKubelet(t, name, h, log, 80) })
 	e.nodes = append(e.nodes, name)
 	e.real.nodes[name] = h
 	want := []string{e.driver}
@@ -210,14 +202,6 @@ func (e *env) checkEveryDetachChecked() {
 			e.t.Errorf("the detach of %s from %s (ControllerUnpublish #%d) was not checked against the kubelet's order", c.VolumeID, c.NodeID, c.ID)
 		}
 	}
-}
-
-func tail(s string, lines int) string {
-	l := strings.Split(s, "\n")
-	if len(l) > lines {
-		l = l[len(l)-lines:]
-	}
-	return strings.Join(l, "\n")
 }
 
 // stopKubeletOf stops node's hollow kubelet (SIGTERM): its Pods and

@@ -138,12 +138,7 @@ func (r *rig) addNode(name string, maxVolumes int64) *node {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		if err := n.Stop(); err != nil {
-			t.Errorf("hollow node %s: %v", name, err)
-		}
-		if t.Failed() {
-			t.Logf("hollow kubelet %s log (tail):\n%s", name, tail(n.log.String(), 120))
-		}
+		testsupport.StopHollowKubelet(t, name, n, n.log, 120)
 		_ = os.RemoveAll(root)
 		deleteNode(t, r.client, name)
 	})
