@@ -2,14 +2,18 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"runtime"
+	"runtime/pprof"
 	"time"
 
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/klog/v2"
 
 	"github.com/latchcsi/latch/internal/localcluster"
 )
@@ -50,6 +54,12 @@ type ScaleSizes struct {
 	TrickleWindow time.Duration `json:"trickleWindow"`
 	// ActionTimeout bounds each wait for a first action.
 	ActionTimeout time.Duration `json:"actionTimeout"`
+	// ControlPlaneMemoryLimitMiB is the soft memory limit latch-scale sets
+	// on its own process (API server, etcd, harness; 0: none). At the full
+	// size the control plane's live heap is ~9 GB, and Go's default
+	// headroom (GOGC=100) would double it past what a 24 GiB machine has
+	// beside kube-controller-manager (docs/scale.md).
+	ControlPlaneMemoryLimitMiB int `json:"controlPlaneMemoryLimitMiB"`
 }
 
 // ScaleSizesFor returns the sizes of a named size.
@@ -60,7 +70,9 @@ func ScaleSizesFor(s ScaleSize) (ScaleSizes, error) {
 	case ScaleMedium:
 		return ScaleSizes{Nodes: 1000, Volumes: 10000, Creators: 64, WritesWindow: time.Minute, IdleWindow: time.Minute, TrickleWindow: time.Minute, ActionTimeout: 5 * time.Minute}, nil
 	case ScaleFull:
-		return ScaleSizes{Nodes: 10000, Volumes: 100000, Creators: 96, WritesWindow: time.Minute, IdleWindow: 2 * time.Minute, TrickleWindow: 10 * time.Minute, ActionTimeout: 10 * time.Minute}, nil
+		// Ten minutes of steady state per controller, two of them idle and
+		// eight with the trickle, so that the whole run fits in 45 minutes.
+		return ScaleSizes{Nodes: 10000, Volumes: 100000, Creators: 96, WritesWindow: time.Minute, IdleWindow: 2 * time.Minute, TrickleWindow: 8 * time.Minute, ActionTimeout: 10 * time.Minute, ControlPlaneMemoryLimitMiB: 12 << 10}, nil
 	}
 	return ScaleSizes{}, fmt.Errorf("unknown scale size %q (want small, medium or full)", s)
 }
@@ -83,6 +95,10 @@ type ScaleConfig struct {
 	Cleanup bool
 	Out     io.Writer
 	RunID   string
+	// HeapProfileDir, when set, receives a heap profile of this process
+	// (the API server, etcd and the harness) after the objects are created
+	// and at the end of the run: heap-objects.pprof, heap-end.pprof.
+	HeapProfileDir string
 }
 
 // ScaleReport is one scale run: the issue's top-level figures (nil: not
@@ -173,6 +189,7 @@ func RunScale(ctx context.Context, cfg ScaleConfig) (*ScaleReport, error) {
 	rep.Figures["writes_window_s"] = cfg.Sizes.WritesWindow.Seconds()
 	rep.Figures["idle_window_s"] = cfg.Sizes.IdleWindow.Seconds()
 	rep.Figures["trickle_window_s"] = cfg.Sizes.TrickleWindow.Seconds()
+	rep.Figures["control_plane_gogc"], rep.Figures["control_plane_memory_limit_mib"] = collectorSettings()
 	e := &scaleEnv{cfg: &cfg, sz: cfg.Sizes, client: client, writes: writes, admin: admin, rest: cfg.Cluster.RESTConfig(), rep: rep}
 	fmt.Fprintf(cfg.Out, "latch scale: size=%s nodes=%d volumes=%d cpus=%d logs=%s\n", cfg.Size, cfg.Sizes.Nodes, cfg.Sizes.Volumes, runtime.NumCPU(), cfg.LogDir)
 
@@ -200,6 +217,8 @@ func (e *scaleEnv) run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("create the objects: %w", err)
 	}
+	e.heapProfile(ctx, "objects")
+	defer e.heapProfile(ctx, "end")
 	if err := e.attacherColdStart(ctx); err != nil {
 		return fmt.Errorf("csi-attacher cold start: %w", err)
 	}
@@ -217,6 +236,29 @@ func (e *scaleEnv) run(ctx context.Context) error {
 		e.rep.Notes = append(e.rep.Notes, "kube-controller-manager was not run (no binary)")
 	}
 	return nil
+}
+
+// heapProfile writes this process's heap profile as heap-<step>.pprof into
+// HeapProfileDir, after a collection so that it shows the live heap. A
+// failure is a note in the report, not a failed run.
+func (e *scaleEnv) heapProfile(ctx context.Context, step string) {
+	if e.cfg.HeapProfileDir == "" {
+		return
+	}
+	runtime.GC()
+	path := filepath.Join(e.cfg.HeapProfileDir, "heap-"+step+".pprof")
+	f, err := os.Create(path)
+	if err == nil {
+		err = errors.Join(pprof.WriteHeapProfile(f), f.Close())
+	}
+	if err != nil {
+		e.rep.Notes = append(e.rep.Notes, fmt.Sprintf("heap profile %s: %v", step, err))
+		return
+	}
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	e.rep.Figures["control_plane_heap_"+step+"_mb"] = round2(float64(ms.HeapAlloc) / (1 << 20))
+	klog.FromContext(ctx).Info("Wrote a heap profile of the control plane", "step", step, "path", path, "heapMiB", ms.HeapAlloc>>20)
 }
 
 func (r *ScaleReport) check(name, target, value string, pass bool) {

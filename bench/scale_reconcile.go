@@ -17,7 +17,8 @@ const reconcileLatency = 200 * time.Millisecond
 
 // reconcileOverlap starts csi-attacher again with a ListVolumes reconcile
 // slower than its --timeout (each page takes reconcileLatency, --timeout
-// is 1.5 pages) and its period (--reconcile-sync of half a page): a whole
+// is 3 pages, so that a page held up on a busy machine still fits, while a
+// whole reconcile of 20 pages or more does not) and its period (--reconcile-sync of half a page): a whole
 // reconcile must still finish (it has its own --reconcile-timeout), runs
 // must never overlap (at most one ListVolumes call in flight), and nothing
 // is published or unpublished.
@@ -33,7 +34,7 @@ func (e *scaleEnv) reconcileOverlap(ctx context.Context) error {
 	publishBefore := len(w.driverMock.CallsTo("ControllerPublishVolume"))
 	unpublishBefore := len(w.driverMock.CallsTo("ControllerUnpublishVolume"))
 	maxBefore := w.driverMock.Stats().Methods["ListVolumes"].MaxInFlight
-	timeout := reconcileLatency * 3 / 2
+	timeout := reconcileLatency * 3
 	p, err := startScaleProc("csi-attacher", e.cfg.AttacherBinary, filepath.Join(e.cfg.LogDir, "csi-attacher-reconcile.log"), nil,
 		"--csi-address=unix://"+w.socket, "--kubeconfig="+e.cfg.Kubeconfig,
 		"--timeout="+timeout.String(), "--reconcile-sync="+(reconcileLatency/2).String(),

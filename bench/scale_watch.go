@@ -12,6 +12,8 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/latchcsi/latch/internal/kube"
 )
 
 // placement is a volume (its PV's name) on a node.
@@ -52,7 +54,7 @@ func watchAttachments(ctx context.Context, client kubernetes.Interface, driver s
 	aw := newAttachWatcher(driver)
 	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	aw.stop = cancel
-	f := informers.NewSharedInformerFactory(client, 0)
+	f := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTransform(kube.StripManagedFields))
 	vas := f.Storage().V1().VolumeAttachments().Informer()
 	nodes := f.Core().V1().Nodes().Informer()
 	_, _ = vas.AddEventHandler(cache.ResourceEventHandlerFuncs{

@@ -23,6 +23,8 @@ import (
 	"k8s.io/client-go/util/workqueue"
 	csitrans "k8s.io/csi-translation-lib"
 	"k8s.io/klog/v2"
+
+	"github.com/latchcsi/latch/internal/kube"
 )
 
 // Annotation and taint names the kubelet stand-in uses. They mirror the
@@ -80,9 +82,23 @@ type Kubelet struct {
 	startedMu  sync.Mutex
 }
 
+// trimForStandIn is the stand-in's informer transform. It reads no managed
+// fields, and of a claim only spec.volumeName; at the scale run's sizes
+// (docs/scale.md) the stand-in's caches are a large part of the harness's
+// memory.
+func trimForStandIn(obj any) (any, error) {
+	if pvc, ok := obj.(*v1.PersistentVolumeClaim); ok {
+		return &v1.PersistentVolumeClaim{
+			ObjectMeta: metav1.ObjectMeta{Name: pvc.Name, Namespace: pvc.Namespace, UID: pvc.UID, ResourceVersion: pvc.ResourceVersion},
+			Spec:       v1.PersistentVolumeClaimSpec{VolumeName: pvc.Spec.VolumeName},
+		}, nil
+	}
+	return kube.StripManagedFields(obj)
+}
+
 // NewKubelet returns a stand-in for simulated nodes; call Run to start it.
 func NewKubelet(client kubernetes.Interface) *Kubelet {
-	f := informers.NewSharedInformerFactory(client, 0)
+	f := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTransform(trimForStandIn))
 	k := &Kubelet{
 		client:     client,
 		factory:    f,

@@ -3,6 +3,7 @@ package localcluster
 import (
 	"context"
 	"encoding/json"
+	"reflect"
 	"slices"
 	"testing"
 	"time"
@@ -238,4 +239,34 @@ func TestKubeletWaitsForTheCSITranslationOfAMigratedInlineVolume(t *testing.T) {
 	// csi-translation-lib's handle for an inline GCE PD volume without a zone.
 	setVolumesAttached(t, s.ctx, s.client, s.node, UniqueVolumeName("pd.csi.storage.gke.io", "projects/UNSPECIFIED/zones/UNSPECIFIED/disks/disk-1"))
 	s.waitRunning("pod Running once the translated volume is attached")
+}
+
+func TestTrimForStandIn_keepsWhatTheStandInReads(t *testing.T) {
+	claim := &v1.PersistentVolumeClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: "data", Namespace: "ns", UID: "u1", ResourceVersion: "7",
+			Labels: map[string]string{"app": "x"}, ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "m"}}},
+		Spec:   v1.PersistentVolumeClaimSpec{VolumeName: "pv-1", AccessModes: []v1.PersistentVolumeAccessMode{v1.ReadWriteOnce}},
+		Status: v1.PersistentVolumeClaimStatus{Phase: v1.ClaimBound},
+	}
+	got, err := trimForStandIn(claim)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := &v1.PersistentVolumeClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: "data", Namespace: "ns", UID: "u1", ResourceVersion: "7"},
+		Spec:       v1.PersistentVolumeClaimSpec{VolumeName: "pv-1"},
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("trimmed claim = %+v, want %+v", got, want)
+	}
+	again, _ := trimForStandIn(got)
+	if !reflect.DeepEqual(again, want) {
+		t.Errorf("trimming twice = %+v, want %+v", again, want)
+	}
+	pod := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "m"}}},
+		Spec: v1.PodSpec{NodeName: "n1", Containers: []v1.Container{{Name: "c"}}}}
+	out, _ := trimForStandIn(pod)
+	if p := out.(*v1.Pod); p.ManagedFields != nil || p.Spec.NodeName != "n1" || len(p.Spec.Containers) != 1 {
+		t.Errorf("pod after the transform = %+v, want only its managed fields gone", p)
+	}
 }

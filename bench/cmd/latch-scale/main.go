@@ -15,6 +15,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime/debug"
 	"strings"
 	"syscall"
 	"time"
@@ -34,10 +35,12 @@ func run(args []string) int {
 	volumes := fs.Int("volumes", 0, "Override the size's volume count.")
 	creators := fs.Int("creators", 0, "Override the size's creates in flight.")
 	window := fs.Duration("writes-window", 0, "Override how long after each start the components' writes are counted (the size's own: 10s small, 1m otherwise).")
-	trickle := fs.Duration("trickle-window", 0, "Override how long the trickle (1 Pod created and 1 deleted per second) runs for each controller (the size's own: 10s small, 1m medium, 10m full).")
+	trickle := fs.Duration("trickle-window", 0, "Override how long the trickle (1 Pod created and 1 deleted per second) runs for each controller (the size's own: 10s small, 1m medium, 8m full).")
 	maxEntries := fs.Int("max-entries", 500, "csi-attacher's --max-entries: the page size of the ListVolumes reconcile that is timed.")
 	noKCM := fs.Bool("no-kcm", false, "Leave kube-controller-manager out (its first build takes minutes).")
 	out := fs.String("out", "bench/results", "Directory of the JSON report (latch-scale-<size>-<UTC>.json).")
+	heapDir := fs.String("heap-profile", "", "Write heap profiles of this process (API server, etcd, harness) after the objects are created and at the end into this directory.")
+	memLimit := fs.Int("control-plane-memory-limit-mib", -1, "Soft memory limit of this process in MiB (Go's GOMEMLIMIT), which runs the API server, etcd and the harness; -1: the size's own (12288 full, none otherwise); 0 keeps Go's own (the GOMEMLIMIT environment variable, else none). The components are child processes and keep theirs.")
 	workDir := fs.String("work-dir", "", "Directory for binaries, kubeconfig and logs; default: a new temporary directory (kept, its path is printed).")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -59,6 +62,16 @@ func run(args []string) int {
 		}
 	}
 	sz.MaxEntries = *maxEntries
+	if *memLimit < -1 {
+		fmt.Fprintln(os.Stderr, "latch-scale: --control-plane-memory-limit-mib must be -1 (the size's own), 0 (Go's own) or a size in MiB")
+		return 2
+	}
+	if *memLimit == -1 {
+		*memLimit = sz.ControlPlaneMemoryLimitMiB
+	}
+	if *memLimit > 0 {
+		debug.SetMemoryLimit(int64(*memLimit) << 20)
+	}
 	if *window > 0 {
 		sz.WritesWindow = *window
 	}
@@ -67,7 +80,7 @@ func run(args []string) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	rep, err := scale(ctx, bench.ScaleSize(*size), sz, *workDir, *out, !*noKCM)
+	rep, err := scale(ctx, bench.ScaleSize(*size), sz, *workDir, *out, *heapDir, !*noKCM)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "latch-scale:", err)
 		return 1
@@ -79,7 +92,7 @@ func run(args []string) int {
 	return 0
 }
 
-func scale(ctx context.Context, size bench.ScaleSize, sz bench.ScaleSizes, workDir, outDir string, withKCM bool) (*bench.ScaleReport, error) {
+func scale(ctx context.Context, size bench.ScaleSize, sz bench.ScaleSizes, workDir, outDir, heapDir string, withKCM bool) (*bench.ScaleReport, error) {
 	workDir, err := bench.PrepareWorkDir(workDir, "latch-scale")
 	if err != nil {
 		return nil, err
@@ -103,6 +116,7 @@ func scale(ctx context.Context, size bench.ScaleSize, sz bench.ScaleSizes, workD
 		AttacherBinary:   filepath.Join(binDir, "csi-attacher"),
 		ControllerBinary: filepath.Join(binDir, "attachdetach-controller"),
 		Kubeconfig:       filepath.Join(workDir, "kubeconfig"),
+		HeapProfileDir:   heapDir,
 	}
 	if withKCM {
 		fmt.Println("building kube-controller-manager v1.36.3 (minutes when the build cache is cold)")
