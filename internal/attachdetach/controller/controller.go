@@ -233,7 +233,9 @@ func New(cfg Config, client kubernetes.Interface, factory informers.SharedInform
 		// Every key woken before the rebuild ends (by the informers'
 		// initial events, then by the rebuild) is held and sorted into
 		// the key queue's lanes by releaseKeys.
-		held: map[state.Key]struct{}{},
+		held:     map[state.Key]struct{}{},
+		heldPods: map[string]struct{}{},
+		heldVAs:  map[string]struct{}{},
 	}
 
 	if err := c.addHandlers(nodes, pvcs, drivers, vas, csiNodes); err != nil {

@@ -72,6 +72,7 @@ func (c *Controller) rebuild(ctx context.Context) {
 	for _, node := range nodes {
 		c.wake.NodeStatus(node.Name)
 	}
+	c.wake.releaseHeld()
 	urgent, settled := c.wake.releaseKeys(c.settledAtStart)
 	logger.Info("Rebuilt the actual state of the world", "nodes", len(nodes), "volumeAttachments", len(vas), "attachments", len(keys), "pods", len(pods), "podsRecorded", recorded,
 		"keysToCheckFirst", urgent, "keysSettled", settled)
@@ -102,6 +103,7 @@ func (c *Controller) recordPods(ctx context.Context, pods []*v1.Pod) int {
 			continue
 		}
 		key := state.PodKey(pod.Namespace, pod.Name)
+		c.wake.PodRecorded(key)
 		if _, err := c.syncPod(ctx, key); err != nil {
 			logger.Error(err, "Could not record the Pod's volumes at start; retrying", "pod", klog.KObj(pod))
 			c.wake.Pod(pod.Namespace, pod.Name)

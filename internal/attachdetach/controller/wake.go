@@ -66,6 +66,15 @@ type wake struct {
 	// at start (holdKeys .. releaseKeys); nil otherwise.
 	heldMu sync.Mutex
 	held   map[state.Key]struct{}
+	// heldPods and heldVAs collect, until releaseHeld, the Pod and
+	// VolumeAttachment wakes of the informers' initial events (one per
+	// object of the cluster); nil otherwise. The rebuild records every
+	// Pod and registers every VolumeAttachment itself, so queued, these
+	// would only run passes with nothing to do, and a queue's tables
+	// (Go maps, which never shrink) would stay sized for the whole
+	// cluster for the life of the process.
+	heldPods map[string]struct{}
+	heldVAs  map[string]struct{}
 }
 
 // runners returns the four queues, for Run and the backlog metrics.
@@ -92,7 +101,46 @@ func (w *wake) backlog() int {
 // --- The Pod queue ---
 
 // Pod wakes the Pod namespace/name: it was added, changed or deleted.
-func (w *wake) Pod(namespace, name string) { w.pods.Enqueue(state.PodKey(namespace, name)) }
+func (w *wake) Pod(namespace, name string) {
+	key := state.PodKey(namespace, name)
+	w.heldMu.Lock()
+	if w.heldPods != nil {
+		w.heldPods[key] = struct{}{}
+		w.heldMu.Unlock()
+		return
+	}
+	w.heldMu.Unlock()
+	w.pods.Enqueue(key)
+}
+
+// PodRecorded drops a held wake of the Pod key: the rebuild is about to
+// record the Pod from the lister, which holds every change whose event
+// woke it so far (a handler runs after its informer's store changed). A
+// wake that comes after this stays held and is queued by releaseHeld.
+func (w *wake) PodRecorded(key string) {
+	w.heldMu.Lock()
+	defer w.heldMu.Unlock()
+	delete(w.heldPods, key)
+}
+
+// releaseHeld stops holding Pod and VolumeAttachment wakes and sends the
+// held ones on: the Pods the rebuild did not record to the Pod queue, and
+// each VolumeAttachment as VolumeAttachment would have (its key, still
+// held until releaseKeys, when the rebuild registered its name; the
+// VolumeAttachment queue otherwise). The rebuild calls it after it
+// registered every name and before releaseKeys.
+func (w *wake) releaseHeld() {
+	w.heldMu.Lock()
+	pods, vas := w.heldPods, w.heldVAs
+	w.heldPods, w.heldVAs = nil, nil
+	w.heldMu.Unlock()
+	for key := range pods {
+		w.pods.Enqueue(key)
+	}
+	for name := range vas {
+		w.VolumeAttachment(name)
+	}
+}
 
 // PodsBy wakes the Pods the Pod informer's index lists under value: the
 // Pods that use a changed PVC (podByClaimIndex), an inline volume of a
@@ -259,6 +307,13 @@ func (w *wake) Plan(p decide.Plan, applied bool) {
 // state.Names index knows it, and hands unknown names to the
 // VolumeAttachment queue, which resolves them.
 func (w *wake) VolumeAttachment(name string) {
+	w.heldMu.Lock()
+	if w.heldVAs != nil {
+		w.heldVAs[name] = struct{}{}
+		w.heldMu.Unlock()
+		return
+	}
+	w.heldMu.Unlock()
 	if key, ok := w.names.Get(name); ok {
 		w.key(key)
 		return
