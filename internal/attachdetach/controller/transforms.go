@@ -1,6 +1,8 @@
 package controller
 
 import (
+	"unique"
+
 	v1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -27,8 +29,9 @@ import (
 //     kind but emptyDir, secret, configMap, downwardAPI, projected,
 //     hostPath and image, which no CSI driver attaches);
 //   - Pod status: phase, the PodScheduled condition (the
-//     schedule-to-attach metric) and, per container, whether it is
-//     waiting, running or terminated (volume.PodTerminated);
+//     schedule-to-attach metric) and, once the Pod is being deleted, per
+//     container, whether it is waiting, running or terminated
+//     (volume.PodTerminated reads them of a deleted Pod only);
 //   - claim: spec.volumeName and status.phase;
 //   - CSI PersistentVolume (see trimPV): name, UID, resourceVersion,
 //     spec.csi.driver and volumeHandle, access modes, the claim reference's
@@ -52,17 +55,21 @@ func trimPod(obj any) (any, error) {
 	}
 	out := &v1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
-			Name: pod.Name, Namespace: pod.Namespace, UID: pod.UID, ResourceVersion: pod.ResourceVersion,
+			Name: pod.Name, Namespace: intern(pod.Namespace), UID: pod.UID, ResourceVersion: pod.ResourceVersion,
 			CreationTimestamp: pod.CreationTimestamp, DeletionTimestamp: pod.DeletionTimestamp,
-			DeletionGracePeriodSeconds: pod.DeletionGracePeriodSeconds,
 		},
-		Spec: v1.PodSpec{NodeName: pod.Spec.NodeName},
-		Status: v1.PodStatus{
-			Phase:                      pod.Status.Phase,
-			InitContainerStatuses:      containerStates(pod.Status.InitContainerStatuses),
-			ContainerStatuses:          containerStates(pod.Status.ContainerStatuses),
-			EphemeralContainerStatuses: containerStates(pod.Status.EphemeralContainerStatuses),
-		},
+		Spec:   v1.PodSpec{NodeName: intern(pod.Spec.NodeName)},
+		Status: v1.PodStatus{Phase: pod.Status.Phase},
+	}
+	if pod.DeletionTimestamp != nil {
+		// volume.PodTerminated reads the container states only of a Pod
+		// being deleted; every other Pod (almost all of them) goes without.
+		// The update that sets the deletion timestamp carries them, and
+		// podVolumesUnchanged compares PodNeedsVolumes of the old and the
+		// new object, so the handlers see that Pod's change as before.
+		out.Status.InitContainerStatuses = containerStates(pod.Status.InitContainerStatuses)
+		out.Status.ContainerStatuses = containerStates(pod.Status.ContainerStatuses)
+		out.Status.EphemeralContainerStatuses = containerStates(pod.Status.EphemeralContainerStatuses)
 	}
 	for _, v := range pod.Spec.Volumes {
 		if mayBeAttachable(&v) {
@@ -125,7 +132,7 @@ func trimPVC(obj any) (any, error) {
 	}
 	return &v1.PersistentVolumeClaim{
 		ObjectMeta: metav1.ObjectMeta{
-			Name: pvc.Name, Namespace: pvc.Namespace, UID: pvc.UID, ResourceVersion: pvc.ResourceVersion,
+			Name: pvc.Name, Namespace: intern(pvc.Namespace), UID: pvc.UID, ResourceVersion: pvc.ResourceVersion,
 			CreationTimestamp: pvc.CreationTimestamp, DeletionTimestamp: pvc.DeletionTimestamp,
 			OwnerReferences: pvc.OwnerReferences,
 		},
@@ -179,17 +186,24 @@ func trimPV(obj any) (any, error) {
 		Spec:       v1.PersistentVolumeSpec{AccessModes: pv.Spec.AccessModes},
 	}
 	if csi := pv.Spec.CSI; csi != nil {
-		out.Spec.CSI = &v1.CSIPersistentVolumeSource{Driver: csi.Driver, VolumeHandle: csi.VolumeHandle}
+		out.Spec.CSI = &v1.CSIPersistentVolumeSource{Driver: intern(csi.Driver), VolumeHandle: csi.VolumeHandle}
 	} else {
 		out.Spec.PersistentVolumeSource = pv.Spec.PersistentVolumeSource
 	}
 	if ref := pv.Spec.ClaimRef; ref != nil {
-		out.Spec.ClaimRef = &v1.ObjectReference{Namespace: ref.Namespace, Name: ref.Name, UID: ref.UID}
+		out.Spec.ClaimRef = &v1.ObjectReference{Namespace: intern(ref.Namespace), Name: ref.Name, UID: ref.UID}
 	}
 	return out, nil
 }
 
 var _ cache.TransformFunc = trimPV
+
+// intern returns the one shared copy of s. The names that the cached
+// objects of a cluster repeat (namespaces, node names, driver names) are
+// then held once, not once per Pod, claim, PV and VolumeAttachment as
+// each decode allocates them; the trims only use it for such names, since
+// a name only one object carries would cost an entry in unique's table.
+func intern(s string) string { return unique.Make(s).Value() }
 
 // pvTranslator answers trimPV's IsPVMigratable; csi-translation-lib's
 // translator holds no state.
@@ -202,12 +216,14 @@ func trimVA(obj any) (any, error) {
 	if !ok {
 		return obj, nil
 	}
+	spec := va.Spec
+	spec.Attacher, spec.NodeName = intern(spec.Attacher), intern(spec.NodeName)
 	return &storagev1.VolumeAttachment{
 		ObjectMeta: metav1.ObjectMeta{
 			Name: va.Name, UID: va.UID, ResourceVersion: va.ResourceVersion,
 			CreationTimestamp: va.CreationTimestamp, DeletionTimestamp: va.DeletionTimestamp,
 		},
-		Spec: va.Spec,
+		Spec: spec,
 		Status: storagev1.VolumeAttachmentStatus{
 			Attached: va.Status.Attached, AttachError: va.Status.AttachError, DetachError: va.Status.DetachError,
 		},
