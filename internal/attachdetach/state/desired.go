@@ -78,8 +78,11 @@ type desiredNode struct {
 }
 
 type desiredVolume struct {
-	// spec is the latest resolution any pod was added with.
-	spec volume.Attachable
+	// spec is the latest resolution any pod was added with. It and the
+	// users' specs point to copies AddPod made, which nothing writes to:
+	// a volume wanted by one pod (almost every one) holds its resolution
+	// once, not twice (an Attachable is about 140 bytes).
+	spec *volume.Attachable
 	// users are the pods that want the volume on the node, each with its
 	// resolution (see Wanted.Specs), in no order. A slice, not a map:
 	// almost every volume has one pod, and a map's smallest table holds
@@ -90,11 +93,11 @@ type desiredVolume struct {
 // volumeUser is one pod that wants a volume on a node.
 type volumeUser struct {
 	pod  PodRef
-	spec volume.Attachable
+	spec *volume.Attachable
 }
 
 // set records pod's resolution, replacing what it had.
-func (dv *desiredVolume) set(pod PodRef, spec volume.Attachable) {
+func (dv *desiredVolume) set(pod PodRef, spec *volume.Attachable) {
 	for i := range dv.users {
 		if dv.users[i].pod.UID == pod.UID {
 			dv.users[i] = volumeUser{pod: pod, spec: spec}
@@ -221,8 +224,10 @@ func (d *Desired) AddPod(pod PodRef, node string, vols []volume.Attachable) (cha
 			n.volumes[a.UniqueName] = dv
 			d.indexLocked(a.UniqueName, node)
 		}
-		dv.spec = a
-		dv.set(pod, a)
+		spec := new(volume.Attachable)
+		*spec = a
+		dv.spec = spec
+		dv.set(pod, spec)
 		p.volumes = append(p.volumes, a.UniqueName)
 		changed = append(changed, Key{Volume: a.UniqueName, Node: node})
 	}
@@ -291,9 +296,9 @@ func (dv *desiredVolume) wanted() Wanted {
 	specs := make([]volume.Attachable, len(dv.users))
 	pods := make([]PodRef, len(dv.users))
 	for i, u := range dv.users {
-		specs[i], pods[i] = u.spec, u.pod
+		specs[i], pods[i] = *u.spec, u.pod
 	}
-	return Wanted{Volume: dv.spec, Specs: distinctSpecs(specs), Pods: sortPods(pods)}
+	return Wanted{Volume: *dv.spec, Specs: distinctSpecs(specs), Pods: sortPods(pods)}
 }
 
 // distinctSpecs sorts out by SpecName and access modes and returns it

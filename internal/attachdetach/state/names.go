@@ -1,6 +1,10 @@
 package state
 
-import "sync"
+import (
+	"crypto/sha256"
+	"strings"
+	"sync"
+)
 
 // Names indexes VolumeAttachment names by the key they belong to, so a
 // VolumeAttachment event is routed without resolving its PV. Names are
@@ -9,19 +13,65 @@ import "sync"
 // (ForgetIf), so the index holds one name per live key rather than every
 // name ever seen. A name the index does not know is resolved by the
 // caller (the controller's VolumeAttachment queue).
+//
+// The names the controller makes ("csi-" and the hex SHA-256 of handle,
+// driver and node) are kept as their 32-byte digest, in the map's own
+// table: as strings, each would be a 68-byte allocation (80 with its size
+// class) beside the map, one per attached volume. Any other name is kept
+// as it is.
 type Names struct {
-	mu    sync.Mutex
-	names map[string]Key
+	mu      sync.Mutex
+	digests map[nameDigest]Key
+	others  map[string]Key
+}
+
+// nameDigest is the digest a controller-made VolumeAttachment name spells.
+type nameDigest [sha256.Size]byte
+
+const namePrefix = "csi-"
+
+// digestOf returns the digest name spells when it has the form of the
+// names the controller makes: the prefix, then exactly 64 lowercase hex
+// digits (hex.EncodeToString's form; a name in capitals is another name).
+func digestOf(name string) (nameDigest, bool) {
+	var d nameDigest
+	digits, ok := strings.CutPrefix(name, namePrefix)
+	if !ok || len(digits) != 2*len(d) {
+		return d, false
+	}
+	for i := range d {
+		hi, ok1 := lowerHexDigit(digits[2*i])
+		lo, ok2 := lowerHexDigit(digits[2*i+1])
+		if !ok1 || !ok2 {
+			return d, false
+		}
+		d[i] = hi<<4 | lo
+	}
+	return d, true
+}
+
+func lowerHexDigit(c byte) (byte, bool) {
+	switch {
+	case '0' <= c && c <= '9':
+		return c - '0', true
+	case 'a' <= c && c <= 'f':
+		return c - 'a' + 10, true
+	}
+	return 0, false
 }
 
 // NewNames returns an empty index.
-func NewNames() *Names { return &Names{names: map[string]Key{}} }
+func NewNames() *Names { return &Names{digests: map[nameDigest]Key{}, others: map[string]Key{}} }
 
 // Set records that the VolumeAttachment name belongs to key.
 func (n *Names) Set(name string, key Key) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	n.names[name] = key
+	if d, ok := digestOf(name); ok {
+		n.digests[d] = key
+		return
+	}
+	n.others[name] = key
 }
 
 // ForgetIf drops name if it still maps to key and unused reports true;
@@ -31,10 +81,14 @@ func (n *Names) Set(name string, key Key) {
 func (n *Names) ForgetIf(name string, key Key, unused func() bool) bool {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if k, ok := n.names[name]; !ok || k != key || !unused() {
+	if k, ok := n.getLocked(name); !ok || k != key || !unused() {
 		return false
 	}
-	delete(n.names, name)
+	if d, ok := digestOf(name); ok {
+		delete(n.digests, d)
+	} else {
+		delete(n.others, name)
+	}
 	return true
 }
 
@@ -42,13 +96,21 @@ func (n *Names) ForgetIf(name string, key Key, unused func() bool) bool {
 func (n *Names) Len() int {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	return len(n.names)
+	return len(n.digests) + len(n.others)
 }
 
 // Get returns the key of the VolumeAttachment name.
 func (n *Names) Get(name string) (Key, bool) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	k, ok := n.names[name]
+	return n.getLocked(name)
+}
+
+func (n *Names) getLocked(name string) (Key, bool) {
+	if d, ok := digestOf(name); ok {
+		k, found := n.digests[d]
+		return k, found
+	}
+	k, ok := n.others[name]
 	return k, ok
 }
