@@ -108,7 +108,7 @@ func podUsing(name, node, claim string) *v1.Pod {
 
 // fakeWorld is one controller on a fake clientset.
 type fakeWorld struct {
-	t        *testing.T
+	t        testing.TB
 	ctx      context.Context
 	client   *fake.Clientset
 	tracker  *kubetest.VersionedTracker
@@ -125,7 +125,7 @@ type fakeWorld struct {
 	uids atomic.Int64
 }
 
-func newFakeWorld(t *testing.T, cfg Config, objs ...runtime.Object) *fakeWorld {
+func newFakeWorld(t testing.TB, cfg Config, objs ...runtime.Object) *fakeWorld {
 	t.Helper()
 	return newFakeWorldWith(t, cfg, nil, objs...)
 }
@@ -133,7 +133,7 @@ func newFakeWorld(t *testing.T, cfg Config, objs ...runtime.Object) *fakeWorld {
 // newFakeWorldWith is newFakeWorld with beforeStart called once the
 // controller is built and before anything runs: the place to prepend
 // reactors, wrap a store or mark watch events to be missed.
-func newFakeWorldWith(t *testing.T, cfg Config, beforeStart func(*fakeWorld), objs ...runtime.Object) *fakeWorld {
+func newFakeWorldWith(t testing.TB, cfg Config, beforeStart func(*fakeWorld), objs ...runtime.Object) *fakeWorld {
 	t.Helper()
 	_, ctx := ktesting.NewTestContext(t)
 	ctx, cancel := context.WithCancel(ctx)

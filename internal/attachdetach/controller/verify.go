@@ -39,16 +39,16 @@ func (c *Controller) verify(ctx context.Context) {
 			c.wake.UnknownVolumeAttachment(va.Name)
 			continue
 		}
-		e, known := c.asw.Get(key)
+		st, known := c.asw.StateOf(key)
 		facts := decide.VAFactsOf(va)
-		if !known || facts.Attached != (e.State == state.StateAttached) && !facts.Deleting {
+		if !known || facts.Attached != (st == state.StateAttached) && !facts.Deleting {
 			drift++
 			c.wake.Key(key)
 		}
 	}
 	// Every actual state entry the controller believes has a
 	// VolumeAttachment must still have one.
-	for _, k := range c.asw.Keys() {
+	for _, k := range c.asw.KeysAnyOrder() {
 		name, err := volume.AttachmentNameFor(k.Volume, k.Node)
 		if err != nil {
 			continue

@@ -143,14 +143,35 @@ func sortedViewsLocked[M comparable](a *Actual, set iter.Seq[M], key func(M) Key
 	return out
 }
 
-// Keys returns every key, sorted; for periodic safety resyncs.
-func (a *Actual) Keys() []Key {
+// StateOf returns key's AttachState, and whether the actual state has the
+// key, without copying its entry: the verify pass reads nothing else, for
+// every key once per period.
+func (a *Actual) StateOf(key Key) (AttachState, bool) {
+	a.mu.RLock()
+	defer a.mu.RUnlock()
+	e, ok := a.entries[key]
+	if !ok {
+		return 0, false
+	}
+	return e.State, true
+}
+
+// KeysAnyOrder is Keys without the sort, for callers that visit every
+// key and need no order (the verify pass: sorting 100,000 keys was an
+// eighth of its time).
+func (a *Actual) KeysAnyOrder() []Key {
 	a.mu.RLock()
 	defer a.mu.RUnlock()
 	out := make([]Key, 0, len(a.entries))
 	for k := range a.entries {
 		out = append(out, k)
 	}
+	return out
+}
+
+// Keys returns every key, sorted; for periodic safety resyncs.
+func (a *Actual) Keys() []Key {
+	out := a.KeysAnyOrder()
 	sortKeys(out)
 	return out
 }
