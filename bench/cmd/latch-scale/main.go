@@ -35,7 +35,7 @@ func run(args []string) int {
 	volumes := fs.Int("volumes", 0, "Override the size's volume count.")
 	creators := fs.Int("creators", 0, "Override the size's creates in flight.")
 	window := fs.Duration("writes-window", 0, "Override how long after each start the components' writes are counted (the size's own: 10s small, 1m otherwise).")
-	trickle := fs.Duration("trickle-window", 0, "Override how long the trickle (1 Pod created and 1 deleted per second) runs for each controller (the size's own: 10s small, 1m medium, 8m full).")
+	trickle := fs.Duration("trickle-window", 0, "Override how long the trickle (1 Pod created and 1 deleted per second) runs for each controller (the size's own: 10s small, 1m medium, 7m full).")
 	maxEntries := fs.Int("max-entries", 500, "csi-attacher's --max-entries: the page size of the ListVolumes reconcile that is timed.")
 	noKCM := fs.Bool("no-kcm", false, "Leave kube-controller-manager out (its first build takes minutes).")
 	out := fs.String("out", "bench/results", "Directory of the JSON report (latch-scale-<size>-<UTC>.json).")
