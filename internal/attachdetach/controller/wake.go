@@ -103,13 +103,9 @@ func (w *wake) backlog() int {
 // Pod wakes the Pod namespace/name: it was added, changed or deleted.
 func (w *wake) Pod(namespace, name string) {
 	key := state.PodKey(namespace, name)
-	w.heldMu.Lock()
-	if w.heldPods != nil {
-		w.heldPods[key] = struct{}{}
-		w.heldMu.Unlock()
+	if hold(&w.heldMu, &w.heldPods, key) {
 		return
 	}
-	w.heldMu.Unlock()
 	w.pods.Enqueue(key)
 }
 
@@ -178,14 +174,22 @@ func (w *wake) PodsOfDriver(driver string) {
 // key wakes k: held from the controller's construction until the rebuild
 // at start ends (releaseKeys), queued at once afterwards.
 func (w *wake) key(k state.Key) {
-	w.heldMu.Lock()
-	if w.held != nil {
-		w.held[k] = struct{}{}
-		w.heldMu.Unlock()
+	if hold(&w.heldMu, &w.held, k) {
 		return
 	}
-	w.heldMu.Unlock()
 	w.keys.Enqueue(k)
+}
+
+// hold adds k to *held and reports true while holding is on (*held is
+// not nil); under mu, which guards every held set.
+func hold[K comparable](mu *sync.Mutex, held *map[K]struct{}, k K) bool {
+	mu.Lock()
+	defer mu.Unlock()
+	if *held == nil {
+		return false
+	}
+	(*held)[k] = struct{}{}
+	return true
 }
 
 // releaseKeys queues the keys held since the controller was built (the
@@ -307,13 +311,9 @@ func (w *wake) Plan(p decide.Plan, applied bool) {
 // state.Names index knows it, and hands unknown names to the
 // VolumeAttachment queue, which resolves them.
 func (w *wake) VolumeAttachment(name string) {
-	w.heldMu.Lock()
-	if w.heldVAs != nil {
-		w.heldVAs[name] = struct{}{}
-		w.heldMu.Unlock()
+	if hold(&w.heldMu, &w.heldVAs, name) {
 		return
 	}
-	w.heldMu.Unlock()
 	if key, ok := w.names.Get(name); ok {
 		w.key(key)
 		return
