@@ -22,10 +22,11 @@ import (
 
 // The volumes created at start, past the pre-attached ones.
 const (
-	startAttacherVA = iota // a VolumeAttachment the harness creates for the cold attacher
-	startLatchPod          // a Pod created when latch's controller starts
-	startKCMPod            // a Pod created when kube-controller-manager starts
-	startProbeLatch        // the probes that the in-process attacher is ready
+	startAttacherVA        = iota // a VolumeAttachment the harness creates for the cold attacher
+	startAttacherLimitedVA        // the same for the cold attacher with a container's memory limit
+	startLatchPod                 // a Pod created when latch's controller starts
+	startKCMPod                   // a Pod created when kube-controller-manager starts
+	startProbeLatch               // the probes that the in-process attacher is ready
 	startProbeKCM
 	startReserved // the first index the trickle and the bursts hand out
 )
@@ -37,15 +38,7 @@ const (
 func (e *scaleEnv) attacherColdStart(ctx context.Context) error {
 	w := e.w
 	i := w.volumes + startAttacherVA
-	if err := w.createVolume(ctx, i, false); err != nil {
-		return err
-	}
-	va := newVA(w.va(i), w.driver, w.pv(i), w.node(i))
-	if _, err := e.client.StorageV1().VolumeAttachments().Create(ctx, va, metav1.CreateOptions{}); err != nil {
-		return err
-	}
-	// Its Pod, so that the controllers started later want it.
-	if err := w.createPod(ctx, i); err != nil {
+	if err := e.newAttacherVA(ctx, i); err != nil {
 		return err
 	}
 	publishesBefore := len(w.driverMock.CallsTo("ControllerPublishVolume"))
@@ -96,6 +89,20 @@ func (e *scaleEnv) attacherColdStart(ctx context.Context) error {
 	e.rep.check("csi-attacher: no ControllerPublish for an attached VolumeAttachment", "0", fmt.Sprint(others), others == 0)
 	e.rep.check("csi-attacher: no ControllerUnpublish at start", "0", fmt.Sprint(unpublishes), unpublishes == 0)
 	return e.checkNothingDetached(ctx, "csi-attacher")
+}
+
+// newAttacherVA creates volume i, a VolumeAttachment of it not yet
+// attached, and its Pod, so that the controllers started later want it.
+func (e *scaleEnv) newAttacherVA(ctx context.Context, i int) error {
+	w := e.w
+	if err := w.createVolume(ctx, i, false); err != nil {
+		return err
+	}
+	va := newVA(w.va(i), w.driver, w.pv(i), w.node(i))
+	if _, err := e.client.StorageV1().VolumeAttachments().Create(ctx, va, metav1.CreateOptions{}); err != nil {
+		return err
+	}
+	return w.createPod(ctx, i)
 }
 
 // writeSnapshot is the API server's write counts less the harness's and
@@ -268,6 +275,7 @@ func (e *scaleEnv) controllerColdStart(ctx context.Context, which string) error 
 	if err := e.checkNothingDetached(ctx, which); err != nil {
 		return err
 	}
+	e.progress("%s: cold start, writes window and idle window done", which)
 	// Steady state with a trickle, then the recovery burst (it fails nodes
 	// for good, so it comes last), with the same controller and attacher.
 	aw, err := watchAttachments(ctx, e.admin, w.driver)
@@ -275,18 +283,19 @@ func (e *scaleEnv) controllerColdStart(ctx context.Context, which string) error 
 		return err
 	}
 	defer aw.close()
+	e.progress("%s: watching the attachments", which)
 	t := time.Now()
 	if err := e.trickle(ctx, p, which, prefix, aw, attWrites); err != nil {
 		return fmt.Errorf("trickle: %w", err)
 	}
 	e.rep.Figures[prefix+"trickle_step_s"] = round2(time.Since(t).Seconds())
-	fmt.Fprintf(e.cfg.Out, "  %s: trickle done in %.1fs\n", which, time.Since(t).Seconds())
+	e.progress("%s: trickle done in %.1fs", which, time.Since(t).Seconds())
 	t = time.Now()
 	if err := e.recoveryBurst(ctx, p, which, prefix, aw); err != nil {
 		return fmt.Errorf("recovery burst: %w", err)
 	}
 	e.rep.Figures[prefix+"recovery_step_s"] = round2(time.Since(t).Seconds())
-	fmt.Fprintf(e.cfg.Out, "  %s: recovery burst done in %.1fs\n", which, time.Since(t).Seconds())
+	e.progress("%s: recovery burst done in %.1fs", which, time.Since(t).Seconds())
 	return p.alive()
 }
 
@@ -353,7 +362,7 @@ func (e *scaleEnv) idle(ctx context.Context, p *scaleProc, prefix string) error 
 	if err != nil {
 		return err
 	}
-	u0 := p.usage()
+	u0, gc0 := p.usage(), p.gc()
 	select {
 	case <-ctx.Done():
 		return ctx.Err()
@@ -362,13 +371,19 @@ func (e *scaleEnv) idle(ctx context.Context, p *scaleProc, prefix string) error 
 	if err := p.alive(); err != nil {
 		return err
 	}
-	u1 := p.usage()
+	u1, gc := p.usage(), p.gc().Sub(gc0)
 	after, err := apiRequests(ctx, e.admin)
 	if err != nil {
 		return err
 	}
 	win := e.sz.IdleWindow.Seconds()
 	e.rep.Figures[prefix+"controller_idle_cpu_percent"] = round2(100 * (u1.CPUSeconds - u0.CPUSeconds) / win)
+	// The share of the idle CPU that went to Go's collector, from the
+	// child's gctrace lines (a collection is forced every two minutes
+	// when none ran, and marks the whole live heap).
+	e.rep.Figures[prefix+"controller_idle_gc_cpu_percent"] = round2(100 * gc.CPUSeconds / win)
+	e.rep.Figures[prefix+"controller_idle_gcs"] = gc.Count
+	e.rep.Figures[prefix+"controller_idle_gcs_forced"] = gc.Forced
 	e.rep.Figures[prefix+"idle_api_requests_per_minute"] = round2(float64(after-before) * 60 / win)
 	e.rep.Figures[prefix+"controller_idle_rss_mb"] = round2(float64(u1.PeakRSSBytes) / (1 << 20))
 	return nil

@@ -35,6 +35,54 @@ type milestoneWriter struct {
 	milestones []milestone
 	next       int
 	seen       map[string]time.Time
+	gc         gcTally
+}
+
+// gcTally sums the Go runtime's collection trace (GODEBUG=gctrace=1, one
+// line per collection on stderr): how many ran, how many the runtime
+// forced because none had run for two minutes, and their CPU time.
+type gcTally struct {
+	Count, Forced int
+	CPUSeconds    float64
+}
+
+// Sub is t minus an earlier tally.
+func (t gcTally) Sub(earlier gcTally) gcTally {
+	return gcTally{Count: t.Count - earlier.Count, Forced: t.Forced - earlier.Forced, CPUSeconds: t.CPUSeconds - earlier.CPUSeconds}
+}
+
+// add counts line when it is a collection trace line:
+//
+//	gc 7 @120.5s 0%: 0.02+310+0.01 ms clock, 0.05+0/290/20+0.02 ms cpu, 700->701->690 MB, ... (forced)
+//
+// Its CPU is the sum of the "ms cpu" phases (stop-the-world, assist,
+// background, idle marking, stop-the-world); idle marking runs on
+// otherwise idle cores and counts in the process's CPU time too.
+func (t *gcTally) add(line string) {
+	if !strings.HasPrefix(line, "gc ") {
+		return
+	}
+	_, rest, ok := strings.Cut(line, " ms clock, ")
+	if !ok {
+		return
+	}
+	phases, _, ok := strings.Cut(rest, " ms cpu")
+	if !ok {
+		return
+	}
+	var ms float64
+	for _, f := range strings.FieldsFunc(phases, func(r rune) bool { return r == '+' || r == '/' }) {
+		v, err := strconv.ParseFloat(f, 64)
+		if err != nil {
+			return
+		}
+		ms += v
+	}
+	t.Count++
+	t.CPUSeconds += ms / 1000
+	if strings.HasSuffix(line, "(forced)") {
+		t.Forced++
+	}
 }
 
 func (m *milestoneWriter) Write(p []byte) (int, error) {
@@ -50,6 +98,7 @@ func (m *milestoneWriter) Write(p []byte) (int, error) {
 		}
 		line := string(m.partial[:i])
 		m.partial = m.partial[i+1:]
+		m.gc.add(line)
 		if m.next < len(m.milestones) && strings.Contains(line, m.milestones[m.next].substr) {
 			m.seen[m.milestones[m.next].key] = now
 			m.next++
@@ -58,13 +107,22 @@ func (m *milestoneWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
+// startScaleProc starts binary with GODEBUG=gctrace=1 so that its
+// collections can be told apart from its own work (scaleProc.gc).
 func startScaleProc(name, binary, logPath string, milestones []milestone, args ...string) (*scaleProc, error) {
+	return startScaleProcEnv(name, binary, logPath, nil, milestones, args...)
+}
+
+// startScaleProcEnv is startScaleProc with env added to the child's
+// environment.
+func startScaleProcEnv(name, binary, logPath string, env []string, milestones []milestone, args ...string) (*scaleProc, error) {
 	f, err := os.Create(logPath)
 	if err != nil {
 		return nil, err
 	}
 	w := &milestoneWriter{file: f, milestones: milestones, seen: map[string]time.Time{}}
 	cmd := exec.Command(binary, args...)
+	cmd.Env = append(append(os.Environ(), "GODEBUG=gctrace=1"), env...)
 	cmd.Stdout, cmd.Stderr = w, w
 	p := &scaleProc{name: name, cmd: cmd, exited: make(chan struct{}), out: w, log: f}
 	p.started = time.Now()
@@ -85,6 +143,13 @@ func (p *scaleProc) since(key string) (float64, bool) {
 		return 0, false
 	}
 	return at.Sub(p.started).Seconds(), true
+}
+
+// gc is the process's collections so far, from its trace lines.
+func (p *scaleProc) gc() gcTally {
+	p.out.mu.Lock()
+	defer p.out.mu.Unlock()
+	return p.out.gc
 }
 
 // usage is the process's CPU time and peak RSS so far.

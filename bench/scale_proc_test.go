@@ -44,3 +44,27 @@ func TestMilestonesMatchWholeLinesInOrderOnly(t *testing.T) {
 		t.Fatal("the controller's cache-sync line was not matched")
 	}
 }
+
+// The collector's trace lines are summed: their CPU phases, and the
+// collections the runtime forced; other lines do not count.
+func TestGCTallySumsTraceLines(t *testing.T) {
+	var g gcTally
+	for _, line := range []string{
+		"gc 1 @0.012s 2%: 0.026+0.39+0.042 ms clock, 0.21+0.25/0.38/0.49+0.33 ms cpu, 4->4->0 MB, 4 MB goal, 0 MB stacks, 0 MB globals, 8 P",
+		`I1126 "gc 2 @1s looks like a trace line" ms clock, x ms cpu`,
+		"gc 9 @240.100s 0%: 0.05+410+0.02 ms clock, 0.1+0/380/25+0.04 ms cpu, 700->701->690 MB, 1380 MB goal, 0 MB stacks, 0 MB globals, 2 P (forced)",
+		"scvg: 1 MB released",
+	} {
+		g.add(line)
+	}
+	if g.Count != 2 || g.Forced != 1 {
+		t.Fatalf("count %d forced %d, want 2 and 1", g.Count, g.Forced)
+	}
+	want := (0.21 + 0.25 + 0.38 + 0.49 + 0.33 + 0.1 + 0 + 380 + 25 + 0.04) / 1000
+	if d := g.CPUSeconds - want; d > 1e-9 || d < -1e-9 {
+		t.Fatalf("CPU %.6f s, want %.6f", g.CPUSeconds, want)
+	}
+	if d := g.Sub(gcTally{Count: 1, CPUSeconds: want / 2}); d.Count != 1 || d.Forced != 1 {
+		t.Fatalf("Sub: %+v", d)
+	}
+}

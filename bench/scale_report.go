@@ -42,7 +42,8 @@ func (r *ScaleReport) PrintTable(out io.Writer) {
 	for _, k := range []string{
 		"controller_ready_s", "controller_rebuilt_s", "controller_first_action_s", "controller_attached_s",
 		"controller_peak_rss_mb", "controller_cpu_s_first_window", "controller_writes_first_minute",
-		"controller_idle_cpu_percent", "controller_idle_rss_mb", "idle_api_requests_per_minute",
+		"controller_idle_cpu_percent", "controller_idle_gc_cpu_percent", "controller_idle_gcs", "controller_idle_gcs_forced",
+		"controller_idle_rss_mb", "idle_api_requests_per_minute",
 		"controller_trickle_cpu_percent", "controller_trickle_rss_mb", "trickle_api_requests_per_minute", "controller_trickle_writes_per_minute",
 		"trickle_pods_created", "trickle_attach_p50_s", "trickle_attach_p99_s",
 		"recovery_volumes", "recovery_p50_s", "recovery_p99_s", "recovery_all_attached_s", "recovery_fail_s", "controller_recovery_cpu_s", "recovery_api_writes_per_s", "recovery_double_attached",
@@ -52,6 +53,8 @@ func (r *ScaleReport) PrintTable(out io.Writer) {
 	for _, k := range []string{
 		"attacher_ready_s", "attacher_peak_rss_mb", "attacher_cpu_s_first_window", "attacher_publishes_at_start",
 		"attacher_unpublishes_at_start", "attacher_writes_first_window", "listvolumes_reconcile_wall_s", "listvolumes_reconcile_cpu_s",
+		"attacher_limited_container_memory_mib", "attacher_limited_gomemlimit_mib", "attacher_limited_ready_s",
+		"attacher_limited_peak_rss_mb", "attacher_limited_cpu_s", "attacher_limited_gc_cpu_s",
 		"create_total_s", "harness_writes", "control_plane_peak_rss_mb", "wall_s",
 	} {
 		fmt.Fprintf(out, "%-34s %14s %14s\n", k, show(r.Figures[k]), "")

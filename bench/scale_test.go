@@ -109,10 +109,59 @@ func TestScaleSmallColdStartsDetachNothingPublishNothingAttachedAndActFirst(t *t
 			t.Errorf("%s = %v, want 50", k, got[k])
 		}
 	}
+	// The second csi-attacher start ran as in a 512 MiB container: it
+	// took 90% of it as Go's memory limit, and its figures are reported.
+	if v, _ := got["attacher_limited_gomemlimit_mib"].(float64); v != 460 {
+		t.Errorf("attacher_limited_gomemlimit_mib = %v, want 460", got["attacher_limited_gomemlimit_mib"])
+	}
+	for _, k := range []string{"attacher_limited_ready_s", "attacher_limited_peak_rss_mb"} {
+		if v, _ := got[k].(float64); v <= 0 {
+			t.Errorf("%s = %v, want a measured figure", k, got[k])
+		}
+	}
+	limitedLog, err := os.ReadFile(filepath.Join(dir, "csi-attacher-limited.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Contains(limitedLog, []byte("Go memory limit from GOMEMLIMIT")) || !bytes.Contains(limitedLog, []byte("460MiB")) {
+		t.Errorf("the memory-limited csi-attacher did not log its GOMEMLIMIT of 460MiB:\n%s", testsupport.LastLines(string(limitedLog), 20))
+	}
+	// Its collections are told apart (gctrace), for latch's controller and
+	// for kube-controller-manager.
+	for _, k := range []string{"controller_idle_gcs", "kcm_controller_idle_gcs", "controller_idle_gc_cpu_percent"} {
+		if _, ok := got[k].(float64); !ok {
+			t.Errorf("%s = %v, want a number", k, got[k])
+		}
+	}
 	if v, _ := got["nodes"].(float64); v != 50 {
 		t.Errorf("nodes = %v, want 50", got["nodes"])
 	}
 	if v, _ := got["volumes"].(float64); v != 500 {
 		t.Errorf("volumes = %v, want 500", got["volumes"])
+	}
+}
+
+// Pods are created a node at a time, and every volume's Pod exactly once,
+// also when the volumes do not divide evenly among the nodes.
+func TestPodsByNodeGroupsEveryVolumeByItsNode(t *testing.T) {
+	for _, c := range []struct{ nodes, volumes int }{{3, 10}, {10, 100}, {7, 5}, {1, 4}} {
+		w := &scaleWorld{nodes: c.nodes, volumes: c.volumes}
+		order := w.podsByNode()
+		seen := map[int]bool{}
+		lastNode := -1
+		for _, i := range order {
+			if seen[i] || i < 0 || i >= c.volumes {
+				t.Fatalf("%+v: volume %d twice or out of range in %v", c, i, order)
+			}
+			seen[i] = true
+			if n := i % c.nodes; n < lastNode {
+				t.Fatalf("%+v: node %d after node %d in %v", c, n, lastNode, order)
+			} else {
+				lastNode = n
+			}
+		}
+		if len(seen) != c.volumes {
+			t.Fatalf("%+v: %d volumes, want %d", c, len(seen), c.volumes)
+		}
 	}
 }

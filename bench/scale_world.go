@@ -133,7 +133,7 @@ func (e *scaleEnv) buildWorld(ctx context.Context) (*scaleWorld, error) {
 	w.kubelet = localcluster.NewKubelet(kc)
 	kctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	w.stopKubelet, w.kubeletDone = cancel, make(chan struct{})
-	go func() { defer close(w.kubeletDone); w.kubelet.Run(kctx, 4) }()
+	go func() { defer close(w.kubeletDone); w.kubelet.Run(kctx, 16) }()
 	// 10% of the nodes per burst, two bursts, and at least one healthy
 	// node to move to.
 	if w.failK = w.nodes / 10; w.nodes-2*w.failK < 1 {
@@ -153,7 +153,7 @@ func (e *scaleEnv) buildWorld(ctx context.Context) (*scaleWorld, error) {
 			return fmt.Errorf("%s: %w", name, err)
 		}
 		e.rep.Figures["create_"+name+"_s"] = round2(time.Since(t).Seconds())
-		fmt.Fprintf(e.cfg.Out, "  created %-12s in %6.1fs\n", name, time.Since(t).Seconds())
+		e.progress("created %-12s in %6.1fs", name, time.Since(t).Seconds())
 		return nil
 	}
 	labels := map[string]string{"latch-scale": id}
@@ -180,7 +180,11 @@ func (e *scaleEnv) buildWorld(ctx context.Context) (*scaleWorld, error) {
 		return w, err
 	}
 	if err := step("pods", func() error {
-		return parallel(ctx, w.volumes, w.creators, func(ctx context.Context, i int) error { return w.createPod(ctx, i) })
+		// A node's Pods one after the other: the kubelet stand-in then
+		// starts them in one pass and reports the node's volumes in use
+		// in one status write instead of one per Pod.
+		order := w.podsByNode()
+		return parallel(ctx, w.volumes, w.creators, func(ctx context.Context, j int) error { return w.createPod(ctx, order[j]) })
 	}); err != nil {
 		return w, err
 	}
@@ -190,7 +194,7 @@ func (e *scaleEnv) buildWorld(ctx context.Context) (*scaleWorld, error) {
 	total := time.Since(began).Seconds()
 	e.rep.Figures["create_total_s"] = round2(total)
 	e.rep.Figures["harness_writes"] = e.writes.snapshot().Total()
-	fmt.Fprintf(e.cfg.Out, "  objects ready in %.1fs (%d harness writes, %d creators, protobuf)\n", total, e.writes.snapshot().Total(), w.creators)
+	e.progress("objects ready in %.1fs (%d harness writes, %d creators, protobuf)", total, e.writes.snapshot().Total(), w.creators)
 	return w, nil
 }
 
@@ -262,6 +266,18 @@ func (w *scaleWorld) patchAttached(ctx context.Context, n int) error {
 	patch, _ := json.Marshal(map[string]any{"status": map[string]any{"volumesAttached": attached}})
 	_, err := w.client.CoreV1().Nodes().Patch(ctx, w.nodeName(n), types.MergePatchType, patch, metav1.PatchOptions{}, "status")
 	return err
+}
+
+// podsByNode lists the volumes' indexes grouped by the node their Pod
+// runs on (volume i's Pod runs on node i mod nodes).
+func (w *scaleWorld) podsByNode() []int {
+	order := make([]int, 0, w.volumes)
+	for n := 0; n < w.nodes; n++ {
+		for i := n; i < w.volumes; i += w.nodes {
+			order = append(order, i)
+		}
+	}
+	return order
 }
 
 func (w *scaleWorld) createPod(ctx context.Context, i int) error {

@@ -35,11 +35,13 @@ func run(args []string) int {
 	volumes := fs.Int("volumes", 0, "Override the size's volume count.")
 	creators := fs.Int("creators", 0, "Override the size's creates in flight.")
 	window := fs.Duration("writes-window", 0, "Override how long after each start the components' writes are counted (the size's own: 10s small, 1m otherwise).")
-	trickle := fs.Duration("trickle-window", 0, "Override how long the trickle (1 Pod created and 1 deleted per second) runs for each controller (the size's own: 10s small, 1m medium, 7m full).")
+	trickle := fs.Duration("trickle-window", 0, "Override how long the trickle (1 Pod created and 1 deleted per second) runs for each controller (the size's own: 10s small, 1m medium, 6m full).")
 	maxEntries := fs.Int("max-entries", 500, "csi-attacher's --max-entries: the page size of the ListVolumes reconcile that is timed.")
 	noKCM := fs.Bool("no-kcm", false, "Leave kube-controller-manager out (its first build takes minutes).")
 	out := fs.String("out", "bench/results", "Directory of the JSON report (latch-scale-<size>-<UTC>.json).")
 	heapDir := fs.String("heap-profile", "", "Write heap profiles of this process (API server, etcd, harness) after the objects are created and at the end into this directory.")
+	cpuDir := fs.String("cpu-profile", "", "Write a CPU profile of this process (API server, etcd, harness) while the objects are created into this directory (cpu-objects.pprof).")
+	attMem := fs.Int("attacher-container-memory-mib", -1, "The container memory limit (MiB) of the second csi-attacher cold start, which gets 90% of it as GOMEMLIMIT as the binary takes from its container; -1: the size's own (512), 0: no second start.")
 	memLimit := fs.Int("control-plane-memory-limit-mib", -1, "Soft memory limit of this process in MiB (Go's GOMEMLIMIT), which runs the API server, etcd and the harness; -1: the size's own (12288 full, none otherwise); 0 keeps Go's own (the GOMEMLIMIT environment variable, else none). The components are child processes and keep theirs.")
 	workDir := fs.String("work-dir", "", "Directory for binaries, kubeconfig and logs; default: a new temporary directory (kept, its path is printed).")
 	if err := fs.Parse(args); err != nil {
@@ -72,6 +74,9 @@ func run(args []string) int {
 	if *memLimit > 0 {
 		debug.SetMemoryLimit(int64(*memLimit) << 20)
 	}
+	if *attMem >= 0 {
+		sz.AttacherContainerMemoryMiB = *attMem
+	}
 	if *window > 0 {
 		sz.WritesWindow = *window
 	}
@@ -80,7 +85,7 @@ func run(args []string) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	rep, err := scale(ctx, bench.ScaleSize(*size), sz, *workDir, *out, *heapDir, !*noKCM)
+	rep, err := scale(ctx, bench.ScaleSize(*size), sz, *workDir, *out, *heapDir, *cpuDir, !*noKCM)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "latch-scale:", err)
 		return 1
@@ -92,7 +97,7 @@ func run(args []string) int {
 	return 0
 }
 
-func scale(ctx context.Context, size bench.ScaleSize, sz bench.ScaleSizes, workDir, outDir, heapDir string, withKCM bool) (*bench.ScaleReport, error) {
+func scale(ctx context.Context, size bench.ScaleSize, sz bench.ScaleSizes, workDir, outDir, heapDir, cpuDir string, withKCM bool) (*bench.ScaleReport, error) {
 	workDir, err := bench.PrepareWorkDir(workDir, "latch-scale")
 	if err != nil {
 		return nil, err
@@ -117,6 +122,7 @@ func scale(ctx context.Context, size bench.ScaleSize, sz bench.ScaleSizes, workD
 		ControllerBinary: filepath.Join(binDir, "attachdetach-controller"),
 		Kubeconfig:       filepath.Join(workDir, "kubeconfig"),
 		HeapProfileDir:   heapDir,
+		CPUProfileDir:    cpuDir,
 	}
 	if withKCM {
 		fmt.Println("building kube-controller-manager v1.36.3 (minutes when the build cache is cold)")
