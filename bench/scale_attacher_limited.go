@@ -3,10 +3,7 @@ package bench
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 	"time"
-
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/latchcsi/latch/internal/app"
 )
@@ -32,23 +29,14 @@ func (e *scaleEnv) attacherLimitedColdStart(ctx context.Context) error {
 	if err := e.newAttacherVA(ctx, i); err != nil {
 		return err
 	}
-	publishesBefore := len(w.driverMock.CallsTo("ControllerPublishVolume"))
-	unpublishesBefore := len(w.driverMock.CallsTo("ControllerUnpublishVolume"))
+	calls := w.calls()
 	goLimit := int(float64(limit) * app.MemoryLimitRatio)
-	p, err := startScaleProcEnv("csi-attacher", e.cfg.AttacherBinary, filepath.Join(e.cfg.LogDir, "csi-attacher-limited.log"),
-		[]string{fmt.Sprintf("GOMEMLIMIT=%dMiB", goLimit)}, nil,
-		"--csi-address=unix://"+w.socket, "--kubeconfig="+e.cfg.Kubeconfig, fmt.Sprintf("--max-entries=%d", e.sz.MaxEntries))
+	p, err := e.startColdAttacher(ctx, i, "csi-attacher-limited.log", []string{fmt.Sprintf("GOMEMLIMIT=%dMiB", goLimit)},
+		fmt.Sprintf("--max-entries=%d", e.sz.MaxEntries))
 	if err != nil {
 		return err
 	}
 	defer p.stop()
-	err = p.waitUntil(ctx, e.sz.ActionTimeout, "the new VolumeAttachment attached", func(ctx context.Context) bool {
-		got, err := e.admin.StorageV1().VolumeAttachments().Get(ctx, w.va(i), metav1.GetOptions{})
-		return err == nil && got.Status.Attached
-	})
-	if err != nil {
-		return err
-	}
 	e.rep.Figures["attacher_limited_ready_s"] = round2(time.Since(p.started).Seconds())
 	select {
 	case <-ctx.Done():
@@ -59,13 +47,7 @@ func (e *scaleEnv) attacherLimitedColdStart(ctx context.Context) error {
 		return err
 	}
 	u, gc := p.usage(), p.gc()
-	var others int
-	for _, c := range w.driverMock.CallsTo("ControllerPublishVolume")[publishesBefore:] {
-		if c.VolumeID != w.pv(i) {
-			others++
-		}
-	}
-	unpublishes := len(w.driverMock.CallsTo("ControllerUnpublishVolume")) - unpublishesBefore
+	others, unpublishes := w.callsSince(calls, w.pv(i))
 	e.rep.Figures["attacher_limited_container_memory_mib"] = limit
 	e.rep.Figures["attacher_limited_gomemlimit_mib"] = goLimit
 	e.rep.Figures["attacher_limited_peak_rss_mb"] = round2(float64(u.PeakRSSBytes) / (1 << 20))

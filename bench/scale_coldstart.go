@@ -41,28 +41,19 @@ func (e *scaleEnv) attacherColdStart(ctx context.Context) error {
 	if err := e.newAttacherVA(ctx, i); err != nil {
 		return err
 	}
-	publishesBefore := len(w.driverMock.CallsTo("ControllerPublishVolume"))
-	unpublishesBefore := len(w.driverMock.CallsTo("ControllerUnpublishVolume"))
+	calls := w.calls()
 	before, err := e.writeSnapshot(ctx, nil)
 	if err != nil {
 		return err
 	}
-	p, err := startScaleProc("csi-attacher", e.cfg.AttacherBinary, filepath.Join(e.cfg.LogDir, "csi-attacher.log"), nil,
-		"--csi-address=unix://"+w.socket, "--kubeconfig="+e.cfg.Kubeconfig,
-		// The first ListVolumes reconcile runs when the writes window
-		// ends, in pages of MaxEntries (measured by listVolumesReconcile).
+	// The first ListVolumes reconcile runs when the writes window ends, in
+	// pages of MaxEntries (measured by listVolumesReconcile).
+	p, err := e.startColdAttacher(ctx, i, "csi-attacher.log", nil,
 		"--reconcile-sync="+e.sz.WritesWindow.String(), fmt.Sprintf("--max-entries=%d", e.sz.MaxEntries))
 	if err != nil {
 		return err
 	}
 	defer p.stop()
-	err = p.waitUntil(ctx, e.sz.ActionTimeout, "the new VolumeAttachment attached", func(ctx context.Context) bool {
-		got, err := e.admin.StorageV1().VolumeAttachments().Get(ctx, w.va(i), metav1.GetOptions{})
-		return err == nil && got.Status.Attached
-	})
-	if err != nil {
-		return err
-	}
 	e.rep.Figures["attacher_ready_s"] = round2(time.Since(p.started).Seconds())
 	e.restUntil(ctx, p)
 	after, err := e.writeSnapshot(ctx, nil)
@@ -72,13 +63,7 @@ func (e *scaleEnv) attacherColdStart(ctx context.Context) error {
 	if err := e.listVolumesReconcile(ctx, p); err != nil {
 		return err
 	}
-	var others int
-	for _, c := range w.driverMock.CallsTo("ControllerPublishVolume")[publishesBefore:] {
-		if c.VolumeID != w.pv(i) {
-			others++
-		}
-	}
-	unpublishes := len(w.driverMock.CallsTo("ControllerUnpublishVolume")) - unpublishesBefore
+	others, unpublishes := w.callsSince(calls, w.pv(i))
 	u := p.usage()
 	e.rep.Figures["attacher_peak_rss_mb"] = round2(float64(u.PeakRSSBytes) / (1 << 20))
 	e.rep.Figures["attacher_cpu_s_first_window"] = round2(u.CPUSeconds)
@@ -89,6 +74,47 @@ func (e *scaleEnv) attacherColdStart(ctx context.Context) error {
 	e.rep.check("csi-attacher: no ControllerPublish for an attached VolumeAttachment", "0", fmt.Sprint(others), others == 0)
 	e.rep.check("csi-attacher: no ControllerUnpublish at start", "0", fmt.Sprint(unpublishes), unpublishes == 0)
 	return e.checkNothingDetached(ctx, "csi-attacher")
+}
+
+// startColdAttacher starts csi-attacher (the binary, with env added to
+// its environment and args after its CSI address and kubeconfig) and
+// waits until it attached volume i's new VolumeAttachment: its ready time.
+// The caller stops it.
+func (e *scaleEnv) startColdAttacher(ctx context.Context, i int, logName string, env []string, args ...string) (*scaleProc, error) {
+	w := e.w
+	p, err := startScaleProcEnv("csi-attacher", e.cfg.AttacherBinary, filepath.Join(e.cfg.LogDir, logName), env, nil,
+		append([]string{"--csi-address=unix://" + w.socket, "--kubeconfig=" + e.cfg.Kubeconfig}, args...)...)
+	if err != nil {
+		return nil, err
+	}
+	err = p.waitUntil(ctx, e.sz.ActionTimeout, "the new VolumeAttachment attached", func(ctx context.Context) bool {
+		got, err := e.admin.StorageV1().VolumeAttachments().Get(ctx, w.va(i), metav1.GetOptions{})
+		return err == nil && got.Status.Attached
+	})
+	if err != nil {
+		p.stop()
+		return nil, err
+	}
+	return p, nil
+}
+
+// driverCalls counts the mock driver's ControllerPublish and
+// ControllerUnpublish calls so far.
+type driverCalls struct{ publishes, unpublishes int }
+
+func (w *scaleWorld) calls() driverCalls {
+	return driverCalls{len(w.driverMock.CallsTo("ControllerPublishVolume")), len(w.driverMock.CallsTo("ControllerUnpublishVolume"))}
+}
+
+// callsSince counts the ControllerPublish calls since before for any
+// volume but except, and every ControllerUnpublish since before.
+func (w *scaleWorld) callsSince(before driverCalls, except string) (publishes, unpublishes int) {
+	for _, c := range w.driverMock.CallsTo("ControllerPublishVolume")[before.publishes:] {
+		if c.VolumeID != except {
+			publishes++
+		}
+	}
+	return publishes, len(w.driverMock.CallsTo("ControllerUnpublishVolume")) - before.unpublishes
 }
 
 // newAttacherVA creates volume i, a VolumeAttachment of it not yet

@@ -36,7 +36,18 @@ type timedFIFO[K comparable] struct {
 	// marks are the keys whose next Push (or Touch) comes from
 	// EnqueueLater.
 	marks map[K]struct{}
+	// inLaterPeak and marksPeak are the most keys each map held since it
+	// was last made anew: Go's maps keep their tables when emptied, so a
+	// map that grew past shrinkAbove is replaced once it is empty again.
+	inLaterPeak, marksPeak int
 }
+
+// shrinkAbove is the size past which an emptied map of timedFIFO is
+// replaced by a new one. A controller's start enqueues every settled key
+// at once (Runner.EnqueueLater): at 100,000 volumes the lanes' storage
+// would otherwise stay sized for the whole cluster while the queue is
+// empty, which it is nearly always after the start.
+const shrinkAbove = 1024
 
 type timedItem[K comparable] struct {
 	key   K
@@ -57,13 +68,29 @@ func (q *timedFIFO[K]) markLater(key K) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	q.marks[key] = struct{}{}
+	q.marksPeak = max(q.marksPeak, len(q.marks))
 }
 
 // unmark says the next add of key is a plain one.
 func (q *timedFIFO[K]) unmark(key K) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	q.unmarkLocked(key)
+}
+
+func (q *timedFIFO[K]) unmarkLocked(key K) {
 	delete(q.marks, key)
+	if len(q.marks) == 0 && q.marksPeak > shrinkAbove {
+		q.marks, q.marksPeak = map[K]struct{}{}, 0
+	}
+}
+
+// leaveLater takes key out of inLater (the caller holds mu).
+func (q *timedFIFO[K]) leaveLater(key K) {
+	delete(q.inLater, key)
+	if len(q.inLater) == 0 && q.inLaterPeak > shrinkAbove {
+		q.inLater, q.inLaterPeak = map[K]struct{}{}, 0
+	}
 }
 
 // Touch is called when a queued item is added again. An item in the first
@@ -74,7 +101,7 @@ func (q *timedFIFO[K]) Touch(key K) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if _, marked := q.marks[key]; marked {
-		delete(q.marks, key)
+		q.unmarkLocked(key)
 		return
 	}
 	if _, ok := q.inLater[key]; !ok {
@@ -87,7 +114,7 @@ func (q *timedFIFO[K]) Touch(key K) {
 			break
 		}
 	}
-	delete(q.inLater, key)
+	q.leaveLater(key)
 }
 
 func (q *timedFIFO[K]) Push(key K) {
@@ -95,9 +122,10 @@ func (q *timedFIFO[K]) Push(key K) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if _, marked := q.marks[key]; marked {
-		delete(q.marks, key)
+		q.unmarkLocked(key)
 		q.later = append(q.later, timedItem[K]{key: key, ready: now})
 		q.inLater[key] = struct{}{}
+		q.inLaterPeak = max(q.inLaterPeak, len(q.inLater))
 		return
 	}
 	q.items = append(q.items, timedItem[K]{key: key, ready: now})
@@ -115,18 +143,28 @@ func (q *timedFIFO[K]) Pop() K {
 	if len(q.items) > 0 {
 		head := q.items[0]
 		q.items[0] = timedItem[K]{} // let the key be collected
-		q.items = q.items[1:]
+		q.items = emptiedToNil(q.items[1:])
 		return head.key
 	}
 	for {
 		head := q.later[0]
 		q.later[0] = timedItem[K]{}
-		q.later = q.later[1:]
+		q.later = emptiedToNil(q.later[1:])
 		if !head.moved {
-			delete(q.inLater, head.key)
+			q.leaveLater(head.key)
 			return head.key
 		}
 	}
+}
+
+// emptiedToNil lets an emptied lane's backing array go: popping slices the
+// lane from the front, so an empty lane would still hold the whole array
+// of its largest backlog.
+func emptiedToNil[K comparable](lane []timedItem[K]) []timedItem[K] {
+	if len(lane) == 0 {
+		return nil
+	}
+	return lane
 }
 
 // OldestAge returns how long the oldest ready item (of either lane) has

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"k8s.io/component-base/metrics/testutil"
+	testingclock "k8s.io/utils/clock/testing"
 )
 
 func TestBacklog_oldestItemAgeTracksTheLongestWaitingKey(t *testing.T) {
@@ -58,5 +59,55 @@ latch_workqueue_oldest_item_age_seconds{name="backlog"} 5
 	}
 	if got := h.runner.OldestItemAge(); got != 0 {
 		t.Fatalf("drained queue: OldestItemAge = %v, want 0", got)
+	}
+}
+
+// A start burst that enqueues every settled key in the second lane leaves
+// no storage sized for it once drained: the lanes' arrays go and the maps
+// that grew past shrinkAbove are made anew. Every key is still popped
+// once, first lane first, in readiness order.
+func TestTimedFIFO_drainedBurstLeavesNoGrownStorage(t *testing.T) {
+	q := newTimedFIFO[int](testingclock.NewFakeClock(t0))
+	const n = 3 * shrinkAbove
+	for k := range n {
+		q.markLater(k)
+		q.Push(k)
+	}
+	q.Push(-1)
+	q.Touch(7) // a plain add moves 7 to the first lane
+	if q.inLaterPeak != n {
+		t.Fatalf("inLater peak %d, want %d", q.inLaterPeak, n)
+	}
+	want := append([]int{-1, 7}, func() (ks []int) {
+		for k := range n {
+			if k != 7 {
+				ks = append(ks, k)
+			}
+		}
+		return ks
+	}()...)
+	for i, w := range want {
+		if got := q.Pop(); got != w {
+			t.Fatalf("pop %d = %d, want %d", i, got, w)
+		}
+	}
+	if q.Len() != 0 || q.items != nil || q.later != nil {
+		t.Fatalf("drained: Len %d, items %v (cap %d), later cap %d; want 0 and no arrays", q.Len(), q.items, cap(q.items), cap(q.later))
+	}
+	if q.inLaterPeak != 0 || len(q.inLater) != 0 || len(q.marks) != 0 {
+		t.Fatalf("drained: inLater %d (peak %d), marks %d; want a new empty inLater and no marks", len(q.inLater), q.inLaterPeak, len(q.marks))
+	}
+	// Marks taken back one by one (unmark) shrink the same way.
+	for k := range n {
+		q.markLater(k)
+	}
+	if q.marksPeak != n {
+		t.Fatalf("marks peak %d, want %d", q.marksPeak, n)
+	}
+	for k := range n {
+		q.unmark(k)
+	}
+	if q.marksPeak != 0 || len(q.marks) != 0 {
+		t.Fatalf("unmarked: marks %d (peak %d), want a new empty map", len(q.marks), q.marksPeak)
 	}
 }
