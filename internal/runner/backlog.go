@@ -32,7 +32,12 @@ type timedFIFO[K comparable] struct {
 	// later is the second lane, in readiness order; inLater says which
 	// keys are in it.
 	later   []timedItem[K]
-	inLater map[K]struct{}
+	inLater map[K]int
+	// laterPopped is how many items have left the second lane's front:
+	// inLater[key] - laterPopped is key's place in later, so that a plain
+	// add finds it without walking the lane (at a start the lane holds
+	// every settled key).
+	laterPopped int
 	// marks are the keys whose next Push (or Touch) comes from
 	// EnqueueLater.
 	marks map[K]struct{}
@@ -60,7 +65,7 @@ type timedItem[K comparable] struct {
 var _ workqueue.Queue[string] = (*timedFIFO[string])(nil)
 
 func newTimedFIFO[K comparable](c clock.PassiveClock) *timedFIFO[K] {
-	return &timedFIFO[K]{clock: c, inLater: map[K]struct{}{}, marks: map[K]struct{}{}}
+	return &timedFIFO[K]{clock: c, inLater: map[K]int{}, marks: map[K]struct{}{}}
 }
 
 // markLater says the next add of key is a low-priority one.
@@ -89,7 +94,7 @@ func (q *timedFIFO[K]) unmarkLocked(key K) {
 func (q *timedFIFO[K]) leaveLater(key K) {
 	delete(q.inLater, key)
 	if len(q.inLater) == 0 && q.inLaterPeak > shrinkAbove {
-		q.inLater, q.inLaterPeak = map[K]struct{}{}, 0
+		q.inLater, q.inLaterPeak = map[K]int{}, 0
 	}
 }
 
@@ -104,16 +109,13 @@ func (q *timedFIFO[K]) Touch(key K) {
 		q.unmarkLocked(key)
 		return
 	}
-	if _, ok := q.inLater[key]; !ok {
+	at, ok := q.inLater[key]
+	if !ok {
 		return
 	}
-	for i := range q.later {
-		if it := &q.later[i]; !it.moved && it.key == key {
-			it.moved = true
-			q.items = append(q.items, timedItem[K]{key: key, ready: it.ready})
-			break
-		}
-	}
+	it := &q.later[at-q.laterPopped]
+	it.moved = true
+	q.items = append(q.items, timedItem[K]{key: key, ready: it.ready})
 	q.leaveLater(key)
 }
 
@@ -123,8 +125,8 @@ func (q *timedFIFO[K]) Push(key K) {
 	defer q.mu.Unlock()
 	if _, marked := q.marks[key]; marked {
 		q.unmarkLocked(key)
+		q.inLater[key] = q.laterPopped + len(q.later)
 		q.later = append(q.later, timedItem[K]{key: key, ready: now})
-		q.inLater[key] = struct{}{}
 		q.inLaterPeak = max(q.inLaterPeak, len(q.inLater))
 		return
 	}
@@ -150,6 +152,7 @@ func (q *timedFIFO[K]) Pop() K {
 		head := q.later[0]
 		q.later[0] = timedItem[K]{}
 		q.later = emptiedToNil(q.later[1:])
+		q.laterPopped++
 		if !head.moved {
 			q.leaveLater(head.key)
 			return head.key

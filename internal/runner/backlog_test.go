@@ -111,3 +111,33 @@ func TestTimedFIFO_drainedBurstLeavesNoGrownStorage(t *testing.T) {
 		t.Fatalf("unmarked: marks %d (peak %d), want a new empty map", len(q.marks), q.marksPeak)
 	}
 }
+
+// A plain add finds its key in the second lane after items have left the
+// lane's front, also after the lane was emptied and filled again.
+func TestTimedFIFO_plainAddFindsItsKeyAfterPops(t *testing.T) {
+	q := newTimedFIFO[string](testingclock.NewFakeClock(t0))
+	later := func(keys ...string) {
+		for _, k := range keys {
+			q.markLater(k)
+			q.Push(k)
+		}
+	}
+	pop := func(want ...string) {
+		t.Helper()
+		for _, w := range want {
+			if got := q.Pop(); got != w {
+				t.Fatalf("Pop = %q, want %q", got, w)
+			}
+		}
+	}
+	later("a", "b", "c", "d")
+	pop("a")
+	q.Touch("c")
+	pop("c", "b", "d")
+	later("e", "f")
+	q.Touch("f")
+	pop("f", "e")
+	if q.Len() != 0 {
+		t.Fatalf("Len = %d, want 0", q.Len())
+	}
+}
