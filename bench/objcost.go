@@ -70,6 +70,11 @@ type objController struct {
 
 type objRun struct {
 	informers map[string]cache.SharedIndexInformer
+	// records are the transforms of the caches that hold records of the
+	// controller's own instead of API objects (the attachdetach
+	// controller's Pods): such a cache is priced by decoding the world's
+	// objects and transforming them again.
+	records map[string]cache.TransformFunc
 	run       func(ctx context.Context) error
 	idle      func() bool
 	csiCalls  func() int
@@ -125,18 +130,19 @@ func measureController(ctx context.Context, w, empty *objWorld, c objController,
 		if _, ok := indexers[k.kind]; !ok {
 			continue
 		}
-		if len(shaped[k.kind]) != len(w.objects[k.kind]) {
-			return fmt.Errorf("its %s cache held %d objects, the world has %d", k.kind, len(shaped[k.kind]), len(w.objects[k.kind]))
+		held := shaped[k.kind]
+		if len(held.encoded) != len(w.objects[k.kind]) {
+			return fmt.Errorf("its %s cache held %d objects, the world has %d", k.kind, len(held.encoded), len(w.objects[k.kind]))
 		}
-		with, err := storeBytesPerObject(shaped[k.kind], indexers[k.kind])
+		with, err := storeBytesPerObject(held.encoded, indexers[k.kind], held.transform)
 		if err != nil {
 			return fmt.Errorf("%s cache: %w", k.kind, err)
 		}
-		without, err := storeBytesPerObject(w.objects[k.kind], indexers[k.kind])
+		without, err := storeBytesPerObject(w.objects[k.kind], indexers[k.kind], nil)
 		if err != nil {
 			return fmt.Errorf("%s cache: %w", k.kind, err)
 		}
-		n := len(shaped[k.kind])
+		n := len(held.encoded)
 		rep.Costs = append(rep.Costs,
 			objCost{Component: c.name, Kind: k.kind, Variant: "transformed", Objects: n, Bytes: with},
 			objCost{Component: c.name, Kind: k.kind, Variant: "untransformed", Objects: n, Bytes: without})
@@ -152,7 +158,7 @@ func measureController(ctx context.Context, w, empty *objWorld, c objController,
 // runController runs c over the world until it is idle and returns the
 // live heap it then held, what each of its informer caches held (encoded)
 // and the caches' indexers; c is stopped when it returns.
-func runController(ctx context.Context, w *objWorld, c objController, rep *objCostReport) (total float64, shaped map[string][][]byte, indexers map[string]cache.Indexers, err error) {
+func runController(ctx context.Context, w *objWorld, c objController, rep *objCostReport) (total float64, shaped map[string]shapedObjects, indexers map[string]cache.Indexers, err error) {
 	writesBefore := countWrites(w)
 	before := heap.Live()
 	rctx, cancel := context.WithCancel(ctx)
@@ -184,10 +190,19 @@ func runController(ctx context.Context, w *objWorld, c objController, rep *objCo
 	rep.Writes[c.name+" API writes"] = countWrites(w) - writesBefore
 	rep.Writes[c.name+" CSI calls"] = r.csiCalls()
 
-	shaped, indexers = map[string][][]byte{}, map[string]cache.Indexers{}
+	shaped, indexers = map[string]shapedObjects{}, map[string]cache.Indexers{}
 	for kind, inf := range r.informers {
 		indexers[kind] = inf.GetIndexer().GetIndexers()
-		for _, obj := range inf.GetStore().List() {
+		held := inf.GetStore().List()
+		if tr, ok := r.records[kind]; ok {
+			if len(held) != len(w.objects[kind]) {
+				return 0, nil, nil, fmt.Errorf("its %s cache held %d records, the world has %d objects", kind, len(held), len(w.objects[kind]))
+			}
+			shaped[kind] = shapedObjects{encoded: w.objects[kind], transform: tr}
+			continue
+		}
+		var s shapedObjects
+		for _, obj := range held {
 			ro, ok := obj.(k8sruntime.Object)
 			if !ok {
 				return 0, nil, nil, fmt.Errorf("%s cache holds a %T, not an object", kind, obj)
@@ -196,10 +211,19 @@ func runController(ctx context.Context, w *objWorld, c objController, rep *objCo
 			if err != nil {
 				return 0, nil, nil, err
 			}
-			shaped[kind] = append(shaped[kind], b)
+			s.encoded = append(s.encoded, b)
 		}
+		shaped[kind] = s
 	}
 	return total, shaped, indexers, nil
+}
+
+// shapedObjects are the objects of a cache as the running controller held
+// them: encoded, and for a cache of records the transform that makes each
+// decoded object its record.
+type shapedObjects struct {
+	encoded   [][]byte
+	transform cache.TransformFunc
 }
 
 // storeBytesPerObject fills a cache like an informer's (client-go's key
@@ -208,13 +232,13 @@ func runController(ctx context.Context, w *objWorld, c objController, rep *objCo
 // the median of storeRounds fillings, so that a collection of something
 // else in the process (a stopped controller's last goroutines, the test
 // binary's API server) during one of them does not count.
-func storeBytesPerObject(encoded [][]byte, indexers cache.Indexers) (float64, error) {
+func storeBytesPerObject(encoded [][]byte, indexers cache.Indexers, transform cache.TransformFunc) (float64, error) {
 	if len(encoded) == 0 {
 		return 0, fmt.Errorf("no objects")
 	}
 	var rounds []float64
 	for range storeRounds {
-		b, err := fillStore(encoded, indexers)
+		b, err := fillStore(encoded, indexers, transform)
 		if err != nil {
 			return 0, err
 		}
@@ -227,7 +251,10 @@ func storeBytesPerObject(encoded [][]byte, indexers cache.Indexers) (float64, er
 // storeRounds is how many times each cache is filled (the median counts).
 var storeRounds = 3
 
-func fillStore(encoded [][]byte, indexers cache.Indexers) (float64, error) {
+// fillStore: transform (nil: none) makes each decoded object what the
+// cache holds, as an informer's transform does; the decoded object it
+// replaces is garbage by the time the heap is read.
+func fillStore(encoded [][]byte, indexers cache.Indexers, transform cache.TransformFunc) (float64, error) {
 	// Kinds with few objects (a tenth as many Nodes as volumes) fill
 	// several caches, so that every figure rests on storeMinObjects
 	// objects and the heap's noise is as small per object.
@@ -237,9 +264,15 @@ func fillStore(encoded [][]byte, indexers cache.Indexers) (float64, error) {
 	for i := range stores {
 		stores[i] = cache.NewIndexer(cache.DeletionHandlingMetaNamespaceKeyFunc, indexers)
 		for _, b := range encoded {
+			var obj any
 			obj, err := decodeObject(b)
 			if err != nil {
 				return 0, err
+			}
+			if transform != nil {
+				if obj, err = transform(obj); err != nil {
+					return 0, err
+				}
 			}
 			if err := stores[i].Add(obj); err != nil {
 				return 0, err

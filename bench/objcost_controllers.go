@@ -79,6 +79,7 @@ func startObjController(_ context.Context, client kubernetes.Interface, _ string
 	}
 	return &objRun{
 		informers: infs,
+		records:   map[string]cache.TransformFunc{"Pod": controller.TrimPod},
 		run: func(ctx context.Context) error {
 			factory.Start(ctx.Done())
 			return c.Run(ctx)

@@ -140,28 +140,3 @@ func TestScaleSmallColdStartsDetachNothingPublishNothingAttachedAndActFirst(t *t
 		t.Errorf("volumes = %v, want 500", got["volumes"])
 	}
 }
-
-// Pods are created a node at a time, and every volume's Pod exactly once,
-// also when the volumes do not divide evenly among the nodes.
-func TestPodsByNodeGroupsEveryVolumeByItsNode(t *testing.T) {
-	for _, c := range []struct{ nodes, volumes int }{{3, 10}, {10, 100}, {7, 5}, {1, 4}} {
-		w := &scaleWorld{nodes: c.nodes, volumes: c.volumes}
-		order := w.podsByNode()
-		seen := map[int]bool{}
-		lastNode := -1
-		for _, i := range order {
-			if seen[i] || i < 0 || i >= c.volumes {
-				t.Fatalf("%+v: volume %d twice or out of range in %v", c, i, order)
-			}
-			seen[i] = true
-			if n := i % c.nodes; n < lastNode {
-				t.Fatalf("%+v: node %d after node %d in %v", c, n, lastNode, order)
-			} else {
-				lastNode = n
-			}
-		}
-		if len(seen) != c.volumes {
-			t.Fatalf("%+v: %d volumes, want %d", c, len(seen), c.volumes)
-		}
-	}
-}

@@ -11,6 +11,10 @@ import (
 // trickleLag is how old a trickle Pod is, at least, when it is deleted.
 const trickleLag = 5 * time.Second
 
+// trickleAhead is how many trickle volumes (bound PVC/PV pairs) are
+// created ahead of their Pods.
+const trickleAhead = 3
+
 // tricklePod is one Pod of the trickle, with its own volume.
 type tricklePod struct {
 	i       int // its volume's index
@@ -35,11 +39,11 @@ func (e *scaleEnv) trickle(ctx context.Context, p *scaleProc, which, prefix stri
 	oldest, skipped := 0, 0
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
-	// Each Pod's PVC/PV is created a second before the Pod, as a Pod
-	// reaches a node only once its claim is bound: kube-controller-manager
-	// has no PersistentVolume handler, so a Pod whose PV its cache has not
-	// seen yet waits for the desired-state populator's rescan (up to 3
-	// minutes, docs/scale.md).
+	// Each Pod's PVC/PV is created before the Pod (a few seconds ahead),
+	// as a Pod reaches a node only once its claim is bound:
+	// kube-controller-manager has no PersistentVolume handler, so a Pod
+	// whose PV its cache has not seen yet waits for the desired-state
+	// populator's rescan (up to 3 minutes, docs/scale.md).
 	prepare := func() (*tricklePod, error) {
 		i := int(w.extra.Add(1)) - 1
 		tp := &tricklePod{i: i, at: placement{pv: w.pv(i), node: w.nodeName(i % w.healthyNodes())}}
@@ -48,7 +52,38 @@ func (e *scaleEnv) trickle(ctx context.Context, p *scaleProc, which, prefix stri
 		}
 		return tp, nil
 	}
-	next, err := prepare()
+	// The volumes are prepared ahead, beside the ticks: on a loaded API
+	// server their three writes made a tick overrun its second, and the
+	// trickle of the third full run ran 450 s for its 360 Pods.
+	prepCtx, stopPrep := context.WithCancel(ctx)
+	defer stopPrep()
+	prepared, prepErr := make(chan *tricklePod, trickleAhead), make(chan error, 1)
+	go func() {
+		for {
+			tp, err := prepare()
+			if err != nil {
+				prepErr <- err
+				return
+			}
+			select {
+			case prepared <- tp:
+			case <-prepCtx.Done():
+				return
+			}
+		}
+	}()
+	next := func() (*tricklePod, error) {
+		select {
+		case tp := <-prepared:
+			return tp, nil
+		case err := <-prepErr:
+			return nil, err
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	// The first volume is ready before the window starts.
+	first, err := next()
 	if err != nil {
 		return err
 	}
@@ -63,18 +98,20 @@ func (e *scaleEnv) trickle(ctx context.Context, p *scaleProc, which, prefix stri
 	}
 	u0 := p.usage()
 	began := time.Now()
-	for n := int(e.sz.TrickleWindow / time.Second); len(pods) < n; {
-		tp := next
+	// One Pod a second for TrickleWindow: a tick that overruns its second
+	// delays the next Pod, it does not stretch the window.
+	for tp := first; time.Since(began) < e.sz.TrickleWindow; {
+		if tp == nil {
+			if tp, err = next(); err != nil {
+				return err
+			}
+		}
 		tp.created = time.Now()
 		if err := w.createPodOn(ctx, w.pod(tp.i), w.pv(tp.i), tp.at.node); err != nil {
 			return fmt.Errorf("trickle pod %s: %w", w.pod(tp.i), err)
 		}
 		pods = append(pods, tp)
-		if len(pods) < n {
-			if next, err = prepare(); err != nil {
-				return err
-			}
-		}
+		tp = nil
 		if o := pods[oldest]; oldest < len(pods)-1 {
 			if _, ok := aw.attachedAt(o.at); ok && time.Since(o.created) >= trickleLag {
 				if err := e.deletePod(ctx, w.pod(o.i)); err != nil {
@@ -95,6 +132,7 @@ func (e *scaleEnv) trickle(ctx context.Context, p *scaleProc, which, prefix stri
 		case <-tick.C:
 		}
 	}
+	stopPrep()
 	window := time.Since(began)
 	u1 := p.usage()
 	rss := p.rssBytes()

@@ -133,7 +133,7 @@ func (e *scaleEnv) buildWorld(ctx context.Context) (*scaleWorld, error) {
 	w.kubelet = localcluster.NewKubelet(kc)
 	kctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	w.stopKubelet, w.kubeletDone = cancel, make(chan struct{})
-	go func() { defer close(w.kubeletDone); w.kubelet.Run(kctx, 16) }()
+	go func() { defer close(w.kubeletDone); w.kubelet.Run(kctx, 4) }()
 	// 10% of the nodes per burst, two bursts, and at least one healthy
 	// node to move to.
 	if w.failK = w.nodes / 10; w.nodes-2*w.failK < 1 {
@@ -180,11 +180,7 @@ func (e *scaleEnv) buildWorld(ctx context.Context) (*scaleWorld, error) {
 		return w, err
 	}
 	if err := step("pods", func() error {
-		// A node's Pods one after the other: the kubelet stand-in then
-		// starts them in one pass and reports the node's volumes in use
-		// in one status write instead of one per Pod.
-		order := w.podsByNode()
-		return parallel(ctx, w.volumes, w.creators, func(ctx context.Context, j int) error { return w.createPod(ctx, order[j]) })
+		return parallel(ctx, w.volumes, w.creators, func(ctx context.Context, i int) error { return w.createPod(ctx, i) })
 	}); err != nil {
 		return w, err
 	}
@@ -266,18 +262,6 @@ func (w *scaleWorld) patchAttached(ctx context.Context, n int) error {
 	patch, _ := json.Marshal(map[string]any{"status": map[string]any{"volumesAttached": attached}})
 	_, err := w.client.CoreV1().Nodes().Patch(ctx, w.nodeName(n), types.MergePatchType, patch, metav1.PatchOptions{}, "status")
 	return err
-}
-
-// podsByNode lists the volumes' indexes grouped by the node their Pod
-// runs on (volume i's Pod runs on node i mod nodes).
-func (w *scaleWorld) podsByNode() []int {
-	order := make([]int, 0, w.volumes)
-	for n := 0; n < w.nodes; n++ {
-		for i := n; i < w.volumes; i += w.nodes {
-			order = append(order, i)
-		}
-	}
-	return order
 }
 
 func (w *scaleWorld) createPod(ctx context.Context, i int) error {

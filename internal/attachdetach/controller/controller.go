@@ -91,7 +91,6 @@ type Controller struct {
 	asw *state.Actual
 
 	pods       cache.SharedIndexInformer
-	podLister  corelisters.PodLister
 	nodeLister corelisters.NodeLister
 	pvcLister  corelisters.PersistentVolumeClaimLister
 	pvs        cache.SharedIndexInformer
@@ -178,7 +177,8 @@ func New(cfg Config, client kubernetes.Interface, factory informers.SharedInform
 	nodes, pvcs := core.Nodes().Informer(), core.PersistentVolumeClaims().Informer()
 	drivers, vas := storage.CSIDrivers().Informer(), storage.VolumeAttachments().Informer()
 	csiNodes := storage.CSINodes().Informer()
-	c.podLister, c.nodeLister, c.pvcLister = core.Pods().Lister(), core.Nodes().Lister(), core.PersistentVolumeClaims().Lister()
+	// No Pod lister: the Pod informer holds cachedPods (getPod, listPods).
+	c.nodeLister, c.pvcLister = core.Nodes().Lister(), core.PersistentVolumeClaims().Lister()
 	c.pvLister, c.drvLister = core.PersistentVolumes().Lister(), storage.CSIDrivers().Lister()
 	c.vaCache = kube.NewOverlaidStore(vas.GetStore(), kube.Typed[*storagev1.VolumeAttachment])
 	c.csiNodeLister = storage.CSINodes().Lister()
@@ -190,7 +190,7 @@ func New(cfg Config, client kubernetes.Interface, factory informers.SharedInform
 		transform := kube.StripManagedFields
 		switch inf {
 		case c.pods:
-			transform = trimPod
+			transform = TrimPod
 		case pvcs:
 			transform = trimPVC
 		case c.pvs:

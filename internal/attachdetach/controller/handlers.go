@@ -73,26 +73,26 @@ func tombstone(obj any) any {
 // --- Pods ---
 
 func (c *Controller) podChanged(oldObj, obj any) {
-	pod, ok := obj.(*v1.Pod)
-	if !ok || pod.Spec.NodeName == "" {
+	pod, ok := obj.(*cachedPod)
+	if !ok || pod.nodeName == "" {
 		return
 	}
-	if old, ok := oldObj.(*v1.Pod); ok && old.UID == pod.UID && podVolumesUnchanged(old, pod) {
+	if old, ok := oldObj.(*cachedPod); ok && old.uid == pod.uid && podVolumesUnchanged(old, pod) {
 		// Status updates (the common case) change nothing the controller
 		// looks at; spec.volumes and spec.nodeName are immutable.
 		return
 	}
-	c.wake.Pod(pod.Namespace, pod.Name)
+	c.wake.Pod(pod.namespace, pod.name)
 }
 
 // podVolumesUnchanged: only whether the pod still needs its volumes can
 // change after scheduling (it terminated, or is being deleted).
-func podVolumesUnchanged(old, pod *v1.Pod) bool {
-	return old.Spec.NodeName == pod.Spec.NodeName && podNeedsVolumes(old) == podNeedsVolumes(pod)
+func podVolumesUnchanged(old, pod *cachedPod) bool {
+	return old.nodeName == pod.nodeName && old.needsVolumes() == pod.needsVolumes()
 }
 
-func (c *Controller) podDeleted(pod *v1.Pod) {
-	c.wake.Pod(pod.Namespace, pod.Name)
+func (c *Controller) podDeleted(pod *cachedPod) {
+	c.wake.Pod(pod.namespace, pod.name)
 }
 
 // --- PVCs, PVs, CSIDrivers: re-resolve the Pods that use them ---

@@ -44,38 +44,38 @@ func (c *Controller) addIndexers() error {
 func claimKey(namespace, name string) string { return namespace + "/" + name }
 
 func podClaims(obj any) ([]string, error) {
-	pod, ok := obj.(*v1.Pod)
+	pod, ok := obj.(*cachedPod)
 	if !ok {
 		return nil, nil
 	}
 	var out []string
-	for _, vol := range pod.Spec.Volumes {
+	for _, vol := range pod.volumes {
 		switch {
 		case vol.PersistentVolumeClaim != nil:
-			out = append(out, claimKey(pod.Namespace, vol.PersistentVolumeClaim.ClaimName))
+			out = append(out, claimKey(pod.namespace, vol.PersistentVolumeClaim.ClaimName))
 		case vol.Ephemeral != nil:
-			out = append(out, claimKey(pod.Namespace, pod.Name+"-"+vol.Name))
+			out = append(out, claimKey(pod.namespace, pod.name+"-"+vol.Name))
 		}
 	}
 	return out, nil
 }
 
 func podNode(obj any) ([]string, error) {
-	pod, ok := obj.(*v1.Pod)
-	if !ok || pod.Spec.NodeName == "" {
+	pod, ok := obj.(*cachedPod)
+	if !ok || pod.nodeName == "" {
 		return nil, nil
 	}
-	return []string{pod.Spec.NodeName}, nil
+	return []string{pod.nodeName}, nil
 }
 
 func podInlineDrivers(tr csitrans.CSITranslator, obj any) ([]string, error) {
-	pod, ok := obj.(*v1.Pod)
+	pod, ok := obj.(*cachedPod)
 	if !ok {
 		return nil, nil
 	}
 	var out []string
-	for i := range pod.Spec.Volumes {
-		vol := &pod.Spec.Volumes[i]
+	for i := range pod.volumes {
+		vol := &pod.volumes[i]
 		if vol.PersistentVolumeClaim != nil || vol.Ephemeral != nil || vol.CSI != nil || !tr.IsInlineMigratable(vol) {
 			continue
 		}

@@ -3,8 +3,6 @@ package controller
 import (
 	"context"
 	"fmt"
-	"strings"
-	"time"
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -16,27 +14,15 @@ import (
 	"github.com/latchcsi/latch/internal/runner"
 )
 
-func podNeedsVolumes(pod *v1.Pod) bool { return volume.PodNeedsVolumes(pod) }
-
-func scheduledAt(pod *v1.Pod) time.Time {
-	for _, c := range pod.Status.Conditions {
-		if c.Type == v1.PodScheduled && c.Status == v1.ConditionTrue && !c.LastTransitionTime.IsZero() {
-			return c.LastTransitionTime.Time
-		}
-	}
-	return pod.CreationTimestamp.Time
-}
-
 // syncPod records the volumes the Pod "namespace/name" wants in the
 // desired state and enqueues the keys that changed.
 func (c *Controller) syncPod(ctx context.Context, key string) (runner.Result, error) {
-	ns, name, _ := strings.Cut(key, "/")
-	pod, err := listed(c.podLister.Pods(ns).Get, name)
+	pod, err := c.getPod(key)
 	if err != nil {
 		return runner.Result{}, fmt.Errorf("get pod %s: %w", key, err)
 	}
 	rec, known := c.podRec.Get(key)
-	if known && (pod == nil || pod.UID != rec.UID) {
+	if known && (pod == nil || pod.uid != rec.UID) {
 		c.wake.Volumes(c.dsw.DeletePod(rec.UID))
 		c.podRec.Forget(key)
 		known = false
@@ -44,19 +30,19 @@ func (c *Controller) syncPod(ctx context.Context, key string) (runner.Result, er
 	if pod == nil {
 		return runner.Result{}, nil
 	}
-	if !podNeedsVolumes(pod) || !c.dsw.NodeManaged(pod.Spec.NodeName) {
+	if !pod.needsVolumes() || !c.dsw.NodeManaged(pod.nodeName) {
 		// Terminated, or on a node the controller does not manage (yet:
 		// the node handler re-enqueues its Pods when that changes).
-		c.wake.Volumes(c.dsw.DeletePod(pod.UID))
+		c.wake.Volumes(c.dsw.DeletePod(pod.uid))
 		c.podRec.Forget(key)
 		return runner.Result{}, nil
 	}
 	if !known {
-		rec = state.PodRecord{UID: pod.UID, Node: pod.Spec.NodeName, Scheduled: scheduledAt(pod)}
+		rec = state.PodRecord{UID: pod.uid, Node: pod.nodeName, Scheduled: pod.scheduled}
 	}
 	vols, next, warned := c.resolvePod(ctx, pod, rec)
 	rec.Volumes, rec.Warned = next, warned
-	changed, ok := c.dsw.AddPod(state.PodRefOf(pod), pod.Spec.NodeName, vols)
+	changed, ok := c.dsw.AddPod(pod.ref(), pod.nodeName, vols)
 	if ok {
 		c.podRec.Set(key, rec)
 	}
@@ -70,9 +56,9 @@ func (c *Controller) syncPod(ctx context.Context, key string) (runner.Result, er
 // Pod, and detaching a volume a container still uses would be worse than
 // keeping it. Unsupported in-tree plugins get a Warning event, once per
 // Pod volume.
-func (c *Controller) resolvePod(ctx context.Context, pod *v1.Pod, rec state.PodRecord) ([]volume.Attachable, []state.PodVolume, map[string]bool) {
+func (c *Controller) resolvePod(ctx context.Context, pod *cachedPod, rec state.PodRecord) ([]volume.Attachable, []state.PodVolume, map[string]bool) {
 	logger := klog.FromContext(ctx)
-	results := c.resolver.ResolvePod(ctx, pod, objects{c})
+	results := c.resolver.ResolvePod(ctx, pod.asPod(), objects{c})
 	var next []state.PodVolume
 	warned := rec.Warned
 	for i, r := range results {
@@ -86,7 +72,7 @@ func (c *Controller) resolvePod(ctx context.Context, pod *v1.Pod, rec state.PodR
 					warned = map[string]bool{}
 				}
 				warned[r.PodVolume] = true
-				c.recorder.Event(podObject(state.PodRefOf(pod)), v1.EventTypeWarning, decide.ReasonFailedAttachVolume,
+				c.recorder.Event(podObject(pod.ref()), v1.EventTypeWarning, decide.ReasonFailedAttachVolume,
 					decide.AttachFailedMessage(r.PodVolume, r.Message))
 			}
 		}
@@ -97,11 +83,11 @@ func (c *Controller) resolvePod(ctx context.Context, pod *v1.Pod, rec state.PodR
 		if prev, ok := rec.Volume(r.PodVolume); ok && r.Status != volume.StatusNoAttach {
 			next = append(next, state.PodVolume{Name: r.PodVolume, Volume: prev})
 			results[i] = volume.Result{PodVolume: r.PodVolume, Status: volume.StatusAttach, Volume: prev}
-			logger.V(4).Info("Keeping the earlier resolution of a pod volume", "pod", klog.KObj(pod), "volume", r.PodVolume, "status", r.Status, "reason", r.Message)
+			logger.V(4).Info("Keeping the earlier resolution of a pod volume", "pod", pod.kref(), "volume", r.PodVolume, "status", r.Status, "reason", r.Message)
 			continue
 		}
 		if r.Status != volume.StatusNoAttach {
-			logger.V(4).Info("Pod volume is not attachable", "pod", klog.KObj(pod), "volume", r.PodVolume, "status", r.Status, "reason", r.Message)
+			logger.V(4).Info("Pod volume is not attachable", "pod", pod.kref(), "volume", r.PodVolume, "status", r.Status, "reason", r.Message)
 		}
 	}
 	return volume.Attachables(results), next, warned

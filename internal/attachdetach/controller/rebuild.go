@@ -53,7 +53,7 @@ func (c *Controller) rebuild(ctx context.Context) {
 			logger.Error(err, "Some VolumeAttachments could not be added to the actual state")
 		}
 	}
-	pods, _ := c.podLister.List(everything())
+	pods := c.listPods()
 	recorded := c.recordPods(ctx, pods)
 	keys := c.asw.Keys()
 	for _, k := range keys {
@@ -95,18 +95,18 @@ func (c *Controller) settledAtStart(k state.Key) bool {
 // queue would, and returns how many it recorded. The Pod queue only gets a
 // Pod whose pass failed, to retry it with backoff; the keys of the
 // recorded Pods' volumes are in the key queue, which no worker drains yet.
-func (c *Controller) recordPods(ctx context.Context, pods []*v1.Pod) int {
+func (c *Controller) recordPods(ctx context.Context, pods []*cachedPod) int {
 	logger := klog.FromContext(ctx)
 	recorded := 0
 	for _, pod := range pods {
-		if pod.Spec.NodeName == "" {
+		if pod.nodeName == "" {
 			continue
 		}
-		key := state.PodKey(pod.Namespace, pod.Name)
+		key := state.PodKey(pod.namespace, pod.name)
 		c.wake.PodRecorded(key)
 		if _, err := c.syncPod(ctx, key); err != nil {
-			logger.Error(err, "Could not record the Pod's volumes at start; retrying", "pod", klog.KObj(pod))
-			c.wake.Pod(pod.Namespace, pod.Name)
+			logger.Error(err, "Could not record the Pod's volumes at start; retrying", "pod", pod.kref())
+			c.wake.Pod(pod.namespace, pod.name)
 			continue
 		}
 		recorded++

@@ -12,26 +12,24 @@ import (
 	"github.com/latchcsi/latch/internal/kube"
 )
 
-// The Pod and PVC informers' transforms keep, of each object, what the
-// controller reads and drop the rest before the object is cached: Pods and
-// claims are the largest objects it holds (one of each per volume), and
-// most of a Pod (containers, labels, annotations, service-account and
-// config volumes, most of its status) plays no part in attach/detach. Each
-// returns a new object, so running it twice gives the same result; a
-// tombstone is returned as it is (it holds an object trimmed when cached).
+// The informers' transforms keep, of each object, what the controller
+// reads and drop the rest before the object is cached: Pods and claims are
+// the largest objects it holds (one of each per volume), and most of a Pod
+// (containers, labels, annotations, service-account and config volumes,
+// most of its status) plays no part in attach/detach. Each returns a new
+// object, so running it twice gives the same result; a tombstone is
+// returned as it is (it holds an object trimmed when cached).
 //
 // What is kept, and who reads it:
-//   - metadata: name, namespace, UID, resourceVersion (events), creation
-//     and deletion timestamps (terminated Pods, the operation-time
-//     metrics); a claim's owner references (a generic ephemeral volume's
-//     claim must be controlled by its Pod);
-//   - Pod spec: nodeName and the volumes that may be attachable (every
-//     kind but emptyDir, secret, configMap, downwardAPI, projected,
-//     hostPath and image, which no CSI driver attaches);
-//   - Pod status: phase, the PodScheduled condition (the
-//     schedule-to-attach metric) and, once the Pod is being deleted, per
-//     container, whether it is waiting, running or terminated
-//     (volume.PodTerminated reads them of a deleted Pod only);
+//   - Pod (a cachedPod, see podcache.go): name, namespace, UID,
+//     resourceVersion (events), spec.nodeName, the volumes that may be
+//     attachable (every kind but emptyDir, secret, configMap, downwardAPI,
+//     projected, hostPath and image, which no CSI driver attaches), when
+//     it was scheduled (the schedule-to-attach metric) and whether it
+//     terminated (volume.PodTerminated of the whole Pod);
+//   - claim metadata: name, namespace, UID, resourceVersion, timestamps
+//     and owner references (a generic ephemeral volume's claim must be
+//     controlled by its Pod);
 //   - claim: spec.volumeName and status.phase;
 //   - CSI PersistentVolume (see trimPV): name, UID, resourceVersion,
 //     spec.csi.driver and volumeHandle, access modes, the claim reference's
@@ -44,82 +42,11 @@ import (
 //     annotation, taints, the Ready condition, volumesAttached and
 //     volumesInUse (not its images, addresses, capacity or node info).
 
-// trimPod is the Pod informer's transform.
-func trimPod(obj any) (any, error) {
-	pod, ok := obj.(*v1.Pod)
-	if !ok || len(pod.Spec.Containers) == 0 {
-		// A tombstone, or a Pod trimmed already (the API server admits no
-		// Pod without containers): the watch-list reflector transforms
-		// each object once into its store and the queue's Replace again.
-		return obj, nil
-	}
-	out := &v1.Pod{
-		ObjectMeta: metav1.ObjectMeta{
-			Name: pod.Name, Namespace: intern(pod.Namespace), UID: pod.UID, ResourceVersion: pod.ResourceVersion,
-			CreationTimestamp: pod.CreationTimestamp, DeletionTimestamp: pod.DeletionTimestamp,
-		},
-		Spec:   v1.PodSpec{NodeName: intern(pod.Spec.NodeName)},
-		Status: v1.PodStatus{Phase: pod.Status.Phase},
-	}
-	if pod.DeletionTimestamp != nil {
-		// volume.PodTerminated reads the container states only of a Pod
-		// being deleted; every other Pod (almost all of them) goes without.
-		// The update that sets the deletion timestamp carries them, and
-		// podVolumesUnchanged compares PodNeedsVolumes of the old and the
-		// new object, so the handlers see that Pod's change as before.
-		out.Status.InitContainerStatuses = containerStates(pod.Status.InitContainerStatuses)
-		out.Status.ContainerStatuses = containerStates(pod.Status.ContainerStatuses)
-		out.Status.EphemeralContainerStatuses = containerStates(pod.Status.EphemeralContainerStatuses)
-	}
-	for _, v := range pod.Spec.Volumes {
-		if mayBeAttachable(&v) {
-			out.Spec.Volumes = append(out.Spec.Volumes, v)
-		}
-	}
-	for _, c := range pod.Status.Conditions {
-		if c.Type == v1.PodScheduled {
-			out.Status.Conditions = []v1.PodCondition{{Type: c.Type, Status: c.Status, LastTransitionTime: c.LastTransitionTime}}
-		}
-	}
-	return out, nil
-}
-
-var _ cache.TransformFunc = trimPod
-
 // mayBeAttachable is false for the volume kinds no CSI driver attaches.
 func mayBeAttachable(v *v1.Volume) bool {
 	s := &v.VolumeSource
 	return s.EmptyDir == nil && s.Secret == nil && s.ConfigMap == nil && s.DownwardAPI == nil &&
 		s.Projected == nil && s.HostPath == nil && s.Image == nil
-}
-
-// The container states trimPod keeps: only which one is set matters.
-var (
-	stateWaiting    = &v1.ContainerStateWaiting{}
-	stateRunning    = &v1.ContainerStateRunning{}
-	stateTerminated = &v1.ContainerStateTerminated{}
-)
-
-// containerStates keeps of each status its name and which state it is
-// in; the (empty) state values are shared and must not be written to, as
-// nothing in an informer's cache may be.
-func containerStates(in []v1.ContainerStatus) []v1.ContainerStatus {
-	if len(in) == 0 {
-		return nil
-	}
-	out := make([]v1.ContainerStatus, len(in))
-	for i, s := range in {
-		out[i].Name = s.Name
-		switch {
-		case s.State.Terminated != nil:
-			out[i].State.Terminated = stateTerminated
-		case s.State.Waiting != nil:
-			out[i].State.Waiting = stateWaiting
-		case s.State.Running != nil:
-			out[i].State.Running = stateRunning
-		}
-	}
-	return out
 }
 
 // trimPVC is the PersistentVolumeClaim informer's transform.

@@ -41,13 +41,13 @@ func TestTrims_shareTheNamesObjectsRepeat(t *testing.T) {
 	}{
 		{
 			name: "Pods of one namespace on one node",
-			trim: trimPod,
+			trim: TrimPod,
 			make: func() any {
 				p := podUsing("app", "node-a", "disk-1")
 				p.Namespace, p.Spec.NodeName = fresh(testNS), fresh("node-a")
 				return p
 			},
-			names: func(obj any) []string { p := obj.(*v1.Pod); return []string{p.Namespace, p.Spec.NodeName} },
+			names: func(obj any) []string { p := obj.(*cachedPod); return []string{p.namespace, p.nodeName} },
 			want:  []string{testNS, "node-a"},
 		},
 		{

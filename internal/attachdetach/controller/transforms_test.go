@@ -66,9 +66,9 @@ func fullPod(mutate func(*v1.Pod)) *v1.Pod {
 	return p
 }
 
-// Every fact the controller reads of a Pod is the same on the trimmed
-// Pod, in every state a Pod's volumes depend on; what no decision reads is
-// gone; trimming a trimmed Pod changes nothing.
+// Every fact the controller reads of a Pod is the same on its record, in
+// every state a Pod's volumes depend on; what no decision reads is not in
+// the record at all; trimming a record changes nothing.
 func TestTrimPod_keepsEveryFactTheControllerReads(t *testing.T) {
 	deleted := metav1.NewTime(time.Date(2026, 11, 26, 6, 5, 0, 0, time.UTC))
 	for _, tc := range []struct {
@@ -103,27 +103,30 @@ func TestTrimPod_keepsEveryFactTheControllerReads(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			orig := tc.pod.DeepCopy()
-			obj, err := trimPod(tc.pod)
+			obj, err := TrimPod(tc.pod)
 			if err != nil {
 				t.Fatal(err)
 			}
-			got := obj.(*v1.Pod)
+			got := obj.(*cachedPod)
 			if !reflect.DeepEqual(tc.pod, orig) {
-				t.Fatal("trimPod changed the object it was given")
+				t.Fatal("TrimPod changed the object it was given")
 			}
 			// A Pod whose volumes no CSI driver attaches needs none of them
-			// trimmed (it has none left); whole, it resolves to nothing to
+			// kept (it has none left); whole, it resolves to nothing to
 			// attach: the desired state ends the same.
 			wantNeeds := volume.PodNeedsVolumes(orig) && tc.name != "only config volumes"
-			if volume.PodNeedsVolumes(got) != wantNeeds || volume.PodTerminated(got) != volume.PodTerminated(orig) {
-				t.Errorf("PodNeedsVolumes/PodTerminated = %v/%v trimmed, want %v/%v", volume.PodNeedsVolumes(got), volume.PodTerminated(got), wantNeeds, volume.PodTerminated(orig))
+			if got.needsVolumes() != wantNeeds || got.terminated != volume.PodTerminated(orig) {
+				t.Errorf("needsVolumes/terminated = %v/%v, want %v/%v", got.needsVolumes(), got.terminated, wantNeeds, volume.PodTerminated(orig))
 			}
-			if !scheduledAt(got).Equal(scheduledAt(orig)) {
-				t.Errorf("scheduledAt = %v trimmed, %v whole", scheduledAt(got), scheduledAt(orig))
+			if !got.scheduled.Equal(scheduledAt(orig)) {
+				t.Errorf("scheduled = %v, %v whole", got.scheduled, scheduledAt(orig))
 			}
-			if got.Name != orig.Name || got.Namespace != orig.Namespace || got.UID != orig.UID || got.ResourceVersion != orig.ResourceVersion ||
-				got.Spec.NodeName != orig.Spec.NodeName || !got.DeletionTimestamp.Equal(orig.DeletionTimestamp) || !got.CreationTimestamp.Equal(&orig.CreationTimestamp) {
-				t.Errorf("identity or placement changed: %+v", got.ObjectMeta)
+			if got.name != orig.Name || got.namespace != orig.Namespace || got.uid != orig.UID || got.resourceVersion != orig.ResourceVersion ||
+				got.nodeName != orig.Spec.NodeName {
+				t.Errorf("identity or placement changed: %+v", got)
+			}
+			if ref := got.ref(); ref.Namespace != orig.Namespace || ref.Name != orig.Name || ref.UID != orig.UID {
+				t.Errorf("ref = %+v", ref)
 			}
 			var kept []v1.Volume
 			for _, v := range orig.Spec.Volumes {
@@ -132,20 +135,22 @@ func TestTrimPod_keepsEveryFactTheControllerReads(t *testing.T) {
 					kept = append(kept, v)
 				}
 			}
-			if !reflect.DeepEqual(got.Spec.Volumes, kept) {
-				t.Errorf("volumes kept = %+v, want the ones that may be attachable, whole: %+v", got.Spec.Volumes, kept)
+			if !reflect.DeepEqual(got.volumes, kept) {
+				t.Errorf("volumes kept = %+v, want the ones that may be attachable, whole: %+v", got.volumes, kept)
 			}
-			if got.Labels != nil || got.Annotations != nil || got.ManagedFields != nil || got.OwnerReferences != nil ||
-				got.Spec.Containers != nil || got.Status.PodIPs != nil || len(got.Status.Conditions) > 1 {
-				t.Errorf("trimmed Pod keeps what nothing reads: %+v", got)
+			// The resolver reads the Pod back: identity, node, the kept volumes.
+			back := got.asPod()
+			if back.Namespace != orig.Namespace || back.Name != orig.Name || back.UID != orig.UID || back.Spec.NodeName != orig.Spec.NodeName ||
+				!reflect.DeepEqual(back.Spec.Volumes, kept) {
+				t.Errorf("asPod = %+v", back)
 			}
-			if again, _ := trimPod(got); again != any(got) {
-				t.Errorf("a trimmed Pod was trimmed again into a new object: %+v", again)
+			if again, _ := TrimPod(got); again != any(got) {
+				t.Errorf("a record was trimmed again into a new object: %+v", again)
 			}
 		})
 	}
-	tomb := cache.DeletedFinalStateUnknown{Key: "team-a/app", Obj: fullPod(nil)}
-	if got, _ := trimPod(tomb); !reflect.DeepEqual(got, tomb) {
+	tomb := cache.DeletedFinalStateUnknown{Key: "team-a/app", Obj: trimmedPod(t, fullPod(nil))}
+	if got, _ := TrimPod(tomb); !reflect.DeepEqual(got, tomb) {
 		t.Errorf("a tombstone was changed: %+v", got)
 	}
 }

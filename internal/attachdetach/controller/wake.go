@@ -148,8 +148,8 @@ func (w *wake) PodsBy(index, value string) {
 		return
 	}
 	for _, obj := range objs {
-		if pod, ok := obj.(*v1.Pod); ok {
-			w.Pod(pod.Namespace, pod.Name)
+		if pod, ok := obj.(*cachedPod); ok {
+			w.Pod(pod.namespace, pod.name)
 		}
 	}
 }
