@@ -74,11 +74,11 @@ type objRun struct {
 	// controller's own instead of API objects (the attachdetach
 	// controller's Pods): such a cache is priced by decoding the world's
 	// objects and transforming them again.
-	records map[string]cache.TransformFunc
-	run       func(ctx context.Context) error
-	idle      func() bool
-	csiCalls  func() int
-	shutdown  func()
+	records  map[string]cache.TransformFunc
+	run      func(ctx context.Context) error
+	idle     func() bool
+	csiCalls func() int
+	shutdown func()
 }
 
 // measureObjCosts builds the scale world for nodes and volumes through
