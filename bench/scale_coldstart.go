@@ -405,11 +405,11 @@ func (e *scaleEnv) idle(ctx context.Context, p *scaleProc, prefix string) error 
 	win := e.sz.IdleWindow.Seconds()
 	e.rep.Figures[prefix+"controller_idle_cpu_percent"] = round2(100 * (u1.CPUSeconds - u0.CPUSeconds) / win)
 	// The share of the idle CPU that went to Go's collector, from the
-	// child's gctrace lines (a collection is forced every two minutes
-	// when none ran, and marks the whole live heap).
+	// child's gctrace lines (Go collects at least every two minutes, and
+	// each collection marks the whole live heap).
 	e.rep.Figures[prefix+"controller_idle_gc_cpu_percent"] = round2(100 * gc.CPUSeconds / win)
 	e.rep.Figures[prefix+"controller_idle_gcs"] = gc.Count
-	e.rep.Figures[prefix+"controller_idle_gcs_forced"] = gc.Forced
+	e.rep.Figures[prefix+"controller_idle_gcs_periodic"] = gc.Periodic
 	e.rep.Figures[prefix+"idle_api_requests_per_minute"] = round2(float64(after-before) * 60 / win)
 	e.rep.Figures[prefix+"controller_idle_rss_mb"] = round2(float64(u1.PeakRSSBytes) / (1 << 20))
 	return nil

@@ -39,25 +39,34 @@ type milestoneWriter struct {
 }
 
 // gcTally sums the Go runtime's collection trace (GODEBUG=gctrace=1, one
-// line per collection on stderr): how many ran, how many the runtime
-// forced because none had run for two minutes, and their CPU time.
+// line per collection on stderr): how many ran, how many of them were
+// periodic rather than brought on by the heap's growth, and their CPU
+// time. The trace does not say what started a collection; one that began
+// with the heap under periodicBelow of its goal was not the heap's growth
+// (that starts a collection near the goal) but Go's periodic collection,
+// which runs when none has for two minutes, or runtime.GC() ("(forced)").
 type gcTally struct {
-	Count, Forced int
-	CPUSeconds    float64
+	Count, Periodic int
+	CPUSeconds      float64
 }
+
+// periodicBelow is the share of its goal under which a collection's
+// starting heap says the collection was periodic.
+const periodicBelow = 0.8
 
 // Sub is t minus an earlier tally.
 func (t gcTally) Sub(earlier gcTally) gcTally {
-	return gcTally{Count: t.Count - earlier.Count, Forced: t.Forced - earlier.Forced, CPUSeconds: t.CPUSeconds - earlier.CPUSeconds}
+	return gcTally{Count: t.Count - earlier.Count, Periodic: t.Periodic - earlier.Periodic, CPUSeconds: t.CPUSeconds - earlier.CPUSeconds}
 }
 
 // add counts line when it is a collection trace line:
 //
-//	gc 7 @120.5s 0%: 0.02+310+0.01 ms clock, 0.05+0/290/20+0.02 ms cpu, 700->701->690 MB, ... (forced)
+//	gc 7 @120.5s 0%: 0.02+310+0.01 ms clock, 0.05+0/290/20+0.02 ms cpu, 700->701->690 MB, 1380 MB goal, ...
 //
 // Its CPU is the sum of the "ms cpu" phases (stop-the-world, assist,
 // background, idle marking, stop-the-world); idle marking runs on
-// otherwise idle cores and counts in the process's CPU time too.
+// otherwise idle cores and counts in the process's CPU time too. The
+// heap it began with is the first of the "MB" figures.
 func (t *gcTally) add(line string) {
 	if !strings.HasPrefix(line, "gc ") {
 		return
@@ -66,10 +75,15 @@ func (t *gcTally) add(line string) {
 	if !ok {
 		return
 	}
-	phases, _, ok := strings.Cut(rest, " ms cpu")
+	phases, rest, ok := strings.Cut(rest, " ms cpu, ")
 	if !ok {
 		return
 	}
+	heaps, rest, _ := strings.Cut(rest, " MB, ")
+	goal, _, _ := strings.Cut(rest, " MB goal")
+	start, _, _ := strings.Cut(heaps, "->")
+	startMB, errStart := strconv.ParseFloat(start, 64)
+	goalMB, errGoal := strconv.ParseFloat(goal, 64)
 	var ms float64
 	for _, f := range strings.FieldsFunc(phases, func(r rune) bool { return r == '+' || r == '/' }) {
 		v, err := strconv.ParseFloat(f, 64)
@@ -80,8 +94,8 @@ func (t *gcTally) add(line string) {
 	}
 	t.Count++
 	t.CPUSeconds += ms / 1000
-	if strings.HasSuffix(line, "(forced)") {
-		t.Forced++
+	if strings.HasSuffix(line, "(forced)") || (errStart == nil && errGoal == nil && startMB < periodicBelow*goalMB) {
+		t.Periodic++
 	}
 }
 

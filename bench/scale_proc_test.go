@@ -46,25 +46,27 @@ func TestMilestonesMatchWholeLinesInOrderOnly(t *testing.T) {
 }
 
 // The collector's trace lines are summed: their CPU phases, and the
-// collections the runtime forced; other lines do not count.
+// collections that began well under their heap goal (periodic, or
+// runtime.GC()); other lines do not count.
 func TestGCTallySumsTraceLines(t *testing.T) {
 	var g gcTally
 	for _, line := range []string{
 		"gc 1 @0.012s 2%: 0.026+0.39+0.042 ms clock, 0.21+0.25/0.38/0.49+0.33 ms cpu, 4->4->0 MB, 4 MB goal, 0 MB stacks, 0 MB globals, 8 P",
 		`I1126 "gc 2 @1s looks like a trace line" ms clock, x ms cpu`,
-		"gc 9 @240.100s 0%: 0.05+410+0.02 ms clock, 0.1+0/380/25+0.04 ms cpu, 700->701->690 MB, 1380 MB goal, 0 MB stacks, 0 MB globals, 2 P (forced)",
+		"gc 43 @388.243s 0%: 3.6+976+0.006 ms clock, 7.3+0/500/915+0.013 ms cpu, 805->805->694 MB, 1389 MB goal, 0 MB stacks, 0 MB globals, 2 P",
+		"gc 9 @240.100s 0%: 0.05+410+0.02 ms clock, 0.1+0/380/25+0.04 ms cpu, 30->31->29 MB, 50 MB goal, 0 MB stacks, 0 MB globals, 2 P (forced)",
 		"scvg: 1 MB released",
 	} {
 		g.add(line)
 	}
-	if g.Count != 2 || g.Forced != 1 {
-		t.Fatalf("count %d forced %d, want 2 and 1", g.Count, g.Forced)
+	if g.Count != 3 || g.Periodic != 2 {
+		t.Fatalf("count %d periodic %d, want 3 and 2", g.Count, g.Periodic)
 	}
-	want := (0.21 + 0.25 + 0.38 + 0.49 + 0.33 + 0.1 + 0 + 380 + 25 + 0.04) / 1000
+	want := (0.21 + 0.25 + 0.38 + 0.49 + 0.33 + 7.3 + 0 + 500 + 915 + 0.013 + 0.1 + 0 + 380 + 25 + 0.04) / 1000
 	if d := g.CPUSeconds - want; d > 1e-9 || d < -1e-9 {
 		t.Fatalf("CPU %.6f s, want %.6f", g.CPUSeconds, want)
 	}
-	if d := g.Sub(gcTally{Count: 1, CPUSeconds: want / 2}); d.Count != 1 || d.Forced != 1 {
+	if d := g.Sub(gcTally{Count: 1, CPUSeconds: want / 2}); d.Count != 2 || d.Periodic != 2 {
 		t.Fatalf("Sub: %+v", d)
 	}
 }

@@ -42,7 +42,7 @@ func (r *ScaleReport) PrintTable(out io.Writer) {
 	for _, k := range []string{
 		"controller_ready_s", "controller_rebuilt_s", "controller_first_action_s", "controller_attached_s",
 		"controller_peak_rss_mb", "controller_cpu_s_first_window", "controller_writes_first_minute",
-		"controller_idle_cpu_percent", "controller_idle_gc_cpu_percent", "controller_idle_gcs", "controller_idle_gcs_forced",
+		"controller_idle_cpu_percent", "controller_idle_gc_cpu_percent", "controller_idle_gcs", "controller_idle_gcs_periodic",
 		"controller_idle_rss_mb", "idle_api_requests_per_minute",
 		"controller_trickle_cpu_percent", "controller_trickle_rss_mb", "trickle_api_requests_per_minute", "controller_trickle_writes_per_minute",
 		"trickle_pods_created", "trickle_attach_p50_s", "trickle_attach_p99_s",
