@@ -59,7 +59,10 @@ func runAttacherMemory(ctx context.Context, e *env, res *Result) error {
 		return err
 	}
 	lat, last := r.attachedLatencies(idx, make([]time.Time, len(idx)))
-	p := &Phase{Name: "sync+attach", Ops: sz.MemoryOurVolumes, CSICalls: int(s1.publishes - s0.publishes)}
+	// The rig's driver started with the attacher (r.start): every publish
+	// it saw is this phase's, also those made before s0 was read, which
+	// on a loaded machine can be several.
+	p := &Phase{Name: "sync+attach", Ops: sz.MemoryOurVolumes, CSICalls: int(s1.publishes)}
 	p.WallSeconds = last.Sub(s0.at).Seconds()
 	p.PerSecond = float64(len(lat)) / p.WallSeconds
 	p.setWrites(componentWrites(s0, s1), sz.MemoryOurVolumes)

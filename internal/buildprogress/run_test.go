@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -89,15 +90,49 @@ func TestRunTestPassesOutputAndExitCode(t *testing.T) {
 func TestRunTestInterruptsOnCancel(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	time.AfterFunc(500*time.Millisecond, cancel)
-	var stdout, stderr bytes.Buffer
+	// Cancel once the command has set its trap and said so: a fixed delay
+	// cancelled a command on a loaded machine before its shell had started.
+	stdout := &noticeWriter{want: "started\n", seen: make(chan struct{})}
+	go func() {
+		select {
+		case <-stdout.seen:
+		case <-time.After(5 * time.Second):
+		}
+		cancel()
+	}()
+	var stderr bytes.Buffer
 	script := `trap 'kill $!; echo interrupted; exit 7' INT; echo started; sleep 20 & wait`
 	start := time.Now()
-	err := RunTest(ctx, "make test", []string{"sh", "-c", script}, []string{"std"}, &stdout, &stderr)
+	err := RunTest(ctx, "make test", []string{"sh", "-c", script}, []string{"std"}, stdout, &stderr)
 	if err == nil || time.Since(start) > 10*time.Second {
 		t.Fatalf("RunTest = %v after %s, want an error within seconds", err, time.Since(start))
 	}
 	if stdout.String() != "started\ninterrupted\n" {
 		t.Errorf("stdout = %q, want the command's trap of SIGINT to have run", stdout.String())
 	}
+}
+
+// noticeWriter keeps what is written and closes seen once it holds want.
+type noticeWriter struct {
+	mu   sync.Mutex
+	buf  bytes.Buffer
+	want string
+	seen chan struct{}
+	once sync.Once
+}
+
+func (w *noticeWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.buf.Write(p)
+	if strings.Contains(w.buf.String(), w.want) {
+		w.once.Do(func() { close(w.seen) })
+	}
+	return len(p), nil
+}
+
+func (w *noticeWriter) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.buf.String()
 }

@@ -7,7 +7,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/klog/v2"
 
 	"github.com/latchcsi/latch/internal/attachdetach/state"
 	"github.com/latchcsi/latch/internal/attachdetach/volume"
@@ -86,9 +85,6 @@ func (p *cachedPod) needsVolumes() bool {
 func (p *cachedPod) ref() state.PodRef {
 	return state.PodRef{Namespace: p.namespace, Name: p.name, UID: p.uid}
 }
-
-// kref names the Pod in log lines.
-func (p *cachedPod) kref() klog.ObjectRef { return klog.KRef(p.namespace, p.name) }
 
 // asPod is the Pod the volume resolver reads: identity, node and the
 // volumes (shared with the cache: the resolver only reads them).

@@ -83,11 +83,11 @@ func (c *Controller) resolvePod(ctx context.Context, pod *cachedPod, rec state.P
 		if prev, ok := rec.Volume(r.PodVolume); ok && r.Status != volume.StatusNoAttach {
 			next = append(next, state.PodVolume{Name: r.PodVolume, Volume: prev})
 			results[i] = volume.Result{PodVolume: r.PodVolume, Status: volume.StatusAttach, Volume: prev}
-			logger.V(4).Info("Keeping the earlier resolution of a pod volume", "pod", pod.kref(), "volume", r.PodVolume, "status", r.Status, "reason", r.Message)
+			logger.V(4).Info("Keeping the earlier resolution of a pod volume", "pod", klog.KRef(pod.namespace, pod.name), "volume", r.PodVolume, "status", r.Status, "reason", r.Message)
 			continue
 		}
 		if r.Status != volume.StatusNoAttach {
-			logger.V(4).Info("Pod volume is not attachable", "pod", pod.kref(), "volume", r.PodVolume, "status", r.Status, "reason", r.Message)
+			logger.V(4).Info("Pod volume is not attachable", "pod", klog.KRef(pod.namespace, pod.name), "volume", r.PodVolume, "status", r.Status, "reason", r.Message)
 		}
 	}
 	return volume.Attachables(results), next, warned

@@ -105,7 +105,7 @@ func (c *Controller) recordPods(ctx context.Context, pods []*cachedPod) int {
 		key := state.PodKey(pod.namespace, pod.name)
 		c.wake.PodRecorded(key)
 		if _, err := c.syncPod(ctx, key); err != nil {
-			logger.Error(err, "Could not record the Pod's volumes at start; retrying", "pod", pod.kref())
+			logger.Error(err, "Could not record the Pod's volumes at start; retrying", "pod", klog.KRef(pod.namespace, pod.name))
 			c.wake.Pod(pod.namespace, pod.name)
 			continue
 		}
