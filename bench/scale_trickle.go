@@ -57,8 +57,9 @@ func (e *scaleEnv) trickle(ctx context.Context, p *scaleProc, which, prefix stri
 	// trickle of the third full run ran 450 s for its 360 Pods.
 	prepCtx, stopPrep := context.WithCancel(ctx)
 	defer stopPrep()
-	prepared, prepErr := make(chan *tricklePod, trickleAhead), make(chan error, 1)
+	prepared, prepErr, prepDone := make(chan *tricklePod, trickleAhead), make(chan error, 1), make(chan struct{})
 	go func() {
+		defer close(prepDone)
 		for {
 			tp, err := prepare()
 			if err != nil {
@@ -132,7 +133,11 @@ func (e *scaleEnv) trickle(ctx context.Context, p *scaleProc, which, prefix stri
 		case <-tick.C:
 		}
 	}
+	// No harness write may be in flight when the window's writes are
+	// counted: the API server's counters and the harness's own would
+	// disagree by it, and the difference would count as the controller's.
 	stopPrep()
+	<-prepDone
 	window := time.Since(began)
 	u1 := p.usage()
 	rss := p.rssBytes()
