@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -165,20 +164,13 @@ type childComponent struct {
 	stopErr  error
 }
 
-// gcLine matches gctrace's "A->B->C MB" (heap at GC start, at GC end, live
-// heap marked).
-var gcLine = regexp.MustCompile(`(\d+)->(\d+)->(\d+) MB`)
-
 func (c *childComponent) readStderr(r io.Reader, log io.Writer) {
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 0, 64*1024), 4*1024*1024)
 	for sc.Scan() {
 		line := sc.Text()
-		if strings.HasPrefix(line, "gc ") {
-			if m := gcLine.FindStringSubmatch(line); m != nil {
-				mb, _ := strconv.ParseUint(m[3], 10, 64)
-				c.liveHeap.Store(mb << 20)
-			}
+		if g, ok := parseGCTrace(line); ok && g.hasHeap {
+			c.liveHeap.Store(g.liveMB << 20)
 		}
 		fmt.Fprintln(log, line)
 	}

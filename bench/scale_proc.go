@@ -59,42 +59,15 @@ func (t gcTally) Sub(earlier gcTally) gcTally {
 	return gcTally{Count: t.Count - earlier.Count, Periodic: t.Periodic - earlier.Periodic, CPUSeconds: t.CPUSeconds - earlier.CPUSeconds}
 }
 
-// add counts line when it is a collection trace line:
-//
-//	gc 7 @120.5s 0%: 0.02+310+0.01 ms clock, 0.05+0/290/20+0.02 ms cpu, 700->701->690 MB, 1380 MB goal, ...
-//
-// Its CPU is the sum of the "ms cpu" phases (stop-the-world, assist,
-// background, idle marking, stop-the-world); idle marking runs on
-// otherwise idle cores and counts in the process's CPU time too. The
-// heap it began with is the first of the "MB" figures.
+// add counts line when it is a collection trace line (parseGCTrace).
 func (t *gcTally) add(line string) {
-	if !strings.HasPrefix(line, "gc ") {
-		return
-	}
-	_, rest, ok := strings.Cut(line, " ms clock, ")
+	g, ok := parseGCTrace(line)
 	if !ok {
 		return
-	}
-	phases, rest, ok := strings.Cut(rest, " ms cpu, ")
-	if !ok {
-		return
-	}
-	heaps, rest, _ := strings.Cut(rest, " MB, ")
-	goal, _, _ := strings.Cut(rest, " MB goal")
-	start, _, _ := strings.Cut(heaps, "->")
-	startMB, errStart := strconv.ParseFloat(start, 64)
-	goalMB, errGoal := strconv.ParseFloat(goal, 64)
-	var ms float64
-	for _, f := range strings.FieldsFunc(phases, func(r rune) bool { return r == '+' || r == '/' }) {
-		v, err := strconv.ParseFloat(f, 64)
-		if err != nil {
-			return
-		}
-		ms += v
 	}
 	t.Count++
-	t.CPUSeconds += ms / 1000
-	if strings.HasSuffix(line, "(forced)") || (errStart == nil && errGoal == nil && startMB < periodicBelow*goalMB) {
+	t.CPUSeconds += g.cpuSeconds
+	if g.forced || (g.hasHeap && g.hasGoal && float64(g.startMB) < periodicBelow*float64(g.goalMB)) {
 		t.Periodic++
 	}
 }
