@@ -107,7 +107,8 @@ func (w *scaleWorld) calls() driverCalls {
 }
 
 // callsSince counts the ControllerPublish calls since before for any
-// volume but except, and every ControllerUnpublish since before.
+// volume but except ("": for every volume), and every ControllerUnpublish
+// since before.
 func (w *scaleWorld) callsSince(before driverCalls, except string) (publishes, unpublishes int) {
 	for _, c := range w.driverMock.CallsTo("ControllerPublishVolume")[before.publishes:] {
 		if c.VolumeID != except {

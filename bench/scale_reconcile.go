@@ -32,8 +32,7 @@ func (e *scaleEnv) reconcileOverlap(ctx context.Context) error {
 	}
 	defer w.driverMock.RemoveFault(rule)
 	listBefore := len(w.driverMock.CallsTo("ListVolumes"))
-	publishBefore := len(w.driverMock.CallsTo("ControllerPublishVolume"))
-	unpublishBefore := len(w.driverMock.CallsTo("ControllerUnpublishVolume"))
+	driverBefore := w.calls()
 	maxBefore := w.driverMock.Stats().Methods["ListVolumes"].MaxInFlight
 	timeout := reconcileLatency * 3
 	p, err := startScaleProc("csi-attacher", e.cfg.AttacherBinary, filepath.Join(e.cfg.LogDir, "csi-attacher-reconcile.log"), nil,
@@ -71,8 +70,7 @@ func (e *scaleEnv) reconcileOverlap(ctx context.Context) error {
 		}
 	}
 	maxInFlight := w.driverMock.Stats().Methods["ListVolumes"].MaxInFlight
-	publishes := len(w.driverMock.CallsTo("ControllerPublishVolume")) - publishBefore
-	unpublishes := len(w.driverMock.CallsTo("ControllerUnpublishVolume")) - unpublishBefore
+	publishes, unpublishes := w.callsSince(driverBefore, "") // every volume has an ID: all count
 	e.rep.Figures["listvolumes_slow_pages_failed"] = failed
 	e.rep.Figures["listvolumes_max_in_flight"] = maxInFlight
 	e.rep.check(fmt.Sprintf("csi-attacher: a reconcile of %d pages of %s each completes past --timeout=%s", pages, reconcileLatency, timeout),
