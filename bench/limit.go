@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/latchcsi/latch/internal/kube"
+	"github.com/latchcsi/latch/internal/kube/kubenames"
 )
 
 const benchFieldManager = "latch-bench"
@@ -120,11 +121,11 @@ func (e *env) probeLimit(ctx context.Context) (l limitProbe, phases []*Phase, er
 	creates := &Phase{Name: fmt.Sprintf("VA creates@%d", createConcurrency), Ops: sz.LimitItems, WallSeconds: elapsed.Seconds(), PerSecond: float64(sz.LimitItems) / elapsed.Seconds()}
 	phases = append(phases, creates)
 
-	finalizer, pvFinalizer := kube.AttacherFinalizer(driver), kube.PVFinalizer(driver)
+	finalizer, pvFinalizer := kubenames.AttacherFinalizer(driver), kubenames.PVFinalizer(driver)
 	opts := metav1.PatchOptions{FieldManager: benchFieldManager}
 	attach := func(ctx context.Context, i int) error {
 		meta, err := vaMetadataPatch(vas[i], finalizer, map[string]string{
-			kube.VANodeIDAnnotation: prefix + "-node-id", "attacher.latch.dev/volume-handle": name(i),
+			kubenames.VANodeIDAnnotation: prefix + "-node-id", "attacher.latch.dev/volume-handle": name(i),
 		})
 		if err != nil {
 			return err

@@ -14,6 +14,7 @@ import (
 
 	"github.com/latchcsi/latch/internal/csimock"
 	"github.com/latchcsi/latch/internal/kube"
+	"github.com/latchcsi/latch/internal/kube/kubenames"
 	"github.com/latchcsi/latch/internal/localcluster"
 )
 
@@ -46,7 +47,7 @@ func (r *podRig) pod(i int) string      { return fmt.Sprintf("%s-pod-%05d", r.pr
 
 // vaName is the VolumeAttachment of Pod i's k-th volume.
 func (r *podRig) vaName(pod, k int) string {
-	return kube.VolumeAttachmentName(r.vol(pod*r.perPod+k), r.driver, r.nodeName(pod))
+	return kubenames.VolumeAttachmentName(r.vol(pod*r.perPod+k), r.driver, r.nodeName(pod))
 }
 
 // newPodRig prepares pods*perPod volumes (plus one canary Pod's) on nodes

@@ -21,7 +21,6 @@ import (
 
 	"github.com/latchcsi/latch/internal/attacher/decide"
 	"github.com/latchcsi/latch/internal/csimock"
-	"github.com/latchcsi/latch/internal/kube"
 	"github.com/latchcsi/latch/internal/kube/kubenames"
 	"github.com/latchcsi/latch/internal/localcluster"
 	"github.com/latchcsi/latch/internal/stack"
@@ -222,7 +221,7 @@ func (w *scaleWorld) createVolume(ctx context.Context, i int, attached bool) err
 	pv.Labels = labels
 	pv.Spec.ClaimRef = &v1.ObjectReference{Kind: "PersistentVolumeClaim", APIVersion: "v1", Namespace: w.ns, Name: created.Name, UID: created.UID}
 	if attached {
-		pv.Finalizers = []string{kube.PVFinalizer(w.driver)}
+		pv.Finalizers = []string{kubenames.PVFinalizer(w.driver)}
 	}
 	if _, err := w.client.CoreV1().PersistentVolumes().Create(ctx, pv, metav1.CreateOptions{}); err != nil {
 		return err
@@ -239,11 +238,11 @@ func (w *scaleWorld) createVolume(ctx context.Context, i int, attached bool) err
 	}
 	va := newVA(w.va(i), w.driver, w.pv(i), w.node(i))
 	va.Labels = labels
-	va.Finalizers = []string{kube.AttacherFinalizer(w.driver)}
+	va.Finalizers = []string{kubenames.AttacherFinalizer(w.driver)}
 	// As csi-attacher leaves an attached VA (a failover, not the first
 	// start after the swap from upstream's external-attacher, which adds
 	// the volume-handle annotation to every VA once: docs/scale.md).
-	va.Annotations = map[string]string{kube.VANodeIDAnnotation: stack.NodeID(w.node(i)), decide.AnnVolumeHandle: w.pv(i)}
+	va.Annotations = map[string]string{kubenames.VANodeIDAnnotation: stack.NodeID(w.node(i)), decide.AnnVolumeHandle: w.pv(i)}
 	cva, err := w.client.StorageV1().VolumeAttachments().Create(ctx, va, metav1.CreateOptions{})
 	if err != nil {
 		return err

@@ -42,7 +42,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "attachdetach-controller:", err)
 		return 2
 	}
-	if opts.showVersion {
+	if opts.ShowVersion {
 		fmt.Fprintln(stdout, "attachdetach-controller", version.Version)
 		return 0
 	}
@@ -52,7 +52,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "attachdetach-controller:", err)
 		return 2
 	}
-	ctx, restConfig, err := app.Start(ctx, "attachdetach-controller", opts.client)
+	ctx, restConfig, err := app.Start(ctx, "attachdetach-controller", opts.Client)
 	if err != nil {
 		return 1
 	}
@@ -69,8 +69,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			MigrationByNode:             opts.csiMigrationByNode,
 			CoexistencePeriod:           opts.coexistencePeriod,
 		},
-		Leader:        opts.leader,
-		HTTP:          app.HTTPConfig{Address: opts.httpEndpoint, MetricsPath: opts.metricsPath},
+		Leader:        opts.Leader,
+		HTTP:          app.HTTPConfig{Address: opts.httpEndpoint, MetricsPath: opts.MetricsPath},
 		HealthAddress: opts.healthEndpoint,
 		Registry:      controller.LegacyRegistry{},
 	})

@@ -15,11 +15,10 @@ import (
 // options are the command line, named like kube-controller-manager's
 // flags for the same knobs. See docs/attachdetach-controller.md.
 type options struct {
-	client      app.ClientOptions
-	showVersion bool
-
-	// leader holds --leader-elect and its timing, namespace and name.
-	leader app.LeaderElection
+	// CommonOptions hold the client flags, --version, --metrics-path and
+	// --leader-elect with its timing; the Lease's namespace and name are
+	// set into its Leader too.
+	app.CommonOptions
 
 	workers                     int
 	nodeStatusWorkers           int
@@ -33,7 +32,6 @@ type options struct {
 
 	httpEndpoint   string
 	healthEndpoint string
-	metricsPath    string
 
 	logging *logsapi.LoggingConfiguration
 	gates   featuregate.MutableVersionedFeatureGate
@@ -54,16 +52,15 @@ func parseOptions(args []string) (*options, error) {
 	// run the controller as the binary does use too.
 	d := controller.DefaultServeConfig()
 	o := &options{
+		CommonOptions: app.CommonOptions{
+			Client: app.ClientOptions{QPS: controller.DefaultKubeAPIQPS, Burst: controller.DefaultKubeAPIBurst},
+			Leader: d.Leader, MetricsPath: d.HTTP.MetricsPath,
+		},
 		logging: fs.Logging, gates: fs.Gates,
-		client: app.ClientOptions{QPS: controller.DefaultKubeAPIQPS, Burst: controller.DefaultKubeAPIBurst},
-		leader: d.Leader, metricsPath: d.HTTP.MetricsPath,
 	}
-	fs.AddClientFlags(&o.client)
-	fs.AddVersionFlag(&o.showVersion)
-	fs.AddMetricsPathFlag(&o.metricsPath)
-	fs.AddLeaderFlags("leader-elect", &o.leader)
-	fs.StringVar(&o.leader.Namespace, "leader-elect-resource-namespace", d.Leader.Namespace, "Namespace of the leader election Lease.")
-	fs.StringVar(&o.leader.LeaseName, "leader-elect-resource-name", d.Leader.LeaseName, "Name of the leader election Lease.")
+	fs.AddCommonFlags("leader-elect", &o.CommonOptions)
+	fs.StringVar(&o.Leader.Namespace, "leader-elect-resource-namespace", d.Leader.Namespace, "Namespace of the leader election Lease.")
+	fs.StringVar(&o.Leader.LeaseName, "leader-elect-resource-name", d.Leader.LeaseName, "Name of the leader election Lease.")
 	fs.IntVar(&o.workers, "concurrent-attach-detach-syncs", d.Controller.Workers, "Number of (volume, node) keys reconciled in parallel.")
 	fs.IntVar(&o.nodeStatusWorkers, "node-status-workers", d.Controller.NodeStatusWorkers, "Number of nodes whose status.volumesAttached is written in parallel (one write per node at a time).")
 	fs.DurationVar(&o.maxWaitForUnmount, "max-wait-for-unmount", d.Controller.MaxWaitForUnmount, "How long a volume that no Pod wants any more but that a NotReady node still lists in volumesInUse waits before it is detached anyway.")

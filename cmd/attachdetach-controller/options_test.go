@@ -16,15 +16,15 @@ func TestParseOptions_defaultsMatchKubeControllerManager(t *testing.T) {
 		name      string
 		got, want any
 	}{
-		{"kube-api-qps", o.client.QPS, 500.0},
-		{"kube-api-burst", o.client.Burst, 1000},
-		{"kube-api-content-type", o.client.ContentType, "application/vnd.kubernetes.protobuf"},
-		{"leader-elect", o.leader.Enabled, true},
-		{"leader-elect-lease-duration", o.leader.LeaseDuration, 15 * time.Second},
-		{"leader-elect-renew-deadline", o.leader.RenewDeadline, 10 * time.Second},
-		{"leader-elect-retry-period", o.leader.RetryPeriod, 2 * time.Second},
-		{"leader-elect-resource-namespace", o.leader.Namespace, "kube-system"},
-		{"leader-elect-resource-name", o.leader.LeaseName, "latch-attachdetach-controller"},
+		{"kube-api-qps", o.Client.QPS, 500.0},
+		{"kube-api-burst", o.Client.Burst, 1000},
+		{"kube-api-content-type", o.Client.ContentType, "application/vnd.kubernetes.protobuf"},
+		{"leader-elect", o.Leader.Enabled, true},
+		{"leader-elect-lease-duration", o.Leader.LeaseDuration, 15 * time.Second},
+		{"leader-elect-renew-deadline", o.Leader.RenewDeadline, 10 * time.Second},
+		{"leader-elect-retry-period", o.Leader.RetryPeriod, 2 * time.Second},
+		{"leader-elect-resource-namespace", o.Leader.Namespace, "kube-system"},
+		{"leader-elect-resource-name", o.Leader.LeaseName, "latch-attachdetach-controller"},
 		{"concurrent-attach-detach-syncs", o.workers, 50},
 		{"node-status-workers", o.nodeStatusWorkers, 16},
 		{"max-wait-for-unmount", o.maxWaitForUnmount, 6 * time.Minute},
@@ -33,7 +33,7 @@ func TestParseOptions_defaultsMatchKubeControllerManager(t *testing.T) {
 		{"coexistence-report-period", o.coexistencePeriod, 5 * time.Minute},
 		{"http-endpoint", o.httpEndpoint, "127.0.0.1:8080"},
 		{"health-endpoint", o.healthEndpoint, ""},
-		{"metrics-path", o.metricsPath, "/metrics"},
+		{"metrics-path", o.MetricsPath, "/metrics"},
 		{"csi-migration-by-node", len(o.csiMigrationByNode), 0},
 	}
 	for _, c := range checks {
@@ -69,8 +69,8 @@ func TestParseOptions_loggingFlags(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if o.logging.Format != "json" || o.logging.Verbosity != 4 || o.leader.Enabled {
-		t.Errorf("options = format %q, v %d, leaderElect %v", o.logging.Format, o.logging.Verbosity, o.leader.Enabled)
+	if o.logging.Format != "json" || o.logging.Verbosity != 4 || o.Leader.Enabled {
+		t.Errorf("options = format %q, v %d, leaderElect %v", o.logging.Format, o.logging.Verbosity, o.Leader.Enabled)
 	}
 }
 
@@ -86,7 +86,7 @@ func TestParseOptions_csiMigrationByNode(t *testing.T) {
 
 func TestParseOptions_kubeAPIContentTypeAcceptsJSONAndRejectsOthers(t *testing.T) {
 	o, err := parseOptions([]string{"--kube-api-content-type=application/json"})
-	if err != nil || o.client.ContentType != "application/json" {
+	if err != nil || o.Client.ContentType != "application/json" {
 		t.Fatalf("--kube-api-content-type=application/json: options %+v, error %v", o, err)
 	}
 	_, err = parseOptions([]string{"--kube-api-content-type=application/yaml"})

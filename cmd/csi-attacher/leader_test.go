@@ -15,7 +15,7 @@ func TestLeaderConfigAnnouncesPresenceWithAndWithoutLeaderElection(t *testing.T)
 		if c.Presence == nil || c.Presence.Component != "csi-attacher" {
 			t.Errorf("%v: Presence = %+v, want set (component csi-attacher)", args, c.Presence)
 		}
-		if c.Enabled != o.leader.Enabled || c.Namespace != o.leader.Namespace || c.RetryPeriod != o.leader.RetryPeriod || c.LeaseDuration != o.leader.LeaseDuration || c.RenewDeadline != o.leader.RenewDeadline {
+		if c.Enabled != o.Leader.Enabled || c.Namespace != o.Leader.Namespace || c.RetryPeriod != o.Leader.RetryPeriod || c.LeaseDuration != o.Leader.LeaseDuration || c.RenewDeadline != o.Leader.RenewDeadline {
 			t.Errorf("%v: config %+v does not carry the flags", args, c)
 		}
 	}

@@ -36,7 +36,7 @@ func run(args []string) int {
 		fmt.Fprintln(os.Stderr, "csi-attacher:", err)
 		return 2
 	}
-	if opts.showVersion {
+	if opts.ShowVersion {
 		fmt.Println(os.Args[0], version.Version)
 		return 0
 	}
@@ -63,7 +63,7 @@ func run(args []string) int {
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	ctx, restConfig, err := app.Start(ctx, "csi-attacher", opts.client)
+	ctx, restConfig, err := app.Start(ctx, "csi-attacher", opts.Client)
 	if err != nil {
 		return 1
 	}
@@ -91,7 +91,7 @@ func run(args []string) int {
 			MaxEntries:         opts.maxEntries,
 		},
 		Leader: leaderConfig(opts),
-		HTTP:   app.HTTPConfig{Address: httpAddr, MetricsPath: opts.metricsPath},
+		HTTP:   app.HTTPConfig{Address: httpAddr, MetricsPath: opts.MetricsPath},
 	})
 	if err != nil {
 		logger.Error(err, "csi-attacher failed")
@@ -105,7 +105,7 @@ func run(args []string) int {
 // works and refuses to work while another identity holds it
 // (app.Presence; docs/csi-attacher.md, "Leader election").
 func leaderConfig(opts *options) app.LeaderElection {
-	le := opts.leader
+	le := opts.Leader
 	le.Presence = &app.Presence{Component: "csi-attacher"}
 	return le
 }

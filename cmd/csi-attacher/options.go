@@ -14,9 +14,12 @@ import (
 // options are the command line, with upstream external-attacher's flag
 // names and meanings. Defaults differ only where docs/csi-attacher.md says so.
 type options struct {
-	client             app.ClientOptions
+	// CommonOptions hold the client flags, --version, --metrics-path and
+	// --leader-election with its timing; the Lease's namespace and labels
+	// are set into its Leader too.
+	app.CommonOptions
+
 	csiAddress         string
-	showVersion        bool
 	resync             time.Duration
 	timeout            time.Duration
 	workerThreads      int
@@ -30,12 +33,8 @@ type options struct {
 	maxGRPCLogLength   int
 	connectTimeout     time.Duration
 
-	// leader holds --leader-election and its timing, namespace and labels.
-	leader app.LeaderElection
-
 	httpEndpoint   string
 	metricsAddress string
-	metricsPath    string
 	automaxprocs   bool
 	maxProcs       int
 
@@ -56,18 +55,17 @@ func parseOptions(args []string) (*options, error) {
 	d := attacher.DefaultSidecarConfig()
 	labels := app.LabelsValue{}
 	o := &options{
+		CommonOptions: app.CommonOptions{
+			Client: app.ClientOptions{QPS: attacher.DefaultKubeAPIQPS, Burst: attacher.DefaultKubeAPIBurst},
+			Leader: d.Leader, MetricsPath: d.HTTP.MetricsPath,
+		},
 		logging: fs.Logging, gates: fs.Gates,
-		client: app.ClientOptions{QPS: attacher.DefaultKubeAPIQPS, Burst: attacher.DefaultKubeAPIBurst},
-		leader: d.Leader, metricsPath: d.HTTP.MetricsPath,
 	}
-	o.leader.Labels = labels
+	o.Leader.Labels = labels
 	if err := fs.Gates.Add(upstreamGates); err != nil {
 		return nil, err
 	}
-	fs.AddClientFlags(&o.client)
-	fs.AddVersionFlag(&o.showVersion)
-	fs.AddMetricsPathFlag(&o.metricsPath)
-	fs.AddLeaderFlags("leader-election", &o.leader)
+	fs.AddCommonFlags("leader-election", &o.CommonOptions)
 	fs.StringVar(&o.csiAddress, "csi-address", d.CSIAddress, "Address of the CSI driver socket.")
 	fs.DurationVar(&o.resync, "resync", d.Resync, "Resync interval of the informers: every VolumeAttachment is re-checked this often.")
 	fs.DurationVar(&o.timeout, "timeout", d.Controller.Timeout, "Timeout of one ControllerPublish/ControllerUnpublish call.")
@@ -81,7 +79,7 @@ func parseOptions(args []string) (*options, error) {
 	fs.StringVar(&o.defaultFSType, "default-fstype", d.DefaultFSType, "Filesystem type used when a PV names none (mount volumes only).")
 	fs.IntVar(&o.maxGRPCLogLength, "max-grpc-log-length", -1, "Maximum length of logged gRPC requests and responses; negative means no limit.")
 	fs.DurationVar(&o.connectTimeout, "csi-connect-timeout", d.ConnectTimeout, "How long to keep trying to connect to the driver at start-up. latch only.")
-	fs.StringVar(&o.leader.Namespace, "leader-election-namespace", "", "Namespace of the leader election Lease; default: the Pod's namespace.")
+	fs.StringVar(&o.Leader.Namespace, "leader-election-namespace", "", "Namespace of the leader election Lease; default: the Pod's namespace.")
 	fs.Var(labels, "leader-election-labels", "Labels for the Lease, as key:value pairs separated by commas (external-attacher's form, e.g. 'my-label:my-value,my-second-label:my-second-value'); key=value is accepted too.")
 	fs.StringVar(&o.httpEndpoint, "http-endpoint", "", "host:port of the HTTP server for metrics and /healthz/leader-election; empty disables it.")
 	fs.StringVar(&o.metricsAddress, "metrics-address", "", "(deprecated) host:port for metrics only; use --http-endpoint.")

@@ -12,8 +12,8 @@ func TestParseOptions_defaultsDifferFromUpstreamOnlyWhereDocumented(t *testing.T
 		t.Fatal(err)
 	}
 	// docs/csi-attacher.md lists these three as latch's defaults.
-	if o.workerThreads != 50 || o.client.QPS != 5000 || o.client.Burst != 10000 {
-		t.Errorf("worker-threads, kube-api-qps, kube-api-burst = %d, %v, %d; want 50, 5000, 10000", o.workerThreads, o.client.QPS, o.client.Burst)
+	if o.workerThreads != 50 || o.Client.QPS != 5000 || o.Client.Burst != 10000 {
+		t.Errorf("worker-threads, kube-api-qps, kube-api-burst = %d, %v, %d; want 50, 5000, 10000", o.workerThreads, o.Client.QPS, o.Client.Burst)
 	}
 	// Upstream's.
 	if o.timeout != 15*time.Second || o.resync != 10*time.Minute || o.retryIntervalStart != time.Second || o.retryIntervalMax != 5*time.Minute {
@@ -51,11 +51,11 @@ func TestParseOptions_kubeAPIContentTypeDefaultsToProtobuf(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if o.client.ContentType != "application/vnd.kubernetes.protobuf" {
-		t.Errorf("kube-api-content-type = %q, want protobuf", o.client.ContentType)
+	if o.Client.ContentType != "application/vnd.kubernetes.protobuf" {
+		t.Errorf("kube-api-content-type = %q, want protobuf", o.Client.ContentType)
 	}
 	o, err = parseOptions([]string{"--kube-api-content-type=application/json"})
-	if err != nil || o.client.ContentType != "application/json" {
+	if err != nil || o.Client.ContentType != "application/json" {
 		t.Fatalf("--kube-api-content-type=application/json: options %+v, error %v", o, err)
 	}
 	_, err = parseOptions([]string{"--kube-api-content-type=text/plain"})

@@ -11,6 +11,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/latchcsi/latch/internal/kube"
+	"github.com/latchcsi/latch/internal/kube/kubenames"
 )
 
 // kcmUserAgent is how kube-controller-manager v1.36.3 introduces itself;
@@ -33,7 +34,7 @@ func TestStatusFindsTwoAttachDetachControllers(t *testing.T) {
 		pv := f.volume("v-" + node)
 		name := pv.Name
 		va := &storagev1.VolumeAttachment{
-			ObjectMeta: metav1.ObjectMeta{Name: kube.VolumeAttachmentName(pv.Spec.CSI.VolumeHandle, f.driver, node)},
+			ObjectMeta: metav1.ObjectMeta{Name: kubenames.VolumeAttachmentName(pv.Spec.CSI.VolumeHandle, f.driver, node)},
 			Spec: storagev1.VolumeAttachmentSpec{Attacher: f.driver, NodeName: node,
 				Source: storagev1.VolumeAttachmentSource{PersistentVolumeName: &name}},
 		}

@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/latchcsi/latch/internal/kube"
+	"github.com/latchcsi/latch/internal/kube/kubenames"
 	"github.com/latchcsi/latch/internal/localcluster"
 )
 
@@ -57,7 +58,7 @@ func TestExplainAttachErrorIsAProblemWithTheDriversMessage(t *testing.T) {
 	if code != exitProblem {
 		t.Errorf("exit code %d, want %d", code, exitProblem)
 	}
-	mustLine(t, out, "PROBLEM", "VolumeAttachment "+kube.VolumeAttachmentName(pv.Spec.CSI.VolumeHandle, f.driver, node), "volume is busy", "gRPC code 9")
+	mustLine(t, out, "PROBLEM", "VolumeAttachment "+kubenames.VolumeAttachmentName(pv.Spec.CSI.VolumeHandle, f.driver, node), "volume is busy", "gRPC code 9")
 	mustSay(t, out, "attached to another node in the backend")
 	mustLine(t, out, "OK", "csi-attacher of driver "+f.driver+" runs", "kube-system")
 
@@ -84,7 +85,7 @@ func TestExplainPVTerminatingHeldByAttacherFinalizerNamesTheVA(t *testing.T) {
 	node := f.node("a", true)
 	pv := f.volume("data")
 	va := f.va(pv, node, storagev1.VolumeAttachmentStatus{Attached: true})
-	patch := []byte(`{"metadata":{"finalizers":["` + kube.AttacherFinalizer(f.driver) + `"]}}`)
+	patch := []byte(`{"metadata":{"finalizers":["` + kubenames.AttacherFinalizer(f.driver) + `"]}}`)
 	if _, err := f.client.CoreV1().PersistentVolumes().Patch(f.ctx, pv.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -99,7 +100,7 @@ func TestExplainPVTerminatingHeldByAttacherFinalizerNamesTheVA(t *testing.T) {
 	if code != exitProblem {
 		t.Errorf("exit code %d, want %d", code, exitProblem)
 	}
-	mustLine(t, out, "PROBLEM", "Terminating", kube.AttacherFinalizer(f.driver), va.Name, "node "+node)
+	mustLine(t, out, "PROBLEM", "Terminating", kubenames.AttacherFinalizer(f.driver), va.Name, "node "+node)
 }
 
 func TestExplainCSINodeWithoutTheDriver(t *testing.T) {
@@ -121,7 +122,7 @@ func TestExplainStaleAttacherLease(t *testing.T) {
 	f.va(pv, node, storagev1.VolumeAttachmentStatus{})
 	f.lease(f.ns, 10*time.Minute) // the attacher's namespace is searched, wherever it is
 
-	out, code := f.latchctl("explain", "va", kube.VolumeAttachmentName(pv.Spec.CSI.VolumeHandle, f.driver, node)[:24])
+	out, code := f.latchctl("explain", "va", kubenames.VolumeAttachmentName(pv.Spec.CSI.VolumeHandle, f.driver, node)[:24])
 	if code != exitProblem {
 		t.Errorf("exit code %d, want %d", code, exitProblem)
 	}
@@ -164,7 +165,7 @@ func TestExplainOutOfServiceTaint(t *testing.T) {
 	if code != exitProblem {
 		t.Errorf("exit code %d, want %d", code, exitProblem)
 	}
-	mustLine(t, out, "PROBLEM", "Node "+node, kube.OutOfServiceTaintKey, f.ns+"/app")
+	mustLine(t, out, "PROBLEM", "Node "+node, kubenames.OutOfServiceTaintKey, f.ns+"/app")
 	mustLine(t, out, "PROBLEM", "Node "+node, "not Ready")
 }
 
@@ -182,8 +183,8 @@ func TestExplainDetachWaitsWhileTheVolumeIsInUse(t *testing.T) {
 	if code != exitHealthy {
 		t.Errorf("exit code %d, want %d (a detach waiting for unmount is not broken)", code, exitHealthy)
 	}
-	mustLine(t, out, "WAITING", "being deleted", kube.AttacherFinalizer(f.driver))
-	mustLine(t, out, "WAITING", "still reports", "volumesInUse", kube.UniqueVolumeNamePrefix+f.driver)
+	mustLine(t, out, "WAITING", "being deleted", kubenames.AttacherFinalizer(f.driver))
+	mustLine(t, out, "WAITING", "still reports", "volumesInUse", kubenames.UniqueVolumeNamePrefix+f.driver)
 }
 
 func TestStatusJSON(t *testing.T) {

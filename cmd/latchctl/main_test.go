@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/latchcsi/latch/internal/kube"
+	"github.com/latchcsi/latch/internal/kube/kubenames"
 	"github.com/latchcsi/latch/internal/localcluster"
 )
 
@@ -97,8 +98,8 @@ func (f *fixture) va(pv *v1.PersistentVolume, node string, status storagev1.Volu
 	name := pv.Name
 	va := &storagev1.VolumeAttachment{
 		ObjectMeta: metav1.ObjectMeta{
-			Name:       kube.VolumeAttachmentName(pv.Spec.CSI.VolumeHandle, f.driver, node),
-			Finalizers: []string{kube.AttacherFinalizer(f.driver)},
+			Name:       kubenames.VolumeAttachmentName(pv.Spec.CSI.VolumeHandle, f.driver, node),
+			Finalizers: []string{kubenames.AttacherFinalizer(f.driver)},
 		},
 		Spec: storagev1.VolumeAttachmentSpec{Attacher: f.driver, NodeName: node,
 			Source: storagev1.VolumeAttachmentSource{PersistentVolumeName: &name}},
@@ -129,7 +130,7 @@ func (f *fixture) forceDelete(name string) {
 // attach/detach controller and the kubelet would.
 func (f *fixture) nodeVolumes(node string, pv *v1.PersistentVolume, attached, inUse bool) {
 	f.t.Helper()
-	u := kube.UniqueVolumeName(f.driver, pv.Spec.CSI.VolumeHandle)
+	u := kubenames.UniqueVolumeName(f.driver, pv.Spec.CSI.VolumeHandle)
 	status := map[string]any{"volumesAttached": []v1.AttachedVolume{}, "volumesInUse": []v1.UniqueVolumeName{}}
 	if attached {
 		status["volumesAttached"] = []v1.AttachedVolume{{Name: u}}

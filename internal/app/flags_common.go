@@ -33,14 +33,25 @@ func (f *Flags) AddClientFlags(c *ClientOptions) {
 	f.checks = append(f.checks, func() error { return ValidateContentType(c.ContentType) })
 }
 
-// AddVersionFlag registers --version.
-func (f *Flags) AddVersionFlag(show *bool) {
-	f.BoolVar(show, "version", false, "Print the version and exit.")
+// CommonOptions are the flags csi-attacher and attachdetach-controller
+// share: the API client's (ClientOptions), --version, --metrics-path and
+// the leader election switch and timing (AddLeaderFlags).
+type CommonOptions struct {
+	Client      ClientOptions
+	ShowVersion bool
+	MetricsPath string
+	Leader      LeaderElection
 }
 
-// AddMetricsPathFlag registers --metrics-path with the default in *path.
-func (f *Flags) AddMetricsPathFlag(path *string) {
-	f.StringVar(path, "metrics-path", *path, "HTTP path of the metrics.")
+// AddCommonFlags registers c's flags with c's values as defaults, the
+// leader election ones under leaderPrefix (AddLeaderFlags). A binary's
+// own leader flags (the Lease's namespace, name, labels) stay its own:
+// upstream names them differently for each.
+func (f *Flags) AddCommonFlags(leaderPrefix string, c *CommonOptions) {
+	f.AddClientFlags(&c.Client)
+	f.BoolVar(&c.ShowVersion, "version", false, "Print the version and exit.")
+	f.StringVar(&c.MetricsPath, "metrics-path", c.MetricsPath, "HTTP path of the metrics.")
+	f.AddLeaderFlags(leaderPrefix, &c.Leader)
 }
 
 // AddLeaderFlags registers the leader election switch and timing under

@@ -16,6 +16,7 @@ import (
 
 	"github.com/latchcsi/latch/internal/attacher/decide"
 	"github.com/latchcsi/latch/internal/kube"
+	"github.com/latchcsi/latch/internal/kube/kubenames"
 )
 
 // Event reasons on VolumeAttachments.
@@ -109,7 +110,7 @@ func (e *executor) setMetadata(ctx context.Context, va *storagev1.VolumeAttachme
 
 // addPVFinalizer puts our finalizer on pv (nothing when it is there).
 func (e *executor) addPVFinalizer(ctx context.Context, pv *v1.PersistentVolume) error {
-	patch, err := kube.AddFinalizerPatch(pv, kube.PVFinalizer(e.driver.Name))
+	patch, err := kube.AddFinalizerPatch(pv, kubenames.PVFinalizer(e.driver.Name))
 	if err != nil || patch == nil {
 		return err
 	}
@@ -123,7 +124,7 @@ func (e *executor) addPVFinalizer(ctx context.Context, pv *v1.PersistentVolume) 
 // finalizers keep the object alive, status.attached is set to false too;
 // when ours was the last, the object is gone and no status write is made.
 func (e *executor) releaseVA(ctx context.Context, va *storagev1.VolumeAttachment) error {
-	patch, err := kube.RemoveFinalizerPatch(va, kube.AttacherFinalizer(e.driver.Name))
+	patch, err := kube.RemoveFinalizerPatch(va, kubenames.AttacherFinalizer(e.driver.Name))
 	if err != nil {
 		return err
 	}

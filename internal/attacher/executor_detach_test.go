@@ -17,7 +17,7 @@ import (
 
 	"github.com/latchcsi/latch/internal/csi"
 	"github.com/latchcsi/latch/internal/csimock"
-	"github.com/latchcsi/latch/internal/kube"
+	"github.com/latchcsi/latch/internal/kube/kubenames"
 )
 
 func TestExecutorDetachUnpublishesThenRemovesFinalizerThenWritesStatus(t *testing.T) {
@@ -41,13 +41,13 @@ func TestExecutorDetachUnpublishesThenRemovesFinalizerThenWritesStatus(t *testin
 	)
 	f.requireCSICalls("ControllerUnpublishVolume handle-pv-d node-1-id OK")
 	requirePatch(t, w[0], types.JSONPatchType, `[
-		{"op":"test","path":"/metadata/finalizers","value":["`+kube.AttacherFinalizer(execDriver)+`","example.com/other"]},
+		{"op":"test","path":"/metadata/finalizers","value":["`+kubenames.AttacherFinalizer(execDriver)+`","example.com/other"]},
 		{"op":"replace","path":"/metadata/finalizers","value":["example.com/other"]}]`)
 	requirePatch(t, w[1], types.MergePatchType, `{"metadata":{"uid":"uid-va-d"},"status":{"attached":false,"attachmentMetadata":null}}`)
 	if got := f.driver.Published("handle-pv-d"); len(got) != 0 {
 		t.Errorf("still published to %v", got)
 	}
-	if got := f.va("va-d"); got.Status.Attached || slices.Contains(got.Finalizers, kube.AttacherFinalizer(execDriver)) {
+	if got := f.va("va-d"); got.Status.Attached || slices.Contains(got.Finalizers, kubenames.AttacherFinalizer(execDriver)) {
 		t.Errorf("VA after detach: finalizers %v status %+v", got.Finalizers, got.Status)
 	}
 }
@@ -87,7 +87,7 @@ func TestExecutorDetachFailureRecordsDetachErrorAndKeepsFinalizer(t *testing.T) 
 	if de == nil || !strings.Contains(de.Message, "array offline") || de.ErrorCode == nil || *de.ErrorCode != int32(codes.Internal) {
 		t.Errorf("detachError = %+v, want the driver's message and code %d", de, codes.Internal)
 	}
-	if !got.Status.Attached || !slices.Contains(got.Finalizers, kube.AttacherFinalizer(execDriver)) {
+	if !got.Status.Attached || !slices.Contains(got.Finalizers, kubenames.AttacherFinalizer(execDriver)) {
 		t.Errorf("after a failed detach: attached=%v finalizers=%v, want attached with our finalizer", got.Status.Attached, got.Finalizers)
 	}
 	if ev := drainEvents(f.recorder); len(ev) != 1 || !strings.HasPrefix(ev[0], "Warning "+EventDetachFailed) {
@@ -97,7 +97,7 @@ func TestExecutorDetachFailureRecordsDetachErrorAndKeepsFinalizer(t *testing.T) 
 
 func TestExecutorDeletingPVLosesFinalizerOnlyWhenNoVAReferencesIt(t *testing.T) {
 	pv := deleting(execPV("pv-p"))
-	pv.Finalizers = []string{"kubernetes.io/pv-protection", kube.PVFinalizer(execDriver)}
+	pv.Finalizers = []string{"kubernetes.io/pv-protection", kubenames.PVFinalizer(execDriver)}
 	f := newExecFixture(t, pv, attachedVA("va-p", "pv-p"), execCSINode())
 
 	// A VA still refers to the PV: nothing is written.
@@ -120,7 +120,7 @@ func TestExecutorDeletingPVLosesFinalizerOnlyWhenNoVAReferencesIt(t *testing.T) 
 	}
 	w := f.requireWrites("patch persistentvolumes pv-p")
 	requirePatch(t, w[0], types.JSONPatchType, `[
-		{"op":"test","path":"/metadata/finalizers","value":["kubernetes.io/pv-protection","`+kube.PVFinalizer(execDriver)+`"]},
+		{"op":"test","path":"/metadata/finalizers","value":["kubernetes.io/pv-protection","`+kubenames.PVFinalizer(execDriver)+`"]},
 		{"op":"replace","path":"/metadata/finalizers","value":["kubernetes.io/pv-protection"]}]`)
 	f.requireCSICalls()
 	if got := f.pv("pv-p").Finalizers; !slices.Equal(got, []string{"kubernetes.io/pv-protection"}) {
@@ -130,7 +130,7 @@ func TestExecutorDeletingPVLosesFinalizerOnlyWhenNoVAReferencesIt(t *testing.T) 
 
 func TestExecutorPVNotDeletingKeepsFinalizer(t *testing.T) {
 	pv := execPV("pv-p")
-	pv.Finalizers = []string{kube.PVFinalizer(execDriver)}
+	pv.Finalizers = []string{kubenames.PVFinalizer(execDriver)}
 	f := newExecFixture(t, pv, execCSINode())
 	if _, err := f.ctrl.syncPV(f.ctx, "pv-p"); err != nil {
 		t.Fatalf("syncPV: %v", err)
@@ -243,7 +243,7 @@ func TestExecutorDetachOfLastFinalizerIsNotRepeatedWhenTheDeletedVersionArrivesL
 // it ever reaches the informer: only its deletion can drop the entry.
 func TestExecutorDeletedPVLeavesNoOwnWriteEntryBehind(t *testing.T) {
 	pv := deleting(execPV("pv-p"))
-	pv.Finalizers = []string{kube.PVFinalizer(execDriver)}
+	pv.Finalizers = []string{kubenames.PVFinalizer(execDriver)}
 	f := newExecFixture(t, pv, execCSINode())
 	f.client.PrependReactor("patch", "persistentvolumes", func(clienttesting.Action) (bool, runtime.Object, error) {
 		obj, err := f.tracker.Get(pvGVR, "", "pv-p")

@@ -12,6 +12,7 @@ import (
 	"github.com/latchcsi/latch/internal/attacher/decide"
 	"github.com/latchcsi/latch/internal/csi"
 	"github.com/latchcsi/latch/internal/kube"
+	"github.com/latchcsi/latch/internal/kube/kubenames"
 	"github.com/latchcsi/latch/internal/runner"
 )
 
@@ -22,7 +23,7 @@ type orphanedFunc func(ctx context.Context, va *storagev1.VolumeAttachment, plan
 // removePVFinalizer takes our finalizer off pv (a PV already gone is
 // fine).
 func (e *executor) removePVFinalizer(ctx context.Context, pv *v1.PersistentVolume) error {
-	patch, err := kube.RemoveFinalizerPatch(pv, kube.PVFinalizer(e.driver.Name))
+	patch, err := kube.RemoveFinalizerPatch(pv, kubenames.PVFinalizer(e.driver.Name))
 	if err != nil || patch == nil {
 		return err
 	}

@@ -33,7 +33,7 @@ import (
 
 	"github.com/latchcsi/latch/internal/csi"
 	"github.com/latchcsi/latch/internal/csimock"
-	"github.com/latchcsi/latch/internal/kube"
+	"github.com/latchcsi/latch/internal/kube/kubenames"
 	"github.com/latchcsi/latch/internal/kube/kubetest"
 )
 
@@ -331,8 +331,8 @@ func execCSINode() *storagev1.CSINode {
 // attachedVA is a VA as a successful attach leaves it.
 func attachedVA(name, pv string, finalizers ...string) *storagev1.VolumeAttachment {
 	va := execVA(name, pv)
-	va.Finalizers = append([]string{kube.AttacherFinalizer(execDriver)}, finalizers...)
-	va.Annotations = map[string]string{kube.VANodeIDAnnotation: "node-1-id", AnnVolumeHandle: "handle-" + pv}
+	va.Finalizers = append([]string{kubenames.AttacherFinalizer(execDriver)}, finalizers...)
+	va.Annotations = map[string]string{kubenames.VANodeIDAnnotation: "node-1-id", AnnVolumeHandle: "handle-" + pv}
 	va.Status = storagev1.VolumeAttachmentStatus{Attached: true, AttachmentMetadata: map[string]string{"device": "/dev/x"}}
 	return va
 }
@@ -375,14 +375,14 @@ func TestExecutorAttachOfPVBackedVAWritesPVFinalizerThenVAMetadataThenStatus(t *
 		"patch volumeattachments va-a",
 		"patch volumeattachments/status va-a",
 	)
-	fin := kube.AttacherFinalizer(execDriver)
+	fin := kubenames.AttacherFinalizer(execDriver)
 	requirePatch(t, w[0], types.JSONPatchType, `[
 		{"op":"test","path":"/metadata/resourceVersion","value":"`+pvRV+`"},
-		{"op":"add","path":"/metadata/finalizers","value":["`+kube.PVFinalizer(execDriver)+`"]}]`)
+		{"op":"add","path":"/metadata/finalizers","value":["`+kubenames.PVFinalizer(execDriver)+`"]}]`)
 	requirePatch(t, w[1], types.JSONPatchType, `[
 		{"op":"test","path":"/metadata/resourceVersion","value":"`+vaRV+`"},
 		{"op":"add","path":"/metadata/finalizers","value":["`+fin+`"]},
-		{"op":"add","path":"/metadata/annotations","value":{"`+AnnVolumeHandle+`":"handle-pv-a","`+kube.VANodeIDAnnotation+`":"node-1-id"}}]`)
+		{"op":"add","path":"/metadata/annotations","value":{"`+AnnVolumeHandle+`":"handle-pv-a","`+kubenames.VANodeIDAnnotation+`":"node-1-id"}}]`)
 	f.requireCSICalls("ControllerPublishVolume handle-pv-a node-1-id OK")
 	pub := f.driver.State().Volumes[0].Published[0]
 	metadata, _ := json.Marshal(pub.PublishContext)
@@ -392,7 +392,7 @@ func TestExecutorAttachOfPVBackedVAWritesPVFinalizerThenVAMetadataThenStatus(t *
 	if !va.Status.Attached || !reflect.DeepEqual(va.Status.AttachmentMetadata, pub.PublishContext) || va.Status.AttachError != nil {
 		t.Errorf("VA status = %+v, want attached with the publish context %v", va.Status, pub.PublishContext)
 	}
-	if !slices.Equal(va.Finalizers, []string{fin}) || va.Annotations[kube.VANodeIDAnnotation] != "node-1-id" {
+	if !slices.Equal(va.Finalizers, []string{fin}) || va.Annotations[kubenames.VANodeIDAnnotation] != "node-1-id" {
 		t.Errorf("VA metadata: finalizers %v annotations %v", va.Finalizers, va.Annotations)
 	}
 
@@ -443,7 +443,7 @@ func TestExecutorAttachFailureRecordsAttachErrorWithCodeAndOneEvent(t *testing.T
 	if va.Status.Attached || va.Status.AttachError == nil || *va.Status.AttachError.ErrorCode != int32(codes.ResourceExhausted) {
 		t.Errorf("VA status = %+v", va.Status)
 	}
-	if !slices.Contains(va.Finalizers, kube.AttacherFinalizer(execDriver)) {
+	if !slices.Contains(va.Finalizers, kubenames.AttacherFinalizer(execDriver)) {
 		t.Errorf("finalizer missing after a publish that may have happened: %v", va.Finalizers)
 	}
 	if ev := drainEvents(f.recorder); len(ev) != 1 || !strings.HasPrefix(ev[0], "Warning "+EventAttachFailed) || !strings.Contains(ev[0], "no free slots") {

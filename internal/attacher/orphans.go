@@ -15,7 +15,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/latchcsi/latch/internal/attacher/decide"
-	"github.com/latchcsi/latch/internal/kube"
+	"github.com/latchcsi/latch/internal/kube/kubenames"
 	"github.com/latchcsi/latch/internal/runner"
 )
 
@@ -236,10 +236,10 @@ func (c *Controller) ownsPublication(va *storagev1.VolumeAttachment, o orphan) b
 	if va.Spec.Attacher != c.cfg.Driver.Name {
 		return false
 	}
-	handle, nodeID := va.Annotations[AnnVolumeHandle], va.Annotations[kube.VANodeIDAnnotation]
+	handle, nodeID := va.Annotations[AnnVolumeHandle], va.Annotations[kubenames.VANodeIDAnnotation]
 	if va.DeletionTimestamp != nil {
 		// Only a detach still to come (our finalizer) undoes it.
-		return slices.Contains(va.Finalizers, kube.AttacherFinalizer(c.cfg.Driver.Name)) && handle == o.handle && nodeID == o.nodeID
+		return slices.Contains(va.Finalizers, kubenames.AttacherFinalizer(c.cfg.Driver.Name)) && handle == o.handle && nodeID == o.nodeID
 	}
 	if handle == "" || nodeID == "" {
 		obs, err := c.observe(va)

@@ -16,6 +16,7 @@ import (
 
 	"github.com/latchcsi/latch/internal/attacher/decide"
 	"github.com/latchcsi/latch/internal/kube"
+	"github.com/latchcsi/latch/internal/kube/kubenames"
 )
 
 // orphanRecordPrefix starts the name of the ConfigMap holding a driver's
@@ -26,7 +27,7 @@ const orphanRecordPrefix = "external-attacher-orphans-"
 // OrphanRecordName is the name of the ConfigMap in which the attacher of
 // driver keeps the publications it still has to undo.
 func OrphanRecordName(driver string) string {
-	return orphanRecordPrefix + strings.ToLower(kube.SanitizeDriverName(driver))
+	return orphanRecordPrefix + strings.ToLower(kubenames.SanitizeDriverName(driver))
 }
 
 // orphanRecord is one entry of the durable record: what a restarted

@@ -10,7 +10,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/latchcsi/latch/internal/attacher/decide"
-	"github.com/latchcsi/latch/internal/kube"
+	"github.com/latchcsi/latch/internal/kube/kubenames"
 	"github.com/latchcsi/latch/internal/runner"
 )
 
@@ -67,7 +67,7 @@ func (c *Controller) reconcileOnce(ctx context.Context) error {
 			}
 			c.attach.ForgetAndEnqueue(va.Name)
 		case "unpublish":
-			if !slices.Contains(va.Finalizers, kube.AttacherFinalizer(c.cfg.Driver.Name)) {
+			if !slices.Contains(va.Finalizers, kubenames.AttacherFinalizer(c.cfg.Driver.Name)) {
 				// No detach of ours is coming for it: tell the detach pass.
 				marked[va.Name] = va.UID
 			}

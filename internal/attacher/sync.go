@@ -10,7 +10,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/latchcsi/latch/internal/attacher/decide"
-	"github.com/latchcsi/latch/internal/kube"
+	"github.com/latchcsi/latch/internal/kube/kubenames"
 	"github.com/latchcsi/latch/internal/runner"
 )
 
@@ -158,7 +158,7 @@ const annMigratedTo = "pv.kubernetes.io/migrated-to"
 // the in-tree plugin handles it again, and the finalizer must not outlive
 // our driver (as upstream's attacher does).
 func (c *Controller) releasablePV(pv *v1.PersistentVolume) bool {
-	if !slices.Contains(pv.Finalizers, kube.PVFinalizer(c.cfg.Driver.Name)) {
+	if !slices.Contains(pv.Finalizers, kubenames.PVFinalizer(c.cfg.Driver.Name)) {
 		return false
 	}
 	if pv.DeletionTimestamp != nil {

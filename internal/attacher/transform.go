@@ -18,6 +18,7 @@ import (
 	csitrans "k8s.io/csi-translation-lib"
 
 	"github.com/latchcsi/latch/internal/kube"
+	"github.com/latchcsi/latch/internal/kube/kubenames"
 )
 
 // Transform is the informer transform the attacher of driver wants, for a
@@ -51,8 +52,8 @@ import (
 // on the type assertion); read them with LookupPV and LookupVA.
 func Transform(driver string) cache.TransformFunc {
 	driverOf := DriverOfPV(csitrans.New())
-	finalizer := kube.PVFinalizer(driver)
-	vaFinalizer := kube.AttacherFinalizer(driver)
+	finalizer := kubenames.PVFinalizer(driver)
+	vaFinalizer := kubenames.AttacherFinalizer(driver)
 	sources := &sharedCSISources{m: map[string]*v1.CSIPersistentVolumeSource{}}
 	return func(obj any) (any, error) {
 		obj, err := kube.StripManagedFields(obj)
@@ -211,8 +212,8 @@ func trimOwnVA(va *storagev1.VolumeAttachment, driver, finalizer string) {
 // the attacher writes on its VolumeAttachments, "" for any other key.
 func sharedAnnotationKey(k string) string {
 	switch k {
-	case kube.VANodeIDAnnotation:
-		return kube.VANodeIDAnnotation
+	case kubenames.VANodeIDAnnotation:
+		return kubenames.VANodeIDAnnotation
 	case AnnVolumeHandle:
 		return AnnVolumeHandle
 	case AnnSecretRef:

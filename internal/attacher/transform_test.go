@@ -15,7 +15,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/latchcsi/latch/internal/attacher/decide"
-	"github.com/latchcsi/latch/internal/kube"
+	"github.com/latchcsi/latch/internal/kube/kubenames"
 )
 
 func transformed[T any](t *testing.T, transform func(any) (any, error), obj any) T {
@@ -116,9 +116,9 @@ func TestTransformSharesOneDriverNamePerForeignDriver(t *testing.T) {
 func TestTransformForeignPVWithOurFinalizerKeepsFinalizers(t *testing.T) {
 	transform := Transform(memDriver)
 	pv := memPV("pv-a", memOtherDriver, 0)
-	pv.Finalizers = []string{"kubernetes.io/pv-protection", kube.PVFinalizer(memDriver)}
+	pv.Finalizers = []string{"kubernetes.io/pv-protection", kubenames.PVFinalizer(memDriver)}
 	got := transformed[*v1.PersistentVolume](t, transform, pv)
-	if want := []string{"kubernetes.io/pv-protection", kube.PVFinalizer(memDriver)}; !equality.Semantic.DeepEqual(got.Finalizers, want) {
+	if want := []string{"kubernetes.io/pv-protection", kubenames.PVFinalizer(memDriver)}; !equality.Semantic.DeepEqual(got.Finalizers, want) {
 		t.Fatalf("finalizers = %v, want %v", got.Finalizers, want)
 	}
 	want := &v1.CSIPersistentVolumeSource{Driver: memOtherDriver}
@@ -169,7 +169,7 @@ func TestTransformOurCSIPVKeepsOnlyWhatTheAttachReads(t *testing.T) {
 	block := v1.PersistentVolumeBlock
 	pv := memPV("pv-a", memDriver, 0) // managed fields, annotations, claim reference, capacity
 	pv.DeletionTimestamp = &now
-	pv.Finalizers = []string{"kubernetes.io/pv-protection", kube.PVFinalizer(memDriver)}
+	pv.Finalizers = []string{"kubernetes.io/pv-protection", kubenames.PVFinalizer(memDriver)}
 	pv.Labels = map[string]string{"team": "a"}
 	pv.Spec.VolumeMode = &block
 	pv.Spec.MountOptions = []string{"noatime"}
@@ -178,7 +178,7 @@ func TestTransformOurCSIPVKeepsOnlyWhatTheAttachReads(t *testing.T) {
 	pv.Status.Phase = v1.VolumeBound
 	want := &v1.PersistentVolume{
 		ObjectMeta: metav1.ObjectMeta{Name: "pv-a", ResourceVersion: pv.ResourceVersion, DeletionTimestamp: &now,
-			Finalizers: []string{"kubernetes.io/pv-protection", kube.PVFinalizer(memDriver)}},
+			Finalizers: []string{"kubernetes.io/pv-protection", kubenames.PVFinalizer(memDriver)}},
 		Spec: v1.PersistentVolumeSpec{
 			PersistentVolumeSource: v1.PersistentVolumeSource{CSI: pv.Spec.CSI.DeepCopy()},
 			AccessModes:            pv.Spec.AccessModes,

@@ -14,6 +14,7 @@ import (
 
 	"github.com/latchcsi/latch/internal/attacher/decide"
 	"github.com/latchcsi/latch/internal/kube"
+	"github.com/latchcsi/latch/internal/kube/kubenames"
 )
 
 // ourVA is a VolumeAttachment of memDriver as protobuf decoding gives it:
@@ -33,12 +34,12 @@ func ourVA(mutate func(*storagev1.VolumeAttachment)) *storagev1.VolumeAttachment
 			OwnerReferences:            []metav1.OwnerReference{{Kind: "Pod", Name: "app", UID: "app-uid"}},
 			ManagedFields:              []metav1.ManagedFieldsEntry{{Manager: "kube-controller-manager"}},
 			Annotations: map[string]string{
-				own(kube.VANodeIDAnnotation): "node-a-id",
-				own(AnnVolumeHandle):         "vol-pv-a",
-				own(AnnSecretRef):            "ns/publish",
-				lastAppliedAnnotation:        `{"kind":"VolumeAttachment"}`,
+				own(kubenames.VANodeIDAnnotation): "node-a-id",
+				own(AnnVolumeHandle):              "vol-pv-a",
+				own(AnnSecretRef):                 "ns/publish",
+				lastAppliedAnnotation:             `{"kind":"VolumeAttachment"}`,
 			},
-			Finalizers: []string{"example.com/keep", own(kube.AttacherFinalizer(memDriver))},
+			Finalizers: []string{"example.com/keep", own(kubenames.AttacherFinalizer(memDriver))},
 		},
 		Spec: storagev1.VolumeAttachmentSpec{Attacher: own(memDriver), NodeName: "node-a",
 			Source: storagev1.VolumeAttachmentSource{PersistentVolumeName: &pvName}},
@@ -119,14 +120,14 @@ func TestTransformOurVolumeAttachmentKeepsWhatWritesAreComputedFrom(t *testing.T
 				}
 			}
 			for _, mc := range []decide.MetadataChange{
-				{AddFinalizer: kube.AttacherFinalizer(memDriver)},
-				{SetAnnotations: map[string]string{kube.VANodeIDAnnotation: "node-a-id-2", AnnVolumeHandle: "vol-pv-a"}},
-				{AddFinalizer: kube.AttacherFinalizer(memDriver), SetAnnotations: map[string]string{kube.VANodeIDAnnotation: "node-a-id"}},
+				{AddFinalizer: kubenames.AttacherFinalizer(memDriver)},
+				{SetAnnotations: map[string]string{kubenames.VANodeIDAnnotation: "node-a-id-2", AnnVolumeHandle: "vol-pv-a"}},
+				{AddFinalizer: kubenames.AttacherFinalizer(memDriver), SetAnnotations: map[string]string{kubenames.VANodeIDAnnotation: "node-a-id"}},
 			} {
 				same(fmt.Sprintf("metadata patch %+v", mc), func(va *storagev1.VolumeAttachment) ([]byte, error) { return metadataPatch(va, &mc) })
 			}
 			same("finalizer removal", func(va *storagev1.VolumeAttachment) ([]byte, error) {
-				return kube.RemoveFinalizerPatch(va, kube.AttacherFinalizer(memDriver))
+				return kube.RemoveFinalizerPatch(va, kubenames.AttacherFinalizer(memDriver))
 			})
 			for _, status := range []storagev1.VolumeAttachmentStatus{
 				{Attached: true, AttachmentMetadata: whole.Status.AttachmentMetadata},
@@ -157,7 +158,7 @@ func TestTransformOurVolumeAttachmentsShareRepeatedStrings(t *testing.T) {
 	}
 	sharedData("spec.attacher", a.Spec.Attacher, b.Spec.Attacher)
 	sharedData("our finalizer", a.Finalizers[1], b.Finalizers[1])
-	for _, key := range []string{kube.VANodeIDAnnotation, AnnVolumeHandle, AnnSecretRef} {
+	for _, key := range []string{kubenames.VANodeIDAnnotation, AnnVolumeHandle, AnnSecretRef} {
 		found := 0
 		for ka := range a.Annotations {
 			for kb := range b.Annotations {

@@ -8,7 +8,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 
-	"github.com/latchcsi/latch/internal/kube"
+	"github.com/latchcsi/latch/internal/kube/kubenames"
 )
 
 // attachment is one volume on one node, with what is known about it.
@@ -33,7 +33,7 @@ func (a *attachment) detachBlockedByKubelet() bool {
 	if a.va == nil || a.va.DeletionTimestamp == nil || a.nodeObj == nil {
 		return false
 	}
-	return slices.Contains(a.nodeObj.Status.VolumesInUse, kube.UniqueVolumeName(a.vol.driver, a.vol.handle))
+	return slices.Contains(a.nodeObj.Status.VolumesInUse, kubenames.UniqueVolumeName(a.vol.driver, a.vol.handle))
 }
 
 // pending reports whether csi-attacher still has work to do.
@@ -48,7 +48,7 @@ func (w *walker) explainAttachment(vol *volume, node string, va *storagev1.Volum
 	if a.va == nil {
 		a.va = w.findVA(vol, node)
 	}
-	a.vaName = kube.VolumeAttachmentName(vol.handle, vol.driver, node)
+	a.vaName = kubenames.VolumeAttachmentName(vol.handle, vol.driver, node)
 	if a.va != nil {
 		a.vaName = a.va.Name
 	}
@@ -75,7 +75,7 @@ func (w *walker) explainAttachment(vol *volume, node string, va *storagev1.Volum
 }
 
 func (w *walker) findVA(vol *volume, node string) *storagev1.VolumeAttachment {
-	name := kube.VolumeAttachmentName(vol.handle, vol.driver, node)
+	name := kubenames.VolumeAttachmentName(vol.handle, vol.driver, node)
 	var match *storagev1.VolumeAttachment
 	for _, va := range w.vasOf(vol) {
 		if va.Name == name {
@@ -109,16 +109,16 @@ func (w *walker) explainNode(a *attachment) {
 		w.add(Finding{Check: "node.ready", Object: obj, Status: StatusProblem,
 			Message: msg + ": its kubelet cannot mount volumes nor report that it unmounted them",
 			Hint: fmt.Sprintf("bring the node back; if it is down for good, taint it so its volumes are detached at once: kubectl taint node %s %s=nodeshutdown:NoExecute (otherwise the attach/detach controller force-detaches 6 minutes after the node became NotReady)",
-				a.node, kube.OutOfServiceTaintKey)})
+				a.node, kubenames.OutOfServiceTaintKey)})
 	}
-	if _, ok := n.Annotations[kube.ControllerManagedAttachAnnotation]; !ok {
+	if _, ok := n.Annotations[kubenames.ControllerManagedAttachAnnotation]; !ok {
 		healthy = false
 		w.add(Finding{Check: "node.managed", Object: obj, Status: StatusProblem,
-			Message: fmt.Sprintf("Node %s lacks annotation %s: the attach/detach controller does not attach or detach its volumes and expects its kubelet to do so", a.node, kube.ControllerManagedAttachAnnotation),
+			Message: fmt.Sprintf("Node %s lacks annotation %s: the attach/detach controller does not attach or detach its volumes and expects its kubelet to do so", a.node, kubenames.ControllerManagedAttachAnnotation),
 			Hint:    "run the kubelet with --enable-controller-attach-detach=true (the default) and restart it"})
 	}
 	for _, t := range n.Spec.Taints {
-		if t.Key != kube.OutOfServiceTaintKey {
+		if t.Key != kubenames.OutOfServiceTaintKey {
 			continue
 		}
 		healthy = false
@@ -128,7 +128,7 @@ func (w *walker) explainNode(a *attachment) {
 		case a.wanted():
 			f.Status = StatusProblem
 			f.Message += fmt.Sprintf("; Pod(s) %s on it will not get the volume", strings.Join(a.wantedBy, ", "))
-			f.Hint = fmt.Sprintf("remove the taint once the node is healthy again: kubectl taint node %s %s-", a.node, kube.OutOfServiceTaintKey)
+			f.Hint = fmt.Sprintf("remove the taint once the node is healthy again: kubectl taint node %s %s-", a.node, kubenames.OutOfServiceTaintKey)
 		case a.va != nil:
 			f.Status = StatusWaiting
 			f.Hint = "the attach/detach controller deletes the VolumeAttachment; csi-attacher then detaches"
@@ -204,9 +204,9 @@ func (w *walker) explainCSINode(a *attachment) {
 	case a.va != nil && a.va.Status.Attached && a.va.DeletionTimestamp == nil:
 		f.Status = StatusInfo
 		f.Message += "; the volume is attached already, but the next attach to this node will wait for it"
-	case a.va != nil && a.va.DeletionTimestamp != nil && a.va.Annotations[kube.VANodeIDAnnotation] != "":
+	case a.va != nil && a.va.DeletionTimestamp != nil && a.va.Annotations[kubenames.VANodeIDAnnotation] != "":
 		f.Status = StatusInfo
-		f.Message += fmt.Sprintf("; detach does not need it, the VolumeAttachment recorded node ID %s", a.va.Annotations[kube.VANodeIDAnnotation])
+		f.Message += fmt.Sprintf("; detach does not need it, the VolumeAttachment recorded node ID %s", a.va.Annotations[kubenames.VANodeIDAnnotation])
 	case a.va == nil && !a.wanted():
 		f.Status = StatusInfo
 	default:
@@ -236,7 +236,7 @@ func (w *walker) explainMultiAttach(a *attachment) bool {
 	var elsewhere []string
 	otherNodes := map[string]bool{}
 	for _, va := range w.vasOf(a.vol) {
-		if va.Spec.NodeName == a.node || (!va.Status.Attached && !slices.Contains(va.Finalizers, kube.AttacherFinalizer(a.vol.driver))) {
+		if va.Spec.NodeName == a.node || (!va.Status.Attached && !slices.Contains(va.Finalizers, kubenames.AttacherFinalizer(a.vol.driver))) {
 			continue
 		}
 		elsewhere = append(elsewhere, fmt.Sprintf("node %s (VolumeAttachment %s, %s)", va.Spec.NodeName, va.Name, vaState(va)))
@@ -275,7 +275,7 @@ func (w *walker) explainMultiAttach(a *attachment) bool {
 	}
 	w.add(Finding{Check: "multiattach", Object: a.vol.object, Status: StatusProblem, Message: msg,
 		Hint: fmt.Sprintf("the volume moves only after the Pods on %s are gone and it is detached there: delete or scale down those Pods; if that node is down, taint it so the volume is detached at once: kubectl taint node %s %s=nodeshutdown:NoExecute. Use ReadWriteMany if the storage supports it and several nodes must share the volume",
-			strings.Join(others, ", "), taintNode, kube.OutOfServiceTaintKey)})
+			strings.Join(others, ", "), taintNode, kubenames.OutOfServiceTaintKey)})
 	return true
 }
 

@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/latchcsi/latch/internal/kube"
+	"github.com/latchcsi/latch/internal/kube/kubenames"
 )
 
 // Builders for scenario tests. Every object starts healthy; options break
@@ -76,11 +77,11 @@ func newPV(name, claim string, modes ...v1.PersistentVolumeAccessMode) *v1.Persi
 
 func newNode(name string, attached, inUse bool) *v1.Node {
 	n := &v1.Node{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: map[string]string{kube.ControllerManagedAttachAnnotation: "true"}},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: map[string]string{kubenames.ControllerManagedAttachAnnotation: "true"}},
 		Status: v1.NodeStatus{Conditions: []v1.NodeCondition{{
 			Type: v1.NodeReady, Status: v1.ConditionTrue, Reason: "KubeletReady", LastTransitionTime: ago(time.Hour)}}},
 	}
-	u := kube.UniqueVolumeName(drv, handle)
+	u := kubenames.UniqueVolumeName(drv, handle)
 	if attached {
 		n.Status.VolumesAttached = []v1.AttachedVolume{{Name: u}}
 	}
@@ -107,9 +108,9 @@ func newVA(node string, attached bool) *storagev1.VolumeAttachment {
 	pv := pvName
 	return &storagev1.VolumeAttachment{
 		ObjectMeta: metav1.ObjectMeta{
-			Name:              kube.VolumeAttachmentName(handle, drv, node),
+			Name:              kubenames.VolumeAttachmentName(handle, drv, node),
 			CreationTimestamp: ago(10 * time.Minute),
-			Finalizers:        []string{kube.AttacherFinalizer(drv)},
+			Finalizers:        []string{kubenames.AttacherFinalizer(drv)},
 		},
 		Spec: storagev1.VolumeAttachmentSpec{
 			Attacher: drv, NodeName: node,

@@ -8,7 +8,7 @@ import (
 	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 
-	"github.com/latchcsi/latch/internal/kube"
+	"github.com/latchcsi/latch/internal/kube/kubenames"
 )
 
 // expect says that a finding with Check and Status exists whose message and
@@ -141,7 +141,7 @@ func TestExplainDriverAndMigration(t *testing.T) {
 			objs: ebs(healthy()),
 			want: []expect{
 				{"pv.csi", StatusOK, []string{"migration", "ebs.csi.aws.com", ebsHandle}},
-				{"va.exists", StatusWaiting, []string{kube.VolumeAttachmentName(ebsHandle, "ebs.csi.aws.com", nodeA)}},
+				{"va.exists", StatusWaiting, []string{kubenames.VolumeAttachmentName(ebsHandle, "ebs.csi.aws.com", nodeA)}},
 			},
 		},
 		{
@@ -162,7 +162,7 @@ func TestExplainDriverAndMigration(t *testing.T) {
 }
 
 func TestExplainVolumeAttachment(t *testing.T) {
-	vaA := kube.VolumeAttachmentName(handle, drv, nodeA)
+	vaA := kubenames.VolumeAttachmentName(handle, drv, nodeA)
 	code := func(c int32) *int32 { return &c }
 	runScenarios(t, []scenario{
 		{
@@ -204,7 +204,7 @@ func TestExplainVolumeAttachment(t *testing.T) {
 			objs:   edit(edit(healthy(), "web", func(p *v1.Pod) { p.Status.Phase = v1.PodSucceeded }), vaA, func(va *storagev1.VolumeAttachment) { va.DeletionTimestamp = agoPtr(3 * time.Minute) }),
 			target: Target{Kind: TargetVA, Name: vaA},
 			want: []expect{
-				{"va.detaching", StatusWaiting, []string{kube.AttacherFinalizer(drv), "3m"}},
+				{"va.detaching", StatusWaiting, []string{kubenames.AttacherFinalizer(drv), "3m"}},
 				{"node.volumesInUse", StatusWaiting, []string{"unmounted", "out-of-service"}},
 			},
 			healthy: true,
@@ -264,7 +264,7 @@ func TestExplainVolumeAttachment(t *testing.T) {
 		{
 			name: "attached but not yet in node.status.volumesAttached → waiting, kubelet cannot mount",
 			objs: edit(healthy(), nodeA, func(n *v1.Node) { n.Status.VolumesAttached, n.Status.VolumesInUse = nil, nil }),
-			want: []expect{{"node.volumesAttached", StatusWaiting, []string{kube.UniqueVolumeNamePrefix + drv + "^" + handle}}}, healthy: true,
+			want: []expect{{"node.volumesAttached", StatusWaiting, []string{kubenames.UniqueVolumeNamePrefix + drv + "^" + handle}}}, healthy: true,
 		},
 	})
 }
@@ -278,13 +278,13 @@ func TestExplainPVTerminating(t *testing.T) {
 		{
 			name:   "PV Terminating held by the attacher finalizer → problem naming the VolumeAttachment that still references it",
 			target: pvTarget,
-			objs:   edit(healthy(), pvName, deleting(kube.AttacherFinalizer(drv))),
-			want:   []expect{{"pv.deleting", StatusProblem, []string{kube.AttacherFinalizer(drv), kube.VolumeAttachmentName(handle, drv, nodeA), nodeA, "20m"}}},
+			objs:   edit(healthy(), pvName, deleting(kubenames.AttacherFinalizer(drv))),
+			want:   []expect{{"pv.deleting", StatusProblem, []string{kubenames.AttacherFinalizer(drv), kubenames.VolumeAttachmentName(handle, drv, nodeA), nodeA, "20m"}}},
 		},
 		{
 			name:   "PV Terminating with the attacher finalizer and no VolumeAttachment → problem, attacher must remove it; Lease checked",
 			target: pvTarget,
-			objs:   edit(drop[*v1.Pod](drop[*storagev1.VolumeAttachment](healthy(), ""), ""), pvName, deleting(kube.AttacherFinalizer(drv))),
+			objs:   edit(drop[*v1.Pod](drop[*storagev1.VolumeAttachment](healthy(), ""), ""), pvName, deleting(kubenames.AttacherFinalizer(drv))),
 			want: []expect{
 				{"pv.deleting", StatusProblem, []string{"no VolumeAttachment references it", "kubectl patch pv"}},
 				{"attacher.lease", StatusOK, nil},
@@ -315,7 +315,7 @@ func TestExplainPVTerminating(t *testing.T) {
 }
 
 func TestExplainNodeAndAttacher(t *testing.T) {
-	vaA := kube.VolumeAttachmentName(handle, drv, nodeA)
+	vaA := kubenames.VolumeAttachmentName(handle, drv, nodeA)
 	pending := func(objs []runtime.Object) []runtime.Object {
 		return edit(objs, vaA, func(va *storagev1.VolumeAttachment) { va.Status.Attached = false })
 	}
@@ -343,7 +343,7 @@ func TestExplainNodeAndAttacher(t *testing.T) {
 			target: Target{Kind: TargetVA, Name: vaA},
 			objs: edit(drop[*storagev1.CSINode](healthy(), ""), vaA, func(va *storagev1.VolumeAttachment) {
 				va.DeletionTimestamp = agoPtr(time.Minute)
-				va.Annotations = map[string]string{kube.VANodeIDAnnotation: "n-1"}
+				va.Annotations = map[string]string{kubenames.VANodeIDAnnotation: "n-1"}
 			}),
 			want:    []expect{{"csinode.driver", StatusInfo, []string{"recorded node ID n-1"}}},
 			healthy: true,
@@ -380,7 +380,7 @@ func TestExplainNodeAndAttacher(t *testing.T) {
 			objs: edit(healthy(), nodeA, func(n *v1.Node) {
 				n.Status.Conditions[0].Status, n.Status.Conditions[0].Reason = v1.ConditionUnknown, "NodeStatusUnknown"
 			}),
-			want:   []expect{{"node.ready", StatusProblem, []string{"NodeStatusUnknown", kube.OutOfServiceTaintKey}}},
+			want:   []expect{{"node.ready", StatusProblem, []string{"NodeStatusUnknown", kubenames.OutOfServiceTaintKey}}},
 			absent: []string{"node"},
 		},
 		{
@@ -391,15 +391,15 @@ func TestExplainNodeAndAttacher(t *testing.T) {
 		{
 			name: "out-of-service taint on the pod's node → problem",
 			objs: edit(healthy(), nodeA, func(n *v1.Node) {
-				n.Spec.Taints = []v1.Taint{{Key: kube.OutOfServiceTaintKey, Value: "nodeshutdown", Effect: v1.TaintEffectNoExecute}}
+				n.Spec.Taints = []v1.Taint{{Key: kubenames.OutOfServiceTaintKey, Value: "nodeshutdown", Effect: v1.TaintEffectNoExecute}}
 			}),
-			want: []expect{{"node.outOfService", StatusProblem, []string{"app/web", "kubectl taint node node-a " + kube.OutOfServiceTaintKey + "-"}}},
+			want: []expect{{"node.outOfService", StatusProblem, []string{"app/web", "kubectl taint node node-a " + kubenames.OutOfServiceTaintKey + "-"}}},
 		},
 		{
 			name:   "out-of-service taint, no pod left → waiting for the forced detach",
 			target: Target{Kind: TargetVA, Name: vaA},
 			objs: edit(drop[*v1.Pod](healthy(), ""), nodeA, func(n *v1.Node) {
-				n.Spec.Taints = []v1.Taint{{Key: kube.OutOfServiceTaintKey, Effect: v1.TaintEffectNoExecute}}
+				n.Spec.Taints = []v1.Taint{{Key: kubenames.OutOfServiceTaintKey, Effect: v1.TaintEffectNoExecute}}
 			}),
 			want: []expect{{"node.outOfService", StatusWaiting, nil}}, healthy: true,
 		},
@@ -422,7 +422,7 @@ func TestExplainNodeAndAttacher(t *testing.T) {
 }
 
 func TestExplainMultiAttach(t *testing.T) {
-	vaA := kube.VolumeAttachmentName(handle, drv, nodeA)
+	vaA := kubenames.VolumeAttachmentName(handle, drv, nodeA)
 	// web runs on node-a with the volume attached; web-2 is scheduled to
 	// node-b and wants it too.
 	conflict := func(modes ...v1.PersistentVolumeAccessMode) []runtime.Object {

@@ -4,12 +4,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/latchcsi/latch/internal/kube/kubenames"
 	v1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-
-	"github.com/latchcsi/latch/internal/kube"
 )
 
 // newAttacherPod is a running Pod of namespace/name with a csi-attacher
@@ -30,7 +29,7 @@ const upstreamAttacherImage = "registry.k8s.io/sig-storage/csi-attacher:v4.13.0"
 // Issue 24: latchctl's findings say which object is wrong and the next
 // command to run, without noise.
 func TestExplainOperatorFindings(t *testing.T) {
-	vaA := kube.VolumeAttachmentName(handle, drv, nodeA)
+	vaA := kubenames.VolumeAttachmentName(handle, drv, nodeA)
 	// pendingNoLease: the attach waits for csi-attacher and no Lease exists.
 	pendingNoLease := func(extra ...runtime.Object) []runtime.Object {
 		objs := drop[*coordLease](edit(healthy(), vaA, func(va *storagev1.VolumeAttachment) { va.Status.Attached = false }), "")
@@ -126,7 +125,7 @@ func TestExplainOperatorFindings(t *testing.T) {
 // Pods cannot be listed: the missing Lease stays a waiting finding that
 // gives the command telling the two causes apart.
 func TestExplainNoLeasePodsUnreadable(t *testing.T) {
-	vaA := kube.VolumeAttachmentName(handle, drv, nodeA)
+	vaA := kubenames.VolumeAttachmentName(handle, drv, nodeA)
 	s := NewSnapshot(now, drop[*coordLease](edit(healthy(), vaA, func(va *storagev1.VolumeAttachment) { va.Status.Attached = false }), "")...)
 	s.Unreadable[Ref{Kind: RefAttacherPodList}] = "forbidden"
 	r := Explain(podWeb, s)

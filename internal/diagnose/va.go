@@ -10,6 +10,7 @@ import (
 	storagev1 "k8s.io/api/storage/v1"
 
 	"github.com/latchcsi/latch/internal/kube"
+	"github.com/latchcsi/latch/internal/kube/kubenames"
 )
 
 // explainVAState reports the VolumeAttachment of one attachment: missing,
@@ -27,7 +28,7 @@ func (w *walker) explainVAState(a *attachment, conflict bool) {
 		switch {
 		case conflict:
 			f.Hint = "the attach/detach controller does not create it while the multi-attach conflict above lasts"
-		case a.nodeObj != nil && a.nodeObj.Annotations[kube.ControllerManagedAttachAnnotation] == "":
+		case a.nodeObj != nil && a.nodeObj.Annotations[kubenames.ControllerManagedAttachAnnotation] == "":
 			f.Hint = "the node is not managed by the attach/detach controller (see above); its kubelet must create the VolumeAttachment"
 		default:
 			f.Hint = "the attach/detach controller creates it once the Pod is scheduled and the PVC is bound: check that attachdetach-controller (or kube-controller-manager) runs and read its logs for this Pod"
@@ -41,7 +42,7 @@ func (w *walker) explainVAState(a *attachment, conflict bool) {
 			Hint:    "delete the VolumeAttachment; the attach/detach controller re-creates it with the right attacher"})
 		return
 	}
-	finalizer := kube.AttacherFinalizer(a.vol.driver)
+	finalizer := kubenames.AttacherFinalizer(a.vol.driver)
 	if va.DeletionTimestamp != nil {
 		w.explainDetach(a, finalizer)
 		return
@@ -206,7 +207,7 @@ func (w *walker) explainNodeVolumes(a *attachment) {
 		return
 	}
 	obj := "Node " + a.node
-	u := kube.UniqueVolumeName(a.vol.driver, a.vol.handle)
+	u := kubenames.UniqueVolumeName(a.vol.driver, a.vol.handle)
 	attached := slices.ContainsFunc(n.Status.VolumesAttached, func(av v1.AttachedVolume) bool { return av.Name == u })
 	inUse := slices.Contains(n.Status.VolumesInUse, u)
 	va := a.va
@@ -229,7 +230,7 @@ func (w *walker) explainNodeVolumes(a *attachment) {
 		w.add(Finding{Check: "node.volumesInUse", Object: obj, Status: StatusWaiting,
 			Message: fmt.Sprintf("the kubelet on node %s still reports %s in status.volumesInUse: the volume is detached only after the kubelet has unmounted it", a.node, u),
 			Hint: fmt.Sprintf("check which Pods on the node still use it (kubectl get pods -A --field-selector spec.nodeName=%s) and the kubelet's unmount errors; if the node is dead, taint it with %s=nodeshutdown:NoExecute (or wait for the 6-minute force detach after NotReady)",
-				a.node, kube.OutOfServiceTaintKey)})
+				a.node, kubenames.OutOfServiceTaintKey)})
 	case inUse:
 		w.add(Finding{Check: "node.volumesInUse", Object: obj, Status: StatusOK,
 			Message: fmt.Sprintf("the kubelet on node %s reports the volume in use (mounted or mounting)", a.node)})

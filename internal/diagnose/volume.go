@@ -5,12 +5,11 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/latchcsi/latch/internal/kube/kubenames"
 	v1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	csitrans "k8s.io/csi-translation-lib"
 	"k8s.io/klog/v2"
-
-	"github.com/latchcsi/latch/internal/kube"
 )
 
 // annVolumeHandle is the annotation latch's csi-attacher records the volume
@@ -19,7 +18,7 @@ import (
 // and its gRPC stack.
 const annVolumeHandle = "attacher.latch.dev/volume-handle"
 
-// attacherFinalizerPrefix is the prefix of kube.AttacherFinalizer.
+// attacherFinalizerPrefix is the prefix of kubenames.AttacherFinalizer.
 const attacherFinalizerPrefix = "external-attacher/"
 
 // volume is what the attach pipeline attaches: a CSI volume of one driver.
@@ -231,7 +230,7 @@ func vaIsOf(va *storagev1.VolumeAttachment, vol *volume) bool {
 	if va.Spec.Attacher != vol.driver || vol.handle == "" {
 		return false
 	}
-	return va.Annotations[annVolumeHandle] == vol.handle || va.Name == kube.VolumeAttachmentName(vol.handle, vol.driver, va.Spec.NodeName)
+	return va.Annotations[annVolumeHandle] == vol.handle || va.Name == kubenames.VolumeAttachmentName(vol.handle, vol.driver, va.Spec.NodeName)
 }
 
 func (w *walker) vasOfPV(pv string) []*storagev1.VolumeAttachment {

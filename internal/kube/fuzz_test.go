@@ -4,6 +4,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/latchcsi/latch/internal/kube/kubenames"
 	"k8s.io/apimachinery/pkg/util/validation"
 )
 
@@ -23,11 +24,11 @@ func FuzzFinalizerAndLeaseNamesAreValidObjectNames(f *testing.F) {
 		if len(driver) > 63 || len(validation.IsDNS1123Subdomain(strings.ToLower(driver))) != 0 {
 			return // not a driver name Kubernetes would store
 		}
-		fin := AttacherFinalizer(driver)
+		fin := kubenames.AttacherFinalizer(driver)
 		if errs := validation.IsQualifiedName(fin); len(errs) != 0 {
 			t.Fatalf("finalizer %q of driver %q is not a qualified name: %v", fin, driver, errs)
 		}
-		if PVFinalizer(driver) != fin {
+		if kubenames.PVFinalizer(driver) != fin {
 			t.Fatalf("PV and VA finalizers differ for %q", driver)
 		}
 		lease := LeaseName(driver)

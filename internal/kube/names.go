@@ -13,21 +13,6 @@ const (
 	leasePrefix = "external-attacher-leader-"
 )
 
-// SanitizeDriverName turns a CSI driver name into something usable as a
-// finalizer suffix or a Lease name, exactly like upstream external-attacher;
-// see kubenames.SanitizeDriverName.
-func SanitizeDriverName(driver string) string { return kubenames.SanitizeDriverName(driver) }
-
-// AttacherFinalizer returns the finalizer csi-attacher puts on the
-// VolumeAttachments and PersistentVolumes of the given driver:
-// "external-attacher/<sanitized driver>".
-func AttacherFinalizer(driver string) string { return kubenames.AttacherFinalizer(driver) }
-
-// PVFinalizer returns the finalizer csi-attacher puts on PersistentVolumes
-// that have VolumeAttachments (the same string as AttacherFinalizer, as
-// upstream).
-func PVFinalizer(driver string) string { return kubenames.PVFinalizer(driver) }
-
 // LeaseName returns the name of the leader election Lease of the
 // csi-attacher instances of one driver. Upstream builds
 // "external-attacher-leader-" + driver and csi-lib-utils sanitizes the whole
@@ -43,12 +28,5 @@ func PVFinalizer(driver string) string { return kubenames.PVFinalizer(driver) }
 // equal, so swapping latch and upstream stays safe; for the others upstream
 // never holds a Lease that latch could miss. See docs/migration.md.
 func LeaseName(driver string) string {
-	return leasePrefix + strings.ToLower(SanitizeDriverName(driver))
-}
-
-// VolumeAttachmentName returns the name kube-controller-manager's CSI
-// attacher gives the VolumeAttachment of one volume on one node; see
-// kubenames.VolumeAttachmentName.
-func VolumeAttachmentName(volumeHandle, driver, node string) string {
-	return kubenames.VolumeAttachmentName(volumeHandle, driver, node)
+	return leasePrefix + strings.ToLower(kubenames.SanitizeDriverName(driver))
 }

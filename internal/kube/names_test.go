@@ -6,6 +6,8 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/latchcsi/latch/internal/kube/kubenames"
 )
 
 // naiveSanitize is a deliberately naive reference: the regular expression
@@ -36,7 +38,7 @@ func TestSanitizeDriverName(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.driver, func(t *testing.T) {
-			if got := SanitizeDriverName(tt.driver); got != tt.want {
+			if got := kubenames.SanitizeDriverName(tt.driver); got != tt.want {
 				t.Errorf("SanitizeDriverName(%q) = %q, want %q", tt.driver, got, tt.want)
 			}
 		})
@@ -60,10 +62,10 @@ func TestAttacherFinalizerAndLeaseName(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.driver, func(t *testing.T) {
-			if got := AttacherFinalizer(tt.driver); got != tt.finalizer {
+			if got := kubenames.AttacherFinalizer(tt.driver); got != tt.finalizer {
 				t.Errorf("AttacherFinalizer(%q) = %q, want %q", tt.driver, got, tt.finalizer)
 			}
-			if got := PVFinalizer(tt.driver); got != tt.finalizer {
+			if got := kubenames.PVFinalizer(tt.driver); got != tt.finalizer {
 				t.Errorf("PVFinalizer(%q) = %q, want %q (upstream uses one name for VA and PV)", tt.driver, got, tt.finalizer)
 			}
 			if got := LeaseName(tt.driver); got != tt.lease {
@@ -78,7 +80,7 @@ func FuzzSanitizeDriverName(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, driver string) {
-		got := SanitizeDriverName(driver)
+		got := kubenames.SanitizeDriverName(driver)
 		if want := naiveSanitize(driver); got != want {
 			t.Fatalf("SanitizeDriverName(%q) = %q, reference gives %q", driver, got, want)
 		}
@@ -96,7 +98,7 @@ func TestVolumeAttachmentName(t *testing.T) {
 	// an accidental change of the naming scheme would orphan every existing
 	// VolumeAttachment, so it must fail loudly.
 	const want = "csi-b74c7fc125891ffa0d0f2e0d645733e3fae7fba3066e76500a771ea08be9da28"
-	if got := VolumeAttachmentName("vol-1", "csi.example.com", "node-1"); got != want {
+	if got := kubenames.VolumeAttachmentName("vol-1", "csi.example.com", "node-1"); got != want {
 		t.Fatalf("VolumeAttachmentName = %q, want %q", got, want)
 	}
 }
@@ -106,7 +108,7 @@ func FuzzVolumeAttachmentName(f *testing.F) {
 	f.Add("", "", "")
 	f.Add("projects/p/zones/z/disks/d", "pd.csi.storage.gke.io", "gke-node-abc")
 	f.Fuzz(func(t *testing.T, handle, driver, node string) {
-		got := VolumeAttachmentName(handle, driver, node)
+		got := kubenames.VolumeAttachmentName(handle, driver, node)
 		want := fmt.Sprintf("csi-%x", sha256.Sum256([]byte(handle+driver+node)))
 		if got != want {
 			t.Fatalf("VolumeAttachmentName(%q, %q, %q) = %q, want %q", handle, driver, node, got, want)

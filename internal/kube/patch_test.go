@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/latchcsi/latch/internal/kube/kubenames"
 	jsonpatch "gopkg.in/evanphx/json-patch.v4"
 	v1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
@@ -150,8 +151,8 @@ func TestSetAnnotationsPatch(t *testing.T) {
 		wantNil bool
 		want    map[string]string
 	}{
-		{name: "no annotations → map created", set: map[string]string{VANodeIDAnnotation: "n1"}, want: map[string]string{VANodeIDAnnotation: "n1"}},
-		{name: "key with slash escaped, others kept", current: map[string]string{"x": "y"}, set: map[string]string{VANodeIDAnnotation: "n1"}, want: map[string]string{"x": "y", VANodeIDAnnotation: "n1"}},
+		{name: "no annotations → map created", set: map[string]string{kubenames.VANodeIDAnnotation: "n1"}, want: map[string]string{kubenames.VANodeIDAnnotation: "n1"}},
+		{name: "key with slash escaped, others kept", current: map[string]string{"x": "y"}, set: map[string]string{kubenames.VANodeIDAnnotation: "n1"}, want: map[string]string{"x": "y", kubenames.VANodeIDAnnotation: "n1"}},
 		{name: "tilde escaped", current: map[string]string{}, set: map[string]string{"a~b/c": "v"}, want: map[string]string{"a~b/c": "v"}},
 		{name: "value changed", current: map[string]string{"k": "old"}, set: map[string]string{"k": "new"}, want: map[string]string{"k": "new"}},
 		{name: "empty value is a value", current: map[string]string{"x": "y"}, set: map[string]string{"k": ""}, want: map[string]string{"x": "y", "k": ""}},
@@ -179,8 +180,8 @@ func TestSetAnnotationsPatch(t *testing.T) {
 }
 
 func TestRemoveAnnotationsPatch(t *testing.T) {
-	va := testVA("5", nil, map[string]string{VANodeIDAnnotation: "n1", "keep": "me"})
-	patch, err := RemoveAnnotationsPatch(va, VANodeIDAnnotation, "absent", VANodeIDAnnotation)
+	va := testVA("5", nil, map[string]string{kubenames.VANodeIDAnnotation: "n1", "keep": "me"})
+	patch, err := RemoveAnnotationsPatch(va, kubenames.VANodeIDAnnotation, "absent", kubenames.VANodeIDAnnotation)
 	got, _ := appliedPatch(t, va, patch, err, false)
 	if len(got.Annotations) != 1 || got.Annotations["keep"] != "me" {
 		t.Fatalf("annotations after patch = %v, want only keep=me", got.Annotations)

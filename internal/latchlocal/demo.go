@@ -13,7 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
-	"github.com/latchcsi/latch/internal/kube"
+	"github.com/latchcsi/latch/internal/kube/kubenames"
 	"github.com/latchcsi/latch/internal/localcluster"
 )
 
@@ -73,9 +73,9 @@ func (d *demo) run(ctx context.Context) error {
 	const ns, pvc = "default", "demo-volume"
 	driver := e.Opts.Driver
 	node1, node2 := NodeName(1), NodeName(2)
-	unique := kube.UniqueVolumeName(driver, pvc)
-	va1 := kube.VolumeAttachmentName(pvc, driver, node1)
-	va2 := kube.VolumeAttachmentName(pvc, driver, node2)
+	unique := kubenames.UniqueVolumeName(driver, pvc)
+	va1 := kubenames.VolumeAttachmentName(pvc, driver, node1)
+	va2 := kubenames.VolumeAttachmentName(pvc, driver, node2)
 
 	d.begin("attach")
 	if _, _, err := localcluster.CreateBoundVolume(ctx, e.Client, localcluster.VolumeSpec{

@@ -15,7 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/latchcsi/latch/internal/csimock"
-	"github.com/latchcsi/latch/internal/kube"
+	"github.com/latchcsi/latch/internal/kube/kubenames"
 	"github.com/latchcsi/latch/internal/testsupport"
 )
 
@@ -84,7 +84,7 @@ func TestRealNodesDemoAndStatefulSetExample(t *testing.T) {
 			t.Errorf("PVC data-%s: phase %s, annotations %v; want Bound by kube-controller-manager's PV controller", name, pvc.Status.Phase, pvc.Annotations)
 		}
 		vol := pvc.Spec.VolumeName // the example's PVs are named as their handles
-		va, err := client.StorageV1().VolumeAttachments().Get(ctx, kube.VolumeAttachmentName(vol, env.Opts.Driver, p.Spec.NodeName), metav1.GetOptions{})
+		va, err := client.StorageV1().VolumeAttachments().Get(ctx, kubenames.VolumeAttachmentName(vol, env.Opts.Driver, p.Spec.NodeName), metav1.GetOptions{})
 		if err != nil || !va.Status.Attached {
 			t.Errorf("VolumeAttachment of %s on %s: %+v, %v; want attached", vol, p.Spec.NodeName, va, err)
 		}
@@ -103,7 +103,7 @@ func TestRealNodesDemoAndStatefulSetExample(t *testing.T) {
 			if _, err := client.CoreV1().PersistentVolumeClaims("default").Get(ctx, "data-"+p.pod, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 				return false, nil
 			}
-			if _, err := client.StorageV1().VolumeAttachments().Get(ctx, kube.VolumeAttachmentName(p.volume, env.Opts.Driver, p.node), metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			if _, err := client.StorageV1().VolumeAttachments().Get(ctx, kubenames.VolumeAttachmentName(p.volume, env.Opts.Driver, p.node), metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 				return false, nil
 			}
 		}

@@ -18,7 +18,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
-	"github.com/latchcsi/latch/internal/kube"
+	"github.com/latchcsi/latch/internal/kube/kubenames"
 	"github.com/latchcsi/latch/internal/localcluster"
 )
 
@@ -101,7 +101,7 @@ func TestLatchctlNeedsNothingBeyondItsReadOnlyRole(t *testing.T) {
 		t.Fatal(err)
 	}
 	va := &storagev1.VolumeAttachment{
-		ObjectMeta: metav1.ObjectMeta{Name: kube.VolumeAttachmentName(pv.Spec.CSI.VolumeHandle, driver, "rbac-node")},
+		ObjectMeta: metav1.ObjectMeta{Name: kubenames.VolumeAttachmentName(pv.Spec.CSI.VolumeHandle, driver, "rbac-node")},
 		Spec:       storagev1.VolumeAttachmentSpec{Attacher: driver, NodeName: "rbac-node", Source: storagev1.VolumeAttachmentSource{PersistentVolumeName: &pv.Name}},
 	}
 	va, err = client.StorageV1().VolumeAttachments().Create(ctx, va, metav1.CreateOptions{})

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/latchcsi/latch/internal/kube/kubenames"
 	"github.com/latchcsi/latch/internal/testsupport"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
@@ -23,7 +24,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
-	"github.com/latchcsi/latch/internal/kube"
 	"github.com/latchcsi/latch/internal/localcluster"
 	"github.com/latchcsi/latch/internal/stack"
 )
@@ -145,7 +145,7 @@ func TestDashboardQueriesOnlyMetricsTheBinariesExport(t *testing.T) {
 	if _, err := client.CoreV1().Pods("default").Create(ctx, localcluster.NewPod("default", "dash-app", "dash-node-1", "dash-ok"), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	okVA := kube.VolumeAttachmentName("dash-ok", driver, "dash-node-1")
+	okVA := kubenames.VolumeAttachmentName("dash-ok", driver, "dash-node-1")
 	waitFor(ctx, t, "VolumeAttachment "+okVA+" attached", func() (bool, error) {
 		va, err := client.StorageV1().VolumeAttachments().Get(ctx, okVA, metav1.GetOptions{})
 		return err == nil && va.Status.Attached, nil
@@ -163,7 +163,7 @@ func TestDashboardQueriesOnlyMetricsTheBinariesExport(t *testing.T) {
 	if _, err := client.CoreV1().Pods("default").Create(ctx, localcluster.NewPod("default", "dash-stuck", "dash-node-2", "dash-fail"), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	failVA := kube.VolumeAttachmentName("dash-fail", driver, "dash-node-2")
+	failVA := kubenames.VolumeAttachmentName("dash-fail", driver, "dash-node-2")
 	waitFor(ctx, t, "attachError on "+failVA, func() (bool, error) {
 		va, err := client.StorageV1().VolumeAttachments().Get(ctx, failVA, metav1.GetOptions{})
 		return err == nil && va.Status.AttachError != nil, nil

@@ -34,6 +34,7 @@ import (
 	"github.com/latchcsi/latch/internal/attachdetach/state"
 	"github.com/latchcsi/latch/internal/attachdetach/volume"
 	"github.com/latchcsi/latch/internal/kube"
+	"github.com/latchcsi/latch/internal/kube/kubenames"
 	"github.com/latchcsi/latch/internal/runner"
 )
 
@@ -317,7 +318,7 @@ func (c *Controller) nodeManaged(name string) bool {
 	if err != nil {
 		return false
 	}
-	_, ok := node.Annotations[kube.ControllerManagedAttachAnnotation]
+	_, ok := node.Annotations[kubenames.ControllerManagedAttachAnnotation]
 	return ok
 }
 

@@ -30,7 +30,7 @@ import (
 	"k8s.io/component-base/metrics"
 	"k8s.io/klog/v2/ktesting"
 
-	"github.com/latchcsi/latch/internal/kube"
+	"github.com/latchcsi/latch/internal/kube/kubenames"
 	"github.com/latchcsi/latch/internal/kube/kubetest"
 )
 
@@ -65,7 +65,7 @@ func uniqueName(handle string) v1.UniqueVolumeName {
 func managedNode(name string) *v1.Node {
 	return &v1.Node{
 		ObjectMeta: metav1.ObjectMeta{Name: name, UID: types.UID(name + "-uid"),
-			Annotations: map[string]string{kube.ControllerManagedAttachAnnotation: "true"}},
+			Annotations: map[string]string{kubenames.ControllerManagedAttachAnnotation: "true"}},
 		Status: v1.NodeStatus{Conditions: []v1.NodeCondition{{Type: v1.NodeReady, Status: v1.ConditionTrue}}},
 	}
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/latchcsi/latch/internal/attachdetach/decide"
 	"github.com/latchcsi/latch/internal/kube"
+	"github.com/latchcsi/latch/internal/kube/kubenames"
 )
 
 // Event handlers. They never call the API server and never resolve
@@ -146,7 +147,7 @@ func (c *Controller) nodeChanged(oldObj, obj any) {
 		return
 	}
 	old, _ := oldObj.(*v1.Node)
-	_, managed := node.Annotations[kube.ControllerManagedAttachAnnotation]
+	_, managed := node.Annotations[kubenames.ControllerManagedAttachAnnotation]
 	wasManaged := c.dsw.NodeManaged(node.Name)
 	c.wake.Volumes(c.dsw.AddNode(node.Name, managed))
 	// The node's volumesInUse decides which detaches may go ahead.

@@ -11,7 +11,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/latchcsi/latch/internal/attachdetach/state"
-	"github.com/latchcsi/latch/internal/kube"
+	"github.com/latchcsi/latch/internal/kube/kubenames"
 )
 
 // Metric names. The unprefixed ones are kube-controller-manager's, with its
@@ -212,11 +212,11 @@ func (t *totalsCollector) CollectWithStability(ch chan<- metrics.Metric) {
 // pluginName is upstream's fully qualified plugin name for a CSI volume,
 // "kubernetes.io/csi:<driver>".
 func pluginName(vol v1.UniqueVolumeName) string {
-	driver, _, err := kube.ParseUniqueVolumeName(string(vol))
+	driver, _, err := kubenames.ParseUniqueVolumeName(string(vol))
 	if err != nil {
-		return strings.TrimSuffix(kube.UniqueVolumeNamePrefix, "/")
+		return strings.TrimSuffix(kubenames.UniqueVolumeNamePrefix, "/")
 	}
-	return strings.TrimSuffix(kube.UniqueVolumeNamePrefix, "/") + ":" + driver
+	return strings.TrimSuffix(kubenames.UniqueVolumeNamePrefix, "/") + ":" + driver
 }
 
 // competingGauge computes latch_attachdetach_competing_controllers at

@@ -8,7 +8,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/latchcsi/latch/internal/attachdetach/state"
-	"github.com/latchcsi/latch/internal/kube"
+	"github.com/latchcsi/latch/internal/kube/kubenames"
 )
 
 // opTimes remembers when attaches and detaches started, for the operation
@@ -114,6 +114,6 @@ func (o *opTimes) detached(name string, now time.Time, m *Metrics) {
 }
 
 func driverOf(vol v1.UniqueVolumeName) string {
-	driver, _, _ := kube.ParseUniqueVolumeName(string(vol))
+	driver, _, _ := kubenames.ParseUniqueVolumeName(string(vol))
 	return driver
 }

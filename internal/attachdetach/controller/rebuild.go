@@ -10,7 +10,7 @@ import (
 
 	"github.com/latchcsi/latch/internal/attachdetach/state"
 	"github.com/latchcsi/latch/internal/attachdetach/volume"
-	"github.com/latchcsi/latch/internal/kube"
+	"github.com/latchcsi/latch/internal/kube/kubenames"
 )
 
 func everything() labels.Selector { return labels.Everything() }
@@ -36,7 +36,7 @@ func (c *Controller) rebuild(ctx context.Context) {
 	logger := klog.FromContext(ctx)
 	nodes, _ := c.nodeLister.List(everything())
 	for _, node := range nodes {
-		_, managed := node.Annotations[kube.ControllerManagedAttachAnnotation]
+		_, managed := node.Annotations[kubenames.ControllerManagedAttachAnnotation]
 		c.dsw.AddNode(node.Name, managed)
 		if _, err := c.asw.AddFromNode(node); err != nil {
 			logger.V(2).Info("Skipping node status entries that are not CSI volumes", "node", klog.KObj(node), "err", err)

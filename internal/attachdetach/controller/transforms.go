@@ -10,6 +10,7 @@ import (
 	csitrans "k8s.io/csi-translation-lib"
 
 	"github.com/latchcsi/latch/internal/kube"
+	"github.com/latchcsi/latch/internal/kube/kubenames"
 )
 
 // The informers' transforms keep, of each object, what the controller
@@ -177,8 +178,8 @@ func trimNode(obj any) (any, error) {
 			VolumesInUse:    node.Status.VolumesInUse,
 		},
 	}
-	if v, ok := node.Annotations[kube.ControllerManagedAttachAnnotation]; ok {
-		out.Annotations = map[string]string{kube.ControllerManagedAttachAnnotation: v}
+	if v, ok := node.Annotations[kubenames.ControllerManagedAttachAnnotation]; ok {
+		out.Annotations = map[string]string{kubenames.ControllerManagedAttachAnnotation: v}
 	}
 	for _, c := range node.Status.Conditions {
 		if c.Type == v1.NodeReady {

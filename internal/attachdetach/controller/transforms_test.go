@@ -17,7 +17,7 @@ import (
 
 	"github.com/latchcsi/latch/internal/attachdetach/decide"
 	"github.com/latchcsi/latch/internal/attachdetach/volume"
-	"github.com/latchcsi/latch/internal/kube"
+	"github.com/latchcsi/latch/internal/kube/kubenames"
 )
 
 // fullPod is a Pod as the API server returns it: containers, labels,
@@ -260,7 +260,7 @@ func TestTrimNode_keepsFactsAndVolumeLists(t *testing.T) {
 		t.Errorf("trimmed node keeps what nothing reads: %+v", got)
 	}
 	unmanaged := managedNode("node-b")
-	delete(unmanaged.Annotations, kube.ControllerManagedAttachAnnotation)
+	delete(unmanaged.Annotations, kubenames.ControllerManagedAttachAnnotation)
 	if obj, _ := trimNode(unmanaged); decide.NodeFactsOf(obj.(*v1.Node)).Managed {
 		t.Error("an unmanaged node became managed when trimmed")
 	}

@@ -11,7 +11,7 @@ import (
 
 	"github.com/latchcsi/latch/internal/attachdetach/state"
 	"github.com/latchcsi/latch/internal/attachdetach/volume"
-	"github.com/latchcsi/latch/internal/kube"
+	"github.com/latchcsi/latch/internal/kube/kubenames"
 	"github.com/latchcsi/latch/internal/runner"
 )
 
@@ -53,7 +53,7 @@ func (c *Controller) syncVA(ctx context.Context, name string) (runner.Result, er
 		return runner.Result{}, runner.Terminal(fmt.Errorf("resolve VolumeAttachment %s: %w", name, err))
 	}
 	if key, ok := c.matchName(name, va.Spec.NodeName); ok {
-		driver, handle, err := kube.ParseUniqueVolumeName(string(key.Volume))
+		driver, handle, err := kubenames.ParseUniqueVolumeName(string(key.Volume))
 		if err != nil {
 			return runner.Result{}, runner.Terminal(fmt.Errorf("VolumeAttachment %s: %w", name, err))
 		}

@@ -16,7 +16,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/latchcsi/latch/internal/attachdetach/state"
-	"github.com/latchcsi/latch/internal/kube"
+	"github.com/latchcsi/latch/internal/kube/kubenames"
 )
 
 // VolumesAttached returns the status.volumesAttached the node should have,
@@ -31,7 +31,7 @@ func VolumesAttached(current []v1.AttachedVolume, entries []state.Attachment) []
 	var out []v1.AttachedVolume
 	for _, av := range current {
 		devicePath[av.Name] = av.DevicePath
-		if _, _, err := kube.ParseUniqueVolumeName(string(av.Name)); err != nil {
+		if _, _, err := kubenames.ParseUniqueVolumeName(string(av.Name)); err != nil {
 			out = append(out, av)
 		}
 	}

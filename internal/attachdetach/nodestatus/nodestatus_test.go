@@ -8,13 +8,13 @@ import (
 
 	"github.com/latchcsi/latch/internal/attachdetach/nodestatus"
 	"github.com/latchcsi/latch/internal/attachdetach/state"
-	"github.com/latchcsi/latch/internal/kube"
+	"github.com/latchcsi/latch/internal/kube/kubenames"
 )
 
 var (
-	volA = kube.UniqueVolumeName("d", "a")
-	volB = kube.UniqueVolumeName("d", "b")
-	volC = kube.UniqueVolumeName("d", "c")
+	volA = kubenames.UniqueVolumeName("d", "a")
+	volB = kubenames.UniqueVolumeName("d", "b")
+	volC = kubenames.UniqueVolumeName("d", "c")
 )
 
 func att(vol v1.UniqueVolumeName, st state.AttachState, reported bool) state.Attachment {
@@ -29,8 +29,8 @@ func TestForNode(t *testing.T) {
 	entries := []state.Attachment{
 		att(volC, state.StateAttached, true),
 		att(volA, state.StateAttached, true),
-		att(volB, state.StateAttaching, false),                            // not attached yet: kubelet must not mount
-		att(kube.UniqueVolumeName("d", "x"), state.StateDetaching, false), // detach started: out
+		att(volB, state.StateAttaching, false),                                 // not attached yet: kubelet must not mount
+		att(kubenames.UniqueVolumeName("d", "x"), state.StateDetaching, false), // detach started: out
 	}
 	tests := []struct {
 		name       string

@@ -14,7 +14,7 @@ import (
 
 	"github.com/latchcsi/latch/internal/attachdetach/state"
 	"github.com/latchcsi/latch/internal/attachdetach/volume"
-	"github.com/latchcsi/latch/internal/kube"
+	"github.com/latchcsi/latch/internal/kube/kubenames"
 )
 
 func vol(handle string) volume.Attachable {
@@ -211,8 +211,8 @@ func TestActualDeletedNodeKeepsLastVolumesInUse(t *testing.T) {
 
 func TestActualRebuild(t *testing.T) {
 	a := state.NewActual()
-	attached := kube.UniqueVolumeName("d", "h-attached")
-	unused := kube.UniqueVolumeName("d", "h-unused")
+	attached := kubenames.UniqueVolumeName("d", "h-attached")
+	unused := kubenames.UniqueVolumeName("d", "h-unused")
 	node := &v1.Node{
 		ObjectMeta: metav1.ObjectMeta{Name: "n1"},
 		Status: v1.NodeStatus{
@@ -223,7 +223,7 @@ func TestActualRebuild(t *testing.T) {
 		},
 	}
 	keys, err := a.AddFromNode(node)
-	if !errors.Is(err, kube.ErrInvalidUniqueVolumeName) {
+	if !errors.Is(err, kubenames.ErrInvalidUniqueVolumeName) {
 		t.Errorf("in-tree volume name: err = %v", err)
 	}
 	if len(keys) != 2 {
@@ -257,7 +257,7 @@ func TestActualRebuild(t *testing.T) {
 	if !errors.Is(err, volume.ErrSourcePVNotFound) {
 		t.Errorf("err = %v", err)
 	}
-	dangling := state.Key{Volume: kube.UniqueVolumeName("d", "h-dangling"), Node: "n2"}
+	dangling := state.Key{Volume: kubenames.UniqueVolumeName("d", "h-dangling"), Node: "n2"}
 	if !reflect.DeepEqual(keys, []state.Key{{Volume: attached, Node: "n1"}, dangling}) {
 		t.Errorf("keys = %v", keys)
 	}

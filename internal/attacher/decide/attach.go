@@ -5,7 +5,7 @@ import (
 
 	storagev1 "k8s.io/api/storage/v1"
 
-	kube "github.com/latchcsi/latch/internal/kube/kubenames"
+	"github.com/latchcsi/latch/internal/kube/kubenames"
 )
 
 // AttachPlan is the outcome of Attach. Exactly one of Blocked, Done,
@@ -79,8 +79,8 @@ func Attach(obs Observed, drv DriverInfo, tr Translator) AttachPlan {
 	if blocked != nil {
 		return AttachPlan{Blocked: blocked}
 	}
-	recordedNodeID := va.Annotations[kube.VANodeIDAnnotation]
-	ourFinalizer := slices.Contains(va.Finalizers, kube.AttacherFinalizer(drv.Name))
+	recordedNodeID := va.Annotations[kubenames.VANodeIDAnnotation]
+	ourFinalizer := slices.Contains(va.Finalizers, kubenames.AttacherFinalizer(drv.Name))
 
 	var plan AttachPlan
 	if believed(va, drv.Name) {
@@ -102,7 +102,7 @@ func Attach(obs Observed, drv DriverInfo, tr Translator) AttachPlan {
 		}
 	}
 	if pvName != "" {
-		if pv := obs.PV; !slices.Contains(pv.Finalizers, kube.PVFinalizer(drv.Name)) {
+		if pv := obs.PV; !slices.Contains(pv.Finalizers, kubenames.PVFinalizer(drv.Name)) {
 			plan.AddPVFinalizer = pv.Name
 		}
 	}
@@ -119,14 +119,14 @@ func Attach(obs Observed, drv DriverInfo, tr Translator) AttachPlan {
 // publication latch (or upstream's external-attacher) recorded: our
 // finalizer and the node-id annotation go on the VA before every publish.
 func believed(va *storagev1.VolumeAttachment, driver string) bool {
-	return va.Status.Attached && slices.Contains(va.Finalizers, kube.AttacherFinalizer(driver)) && va.Annotations[kube.VANodeIDAnnotation] != ""
+	return va.Status.Attached && slices.Contains(va.Finalizers, kubenames.AttacherFinalizer(driver)) && va.Annotations[kubenames.VANodeIDAnnotation] != ""
 }
 
 // metadataFor returns the finalizer and annotations va lacks, or nil.
 func metadataFor(va *storagev1.VolumeAttachment, driver, nodeID string, vol Volume) *MetadataChange {
 	want := map[string]string{
-		kube.VANodeIDAnnotation: nodeID,
-		AnnVolumeHandle:         vol.Handle,
+		kubenames.VANodeIDAnnotation: nodeID,
+		AnnVolumeHandle:              vol.Handle,
 	}
 	if vol.Secret != nil {
 		want[AnnSecretRef] = vol.Secret.Namespace + "/" + vol.Secret.Name
@@ -137,8 +137,8 @@ func metadataFor(va *storagev1.VolumeAttachment, driver, nodeID string, vol Volu
 			mc.SetAnnotations[k] = v
 		}
 	}
-	if !slices.Contains(va.Finalizers, kube.AttacherFinalizer(driver)) {
-		mc.AddFinalizer = kube.AttacherFinalizer(driver)
+	if !slices.Contains(va.Finalizers, kubenames.AttacherFinalizer(driver)) {
+		mc.AddFinalizer = kubenames.AttacherFinalizer(driver)
 	}
 	if mc.AddFinalizer == "" && len(mc.SetAnnotations) == 0 {
 		return nil

@@ -11,7 +11,7 @@ import (
 	csitrans "k8s.io/csi-translation-lib"
 	"k8s.io/klog/v2"
 
-	"github.com/latchcsi/latch/internal/kube"
+	"github.com/latchcsi/latch/internal/kube/kubenames"
 )
 
 const testDriver = "csi.test/driver"
@@ -58,11 +58,13 @@ func testCSINode(drivers ...string) *storagev1.CSINode {
 }
 
 func recorded(va *storagev1.VolumeAttachment) {
-	va.Finalizers = []string{kube.AttacherFinalizer(testDriver)}
-	va.Annotations = map[string]string{kube.VANodeIDAnnotation: "node-1-id", AnnVolumeHandle: "vol-1"}
+	va.Finalizers = []string{kubenames.AttacherFinalizer(testDriver)}
+	va.Annotations = map[string]string{kubenames.VANodeIDAnnotation: "node-1-id", AnnVolumeHandle: "vol-1"}
 }
 
-func withFinalizerPV(pv *v1.PersistentVolume) { pv.Finalizers = []string{kube.PVFinalizer(testDriver)} }
+func withFinalizerPV(pv *v1.PersistentVolume) {
+	pv.Finalizers = []string{kubenames.PVFinalizer(testDriver)}
+}
 
 func TestAttach(t *testing.T) {
 	now := metav1.Now()
@@ -84,7 +86,7 @@ func TestAttach(t *testing.T) {
 					t.Errorf("AddPVFinalizer = %q, want pv-1", p.AddPVFinalizer)
 				}
 				want := &MetadataChange{AddFinalizer: "external-attacher/csi-test-driver", SetAnnotations: map[string]string{
-					kube.VANodeIDAnnotation: "node-1-id", AnnVolumeHandle: "vol-1"}}
+					kubenames.VANodeIDAnnotation: "node-1-id", AnnVolumeHandle: "vol-1"}}
 				if !reflect.DeepEqual(p.Metadata, want) {
 					t.Errorf("Metadata = %+v, want %+v", p.Metadata, want)
 				}
@@ -302,14 +304,14 @@ func TestDetach(t *testing.T) {
 		{
 			name: "PV gone and no handle annotation (attached by another attacher): NoVolumeHandle",
 			obs: Observed{VA: testVA(deleting, func(va *storagev1.VolumeAttachment) {
-				va.Finalizers = []string{kube.AttacherFinalizer(testDriver)}
+				va.Finalizers = []string{kubenames.AttacherFinalizer(testDriver)}
 			}), CSINode: testCSINode(testDriver)},
 			wantBlocked: ReasonNoVolumeHandle,
 		},
 		{
 			name: "CSINode gone and no node-id annotation: WaitingForCSINode",
 			obs: Observed{VA: testVA(deleting, func(va *storagev1.VolumeAttachment) {
-				va.Finalizers = []string{kube.AttacherFinalizer(testDriver)}
+				va.Finalizers = []string{kubenames.AttacherFinalizer(testDriver)}
 			}), PV: testPV()},
 			wantBlocked: ReasonWaitingForCSINode,
 		},

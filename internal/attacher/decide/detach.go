@@ -8,7 +8,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 
-	kube "github.com/latchcsi/latch/internal/kube/kubenames"
+	"github.com/latchcsi/latch/internal/kube/kubenames"
 )
 
 // DetachPlan is the outcome of Detach.
@@ -34,7 +34,7 @@ func Detach(obs Observed, drv DriverInfo, tr Translator) DetachPlan {
 		// Nothing was published and no finalizer was added.
 		return DetachPlan{Done: true}
 	}
-	if !slices.Contains(va.Finalizers, kube.AttacherFinalizer(drv.Name)) && !obs.StillPublished {
+	if !slices.Contains(va.Finalizers, kubenames.AttacherFinalizer(drv.Name)) && !obs.StillPublished {
 		return DetachPlan{Done: true}
 	}
 	var vol Volume
@@ -56,12 +56,12 @@ func Detach(obs Observed, drv DriverInfo, tr Translator) DetachPlan {
 	// a node replaced under the same name registers a new ID in its
 	// CSINode, and unpublishing that one would leave the old publication
 	// forever. The live CSINode only stands in when nothing was recorded.
-	nodeID := va.Annotations[kube.VANodeIDAnnotation]
+	nodeID := va.Annotations[kubenames.VANodeIDAnnotation]
 	if nodeID == "" {
 		var ok bool
 		if nodeID, ok = CSINodeID(obs.CSINode, drv.Name); !ok {
 			return DetachPlan{Blocked: &Blocked{Reason: ReasonWaitingForCSINode, Message: fmt.Sprintf(
-				"cannot detach: %s, and the VolumeAttachment has no %s annotation", csiNodeMessage(obs.CSINode, va.Spec.NodeName, drv.Name), kube.VANodeIDAnnotation)}}
+				"cannot detach: %s, and the VolumeAttachment has no %s annotation", csiNodeMessage(obs.CSINode, va.Spec.NodeName, drv.Name), kubenames.VANodeIDAnnotation)}}
 		}
 	}
 	return DetachPlan{Volume: vol, NodeID: nodeID}

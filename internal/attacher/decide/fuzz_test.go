@@ -8,7 +8,7 @@ import (
 	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/latchcsi/latch/internal/kube"
+	"github.com/latchcsi/latch/internal/kube/kubenames"
 )
 
 // fuzzObserved builds an observation from fuzzer-chosen switches: every
@@ -45,7 +45,7 @@ func fuzzObserved(bits uint32, pvName, handle, nodeID, annHandle, annNodeID stri
 			obs.PV.DeletionTimestamp = &now
 		}
 		if bit(7) {
-			obs.PV.Finalizers = []string{kube.PVFinalizer(testDriver)}
+			obs.PV.Finalizers = []string{kubenames.PVFinalizer(testDriver)}
 		}
 	}
 	if bit(8) {
@@ -55,10 +55,10 @@ func fuzzObserved(bits uint32, pvName, handle, nodeID, annHandle, annNodeID stri
 		}
 	}
 	if bit(10) {
-		va.Finalizers = []string{kube.AttacherFinalizer(testDriver)}
+		va.Finalizers = []string{kubenames.AttacherFinalizer(testDriver)}
 	}
 	if bit(11) {
-		va.Annotations = map[string]string{AnnVolumeHandle: annHandle, kube.VANodeIDAnnotation: annNodeID}
+		va.Annotations = map[string]string{AnnVolumeHandle: annHandle, kubenames.VANodeIDAnnotation: annNodeID}
 	}
 	if bit(12) {
 		va.Status.Attached = true
@@ -109,15 +109,15 @@ func FuzzAttach(f *testing.F) {
 			}
 			return
 		case p.Done:
-			if !va.Status.Attached || !slices.Contains(va.Finalizers, kube.AttacherFinalizer(testDriver)) || va.Annotations[kube.VANodeIDAnnotation] == "" {
+			if !va.Status.Attached || !slices.Contains(va.Finalizers, kubenames.AttacherFinalizer(testDriver)) || va.Annotations[kubenames.VANodeIDAnnotation] == "" {
 				t.Fatalf("Done for a VA that is not attached or lacks the finalizer or node ID (a foreign claim): %+v", va)
 			}
 			return
 		}
-		recordedNodeID := va.Annotations[kube.VANodeIDAnnotation]
-		hadFinalizer := slices.Contains(va.Finalizers, kube.AttacherFinalizer(testDriver))
+		recordedNodeID := va.Annotations[kubenames.VANodeIDAnnotation]
+		hadFinalizer := slices.Contains(va.Finalizers, kubenames.AttacherFinalizer(testDriver))
 		if p.Metadata != nil && hadFinalizer && recordedNodeID != "" {
-			if newID, ok := p.Metadata.SetAnnotations[kube.VANodeIDAnnotation]; ok && newID != recordedNodeID &&
+			if newID, ok := p.Metadata.SetAnnotations[kubenames.VANodeIDAnnotation]; ok && newID != recordedNodeID &&
 				(p.UnpublishFirst == nil || p.UnpublishFirst.NodeID != recordedNodeID) {
 				t.Fatalf("plan rewrites the recorded node ID %q to %q without unpublishing it first: %+v", recordedNodeID, newID, p)
 			}
@@ -128,7 +128,7 @@ func FuzzAttach(f *testing.F) {
 			if !va.Status.Attached || !hadFinalizer || recordedNodeID == "" || p.UnpublishFirst != nil {
 				t.Fatalf("plan without a publish for a VA whose attachment latch does not believe: %+v", p)
 			}
-			if p.Metadata != nil && p.Metadata.SetAnnotations[kube.VANodeIDAnnotation] != "" {
+			if p.Metadata != nil && p.Metadata.SetAnnotations[kubenames.VANodeIDAnnotation] != "" {
 				t.Fatalf("plan rewrites the node ID of an attached VA: %+v", p)
 			}
 			return
@@ -136,13 +136,13 @@ func FuzzAttach(f *testing.F) {
 		if p.Volume.Handle == "" || p.NodeID == "" {
 			t.Fatalf("publish plan without a handle or node ID: %+v", p)
 		}
-		finalizer := slices.Contains(va.Finalizers, kube.AttacherFinalizer(testDriver))
+		finalizer := slices.Contains(va.Finalizers, kubenames.AttacherFinalizer(testDriver))
 		annotations := map[string]string{}
 		for k, v := range va.Annotations {
 			annotations[k] = v
 		}
 		if p.Metadata != nil {
-			finalizer = finalizer || p.Metadata.AddFinalizer == kube.AttacherFinalizer(testDriver)
+			finalizer = finalizer || p.Metadata.AddFinalizer == kubenames.AttacherFinalizer(testDriver)
 			for k, v := range p.Metadata.SetAnnotations {
 				annotations[k] = v
 			}
@@ -150,11 +150,11 @@ func FuzzAttach(f *testing.F) {
 		if !finalizer {
 			t.Fatalf("plan publishes without the VA finalizer being present or added first: %+v", p)
 		}
-		if annotations[AnnVolumeHandle] != p.Volume.Handle || annotations[kube.VANodeIDAnnotation] != p.NodeID {
-			t.Fatalf("plan publishes %q to %q but the VA will record %q/%q", p.Volume.Handle, p.NodeID, annotations[AnnVolumeHandle], annotations[kube.VANodeIDAnnotation])
+		if annotations[AnnVolumeHandle] != p.Volume.Handle || annotations[kubenames.VANodeIDAnnotation] != p.NodeID {
+			t.Fatalf("plan publishes %q to %q but the VA will record %q/%q", p.Volume.Handle, p.NodeID, annotations[AnnVolumeHandle], annotations[kubenames.VANodeIDAnnotation])
 		}
 		if src := va.Spec.Source.PersistentVolumeName; src != nil {
-			if !slices.Contains(obs.PV.Finalizers, kube.PVFinalizer(testDriver)) && p.AddPVFinalizer != *src {
+			if !slices.Contains(obs.PV.Finalizers, kubenames.PVFinalizer(testDriver)) && p.AddPVFinalizer != *src {
 				t.Fatalf("plan publishes PV %q without its finalizer being present or added first: %+v", *src, p)
 			}
 			if obs.PV.Spec.CSI.VolumeHandle != p.Volume.Handle || obs.PV.Spec.CSI.Driver != testDriver {
@@ -179,7 +179,7 @@ func FuzzDetach(f *testing.F) {
 		if !equalVA(va, obs.VA) {
 			t.Fatalf("DecideDetach modified its input")
 		}
-		has := slices.Contains(va.Finalizers, kube.AttacherFinalizer(testDriver))
+		has := slices.Contains(va.Finalizers, kubenames.AttacherFinalizer(testDriver))
 		switch {
 		case !has:
 			if !p.Done {
@@ -201,7 +201,7 @@ func FuzzDetach(f *testing.F) {
 			}
 			// The recorded node ID, when there is one, is the one the
 			// volume was published with: always the one unpublished.
-			recorded := va.Annotations[kube.VANodeIDAnnotation]
+			recorded := va.Annotations[kubenames.VANodeIDAnnotation]
 			if live, ok := CSINodeID(obs.CSINode, testDriver); recorded != "" && p.NodeID != recorded || recorded == "" && p.NodeID != live {
 				t.Fatalf("unpublish node ID %q; annotation %q, CSINode says %q (%v)", p.NodeID, recorded, live, ok)
 			}

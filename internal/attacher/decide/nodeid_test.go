@@ -6,7 +6,7 @@ import (
 	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/latchcsi/latch/internal/kube"
+	"github.com/latchcsi/latch/internal/kube/kubenames"
 )
 
 // Scenarios around what latch recorded versus what it sees now: the node
@@ -37,7 +37,7 @@ func TestDecideDetachRecordedNodeID(t *testing.T) {
 		{
 			name: "no node-id annotation (attached by a build that did not record it): the live CSINode's ID",
 			obs: Observed{VA: testVA(deleting, func(va *storagev1.VolumeAttachment) {
-				va.Finalizers = []string{kube.AttacherFinalizer(testDriver)}
+				va.Finalizers = []string{kubenames.AttacherFinalizer(testDriver)}
 			}), PV: testPV(), CSINode: csiNodeWithID("new-id")},
 			wantNodeID: "new-id",
 		},
@@ -72,7 +72,7 @@ func TestDecideAttachRecordedAndForeign(t *testing.T) {
 				if p.Done || !p.Publish || p.NodeID != "node-1-id" {
 					t.Fatalf("plan = %+v, want a publish to node-1-id", p)
 				}
-				if p.Metadata == nil || p.Metadata.AddFinalizer == "" || p.Metadata.SetAnnotations[kube.VANodeIDAnnotation] != "node-1-id" {
+				if p.Metadata == nil || p.Metadata.AddFinalizer == "" || p.Metadata.SetAnnotations[kubenames.VANodeIDAnnotation] != "node-1-id" {
 					t.Fatalf("Metadata = %+v, want finalizer and node ID before the publish", p.Metadata)
 				}
 			},
@@ -80,22 +80,22 @@ func TestDecideAttachRecordedAndForeign(t *testing.T) {
 		{
 			name: "attached=true with our finalizer but no node-id annotation: still foreign, publish",
 			obs: Observed{VA: testVA(foreignAttached, func(va *storagev1.VolumeAttachment) {
-				va.Finalizers = []string{kube.AttacherFinalizer(testDriver)}
+				va.Finalizers = []string{kubenames.AttacherFinalizer(testDriver)}
 			}), PV: testPV(withFinalizerPV), CSINode: testCSINode(testDriver)},
 			check: wantPublish,
 		},
 		{
 			name: "attached=true with node-id annotation but no finalizer: still foreign, publish",
 			obs: Observed{VA: testVA(foreignAttached, func(va *storagev1.VolumeAttachment) {
-				va.Annotations = map[string]string{kube.VANodeIDAnnotation: "node-1-id"}
+				va.Annotations = map[string]string{kubenames.VANodeIDAnnotation: "node-1-id"}
 			}), PV: testPV(withFinalizerPV), CSINode: testCSINode(testDriver)},
 			check: wantPublish,
 		},
 		{
 			name: "attached by upstream's external-attacher before the swap (finalizer + node-id, no handle annotation): believed, handle recorded, no publish",
 			obs: Observed{VA: testVA(markAttached, func(va *storagev1.VolumeAttachment) {
-				va.Finalizers = []string{kube.AttacherFinalizer(testDriver)}
-				va.Annotations = map[string]string{kube.VANodeIDAnnotation: "node-1-id"}
+				va.Finalizers = []string{kubenames.AttacherFinalizer(testDriver)}
+				va.Annotations = map[string]string{kubenames.VANodeIDAnnotation: "node-1-id"}
 			}), PV: testPV(withFinalizerPV), CSINode: testCSINode(testDriver)},
 			check: func(t *testing.T, p AttachPlan) {
 				if p.Done || p.Publish {
@@ -134,7 +134,7 @@ func TestDecideAttachRecordedAndForeign(t *testing.T) {
 				if p.UnpublishFirst == nil || p.UnpublishFirst.NodeID != "node-1-id" || p.UnpublishFirst.Handle != "vol-1" {
 					t.Fatalf("UnpublishFirst = %+v, want vol-1 from node-1-id", p.UnpublishFirst)
 				}
-				if p.Metadata == nil || p.Metadata.SetAnnotations[kube.VANodeIDAnnotation] != "new-id" {
+				if p.Metadata == nil || p.Metadata.SetAnnotations[kubenames.VANodeIDAnnotation] != "new-id" {
 					t.Fatalf("Metadata = %+v, want node ID new-id recorded", p.Metadata)
 				}
 			},
@@ -142,7 +142,7 @@ func TestDecideAttachRecordedAndForeign(t *testing.T) {
 		{
 			name: "not attached, node-id annotation but no finalizer of ours (never published by us): just record the live ID",
 			obs: Observed{VA: testVA(func(va *storagev1.VolumeAttachment) {
-				va.Annotations = map[string]string{kube.VANodeIDAnnotation: "old-id"}
+				va.Annotations = map[string]string{kubenames.VANodeIDAnnotation: "old-id"}
 			}), PV: testPV(withFinalizerPV), CSINode: csiNodeWithID("new-id")},
 			check: func(t *testing.T, p AttachPlan) {
 				if !p.Publish || p.UnpublishFirst != nil || p.NodeID != "new-id" {

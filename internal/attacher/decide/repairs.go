@@ -5,7 +5,7 @@ import (
 
 	storagev1 "k8s.io/api/storage/v1"
 
-	kube "github.com/latchcsi/latch/internal/kube/kubenames"
+	"github.com/latchcsi/latch/internal/kube/kubenames"
 )
 
 // Repair is one disagreement between a VolumeAttachment and the driver.
@@ -22,7 +22,7 @@ type Repair struct {
 func Repairs(before []*storagev1.VolumeAttachment, published map[string][]string, driver string) []Repair {
 	var out []Repair
 	for _, va := range before {
-		handle, nodeID := va.Annotations[AnnVolumeHandle], va.Annotations[kube.VANodeIDAnnotation]
+		handle, nodeID := va.Annotations[AnnVolumeHandle], va.Annotations[kubenames.VANodeIDAnnotation]
 		if handle == "" || nodeID == "" {
 			continue // never published by us
 		}
@@ -40,13 +40,13 @@ func RepairFor(va *storagev1.VolumeAttachment, published bool, driver string) st
 	switch {
 	case va.DeletionTimestamp == nil && va.Status.Attached && !published:
 		return "republish"
-	case va.DeletionTimestamp != nil && slices.Contains(va.Finalizers, kube.AttacherFinalizer(driver)) && published && va.Status.DetachError != nil:
+	case va.DeletionTimestamp != nil && slices.Contains(va.Finalizers, kubenames.AttacherFinalizer(driver)) && published && va.Status.DetachError != nil:
 		// A detach that failed waits out its backoff (up to
 		// --retry-interval-max): retry it now. One that has not failed
 		// is queued or in flight already; every deleting VA is still
 		// published until its detach ends.
 		return "unpublish"
-	case va.DeletionTimestamp != nil && !slices.Contains(va.Finalizers, kube.AttacherFinalizer(driver)) && published:
+	case va.DeletionTimestamp != nil && !slices.Contains(va.Finalizers, kubenames.AttacherFinalizer(driver)) && published:
 		// Our detach ended (or our finalizer was removed by hand) and
 		// another finalizer keeps the object, yet the driver lists the
 		// volume on the node: no detach of ours will come, so unpublish

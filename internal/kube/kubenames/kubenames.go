@@ -3,7 +3,8 @@
 // VolumeAttachment names) as a leaf: it imports nothing but the standard
 // library and the core API types, so the pure decide packages (and the
 // state they read) can use them without linking package kube's clients.
-// Package kube re-exports them.
+// Every package takes them from here (package kube no longer re-exports
+// them, so that each has one name).
 package kubenames
 
 import "strings"

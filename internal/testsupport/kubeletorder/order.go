@@ -19,7 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 
 	"github.com/latchcsi/latch/internal/csimock"
-	"github.com/latchcsi/latch/internal/kube"
+	"github.com/latchcsi/latch/internal/kube/kubenames"
 )
 
 // Checker reads one world: the mock driver serving the driver DriverName
@@ -68,7 +68,7 @@ func (k *Checker) CheckAttach(t testing.TB, vol, node, nodeID, pod string) Attac
 	if !f.Stage.End.Before(f.NodePublish.Start) {
 		t.Errorf("want NodeStage → NodePublish of %s on %s, got\n%s", vol, nodeID, CallTable(calls))
 	}
-	va := kube.VolumeAttachmentName(vol, k.DriverName, node)
+	va := kubenames.VolumeAttachmentName(vol, k.DriverName, node)
 	f.Attached = k.History.MustFirst(t, "VolumeAttachment "+va+" attached", VANamed(va, func(va *storagev1.VolumeAttachment) bool { return va.Status.Attached }))
 	if pod != "" {
 		f.Running = k.History.MustFirst(t, "Pod "+pod+" Running", PodNamed(pod, func(p *v1.Pod) bool { return p.Status.Phase == v1.PodRunning }))
@@ -134,8 +134,8 @@ func (k *Checker) CheckDetach(t testing.TB, vol, node, nodeID string) DetachFact
 		t.Errorf("ControllerUnpublish of %s from %s (%s) before NodeUnstage ended (%s)", vol, nodeID, Stamp(f.CtrlUnpublish.Start), Stamp(f.Unstage.End))
 	}
 
-	va := kube.VolumeAttachmentName(vol, k.DriverName, node)
-	unique := kube.UniqueVolumeName(k.DriverName, vol)
+	va := kubenames.VolumeAttachmentName(vol, k.DriverName, node)
+	unique := kubenames.UniqueVolumeName(k.DriverName, vol)
 	f.Deleting = k.History.MustFirst(t, "VolumeAttachment "+va+" deleted", VANamed(va, func(va *storagev1.VolumeAttachment) bool { return va.DeletionTimestamp != nil }))
 	beforeDeletion := func(match func(Change) bool) func(Change) bool {
 		return func(c Change) bool { return c.RV < f.Deleting.RV && match(c) }
@@ -185,7 +185,7 @@ func (k *Checker) CheckForcedDetach(t testing.TB, vol, node, nodeID string) Deta
 	calls := k.Driver.Calls()
 	f := DetachFacts{CtrlUnpublish: mustCtrlUnpublish(t, calls, vol, nodeID)}
 	noNodeCallDuring(t, VolumeCalls(calls, vol, nodeID), f.CtrlUnpublish, vol, nodeID)
-	va := kube.VolumeAttachmentName(vol, k.DriverName, node)
+	va := kubenames.VolumeAttachmentName(vol, k.DriverName, node)
 	f.Deleting = k.History.MustFirst(t, "VolumeAttachment "+va+" deleted", VANamed(va, func(va *storagev1.VolumeAttachment) bool { return va.DeletionTimestamp != nil }))
 	k.checkRemoval(t, &f, vol, va, nodeID)
 	return f

@@ -11,7 +11,7 @@ import (
 	"k8s.io/component-base/metrics/testutil"
 
 	"github.com/latchcsi/latch/internal/attachdetach/controller"
-	"github.com/latchcsi/latch/internal/kube"
+	"github.com/latchcsi/latch/internal/kube/kubenames"
 	"github.com/latchcsi/latch/internal/localcluster"
 )
 
@@ -252,7 +252,7 @@ func expectForced(t *testing.T, e *env, reason string, want float64) {
 }
 
 func kubeVAName(handle, driver, node string) string {
-	return kube.VolumeAttachmentName(handle, driver, node)
+	return kubenames.VolumeAttachmentName(handle, driver, node)
 }
 
 func TestVolumeAttachmentOfDeletedPV_deletedWhenNothingWantsIt(t *testing.T) {

@@ -15,7 +15,7 @@ import (
 
 	"github.com/latchcsi/latch/internal/attachdetach/controller"
 	"github.com/latchcsi/latch/internal/attachdetach/decide"
-	"github.com/latchcsi/latch/internal/kube"
+	"github.com/latchcsi/latch/internal/kube/kubenames"
 )
 
 // Per-node CSI migration (--csi-migration-by-node) of in-tree GCE PD
@@ -129,8 +129,8 @@ func TestMigrationByNode_podWaitsWithWarningUntilCSINodeListsPlugin_thenAttaches
 	e := newGCEPDEnv(t, controller.Config{Workers: 4, MigrationByNode: []string{gcePDPlugin}})
 	node := e.addNode("n1") // its CSINode has no migrated-plugins annotation
 	pv, handle := e.inTreeGCEPDVolume("disk")
-	vaName := kube.VolumeAttachmentName(handle, gcePDDriver, node)
-	unique := kube.UniqueVolumeName(gcePDDriver, handle)
+	vaName := kubenames.VolumeAttachmentName(handle, gcePDDriver, node)
+	unique := kubenames.UniqueVolumeName(gcePDDriver, handle)
 	e.pod("app", node, pv)
 
 	// The node has not migrated GCE PD: one Warning that names the volume,
@@ -195,11 +195,11 @@ func TestMigrationByNode_off_sameInTreePodAttachesAtOnce(t *testing.T) {
 	pv, handle := e.inTreeGCEPDVolume("disk")
 	e.pod("app", node, pv)
 
-	va := e.waitAttachedVAByName(kube.VolumeAttachmentName(handle, gcePDDriver, node))
+	va := e.waitAttachedVAByName(kubenames.VolumeAttachmentName(handle, gcePDDriver, node))
 	if va.Spec.Attacher != gcePDDriver || va.Spec.Source.PersistentVolumeName == nil || *va.Spec.Source.PersistentVolumeName != pv {
 		t.Errorf("VolumeAttachment spec = %+v", va.Spec)
 	}
-	e.waitNodeAttached(node, kube.UniqueVolumeName(gcePDDriver, handle))
+	e.waitNodeAttached(node, kubenames.UniqueVolumeName(gcePDDriver, handle))
 	e.waitPodRunning("app")
 	e.waitEvent("app", "SuccessfulAttachVolume", fmt.Sprintf("AttachVolume.Attach succeeded for volume %q ", pv))
 	if evs := e.events("app", "FailedAttachVolume"); len(evs) != 0 {

@@ -21,7 +21,7 @@ import (
 	"github.com/latchcsi/latch/internal/attachdetach/controller"
 	"github.com/latchcsi/latch/internal/csi"
 	"github.com/latchcsi/latch/internal/csimock"
-	"github.com/latchcsi/latch/internal/kube"
+	"github.com/latchcsi/latch/internal/kube/kubenames"
 	"github.com/latchcsi/latch/internal/localcluster"
 	"github.com/latchcsi/latch/internal/testsupport/kubeletorder"
 )
@@ -107,7 +107,7 @@ func TestAttachRequiredFalse_noVolumeAttachment(t *testing.T) {
 	}); ok {
 		t.Errorf("a VolumeAttachment of %s: %s", noAttach, c)
 	}
-	plainUnique := kube.UniqueVolumeName(noAttach, plain)
+	plainUnique := kubenames.UniqueVolumeName(noAttach, plain)
 	if c, ok := e.real.hist.First(kubeletorder.NodeNamed(node, func(n *v1.Node) bool {
 		return kubeletorder.InUse(n, plainUnique) || slices.Contains(attachedNames(n), plainUnique)
 	})); ok {

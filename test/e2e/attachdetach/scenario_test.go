@@ -16,7 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 
 	"github.com/latchcsi/latch/internal/attachdetach/controller"
-	"github.com/latchcsi/latch/internal/kube"
+	"github.com/latchcsi/latch/internal/kube/kubenames"
 	"github.com/latchcsi/latch/internal/localcluster"
 	"github.com/latchcsi/latch/internal/testsupport"
 )
@@ -76,9 +76,11 @@ func (e *env) deletePod(name string) {
 	}
 }
 
-func (e *env) unique(pv string) v1.UniqueVolumeName { return kube.UniqueVolumeName(e.driver, pv) }
+func (e *env) unique(pv string) v1.UniqueVolumeName { return kubenames.UniqueVolumeName(e.driver, pv) }
 
-func (e *env) vaName(pv, node string) string { return kube.VolumeAttachmentName(pv, e.driver, node) }
+func (e *env) vaName(pv, node string) string {
+	return kubenames.VolumeAttachmentName(pv, e.driver, node)
+}
 
 // --- polling ---
 

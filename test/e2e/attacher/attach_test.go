@@ -22,6 +22,7 @@ import (
 	"github.com/latchcsi/latch/internal/attacher"
 	"github.com/latchcsi/latch/internal/csimock"
 	"github.com/latchcsi/latch/internal/kube"
+	"github.com/latchcsi/latch/internal/kube/kubenames"
 	"github.com/latchcsi/latch/internal/localcluster"
 )
 
@@ -31,10 +32,10 @@ func TestAttachThenDetachPVPublishesOnceAndCleansUp(t *testing.T) {
 	if got := e.driver.PublishCount(pv, e.nodeID); got != 1 {
 		t.Errorf("ControllerPublish calls for %s on %s = %d, want 1", pv, e.nodeID, got)
 	}
-	if !slices.Contains(va.Finalizers, kube.AttacherFinalizer(e.name)) {
-		t.Errorf("VA finalizers = %v, want %s", va.Finalizers, kube.AttacherFinalizer(e.name))
+	if !slices.Contains(va.Finalizers, kubenames.AttacherFinalizer(e.name)) {
+		t.Errorf("VA finalizers = %v, want %s", va.Finalizers, kubenames.AttacherFinalizer(e.name))
 	}
-	if va.Annotations[kube.VANodeIDAnnotation] != e.nodeID || va.Annotations[attacher.AnnVolumeHandle] != pv {
+	if va.Annotations[kubenames.VANodeIDAnnotation] != e.nodeID || va.Annotations[attacher.AnnVolumeHandle] != pv {
 		t.Errorf("VA annotations = %v", va.Annotations)
 	}
 	var pub *csimock.PublicationState
@@ -54,8 +55,8 @@ func TestAttachThenDetachPVPublishesOnceAndCleansUp(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !slices.Contains(pvObj.Finalizers, kube.PVFinalizer(e.name)) {
-		t.Errorf("PV finalizers = %v, want %s", pvObj.Finalizers, kube.PVFinalizer(e.name))
+	if !slices.Contains(pvObj.Finalizers, kubenames.PVFinalizer(e.name)) {
+		t.Errorf("PV finalizers = %v, want %s", pvObj.Finalizers, kubenames.PVFinalizer(e.name))
 	}
 	// Writes: one metadata patch + one status patch on the VA, one PV patch.
 	if got := e.writes.Count("PATCH volumeattachments"); got != 1 {
@@ -92,7 +93,7 @@ func TestAttachThenDetachPVPublishesOnceAndCleansUp(t *testing.T) {
 	// (kubernetes.io/pv-protection stays: no PV controller runs here.)
 	e.eventually(30*time.Second, "attacher's PV finalizer removed", func() (bool, error) {
 		p, err := e.client.CoreV1().PersistentVolumes().Get(e.ctx, pv, metav1.GetOptions{})
-		return err == nil && !slices.Contains(p.Finalizers, kube.PVFinalizer(e.name)), nil
+		return err == nil && !slices.Contains(p.Finalizers, kubenames.PVFinalizer(e.name)), nil
 	})
 }
 
@@ -196,7 +197,7 @@ func TestDriverHangingPastTimeoutKeepsFinalizerAndRetries(t *testing.T) {
 	// The error is transient (the retry after the timeout succeeds), so
 	// check what stays: the call log and the event.
 	va := e.waitAttached(vaName, 30*time.Second)
-	if !slices.Contains(va.Finalizers, kube.AttacherFinalizer(e.name)) {
+	if !slices.Contains(va.Finalizers, kubenames.AttacherFinalizer(e.name)) {
 		t.Errorf("finalizer missing after attach")
 	}
 	calls := e.driver.CallsTo("ControllerPublishVolume")
@@ -437,7 +438,7 @@ func TestOtherDriversObjectsAreLeftAloneExceptOurFinalizer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if slices.Contains(p.Finalizers, kube.PVFinalizer(e.name)) {
+	if slices.Contains(p.Finalizers, kubenames.PVFinalizer(e.name)) {
 		t.Fatalf("other driver's PV got our finalizer: %v", p.Finalizers)
 	}
 
@@ -446,7 +447,7 @@ func TestOtherDriversObjectsAreLeftAloneExceptOurFinalizer(t *testing.T) {
 	// names it.
 	e.deleteVA(mixedVA)
 	e.waitGone(mixedVA)
-	p.Finalizers = append(p.Finalizers, kube.PVFinalizer(e.name))
+	p.Finalizers = append(p.Finalizers, kubenames.PVFinalizer(e.name))
 	if _, err := e.client.CoreV1().PersistentVolumes().Update(e.ctx, p, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -458,7 +459,7 @@ func TestOtherDriversObjectsAreLeftAloneExceptOurFinalizer(t *testing.T) {
 		if apierrors.IsNotFound(err) {
 			return true, nil
 		}
-		return err == nil && !slices.Contains(p.Finalizers, kube.PVFinalizer(e.name)), err
+		return err == nil && !slices.Contains(p.Finalizers, kubenames.PVFinalizer(e.name)), err
 	})
 	if got := e.getVA(otherVA); len(got.Finalizers) != 0 || got.Status.Attached {
 		t.Errorf("other attacher's VolumeAttachment was written: %+v", got)

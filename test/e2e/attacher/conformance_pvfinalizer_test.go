@@ -5,11 +5,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/latchcsi/latch/internal/kube/kubenames"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
-	"github.com/latchcsi/latch/internal/kube"
 )
 
 // annMigratedTo is the annotation kube-controller-manager's PV controller
@@ -32,7 +31,7 @@ func TestMigrationRollbackRemovesOurFinalizerFromInTreePVNoVolumeAttachmentNeeds
 			ObjectMeta: metav1.ObjectMeta{
 				Name: name, Annotations: ann,
 				Labels:     map[string]string{v1.LabelTopologyZone: "europe-west1-b"},
-				Finalizers: []string{kube.PVFinalizer(gcePD), "example.com/other"},
+				Finalizers: []string{kubenames.PVFinalizer(gcePD), "example.com/other"},
 			},
 			Spec: v1.PersistentVolumeSpec{
 				AccessModes: []v1.PersistentVolumeAccessMode{v1.ReadWriteOnce},
@@ -62,22 +61,22 @@ func TestMigrationRollbackRemovesOurFinalizerFromInTreePVNoVolumeAttachmentNeeds
 	e.waitAttached(e.prefix+"-va", time.Minute)
 
 	e.eventually(30*time.Second, "our finalizer removed from the rolled-back PV", func() (bool, error) {
-		return !slices.Contains(finalizers(rolledBack), kube.PVFinalizer(gcePD)), nil
+		return !slices.Contains(finalizers(rolledBack), kubenames.PVFinalizer(gcePD)), nil
 	})
 	if got := finalizers(rolledBack); !slices.Contains(got, "example.com/other") {
 		t.Errorf("rolled-back PV finalizers = %v, want the other finalizer kept", got)
 	}
 	time.Sleep(500 * time.Millisecond) // a wrong removal would show by now
-	if got := finalizers(migrated); !slices.Contains(got, kube.PVFinalizer(gcePD)) {
+	if got := finalizers(migrated); !slices.Contains(got, kubenames.PVFinalizer(gcePD)) {
 		t.Errorf("PV annotated migrated-to %s lost our finalizer: %v", gcePD, got)
 	}
-	if got := finalizers(inUse); !slices.Contains(got, kube.PVFinalizer(gcePD)) {
+	if got := finalizers(inUse); !slices.Contains(got, kubenames.PVFinalizer(gcePD)) {
 		t.Errorf("PV a VolumeAttachment refers to lost our finalizer: %v", got)
 	}
 	// Once its VA is gone, the PV in use goes the same way.
 	e.deleteVA(e.prefix + "-va")
 	e.waitGone(e.prefix + "-va")
 	e.eventually(30*time.Second, "our finalizer removed once the VA is gone", func() (bool, error) {
-		return !slices.Contains(finalizers(inUse), kube.PVFinalizer(gcePD)), nil
+		return !slices.Contains(finalizers(inUse), kubenames.PVFinalizer(gcePD)), nil
 	})
 }

@@ -12,7 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/latchcsi/latch/internal/csimock"
-	"github.com/latchcsi/latch/internal/kube"
+	"github.com/latchcsi/latch/internal/kube/kubenames"
 )
 
 // foreignFinalizer is another controller's finalizer that keeps a deleting
@@ -100,7 +100,7 @@ func TestReconcileUnpublishesDeletingVAWithoutOurFinalizerStillListedPublished(t
 	e.deleteVA(vaName)
 	e.eventually(30*time.Second, "our detach ends (finalizer removed, attached=false)", func() (bool, error) {
 		va := e.getVA(vaName)
-		return !slices.Contains(va.Finalizers, kube.AttacherFinalizer(e.name)) && !va.Status.Attached, nil
+		return !slices.Contains(va.Finalizers, kubenames.AttacherFinalizer(e.name)) && !va.Status.Attached, nil
 	})
 	if got := e.driver.Published(pv); len(got) != 0 {
 		t.Fatalf("after our detach the volume is published to %v", got)
@@ -130,7 +130,7 @@ func TestReconcileUnpublishesDeletingVAWhoseFinalizerWasRemovedByHand(t *testing
 	e.eventually(30*time.Second, "detachError from the failing unpublish", func() (bool, error) {
 		return e.getVA(vaName).Status.DetachError != nil, nil
 	})
-	e.dropFinalizer(vaName, kube.AttacherFinalizer(e.name))
+	e.dropFinalizer(vaName, kubenames.AttacherFinalizer(e.name))
 	// Let a detach retry already under way end against the fault: the
 	// unpublish that follows must be the reconcile's.
 	time.Sleep(500 * time.Millisecond)

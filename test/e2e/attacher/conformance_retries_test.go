@@ -11,7 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/latchcsi/latch/internal/csimock"
-	"github.com/latchcsi/latch/internal/kube"
+	"github.com/latchcsi/latch/internal/kube/kubenames"
 	"github.com/latchcsi/latch/internal/testsupport"
 )
 
@@ -27,7 +27,7 @@ func TestFailingPVFinalizerRemovalIsLoggedAndRetriedUntilRemoved(t *testing.T) {
 	logs := &errorLog{}
 	e.startAttacherThrough(tr, "", envOptions{logger: capturingLogger(logs)})
 	pv, vaName, _ := e.attachOne(30 * time.Second)
-	ourFinalizer := kube.PVFinalizer(e.name)
+	ourFinalizer := kubenames.PVFinalizer(e.name)
 	if err := e.client.CoreV1().PersistentVolumes().Delete(e.ctx, pv, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}

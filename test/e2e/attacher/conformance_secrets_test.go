@@ -22,7 +22,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/latchcsi/latch/internal/attacher"
-	"github.com/latchcsi/latch/internal/kube"
+	"github.com/latchcsi/latch/internal/kube/kubenames"
 )
 
 // rawCodec passes gRPC messages through as bytes (*[]byte).
@@ -214,7 +214,7 @@ func TestDetachWithMissingSecretIsReportedThenDetachesWhenCreated(t *testing.T) 
 	// blocked, nothing unpublished.
 	time.Sleep(2 * time.Second)
 	va = e.getVA(vaName)
-	if !slices.Contains(va.Finalizers, kube.AttacherFinalizer(e.name)) {
+	if !slices.Contains(va.Finalizers, kubenames.AttacherFinalizer(e.name)) {
 		t.Errorf("finalizers %v lost ours while the volume is still published", va.Finalizers)
 	}
 	if n := len(e.driver.CallsTo(unpublishMethod)); n != 0 {

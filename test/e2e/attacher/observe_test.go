@@ -17,7 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/latchcsi/latch/internal/csimock"
-	"github.com/latchcsi/latch/internal/kube"
+	"github.com/latchcsi/latch/internal/kube/kubenames"
 	"github.com/latchcsi/latch/internal/localcluster"
 	"github.com/latchcsi/latch/internal/testsupport"
 )
@@ -247,8 +247,8 @@ func TestMigratedInTreeGCEPDIsTranslatedPublishedAndLabelledMigrated(t *testing.
 	if err != nil {
 		t.Fatal(err)
 	}
-	if count(got.Finalizers, kube.PVFinalizer(gcePD)) != 1 {
-		t.Errorf("in-tree PV finalizers = %v, want %s once", got.Finalizers, kube.PVFinalizer(gcePD))
+	if count(got.Finalizers, kubenames.PVFinalizer(gcePD)) != 1 {
+		t.Errorf("in-tree PV finalizers = %v, want %s once", got.Finalizers, kubenames.PVFinalizer(gcePD))
 	}
 
 	e.deleteVA(vaName)

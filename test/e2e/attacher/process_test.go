@@ -11,6 +11,7 @@ import (
 
 	"github.com/latchcsi/latch/internal/csimock"
 	"github.com/latchcsi/latch/internal/kube"
+	"github.com/latchcsi/latch/internal/kube/kubenames"
 )
 
 const (
@@ -46,7 +47,7 @@ func TestAttacherKilledMidPublishRepublishesOnlyTheVolumeWhoseOutcomeWasUnknown(
 	e.createVA(e.newVA(va2, pv2, e.node))
 	e.eventually(30*time.Second, "publish of "+pv2+" in flight", func() (bool, error) { return e.inFlight(publishMethod, pv2), nil })
 	before := e.getVA(va2)
-	if !slices.Contains(before.Finalizers, kube.AttacherFinalizer(e.name)) || before.Annotations[kube.VANodeIDAnnotation] != e.nodeID {
+	if !slices.Contains(before.Finalizers, kubenames.AttacherFinalizer(e.name)) || before.Annotations[kubenames.VANodeIDAnnotation] != e.nodeID {
 		t.Fatalf("while publishing, VA has finalizers %v annotations %v: the finalizer and node ID must be written before the driver is called", before.Finalizers, before.Annotations)
 	}
 	first.kill()
@@ -67,7 +68,7 @@ func TestAttacherKilledMidPublishRepublishesOnlyTheVolumeWhoseOutcomeWasUnknown(
 		t.Errorf("publish calls for %s = %d after the restart, want still 1", pv1, len(calls))
 	}
 	for _, name := range []string{va1, va2} {
-		if va := e.getVA(name); count(va.Finalizers, kube.AttacherFinalizer(e.name)) != 1 || len(va.Finalizers) != 1 {
+		if va := e.getVA(name); count(va.Finalizers, kubenames.AttacherFinalizer(e.name)) != 1 || len(va.Finalizers) != 1 {
 			t.Errorf("VA %s finalizers = %v, want exactly ours once", name, va.Finalizers)
 		}
 	}
@@ -76,7 +77,7 @@ func TestAttacherKilledMidPublishRepublishesOnlyTheVolumeWhoseOutcomeWasUnknown(
 		if err != nil {
 			t.Fatal(err)
 		}
-		if count(pv.Finalizers, kube.PVFinalizer(e.name)) != 1 {
+		if count(pv.Finalizers, kubenames.PVFinalizer(e.name)) != 1 {
 			t.Errorf("PV %s finalizers = %v, want ours once", name, pv.Finalizers)
 		}
 	}
@@ -102,7 +103,7 @@ func TestAttacherKilledMidUnpublishUnpublishesAgainAfterRestartAndReleasesVA(t *
 	first.kill()
 	e.eventually(10*time.Second, "killed unpublish ended on the driver side", func() (bool, error) { return !e.inFlight(unpublishMethod, pv), nil })
 	// Unknown outcome: the VA must still hold our finalizer.
-	if va := e.getVA(vaName); !slices.Contains(va.Finalizers, kube.AttacherFinalizer(e.name)) {
+	if va := e.getVA(vaName); !slices.Contains(va.Finalizers, kubenames.AttacherFinalizer(e.name)) {
 		t.Fatalf("finalizer removed although the unpublish never answered: %v", va.Finalizers)
 	}
 
@@ -122,7 +123,7 @@ func TestAttacherKilledMidUnpublishUnpublishesAgainAfterRestartAndReleasesVA(t *
 	if err != nil {
 		t.Fatal(err)
 	}
-	if count(p.Finalizers, kube.PVFinalizer(e.name)) != 1 {
+	if count(p.Finalizers, kubenames.PVFinalizer(e.name)) != 1 {
 		t.Errorf("PV finalizers = %v, want ours once (the PV is not being deleted)", p.Finalizers)
 	}
 }

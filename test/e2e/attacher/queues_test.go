@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/latchcsi/latch/internal/csimock"
-	"github.com/latchcsi/latch/internal/kube"
+	"github.com/latchcsi/latch/internal/kube/kubenames"
 )
 
 func TestBurstOfSlowDetachesDoesNotStarveNewAttaches(t *testing.T) {
@@ -114,7 +114,7 @@ func TestAttachPassesPrepareWhileCSISlotsAreFull(t *testing.T) {
 		prepared := 0
 		for i := range volumes {
 			va := e.getVA(name(i))
-			if va != nil && len(va.Finalizers) > 0 && va.Annotations[kube.VANodeIDAnnotation] != "" {
+			if va != nil && len(va.Finalizers) > 0 && va.Annotations[kubenames.VANodeIDAnnotation] != "" {
 				prepared++
 			}
 		}

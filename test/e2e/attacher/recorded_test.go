@@ -12,7 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/latchcsi/latch/internal/csimock"
-	"github.com/latchcsi/latch/internal/kube"
+	"github.com/latchcsi/latch/internal/kube/kubenames"
 )
 
 // What latch recorded against what it sees now: a node replaced under the
@@ -54,7 +54,7 @@ func TestDetachAfterNodeReplacedUnpublishesTheRecordedNodeID(t *testing.T) {
 	newID := e.nodeID + "-new"
 	e.replaceCSINode(e.node, newID)
 	time.Sleep(time.Second) // the attacher sees the CSINode change
-	if got := e.getVA(vaName).Annotations[kube.VANodeIDAnnotation]; got != e.nodeID {
+	if got := e.getVA(vaName).Annotations[kubenames.VANodeIDAnnotation]; got != e.nodeID {
 		t.Fatalf("node-id annotation of the attached VA = %q, want the one it was published with, %q", got, e.nodeID)
 	}
 	if n := len(e.driver.CallsTo("ControllerPublishVolume")); n != 1 {
@@ -93,7 +93,7 @@ func TestReattachAfterNodeIDChangeUnpublishesTheRecordedIDFirst(t *testing.T) {
 	e.replaceCSINode(e.node, newID)
 	e.driver.RemoveFault(id)
 	va := e.waitAttached(vaName, 30*time.Second)
-	if got := va.Annotations[kube.VANodeIDAnnotation]; got != newID {
+	if got := va.Annotations[kubenames.VANodeIDAnnotation]; got != newID {
 		t.Fatalf("node-id annotation = %q, want %q", got, newID)
 	}
 	if got := e.driver.Published(pv); !slices.Equal(got, []string{newID}) {
@@ -128,7 +128,7 @@ func (e *env) waitAttachedClean(name string) *storagev1.VolumeAttachment {
 		var err error
 		va, err = e.client.StorageV1().VolumeAttachments().Get(e.ctx, name, metav1.GetOptions{})
 		return err == nil && va.Status.Attached && va.Status.AttachError == nil &&
-			slices.Contains(va.Finalizers, kube.AttacherFinalizer(e.name)) && va.Annotations[kube.VANodeIDAnnotation] == e.nodeID, nil
+			slices.Contains(va.Finalizers, kubenames.AttacherFinalizer(e.name)) && va.Annotations[kubenames.VANodeIDAnnotation] == e.nodeID, nil
 	})
 	return va
 }
@@ -186,8 +186,8 @@ func TestUpstreamAttachedVAIsBelievedWithoutPublish(t *testing.T) {
 	pv, vaName := e.prefix+"-pv", e.prefix+"-va"
 	e.createPV(pv)
 	va := e.newVA(vaName, pv, e.node)
-	va.Finalizers = []string{kube.AttacherFinalizer(e.name)}
-	va.Annotations = map[string]string{kube.VANodeIDAnnotation: e.nodeID}
+	va.Finalizers = []string{kubenames.AttacherFinalizer(e.name)}
+	va.Annotations = map[string]string{kubenames.VANodeIDAnnotation: e.nodeID}
 	e.createVA(va)
 	va = e.getVA(vaName)
 	va.Status.Attached = true

@@ -10,7 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/latchcsi/latch/internal/csimock"
-	"github.com/latchcsi/latch/internal/kube"
+	"github.com/latchcsi/latch/internal/kube/kubenames"
 	"github.com/latchcsi/latch/internal/testsupport"
 )
 
@@ -95,7 +95,7 @@ func TestOversizedPublishContextIsRecordedAndNotRepublished(t *testing.T) {
 		t.Fatalf("ControllerPublish calls = %d over 4 s, want exactly 1", n)
 	}
 	va = e.getVA(vaName)
-	if va.Status.Attached || !strings.Contains(strings.Join(va.Finalizers, ","), kube.AttacherFinalizer(e.name)) {
+	if va.Status.Attached || !strings.Contains(strings.Join(va.Finalizers, ","), kubenames.AttacherFinalizer(e.name)) {
 		t.Fatalf("VA attached=%v finalizers=%v, want not attached and our finalizer kept", va.Status.Attached, va.Finalizers)
 	}
 	e.eventMessage(vaName, "AttachFailed")

@@ -18,7 +18,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/latchcsi/latch/internal/csimock"
-	"github.com/latchcsi/latch/internal/kube"
+	"github.com/latchcsi/latch/internal/kube/kubenames"
 	"github.com/latchcsi/latch/internal/localcluster"
 	"github.com/latchcsi/latch/internal/stack"
 	"github.com/latchcsi/latch/internal/testsupport"
@@ -72,7 +72,7 @@ func TestKubeletVolumeLifecycle(t *testing.T) {
 	r.waitPodRunning("app", 90*time.Second)
 	t.Logf("Pod Running after %s", time.Since(start).Round(time.Millisecond))
 	a := r.checkAttach(vol, n, "app")
-	unique := kube.UniqueVolumeName(testDriver, vol)
+	unique := kubenames.UniqueVolumeName(testDriver, vol)
 	inUseAdded := r.hist.mustFirst(t, "volume in Node "+n.Name+"'s volumesInUse", nodeNamed(n.Name, func(no *v1.Node) bool { return inUse(no, unique) }))
 	if a.attached.RV < inUseAdded.RV {
 		t.Logf("note: the VolumeAttachment was attached (RV %d) before the kubelet reported the volume in use (RV %d)", a.attached.RV, inUseAdded.RV)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/latchcsi/latch/internal/attachdetach/controller"
 	"github.com/latchcsi/latch/internal/kube"
+	"github.com/latchcsi/latch/internal/kube/kubenames"
 	"github.com/latchcsi/latch/internal/stack"
 	"github.com/latchcsi/latch/internal/testsupport"
 )
@@ -135,7 +136,7 @@ func TestKubeletKilled_forcedDetachAfterMaxWaitForUnmount(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !inUse(no, kube.UniqueVolumeName(testDriver, vol)) {
+	if !inUse(no, kubenames.UniqueVolumeName(testDriver, vol)) {
 		t.Errorf("Node %s no longer lists %s in volumesInUse: the dead kubelet cannot have removed it", n.Name, vol)
 	}
 	calls := r.s.Driver.Calls()

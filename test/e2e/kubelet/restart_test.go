@@ -9,7 +9,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 
-	"github.com/latchcsi/latch/internal/kube"
+	"github.com/latchcsi/latch/internal/kube/kubenames"
 	"github.com/latchcsi/latch/internal/testsupport"
 )
 
@@ -28,7 +28,7 @@ func TestKubeletRestartReconstructsVolumes(t *testing.T) {
 	r.pod("app", n, vol)
 	r.waitPodRunning("app", 90*time.Second)
 	a := r.checkAttach(vol, n, "app")
-	unique := kube.UniqueVolumeName(testDriver, vol)
+	unique := kubenames.UniqueVolumeName(testDriver, vol)
 	va := r.vaName(vol, n)
 
 	for i := range 2 {

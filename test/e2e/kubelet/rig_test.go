@@ -18,6 +18,7 @@ import (
 	"github.com/latchcsi/latch/internal/attacher"
 	"github.com/latchcsi/latch/internal/csimock"
 	"github.com/latchcsi/latch/internal/kube"
+	"github.com/latchcsi/latch/internal/kube/kubenames"
 	"github.com/latchcsi/latch/internal/localcluster"
 	"github.com/latchcsi/latch/internal/stack"
 	"github.com/latchcsi/latch/internal/testsupport"
@@ -242,7 +243,7 @@ func (r *rig) waitPodGone(name string, timeout time.Duration) {
 }
 
 func (r *rig) vaName(vol string, n *node) string {
-	return kube.VolumeAttachmentName(vol, testDriver, n.Name)
+	return kubenames.VolumeAttachmentName(vol, testDriver, n.Name)
 }
 
 func (r *rig) getVA(ctx context.Context, vol string, n *node) (*storagev1.VolumeAttachment, bool, error) {

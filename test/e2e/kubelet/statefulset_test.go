@@ -18,7 +18,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/latchcsi/latch/internal/csimock"
-	"github.com/latchcsi/latch/internal/kube"
+	"github.com/latchcsi/latch/internal/kube/kubenames"
 	"github.com/latchcsi/latch/internal/stack"
 	"github.com/latchcsi/latch/internal/testsupport"
 )
@@ -136,7 +136,7 @@ func TestStatefulSetOnRealControlPlane(t *testing.T) {
 			t.Fatal(err)
 		}
 		vol := pv.Spec.CSI.VolumeHandle
-		va := kube.VolumeAttachmentName(vol, driver, p.Spec.NodeName)
+		va := kubenames.VolumeAttachmentName(vol, driver, p.Spec.NodeName)
 		all = append(all, placed{name, p.Spec.NodeName, vol, va})
 		attached := hist.mustFirst(t, "VolumeAttachment "+va+" attached", vaNamed(va, func(va *storagev1.VolumeAttachment) bool { return va.Status.Attached }))
 		running := hist.mustFirst(t, "Pod "+name+" Running", podNamed(name, func(p *v1.Pod) bool { return p.Status.Phase == v1.PodRunning }))
@@ -177,7 +177,7 @@ func TestStatefulSetOnRealControlPlane(t *testing.T) {
 		if !unpublish.End.Before(unstage.Start) || !unstage.End.Before(ctrlUnpublish.Start) {
 			t.Errorf("volume %s of %s: want NodeUnpublish → NodeUnstage → ControllerUnpublish, got\n%s", p.volume, p.pod, callTable(calls))
 		}
-		unique := kube.UniqueVolumeName(driver, p.volume)
+		unique := kubenames.UniqueVolumeName(driver, p.volume)
 		inUseAdded := hist.mustFirst(t, "volume "+p.volume+" in Node "+p.node+"'s volumesInUse", nodeNamed(p.node, func(n *v1.Node) bool { return inUse(n, unique) }))
 		dropped := hist.mustFirst(t, "volume "+p.volume+" leaves Node "+p.node+"'s volumesInUse", after(inUseAdded.RV, nodeNamed(p.node, func(n *v1.Node) bool { return !inUse(n, unique) })))
 		deleting := hist.mustFirst(t, "VolumeAttachment "+p.va+" deleted", vaNamed(p.va, func(va *storagev1.VolumeAttachment) bool { return va.DeletionTimestamp != nil }))

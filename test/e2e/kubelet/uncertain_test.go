@@ -11,7 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 
 	"github.com/latchcsi/latch/internal/csimock"
-	"github.com/latchcsi/latch/internal/kube"
+	"github.com/latchcsi/latch/internal/kube/kubenames"
 	"github.com/latchcsi/latch/internal/testsupport"
 )
 
@@ -37,7 +37,7 @@ func TestKubeletHungNodeStageNeverDetachedWhileMounting(t *testing.T) {
 	} {
 		vol := r.volume("vol-" + string(rune('a'+i)))
 		pod := "app-" + string(rune('a'+i))
-		unique := kube.UniqueVolumeName(testDriver, vol)
+		unique := kubenames.UniqueVolumeName(testDriver, vol)
 		hang, err := r.s.Driver.AddFault(csimock.Rule{Method: "NodeStageVolume", NodeID: n.id, VolumeID: vol, Phase: tc.phase, Hang: true, Code: tc.code})
 		if err != nil {
 			t.Fatal(err)

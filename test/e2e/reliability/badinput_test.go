@@ -15,7 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/latchcsi/latch/internal/attacher"
-	"github.com/latchcsi/latch/internal/kube"
+	"github.com/latchcsi/latch/internal/kube/kubenames"
 	"github.com/latchcsi/latch/internal/localcluster"
 )
 
@@ -198,7 +198,7 @@ func TestBadInput_unusualDriverNameGetsAValidSanitizedFinalizer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := kube.AttacherFinalizer(driver)
+	want := kubenames.AttacherFinalizer(driver)
 	if !slices.Contains(va.Finalizers, want) {
 		t.Errorf("finalizers = %v, want %q", va.Finalizers, want)
 	}

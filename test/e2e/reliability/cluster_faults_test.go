@@ -19,6 +19,7 @@ import (
 	"github.com/latchcsi/latch/internal/attacher"
 	"github.com/latchcsi/latch/internal/csimock"
 	"github.com/latchcsi/latch/internal/kube"
+	"github.com/latchcsi/latch/internal/kube/kubenames"
 	"github.com/latchcsi/latch/internal/localcluster"
 )
 
@@ -193,10 +194,10 @@ func TestConcurrentWriterOnVolumeAttachments_nothingOverwritten(t *testing.T) {
 		if va.Labels["writer"] == "" {
 			t.Errorf("VolumeAttachment %s lost the writer's label: %v", name, va.Labels)
 		}
-		if va.Annotations[attacher.AnnVolumeHandle] != pv || va.Annotations[kube.VANodeIDAnnotation] != e.nodeID(node) {
+		if va.Annotations[attacher.AnnVolumeHandle] != pv || va.Annotations[kubenames.VANodeIDAnnotation] != e.nodeID(node) {
 			t.Errorf("VolumeAttachment %s lost the attacher's annotations: %v", name, va.Annotations)
 		}
-		if !slices.Contains(va.Finalizers, kube.AttacherFinalizer(e.driver)) || !va.Status.Attached {
+		if !slices.Contains(va.Finalizers, kubenames.AttacherFinalizer(e.driver)) || !va.Status.Attached {
 			t.Errorf("VolumeAttachment %s: finalizers %v, attached %v", name, va.Finalizers, va.Status.Attached)
 		}
 	}

@@ -14,7 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
-	"github.com/latchcsi/latch/internal/kube"
+	"github.com/latchcsi/latch/internal/kube/kubenames"
 	"github.com/latchcsi/latch/internal/localcluster"
 )
 
@@ -150,7 +150,7 @@ func (e *env) read() (*world, error) {
 func (e *env) restProblems(w *world) []string {
 	var out []string
 	fail := func(format string, args ...any) { out = append(out, fmt.Sprintf(format, args...)) }
-	finalizer := kube.AttacherFinalizer(e.driver)
+	finalizer := kubenames.AttacherFinalizer(e.driver)
 	// handleOf is the volume handle of a PV; a PV that is gone keeps its
 	// name (the harness names handles after their first PV).
 	handleOf := func(pv string) string {
@@ -192,7 +192,7 @@ func (e *env) restProblems(w *world) []string {
 			continue
 		}
 		if va.Status.Attached {
-			attached[node] = append(attached[node], kube.UniqueVolumeName(e.driver, handleOf(pv)))
+			attached[node] = append(attached[node], kubenames.UniqueVolumeName(e.driver, handleOf(pv)))
 			if !slices.Contains(va.Finalizers, finalizer) {
 				fail("invariant 2: attached VolumeAttachment %s has no %s finalizer: a delete would skip the unpublish", va.Name, finalizer)
 			}

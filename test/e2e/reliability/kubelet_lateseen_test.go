@@ -11,7 +11,7 @@ import (
 
 	"github.com/latchcsi/latch/internal/attachdetach/controller"
 	"github.com/latchcsi/latch/internal/csimock"
-	"github.com/latchcsi/latch/internal/kube"
+	"github.com/latchcsi/latch/internal/kube/kubenames"
 	"github.com/latchcsi/latch/internal/stack"
 	"github.com/latchcsi/latch/internal/testsupport/kubeletorder"
 )
@@ -53,7 +53,7 @@ func TestRealKubelet_podDeletedBeforeItsKubeletSawIt_detachedUnmountedNeverMount
 		}
 	}
 	if c, ok := w.hist.First(kubeletorder.After(deleted.RV, kubeletorder.NodeNamed(node, func(n *v1.Node) bool {
-		return kubeletorder.InUse(n, kube.UniqueVolumeName(w.driver, pv))
+		return kubeletorder.InUse(n, kubenames.UniqueVolumeName(w.driver, pv))
 	}))); ok {
 		t.Logf("the restarted kubelet listed %s in volumesInUse after its detach: %s", pv, c)
 	}
@@ -96,7 +96,7 @@ func TestRealKubelet_podDeletedBeforeItsNodeStatusListsTheVolume_detachPassesThe
 		w.waitPodGone(pod)
 		deleted := w.hist.MustFirst(t, "VolumeAttachment of "+pv+" deleted", kubeletorder.VANamed(w.vaName(pv, node), func(va *storagev1.VolumeAttachment) bool { return va.DeletionTimestamp != nil }))
 		if _, ok := w.hist.First(kubeletorder.After(deleted.RV, kubeletorder.NodeNamed(node, func(n *v1.Node) bool {
-			return kubeletorder.InUse(n, kube.UniqueVolumeName(w.driver, pv))
+			return kubeletorder.InUse(n, kubenames.UniqueVolumeName(w.driver, pv))
 		}))); ok {
 			late++
 		}

@@ -28,6 +28,7 @@ import (
 	"github.com/latchcsi/latch/internal/attachdetach/controller"
 	"github.com/latchcsi/latch/internal/csimock"
 	"github.com/latchcsi/latch/internal/kube"
+	"github.com/latchcsi/latch/internal/kube/kubenames"
 	"github.com/latchcsi/latch/internal/localcluster"
 	"github.com/latchcsi/latch/internal/stack"
 	"github.com/latchcsi/latch/internal/testsupport"
@@ -315,8 +316,8 @@ func (w *kubeletWorld) explain(vol, node string) {
 	var b strings.Builder
 	fmt.Fprintf(&b, "the life of %s on %s:\n", vol, node)
 	b.WriteString(kubeletorder.CallTable(kubeletorder.VolumeCalls(w.mock.Calls(), vol, nodeID)))
-	va := kube.VolumeAttachmentName(vol, w.driver, node)
-	unique := kube.UniqueVolumeName(w.driver, vol)
+	va := kubenames.VolumeAttachmentName(vol, w.driver, node)
+	unique := kubenames.UniqueVolumeName(w.driver, vol)
 	attachedTo := func(n *v1.Node) bool {
 		return slices.ContainsFunc(n.Status.VolumesAttached, func(a v1.AttachedVolume) bool { return a.Name == unique })
 	}
@@ -372,7 +373,7 @@ func newKubeletPod(ns, name, node, claim string) *v1.Pod {
 // that an OK ControllerUnpublish followed the last OK ControllerPublish;
 // checkNothingLeft asserts the rest.
 func (w *kubeletWorld) removedOutright(vol, node string) bool {
-	va := kube.VolumeAttachmentName(vol, w.driver, node)
+	va := kubenames.VolumeAttachmentName(vol, w.driver, node)
 	if _, marked := w.hist.First(kubeletorder.VANamed(va, func(va *storagev1.VolumeAttachment) bool { return va.DeletionTimestamp != nil })); marked {
 		return false
 	}

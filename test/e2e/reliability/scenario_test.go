@@ -12,7 +12,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/latchcsi/latch/internal/kube"
+	"github.com/latchcsi/latch/internal/kube/kubenames"
 	"github.com/latchcsi/latch/internal/localcluster"
 	"github.com/latchcsi/latch/internal/testsupport"
 )
@@ -103,7 +103,9 @@ func (e *env) deletePod(name string) {
 	}
 }
 
-func (e *env) vaName(pv, node string) string { return kube.VolumeAttachmentName(pv, e.driver, node) }
+func (e *env) vaName(pv, node string) string {
+	return kubenames.VolumeAttachmentName(pv, e.driver, node)
+}
 
 // --- polling ---
 
