@@ -385,11 +385,10 @@ func (e *scaleEnv) readyInProcessAttacher(ctx context.Context, probe int) (*writ
 // harness and the kubelet stand-in are idle, the in-process csi-attacher
 // too unless it resyncs).
 func (e *scaleEnv) idle(ctx context.Context, p *scaleProc, prefix string) error {
-	before, err := apiRequests(ctx, e.admin)
+	from, err := e.mark(ctx, p, nil)
 	if err != nil {
 		return err
 	}
-	u0, gc0 := p.usage(), p.gc()
 	select {
 	case <-ctx.Done():
 		return ctx.Err()
@@ -398,21 +397,21 @@ func (e *scaleEnv) idle(ctx context.Context, p *scaleProc, prefix string) error 
 	if err := p.alive(); err != nil {
 		return err
 	}
-	u1, gc := p.usage(), p.gc().Sub(gc0)
-	after, err := apiRequests(ctx, e.admin)
+	to, err := e.mark(ctx, p, nil)
 	if err != nil {
 		return err
 	}
-	win := e.sz.IdleWindow.Seconds()
-	e.rep.Figures[prefix+"controller_idle_cpu_percent"] = round2(100 * (u1.CPUSeconds - u0.CPUSeconds) / win)
+	w := window{from, to}
+	gc := w.gc()
+	e.rep.Figures[prefix+"controller_idle_cpu_percent"] = w.cpuPercent()
 	// The share of the idle CPU that went to Go's collector, from the
 	// child's gctrace lines (Go collects at least every two minutes, and
 	// each collection marks the whole live heap).
-	e.rep.Figures[prefix+"controller_idle_gc_cpu_percent"] = round2(100 * gc.CPUSeconds / win)
+	e.rep.Figures[prefix+"controller_idle_gc_cpu_percent"] = round2(100 * gc.CPUSeconds / w.seconds())
 	e.rep.Figures[prefix+"controller_idle_gcs"] = gc.Count
 	e.rep.Figures[prefix+"controller_idle_gcs_periodic"] = gc.Periodic
-	e.rep.Figures[prefix+"idle_api_requests_per_minute"] = round2(float64(after-before) * 60 / win)
-	e.rep.Figures[prefix+"controller_idle_rss_mb"] = round2(float64(u1.PeakRSSBytes) / (1 << 20))
+	e.rep.Figures[prefix+"idle_api_requests_per_minute"] = w.requestsPerMinute()
+	e.rep.Figures[prefix+"controller_idle_rss_mb"] = round2(float64(to.usage.PeakRSSBytes) / (1 << 20))
 	return nil
 }
 

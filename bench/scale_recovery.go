@@ -89,28 +89,13 @@ func (e *scaleEnv) recoveryBurst(ctx context.Context, p *scaleProc, which, prefi
 	}); err != nil {
 		return fmt.Errorf("replacement pods: %w", err)
 	}
-	attached := func() int {
-		n := 0
-		for _, m := range moves {
-			if _, ok := aw.attachedAt(m.to); ok {
-				n++
-			}
-		}
-		return n
-	}
-	_ = p.waitUntil(ctx, e.sz.ActionTimeout, "every moved volume attached on its new node", func(context.Context) bool { return attached() == len(moves) })
-	var lat []time.Duration
-	last := time.Time{}
-	for _, m := range moves {
+	vols := make([]awaited, len(moves))
+	for k, m := range moves {
+		vols[k] = awaited{at: m.to, since: m.created}
 		// Its Pod is on the new node now, attached or not.
 		w.moved[m.i] = m.to.node
-		if at, ok := aw.attachedAt(m.to); ok {
-			lat = append(lat, at.Sub(m.created))
-			if at.After(last) {
-				last = at
-			}
-		}
 	}
+	_, lat, last := e.waitAttached(ctx, p, aw, "every moved volume attached on its new node", vols)
 	oldGone := func() int {
 		n := 0
 		for _, m := range moves {
@@ -147,7 +132,7 @@ func (e *scaleEnv) recoveryBurst(ctx context.Context, p *scaleProc, which, prefi
 		e.rep.Figures[prefix+"recovery_all_attached_s"] = round2(last.Sub(began).Seconds())
 	}
 	e.rep.Figures[prefix+"recovery_double_attached"] = len(doubles)
-	got := attached()
+	got := aw.attachedCount(vols)
 	e.rep.check(which+": recovery burst: every moved volume attached on its new node and in its status",
 		fmt.Sprint(len(moves)), fmt.Sprint(got), got == len(moves) && len(moves) > 0)
 	gone := oldGone()

@@ -89,16 +89,11 @@ func (e *scaleEnv) trickle(ctx context.Context, p *scaleProc, which, prefix stri
 		return err
 	}
 	<-tick.C
-	reqBefore, err := apiRequests(ctx, e.admin)
+	from, err := e.mark(ctx, p, attWrites)
 	if err != nil {
 		return err
 	}
-	writesBefore, err := e.writeSnapshot(ctx, attWrites)
-	if err != nil {
-		return err
-	}
-	u0 := p.usage()
-	began := time.Now()
+	began := from.at
 	// One Pod a second for TrickleWindow: a tick that overruns its second
 	// delays the next Pod, it does not stretch the window.
 	for tp := first; time.Since(began) < e.sz.TrickleWindow; {
@@ -138,50 +133,32 @@ func (e *scaleEnv) trickle(ctx context.Context, p *scaleProc, which, prefix stri
 	// disagree by it, and the difference would count as the controller's.
 	stopPrep()
 	<-prepDone
-	window := time.Since(began)
-	u1 := p.usage()
 	rss := p.rssBytes()
-	reqAfter, err := apiRequests(ctx, e.admin)
+	to, err := e.mark(ctx, p, attWrites)
 	if err != nil {
 		return err
 	}
-	writesAfter, err := e.writeSnapshot(ctx, attWrites)
-	if err != nil {
-		return err
-	}
+	win := window{from, to}
 	deletedInWindow := oldest
-	perMin := 60 / window.Seconds()
-	e.rep.Figures[prefix+"controller_trickle_cpu_percent"] = round2(100 * (u1.CPUSeconds - u0.CPUSeconds) / window.Seconds())
+	e.rep.Figures[prefix+"controller_trickle_cpu_percent"] = win.cpuPercent()
 	e.rep.Figures[prefix+"controller_trickle_rss_mb"] = round2(float64(rss) / (1 << 20))
-	e.rep.Figures[prefix+"trickle_api_requests_per_minute"] = round2(float64(reqAfter-reqBefore) * perMin)
-	e.rep.Figures[prefix+"controller_trickle_writes_per_minute"] = round2(float64(writesAfter.Sub(writesBefore).Total()) * perMin)
-	e.rep.Figures[prefix+"controller_trickle_writes_by_kind"] = writesAfter.Sub(writesBefore)
+	e.rep.Figures[prefix+"trickle_api_requests_per_minute"] = win.requestsPerMinute()
+	e.rep.Figures[prefix+"controller_trickle_writes_per_minute"] = round2(float64(win.writes().Total()) * 60 / win.seconds())
+	e.rep.Figures[prefix+"controller_trickle_writes_by_kind"] = win.writes()
 	e.rep.Figures[prefix+"trickle_pods_created"] = len(pods)
 	e.rep.Figures[prefix+"trickle_pods_deleted_in_window"] = deletedInWindow
 	e.rep.Figures[prefix+"trickle_deletes_deferred"] = skipped
 
 	// Every trickle Pod's volume attached (those created last may still be
 	// on their way).
-	allAttached := func() int {
-		n := 0
-		for _, tp := range pods {
-			if _, ok := aw.attachedAt(tp.at); ok {
-				n++
-			}
-		}
-		return n
+	vols := make([]awaited, len(pods))
+	for k, tp := range pods {
+		vols[k] = awaited{at: tp.at, since: tp.created}
 	}
-	_ = p.waitUntil(ctx, e.sz.ActionTimeout, "every trickle Pod's volume attached", func(context.Context) bool { return allAttached() == len(pods) })
-	var lat []time.Duration
-	for _, tp := range pods {
-		if at, ok := aw.attachedAt(tp.at); ok {
-			lat = append(lat, at.Sub(tp.created))
-		}
-	}
+	got, lat, _ := e.waitAttached(ctx, p, aw, "every trickle Pod's volume attached", vols)
 	p50, p99 := percentiles(lat)
 	e.rep.Figures[prefix+"trickle_attach_p50_s"] = round2(p50 / 1000)
 	e.rep.Figures[prefix+"trickle_attach_p99_s"] = round2(p99 / 1000)
-	got := allAttached()
 	e.rep.check(which+": every trickle Pod's volume attached (VolumeAttachment attached, volume in its node's status)",
 		fmt.Sprint(len(pods)), fmt.Sprint(got), got == len(pods) && len(pods) > 0)
 

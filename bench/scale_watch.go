@@ -204,6 +204,42 @@ func (aw *attachWatcher) attachedAt(p placement) (time.Time, bool) {
 	return t, ok
 }
 
+// awaited is a volume the harness waits to see attached at a placement,
+// and since when it is wanted there.
+type awaited struct {
+	at    placement
+	since time.Time
+}
+
+// waitAttached waits, up to the action timeout, until every one of vols
+// is attached at its placement (the wait's end is logged, not an error:
+// the caller checks the count). It returns how many are attached, the
+// latency of each from its since time, and the last attach.
+func (e *scaleEnv) waitAttached(ctx context.Context, p *scaleProc, aw *attachWatcher, what string, vols []awaited) (n int, lat []time.Duration, last time.Time) {
+	_ = p.waitUntil(ctx, e.sz.ActionTimeout, what, func(context.Context) bool { return aw.attachedCount(vols) == len(vols) })
+	for _, v := range vols {
+		if at, ok := aw.attachedAt(v.at); ok {
+			n++
+			lat = append(lat, at.Sub(v.since))
+			if at.After(last) {
+				last = at
+			}
+		}
+	}
+	return n, lat, last
+}
+
+// attachedCount is how many of vols are attached at their placement.
+func (aw *attachWatcher) attachedCount(vols []awaited) int {
+	n := 0
+	for _, v := range vols {
+		if _, ok := aw.attachedAt(v.at); ok {
+			n++
+		}
+	}
+	return n
+}
+
 // detached tells whether p's VolumeAttachment is gone and p's volume is
 // not in its node's status.
 func (aw *attachWatcher) detached(p placement) bool {
