@@ -14,6 +14,7 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/latchcsi/latch/internal/csi/csitest"
+	"github.com/latchcsi/latch/internal/testsupport"
 )
 
 // eventually polls cond until it holds; it is for waiting on another
@@ -21,15 +22,7 @@ import (
 // asserting durations.
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	tick := time.NewTicker(time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		<-tick.C
-	}
+	testsupport.Eventually(t, t.Context(), 10*time.Second, what, func(context.Context) (bool, error) { return cond(), nil })
 }
 
 func inFlight(d *Driver, method string) bool {
@@ -278,8 +271,16 @@ func TestCrashAndRestart(t *testing.T) {
 				t.Fatal(err)
 			}
 			e.d.ClearFaults()
-			// The same client reconnects to the same socket path.
-			if _, err := e.ctrl.ControllerPublishVolume(testCtx(t), pubReq("vol-1", "node-a", csitest.SNW), waitReady); err != nil {
+			// The same client reconnects to the same socket path. A call
+			// made before the client has seen its old connection close is
+			// sent on it and fails Unavailable (gRPC does not retry a call
+			// it already sent), as it would for a sidecar, which retries.
+			var err error
+			eventually(t, "a publish after the restart to get through", func() bool {
+				_, err = e.ctrl.ControllerPublishVolume(testCtx(t), pubReq("vol-1", "node-a", csitest.SNW), waitReady)
+				return status.Code(err) != codes.Unavailable
+			})
+			if err != nil {
 				t.Fatalf("publish after restart: %v", err)
 			}
 			wantNodes(t, e, "vol-1", "node-a")

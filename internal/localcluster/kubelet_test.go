@@ -12,10 +12,10 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/latchcsi/latch/internal/kube"
+	"github.com/latchcsi/latch/internal/testsupport"
 )
 
 func startKubelet(t *testing.T, ctx context.Context) (*Kubelet, kubernetes.Interface) {
@@ -31,9 +31,7 @@ func startKubelet(t *testing.T, ctx context.Context) (*Kubelet, kubernetes.Inter
 
 func eventually(t *testing.T, ctx context.Context, what string, cond func(ctx context.Context) (bool, error)) {
 	t.Helper()
-	if err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 30*time.Second, true, cond); err != nil {
-		t.Fatalf("%s: %v", what, err)
-	}
+	testsupport.Eventually(t, ctx, 30*time.Second, what, cond)
 }
 
 func setVolumesAttached(t *testing.T, ctx context.Context, client kubernetes.Interface, node string, names ...v1.UniqueVolumeName) {

@@ -1,6 +1,7 @@
 package testsupport
 
 import (
+	"fmt"
 	"os"
 	"strings"
 	"testing"
@@ -27,8 +28,8 @@ func TestBinaryBuildsOncePerProcess(t *testing.T) {
 
 type fatalRecorder struct{ msg string }
 
-func (f *fatalRecorder) Helper()                        {}
-func (f *fatalRecorder) Fatalf(format string, _ ...any) { f.msg = format }
+func (f *fatalRecorder) Helper()                           {}
+func (f *fatalRecorder) Fatalf(format string, args ...any) { f.msg = fmt.Sprintf(format, args...) }
 
 // isolateBinaries makes the test's builds go to a directory of its own.
 func isolateBinaries(t *testing.T) string {

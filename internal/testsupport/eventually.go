@@ -2,6 +2,7 @@ package testsupport
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -33,5 +34,39 @@ func Eventually(t TB, ctx context.Context, timeout time.Duration, what string, c
 			f()
 		}
 		t.Fatalf("waiting for %s: %v", what, err)
+	}
+}
+
+// ConsistentlyInterval is how often Consistently checks its condition.
+const ConsistentlyInterval = 100 * time.Millisecond
+
+// Consistently checks cond every ConsistentlyInterval for d and fails
+// the test the first time it does not hold (or returns an error, or ctx
+// ends), naming what should have held and after how long. onFail, when
+// given, runs before the failure (to log the state that explains it).
+func Consistently(t TB, ctx context.Context, d time.Duration, what string, cond func(ctx context.Context) (bool, error), onFail ...func()) {
+	t.Helper()
+	start := time.Now()
+	for {
+		ok, err := cond(ctx)
+		if err == nil && !ok {
+			err = errors.New("condition false")
+		}
+		if err == nil && time.Since(start) >= d {
+			return
+		}
+		if err == nil {
+			select {
+			case <-ctx.Done():
+				err = ctx.Err()
+			case <-time.After(ConsistentlyInterval):
+				continue
+			}
+		}
+		for _, f := range onFail {
+			f()
+		}
+		t.Fatalf("%s stopped holding after %s: %v", what, time.Since(start).Round(time.Millisecond), err)
+		return
 	}
 }

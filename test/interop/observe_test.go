@@ -39,14 +39,7 @@ func (w *world) eventually(what string, cond func(ctx context.Context) (bool, er
 // consistently fails the test if cond turns false within d.
 func (w *world) consistently(what string, d time.Duration, cond func(ctx context.Context) (bool, error)) {
 	w.t.Helper()
-	deadline := time.Now().Add(d)
-	for time.Now().Before(deadline) {
-		ok, err := cond(w.ctx)
-		if err != nil || !ok {
-			w.t.Fatalf("%s: no longer true (err %v)", what, err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	testsupport.Consistently(w.t, w.ctx, d, what, cond)
 }
 
 func (w *world) getVA(name string) (*storagev1.VolumeAttachment, bool) {

@@ -20,7 +20,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/fake"
@@ -32,6 +31,7 @@ import (
 
 	"github.com/latchcsi/latch/internal/kube/kubenames"
 	"github.com/latchcsi/latch/internal/kube/kubetest"
+	"github.com/latchcsi/latch/internal/testsupport"
 )
 
 // The controller against client-go's fake clientset: the informers, event
@@ -300,10 +300,8 @@ func (w *fakeWorld) nodePatches(node string) [][]v1.UniqueVolumeName {
 
 func (w *fakeWorld) eventually(what string, cond func() bool) {
 	w.t.Helper()
-	err := wait.PollUntilContextTimeout(w.ctx, 10*time.Millisecond, 15*time.Second, true, func(context.Context) (bool, error) { return cond(), nil })
-	if err != nil {
-		w.t.Fatalf("timed out waiting for %s; controller writes: %q", what, w.writes())
-	}
+	testsupport.Eventually(w.t, w.ctx, 15*time.Second, what, func(context.Context) (bool, error) { return cond(), nil },
+		func() { w.t.Logf("controller writes: %q", w.writes()) })
 }
 
 func (w *fakeWorld) waitWrites(n int) []string {

@@ -100,14 +100,7 @@ func (e *env) eventually(what string, cond func() (bool, error)) {
 // consistently fails if cond turns false within d.
 func (e *env) consistently(what string, d time.Duration, cond func() (bool, error)) {
 	e.t.Helper()
-	deadline := time.Now().Add(d)
-	for time.Now().Before(deadline) {
-		ok, err := cond()
-		if err != nil || !ok {
-			e.t.Fatalf("%s stopped holding: %v", what, err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	testsupport.Consistently(e.t, e.ctx, d, what, func(context.Context) (bool, error) { return cond() })
 }
 
 func (e *env) getVA(name string) (*storagev1.VolumeAttachment, bool) {

@@ -2,6 +2,7 @@ package kubelet_test
 
 import (
 	"context"
+	"errors"
 	"os"
 	"strconv"
 	"testing"
@@ -271,16 +272,11 @@ func (r *rig) waitDetached(vol string, n *node, timeout time.Duration) {
 // non-empty description) within d.
 func (r *rig) consistently(what string, d time.Duration, check func(ctx context.Context) (string, error)) {
 	r.t.Helper()
-	deadline := time.Now().Add(d)
-	for time.Now().Before(deadline) {
-		violation, err := check(r.ctx)
-		if err != nil {
-			r.t.Fatalf("%s: %v", what, err)
+	testsupport.Consistently(r.t, r.ctx, d, what, func(ctx context.Context) (bool, error) {
+		violation, err := check(ctx)
+		if err == nil && violation != "" {
+			err = errors.New(violation)
 		}
-		if violation != "" {
-			r.dumpCalls()
-			r.t.Fatalf("%s: %s after %s", what, violation, (d - time.Until(deadline)).Round(time.Millisecond))
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return err == nil, err
+	}, r.dumpCalls)
 }
