@@ -77,6 +77,8 @@ type APITransport struct {
 	// sent counts writes by Key from the moment they are sent (or
 	// answered by a rule), before any answer: see Counts.
 	sent map[string]int
+	// denied are the requests the server refused: see Denied.
+	denied []string
 
 	partitioned      atomic.Bool
 	partitionTimeout time.Duration
@@ -256,6 +258,11 @@ func (t *APITransport) Wrap(rt http.RoundTripper) http.RoundTripper {
 			}
 		}
 		t.record(req, p, code, err, false, body)
+		if code == http.StatusUnauthorized || code == http.StatusForbidden {
+			t.mu.Lock()
+			t.denied = append(t.denied, fmt.Sprintf("%d %s %s", code, req.Method, req.URL.Path))
+			t.mu.Unlock()
+		}
 		if after != nil && err == nil {
 			resp.Body.Close()
 			if after.code == 0 {
@@ -347,6 +354,16 @@ func decodeStatus(body []byte) *metav1.Status {
 	}
 	st, _ := obj.(*metav1.Status)
 	return st
+}
+
+// Denied returns every request of any verb, reads and watches included,
+// that the API server refused as unauthorized or forbidden (401, 403),
+// as "CODE METHOD path", in order. Answers a fault rule injected are not
+// in it. RBAC tests check that it stays empty.
+func (t *APITransport) Denied() []string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return append([]string(nil), t.denied...)
 }
 
 // Writes returns the writes so far, in order.

@@ -4,6 +4,8 @@ import (
 	"context"
 	"net/http"
 	"net/http/httptest"
+	"slices"
+	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -11,6 +13,7 @@ import (
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 )
@@ -192,5 +195,35 @@ func TestAPITransportCountsAWriteBeforeItsAnswer(t *testing.T) {
 	}
 	if got := tr.Count("PATCH volumeattachments/status"); got != 1 {
 		t.Errorf("Count after the answer = %d, want still 1", got)
+	}
+}
+
+func TestAPITransportDeniedListsRefusedReadsAndWritesButNotInjectedAnswers(t *testing.T) {
+	s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		code := http.StatusOK
+		switch {
+		case r.Method == http.MethodGet:
+			code = http.StatusForbidden
+		case r.Method == http.MethodDelete:
+			code = http.StatusUnauthorized
+		}
+		w.WriteHeader(code)
+		_, _ = w.Write([]byte(`{"kind":"Status","apiVersion":"v1","status":"Failure","code":` + strconv.Itoa(code) + `}`))
+	}))
+	t.Cleanup(s.Close)
+	tr := NewAPITransport()
+	c := client(t, s, tr)
+	ctx := context.Background()
+	tr.Fail(Match{Method: "patch", Resource: "volumeattachments"}, 0, http.StatusForbidden, "injected")
+	_, _ = c.StorageV1().VolumeAttachments().Get(ctx, "va", metav1.GetOptions{})
+	_ = c.StorageV1().VolumeAttachments().Delete(ctx, "va", metav1.DeleteOptions{})
+	_, _ = c.StorageV1().VolumeAttachments().Patch(ctx, "va", types.MergePatchType, []byte(`{}`), metav1.PatchOptions{})
+	want := []string{
+		"403 GET /apis/storage.k8s.io/v1/volumeattachments/va",
+		"401 DELETE /apis/storage.k8s.io/v1/volumeattachments/va",
+	}
+	if got := tr.Denied(); !slices.Equal(got, want) {
+		t.Errorf("Denied() = %q, want %q", got, want)
 	}
 }

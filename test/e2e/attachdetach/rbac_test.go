@@ -2,9 +2,7 @@ package attachdetach_test
 
 import (
 	"fmt"
-	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -105,30 +103,6 @@ func waitAuthorized(t *testing.T, e *env, user string, grants []grant) {
 	}
 }
 
-// deniedRequests records requests the API server refused (401/403).
-type deniedRequests struct {
-	mu   sync.Mutex
-	list []string
-}
-
-func (d *deniedRequests) wrap(rt http.RoundTripper) http.RoundTripper {
-	return testsupport.RoundTripFunc(func(req *http.Request) (*http.Response, error) {
-		resp, err := rt.RoundTrip(req)
-		if err == nil && (resp.StatusCode == http.StatusForbidden || resp.StatusCode == http.StatusUnauthorized) {
-			d.mu.Lock()
-			d.list = append(d.list, fmt.Sprintf("%d %s %s", resp.StatusCode, req.Method, req.URL.Path))
-			d.mu.Unlock()
-		}
-		return resp, err
-	})
-}
-
-func (d *deniedRequests) get() []string {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return append([]string(nil), d.list...)
-}
-
 // The controller runs as it is deployed: Serve, leader election on a
 // Lease in kube-system, a ServiceAccount token bound only to deploy/'s
 // RBAC. A Pod's volume goes through a failing attach (repeated Warning
@@ -143,10 +117,10 @@ func TestDeployRBAC_controllerNeedsNothingMore(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var denied deniedRequests
+	api := testsupport.NewAPITransport()
 	cfg := cluster.AnonymousConfig()
 	cfg.BearerToken = tok.Status.Token
-	cfg.WrapTransport = denied.wrap
+	cfg.WrapTransport = api.Wrap
 
 	c := e.stack.StartController(e.ctx, func(c *controller.ServeConfig) {
 		c.RESTConfig = cfg
@@ -227,7 +201,7 @@ func TestDeployRBAC_controllerNeedsNothingMore(t *testing.T) {
 	if h := l.Spec.HolderIdentity; h != nil && *h != "" {
 		t.Errorf("Lease still held by %q after shutdown", *h)
 	}
-	if got := denied.get(); len(got) != 0 {
+	if got := api.Denied(); len(got) != 0 {
 		t.Fatalf("%d requests refused for deploy/attachdetach-controller/rbac.yaml:\n%s", len(got), strings.Join(got, "\n"))
 	}
 }

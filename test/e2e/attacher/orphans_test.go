@@ -177,15 +177,13 @@ func TestOrphanSurvivesAttacherRestart(t *testing.T) {
 	}
 	cfg := cluster.AnonymousConfig()
 	cfg.BearerToken = tok.Status.Token
-	cfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper {
-		return testsupport.RoundTripFunc(func(r *http.Request) (*http.Response, error) {
-			resp, err := rt.RoundTrip(r)
-			if err == nil && resp.StatusCode == http.StatusForbidden {
-				t.Errorf("forbidden for deploy/'s RBAC: %s %s", r.Method, r.URL.Path)
-			}
-			return resp, err
-		})
-	}
+	api := testsupport.NewAPITransport()
+	cfg.WrapTransport = api.Wrap
+	t.Cleanup(func() {
+		if denied := api.Denied(); len(denied) != 0 {
+			t.Errorf("%d requests were refused for deploy/'s RBAC:\n%s", len(denied), strings.Join(denied, "\n"))
+		}
+	})
 
 	for i := range 3 {
 		pv, vaName, secret := fmt.Sprintf("%s-pv%d", e.prefix, i), fmt.Sprintf("%s-va%d", e.prefix, i), fmt.Sprintf("%s-s%d", e.prefix, i)

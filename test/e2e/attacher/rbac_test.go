@@ -1,8 +1,7 @@
 package attacher_test
 
 import (
-	"net/http"
-	"sync/atomic"
+	"strings"
 	"testing"
 	"time"
 
@@ -47,19 +46,10 @@ func TestAttacherNeedsNothingBeyondDeployRBAC(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var forbidden atomic.Int64
+	api := testsupport.NewAPITransport()
 	cfg := cluster.AnonymousConfig()
 	cfg.BearerToken = tok.Status.Token
-	cfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper {
-		return testsupport.RoundTripFunc(func(r *http.Request) (*http.Response, error) {
-			resp, err := rt.RoundTrip(r)
-			if err == nil && (resp.StatusCode == http.StatusForbidden || resp.StatusCode == http.StatusUnauthorized) {
-				forbidden.Add(1)
-				t.Logf("forbidden: %s %s", r.Method, r.URL.Path)
-			}
-			return resp, err
-		})
-	}
+	cfg.WrapTransport = api.Wrap
 	stop := e.startAttacherAs(cfg, envOptions{leader: true}, "rbac", "latch-system")
 	defer stop()
 
@@ -76,7 +66,7 @@ func TestAttacherNeedsNothingBeyondDeployRBAC(t *testing.T) {
 		p, err := e.client.CoreV1().PersistentVolumes().Get(e.ctx, pv, metav1.GetOptions{})
 		return err == nil && len(p.Finalizers) == 1, nil // only kubernetes.io/pv-protection left
 	})
-	if n := forbidden.Load(); n != 0 {
-		t.Fatalf("%d requests were forbidden for the deploy/ RBAC", n)
+	if denied := api.Denied(); len(denied) != 0 {
+		t.Fatalf("%d requests were refused for the deploy/ RBAC:\n%s", len(denied), strings.Join(denied, "\n"))
 	}
 }
