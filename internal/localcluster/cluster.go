@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"go.etcd.io/etcd/server/v3/embed"
+	authenticationv1 "k8s.io/api/authentication/v1"
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -301,6 +302,24 @@ func (c *Cluster) AnonymousConfig() *rest.Config {
 		QPS:             1000,
 		Burst:           2000,
 	}
+}
+
+// ServiceAccountConfig returns a client config that authenticates as the
+// ServiceAccount namespace/name, with a token the API server issues for
+// it (TokenRequest) and nothing else: what a Pod running as it has. RBAC
+// tests run components with it.
+func (c *Cluster) ServiceAccountConfig(ctx context.Context, namespace, name string) (*rest.Config, error) {
+	admin, err := kubernetes.NewForConfig(c.RESTConfig())
+	if err != nil {
+		return nil, err
+	}
+	tok, err := admin.CoreV1().ServiceAccounts(namespace).CreateToken(ctx, name, &authenticationv1.TokenRequest{}, metav1.CreateOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("token for ServiceAccount %s/%s: %w", namespace, name, err)
+	}
+	cfg := c.AnonymousConfig()
+	cfg.BearerToken = tok.Status.Token
+	return cfg, nil
 }
 
 // Client returns an admin clientset.

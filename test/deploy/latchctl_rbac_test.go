@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	authenticationv1 "k8s.io/api/authentication/v1"
 	v1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	storagev1 "k8s.io/api/storage/v1"
@@ -42,14 +41,13 @@ func viewerKubeconfig(ctx context.Context, t *testing.T, name string, role *rbac
 	if _, err := client.RbacV1().ClusterRoleBindings().Create(ctx, binding, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
 	}
-	tok, err := client.CoreV1().ServiceAccounts("default").CreateToken(ctx, name, &authenticationv1.TokenRequest{}, metav1.CreateOptions{})
+	rc, err := cluster.ServiceAccountConfig(ctx, "default", name)
 	if err != nil {
 		t.Fatal(err)
 	}
-	anon := cluster.AnonymousConfig()
 	cfg := clientcmdapi.NewConfig()
-	cfg.Clusters["local"] = &clientcmdapi.Cluster{Server: anon.Host, CertificateAuthorityData: anon.CAData}
-	cfg.AuthInfos[name] = &clientcmdapi.AuthInfo{Token: tok.Status.Token}
+	cfg.Clusters["local"] = &clientcmdapi.Cluster{Server: rc.Host, CertificateAuthorityData: rc.CAData}
+	cfg.AuthInfos[name] = &clientcmdapi.AuthInfo{Token: rc.BearerToken}
 	cfg.Contexts[name] = &clientcmdapi.Context{Cluster: "local", AuthInfo: name, Namespace: "default"}
 	cfg.CurrentContext = name
 	path := filepath.Join(t.TempDir(), name+".kubeconfig")

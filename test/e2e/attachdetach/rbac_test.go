@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"google.golang.org/grpc/codes"
-	authenticationv1 "k8s.io/api/authentication/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	v1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -112,14 +111,11 @@ func TestDeployRBAC_controllerNeedsNothingMore(t *testing.T) {
 	e := newWorld(t, world{mockDriver: true, noController: true})
 	drv := e.stack.Driver
 	saNS, saName := applyDeployRBAC(t, e)
-	tok, err := e.client.CoreV1().ServiceAccounts(saNS).CreateToken(e.ctx, saName,
-		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{}}, metav1.CreateOptions{})
+	cfg, err := cluster.ServiceAccountConfig(e.ctx, saNS, saName)
 	if err != nil {
 		t.Fatal(err)
 	}
 	api := testsupport.NewAPITransport()
-	cfg := cluster.AnonymousConfig()
-	cfg.BearerToken = tok.Status.Token
 	cfg.WrapTransport = api.Wrap
 
 	c := e.stack.StartController(e.ctx, func(c *controller.ServeConfig) {

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"google.golang.org/grpc/codes"
-	authenticationv1 "k8s.io/api/authentication/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -170,13 +169,10 @@ func TestOrphanSurvivesAttacherRestart(t *testing.T) {
 	e.stopAtt()
 	applyRBAC(t, e)
 	const ns = "latch-system"
-	tok, err := e.client.CoreV1().ServiceAccounts(ns).CreateToken(e.ctx, "csi-attacher",
-		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{}}, metav1.CreateOptions{})
+	cfg, err := cluster.ServiceAccountConfig(e.ctx, ns, "csi-attacher")
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := cluster.AnonymousConfig()
-	cfg.BearerToken = tok.Status.Token
 	api := testsupport.NewAPITransport()
 	cfg.WrapTransport = api.Wrap
 	t.Cleanup(func() {

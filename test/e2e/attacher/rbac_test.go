@@ -5,7 +5,6 @@ import (
 	"testing"
 	"time"
 
-	authenticationv1 "k8s.io/api/authentication/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -41,14 +40,11 @@ func TestAttacherNeedsNothingBeyondDeployRBAC(t *testing.T) {
 	e := newEnv(t, envOptions{})
 	e.stopAtt() // replaced by one running as the ServiceAccount
 	applyRBAC(t, e)
-	tok, err := e.client.CoreV1().ServiceAccounts("latch-system").CreateToken(e.ctx, "csi-attacher",
-		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{}}, metav1.CreateOptions{})
+	cfg, err := cluster.ServiceAccountConfig(e.ctx, "latch-system", "csi-attacher")
 	if err != nil {
 		t.Fatal(err)
 	}
 	api := testsupport.NewAPITransport()
-	cfg := cluster.AnonymousConfig()
-	cfg.BearerToken = tok.Status.Token
 	cfg.WrapTransport = api.Wrap
 	stop := e.startAttacherAs(cfg, envOptions{leader: true}, "rbac", "latch-system")
 	defer stop()

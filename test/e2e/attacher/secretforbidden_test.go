@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	authenticationv1 "k8s.io/api/authentication/v1"
 	v1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -74,12 +73,10 @@ func secretlessAttacher(t *testing.T, e *env) (*kubernetes.Clientset, string) {
 			return e.client.RbacV1().RoleBindings(ns).Delete(ctx, rb.Name, metav1.DeleteOptions{})
 		})
 	}
-	tok, err := e.client.CoreV1().ServiceAccounts(ns).CreateToken(ctx, sa, &authenticationv1.TokenRequest{}, metav1.CreateOptions{})
+	cfg, err := cluster.ServiceAccountConfig(ctx, ns, sa)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := cluster.AnonymousConfig()
-	cfg.BearerToken = tok.Status.Token
 	e.stopAtt = e.startAttacherAs(cfg, envOptions{}, "secretless", ns)
 	return kubernetes.NewForConfigOrDie(cfg), sa
 }
