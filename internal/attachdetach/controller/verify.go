@@ -2,16 +2,16 @@ package controller
 
 import (
 	"context"
+	"crypto/sha256"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/klog/v2"
 
 	"github.com/latchcsi/latch/internal/attachdetach/decide"
 	"github.com/latchcsi/latch/internal/attachdetach/state"
-	"github.com/latchcsi/latch/internal/attachdetach/volume"
+	"github.com/latchcsi/latch/internal/kube/kubenames"
 	"github.com/latchcsi/latch/internal/runner"
 )
 
@@ -30,9 +30,16 @@ func (c *Controller) verify(ctx context.Context) {
 	drift := 0
 	// Every VolumeAttachment must be known to the actual state.
 	vas := c.vaCache.List()
-	listed := make(sets.Set[string], len(vas))
+	// The listed names of the controller's form, as the digests they
+	// spell: the names the second loop looks for all have that form, and
+	// comparing digests lets it look without building each name (the
+	// pass runs over every attached volume once a period, and at rest it
+	// is most of what the controller does).
+	listed := make(map[[sha256.Size]byte]struct{}, len(vas))
 	for _, va := range vas {
-		listed.Insert(va.Name)
+		if d, ok := kubenames.VolumeAttachmentNameDigest(va.Name); ok {
+			listed[d] = struct{}{}
+		}
 		key, ok := c.names.Get(va.Name)
 		if !ok {
 			drift++
@@ -48,12 +55,15 @@ func (c *Controller) verify(ctx context.Context) {
 	}
 	// Every actual state entry the controller believes has a
 	// VolumeAttachment must still have one.
+	var buf []byte
 	for _, k := range c.asw.KeysAnyOrder() {
-		name, err := volume.AttachmentNameFor(k.Volume, k.Node)
+		driver, handle, err := kubenames.ParseUniqueVolumeName(string(k.Volume))
 		if err != nil {
 			continue
 		}
-		if !listed.Has(name) {
+		var d [sha256.Size]byte
+		d, buf = kubenames.VolumeAttachmentDigest(buf, handle, driver, k.Node)
+		if _, ok := listed[d]; !ok {
 			drift++
 			c.wake.Key(k)
 		}

@@ -2,8 +2,9 @@ package state
 
 import (
 	"crypto/sha256"
-	"strings"
 	"sync"
+
+	"github.com/latchcsi/latch/internal/kube/kubenames"
 )
 
 // Names indexes VolumeAttachment names by the key they belong to, so a
@@ -26,39 +27,11 @@ type Names struct {
 }
 
 // nameDigest is the digest a controller-made VolumeAttachment name spells.
-type nameDigest [sha256.Size]byte
-
-const namePrefix = "csi-"
+type nameDigest = [sha256.Size]byte
 
 // digestOf returns the digest name spells when it has the form of the
-// names the controller makes: the prefix, then exactly 64 lowercase hex
-// digits (hex.EncodeToString's form; a name in capitals is another name).
-func digestOf(name string) (nameDigest, bool) {
-	var d nameDigest
-	digits, ok := strings.CutPrefix(name, namePrefix)
-	if !ok || len(digits) != 2*len(d) {
-		return d, false
-	}
-	for i := range d {
-		hi, ok1 := lowerHexDigit(digits[2*i])
-		lo, ok2 := lowerHexDigit(digits[2*i+1])
-		if !ok1 || !ok2 {
-			return d, false
-		}
-		d[i] = hi<<4 | lo
-	}
-	return d, true
-}
-
-func lowerHexDigit(c byte) (byte, bool) {
-	switch {
-	case '0' <= c && c <= '9':
-		return c - '0', true
-	case 'a' <= c && c <= 'f':
-		return c - 'a' + 10, true
-	}
-	return 0, false
-}
+// names the controller makes (kubenames.VolumeAttachmentNameDigest).
+func digestOf(name string) (nameDigest, bool) { return kubenames.VolumeAttachmentNameDigest(name) }
 
 // NewNames returns an empty index.
 func NewNames() *Names { return &Names{digests: map[nameDigest]Key{}, others: map[string]Key{}} }

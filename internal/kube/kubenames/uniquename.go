@@ -64,9 +64,45 @@ func ParseUniqueVolumeName(name string) (driver, handle string, err error) {
 // ambiguous in theory ("ab"+"c" vs "a"+"bc") but changing it would break
 // adoption of existing VolumeAttachments.
 func VolumeAttachmentName(volumeHandle, driver, node string) string {
-	h := sha256.New()
-	h.Write([]byte(volumeHandle))
-	h.Write([]byte(driver))
-	h.Write([]byte(node))
-	return vaNamePrefix + hex.EncodeToString(h.Sum(nil))
+	sum, _ := VolumeAttachmentDigest(nil, volumeHandle, driver, node)
+	return vaNamePrefix + hex.EncodeToString(sum[:])
+}
+
+// VolumeAttachmentDigest is the SHA-256 that VolumeAttachmentName spells
+// in hex. buf is scratch space (nil will do); the grown buffer is
+// returned for the next call, so that a loop over many volumes (the
+// controller's verify pass) allocates nothing per volume.
+func VolumeAttachmentDigest(buf []byte, volumeHandle, driver, node string) (sum [sha256.Size]byte, scratch []byte) {
+	buf = append(append(append(buf[:0], volumeHandle...), driver...), node...)
+	return sha256.Sum256(buf), buf
+}
+
+// VolumeAttachmentNameDigest returns the digest a name of
+// VolumeAttachmentName's form spells: the "csi-" prefix, then exactly 64
+// lowercase hex digits (hex.EncodeToString's form; a name in capitals is
+// another name). ok is false for any other name.
+func VolumeAttachmentNameDigest(name string) (sum [sha256.Size]byte, ok bool) {
+	digits, ok := strings.CutPrefix(name, vaNamePrefix)
+	if !ok || len(digits) != 2*len(sum) {
+		return sum, false
+	}
+	for i := range sum {
+		hi, ok1 := lowerHexDigit(digits[2*i])
+		lo, ok2 := lowerHexDigit(digits[2*i+1])
+		if !ok1 || !ok2 {
+			return sum, false
+		}
+		sum[i] = hi<<4 | lo
+	}
+	return sum, true
+}
+
+func lowerHexDigit(c byte) (byte, bool) {
+	switch {
+	case '0' <= c && c <= '9':
+		return c - '0', true
+	case 'a' <= c && c <= 'f':
+		return c - 'a' + 10, true
+	}
+	return 0, false
 }

@@ -96,3 +96,49 @@ func FuzzParseUniqueVolumeName(f *testing.F) {
 		}
 	})
 }
+
+// The digest the verify pass compares is the one the name spells, also
+// when the scratch buffer is reused for a shorter volume after a longer
+// one; any name not of the controller's form spells none.
+func TestVolumeAttachmentDigest_isWhatTheNameSpells(t *testing.T) {
+	var buf []byte
+	for _, v := range [][3]string{
+		{"vol-with-a-rather-long-handle-0123456789", "csi.example.com", "node-a"},
+		{"v", "d", "n"},
+		{"", "", ""},
+		{"pd-1", "pd.csi.storage.gke.io", "gke-node-7"},
+	} {
+		var sum [32]byte
+		sum, buf = VolumeAttachmentDigest(buf, v[0], v[1], v[2])
+		got, ok := VolumeAttachmentNameDigest(VolumeAttachmentName(v[0], v[1], v[2]))
+		if !ok || got != sum {
+			t.Errorf("%q: the name spells %x (ok %v), the digest is %x", v, got, ok, sum)
+		}
+	}
+	name := VolumeAttachmentName("vol-1", "csi.example.com", "node-1")
+	for _, other := range []string{
+		strings.ToUpper(name[:4]) + name[4:], // prefix in capitals
+		name[:4] + strings.ToUpper(name[4:]), // digits in capitals
+		name[:len(name)-1],                   // 63 digits
+		name + "0",                           // 65 digits
+		"pv-" + name[4:],                     // another prefix
+		name[:len(name)-1] + "g",             // not hex
+		"my-volume-attachment",
+	} {
+		if _, ok := VolumeAttachmentNameDigest(other); ok {
+			t.Errorf("VolumeAttachmentNameDigest(%q) = ok, want a name of another form", other)
+		}
+	}
+}
+
+func FuzzVolumeAttachmentNameDigest(f *testing.F) {
+	f.Add("vol-1", "csi.example.com", "node-1")
+	f.Add("", "", "")
+	f.Fuzz(func(t *testing.T, handle, driver, node string) {
+		sum, _ := VolumeAttachmentDigest(nil, handle, driver, node)
+		got, ok := VolumeAttachmentNameDigest(VolumeAttachmentName(handle, driver, node))
+		if !ok || got != sum {
+			t.Fatalf("the name of %q %q %q spells %x (ok %v), its digest is %x", handle, driver, node, got, ok, sum)
+		}
+	})
+}
