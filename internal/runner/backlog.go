@@ -80,21 +80,15 @@ func (q *timedFIFO[K]) markLater(key K) {
 func (q *timedFIFO[K]) unmark(key K) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	q.unmarkLocked(key)
+	deleteShrinking(&q.marks, &q.marksPeak, key)
 }
 
-func (q *timedFIFO[K]) unmarkLocked(key K) {
-	delete(q.marks, key)
-	if len(q.marks) == 0 && q.marksPeak > shrinkAbove {
-		q.marks, q.marksPeak = map[K]struct{}{}, 0
-	}
-}
-
-// leaveLater takes key out of inLater (the caller holds mu).
-func (q *timedFIFO[K]) leaveLater(key K) {
-	delete(q.inLater, key)
-	if len(q.inLater) == 0 && q.inLaterPeak > shrinkAbove {
-		q.inLater, q.inLaterPeak = map[K]int{}, 0
+// deleteShrinking deletes key from *m and, when that empties a map that
+// held more than shrinkAbove keys (*peak), replaces it with a new one.
+func deleteShrinking[K comparable, V any](m *map[K]V, peak *int, key K) {
+	delete(*m, key)
+	if len(*m) == 0 && *peak > shrinkAbove {
+		*m, *peak = map[K]V{}, 0
 	}
 }
 
@@ -106,7 +100,7 @@ func (q *timedFIFO[K]) Touch(key K) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if _, marked := q.marks[key]; marked {
-		q.unmarkLocked(key)
+		deleteShrinking(&q.marks, &q.marksPeak, key)
 		return
 	}
 	at, ok := q.inLater[key]
@@ -116,7 +110,7 @@ func (q *timedFIFO[K]) Touch(key K) {
 	it := &q.later[at-q.laterPopped]
 	it.moved = true
 	q.items = append(q.items, timedItem[K]{key: key, ready: it.ready})
-	q.leaveLater(key)
+	deleteShrinking(&q.inLater, &q.inLaterPeak, key)
 }
 
 func (q *timedFIFO[K]) Push(key K) {
@@ -124,7 +118,7 @@ func (q *timedFIFO[K]) Push(key K) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if _, marked := q.marks[key]; marked {
-		q.unmarkLocked(key)
+		deleteShrinking(&q.marks, &q.marksPeak, key)
 		q.inLater[key] = q.laterPopped + len(q.later)
 		q.later = append(q.later, timedItem[K]{key: key, ready: now})
 		q.inLaterPeak = max(q.inLaterPeak, len(q.inLater))
@@ -154,7 +148,7 @@ func (q *timedFIFO[K]) Pop() K {
 		q.later = emptiedToNil(q.later[1:])
 		q.laterPopped++
 		if !head.moved {
-			q.leaveLater(head.key)
+			deleteShrinking(&q.inLater, &q.inLaterPeak, head.key)
 			return head.key
 		}
 	}
