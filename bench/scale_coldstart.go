@@ -76,14 +76,12 @@ func (e *scaleEnv) attacherColdStart(ctx context.Context) error {
 	return e.checkNothingDetached(ctx, "csi-attacher")
 }
 
-// startColdAttacher starts csi-attacher (the binary, with env added to
-// its environment and args after its CSI address and kubeconfig) and
-// waits until it attached volume i's new VolumeAttachment: its ready time.
-// The caller stops it.
+// startColdAttacher starts csi-attacher (startAttacherProc) and waits
+// until it attached volume i's new VolumeAttachment: its ready time. The
+// caller stops it.
 func (e *scaleEnv) startColdAttacher(ctx context.Context, i int, logName string, env []string, args ...string) (*scaleProc, error) {
 	w := e.w
-	p, err := startScaleProcEnv("csi-attacher", e.cfg.AttacherBinary, filepath.Join(e.cfg.LogDir, logName), env, nil,
-		append([]string{"--csi-address=unix://" + w.socket, "--kubeconfig=" + e.cfg.Kubeconfig}, args...)...)
+	p, err := e.startAttacherProc(logName, env, args...)
 	if err != nil {
 		return nil, err
 	}
@@ -96,6 +94,14 @@ func (e *scaleEnv) startColdAttacher(ctx context.Context, i int, logName string,
 		return nil, err
 	}
 	return p, nil
+}
+
+// startAttacherProc starts csi-attacher (the binary) against the world's
+// driver and the API server, with env added to its environment and args
+// after its CSI address and kubeconfig.
+func (e *scaleEnv) startAttacherProc(logName string, env []string, args ...string) (*scaleProc, error) {
+	return startScaleProc("csi-attacher", e.cfg.AttacherBinary, filepath.Join(e.cfg.LogDir, logName), env, nil,
+		append([]string{"--csi-address=unix://" + e.w.socket, "--kubeconfig=" + e.cfg.Kubeconfig}, args...)...)
 }
 
 // driverCalls counts the mock driver's ControllerPublish and
@@ -237,7 +243,7 @@ func (e *scaleEnv) controllerColdStart(ctx context.Context, which string) error 
 	if which == "kcm" {
 		p, err = e.startKCM()
 	} else {
-		p, err = startScaleProc("attachdetach-controller", e.cfg.ControllerBinary, filepath.Join(e.cfg.LogDir, "attachdetach-controller.log"),
+		p, err = startScaleProc("attachdetach-controller", e.cfg.ControllerBinary, filepath.Join(e.cfg.LogDir, "attachdetach-controller.log"), nil,
 			[]milestone{{"synced", "Caches are synced"}, {"rebuilt", "Rebuilt the actual state of the world"}},
 			"--kubeconfig="+e.cfg.Kubeconfig, "--leader-elect=false", "--http-endpoint=")
 	}
@@ -342,7 +348,7 @@ func (e *scaleEnv) startKCM() (*scaleProc, error) {
 		Kubeconfig: e.cfg.Kubeconfig, SecureAddr: addr, CertDir: certs,
 		Args: []string{"--kube-api-qps=1000", "--kube-api-burst=2000"},
 	})
-	return startScaleProc("kube-controller-manager", e.cfg.KCMBinary, filepath.Join(e.cfg.LogDir, "kube-controller-manager.log"),
+	return startScaleProc("kube-controller-manager", e.cfg.KCMBinary, filepath.Join(e.cfg.LogDir, "kube-controller-manager.log"), nil,
 		[]milestone{{"started", "Starting attach detach controller"}, {"synced", "Caches are synced"}}, args...)
 }
 

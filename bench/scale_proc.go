@@ -94,15 +94,10 @@ func (m *milestoneWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// startScaleProc starts binary with GODEBUG=gctrace=1 so that its
-// collections can be told apart from its own work (scaleProc.gc).
-func startScaleProc(name, binary, logPath string, milestones []milestone, args ...string) (*scaleProc, error) {
-	return startScaleProcEnv(name, binary, logPath, nil, milestones, args...)
-}
-
-// startScaleProcEnv is startScaleProc with env added to the child's
-// environment.
-func startScaleProcEnv(name, binary, logPath string, env []string, milestones []milestone, args ...string) (*scaleProc, error) {
+// startScaleProc starts binary with env added to its environment, and
+// GODEBUG=gctrace=1 so that its collections can be told apart from its
+// own work (scaleProc.gc).
+func startScaleProc(name, binary, logPath string, env []string, milestones []milestone, args ...string) (*scaleProc, error) {
 	f, err := os.Create(logPath)
 	if err != nil {
 		return nil, err

@@ -3,7 +3,6 @@ package bench
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -35,8 +34,7 @@ func (e *scaleEnv) reconcileOverlap(ctx context.Context) error {
 	driverBefore := w.calls()
 	maxBefore := w.driverMock.Stats().Methods["ListVolumes"].MaxInFlight
 	timeout := reconcileLatency * 3
-	p, err := startScaleProc("csi-attacher", e.cfg.AttacherBinary, filepath.Join(e.cfg.LogDir, "csi-attacher-reconcile.log"), nil,
-		"--csi-address=unix://"+w.socket, "--kubeconfig="+e.cfg.Kubeconfig,
+	p, err := e.startAttacherProc("csi-attacher-reconcile.log", nil,
 		"--timeout="+timeout.String(), "--reconcile-sync="+(reconcileLatency/2).String(),
 		fmt.Sprintf("--max-entries=%d", e.sz.MaxEntries))
 	if err != nil {
