@@ -143,8 +143,9 @@ func (e *scaleEnv) trickle(ctx context.Context, p *scaleProc, which, prefix stri
 	e.rep.Figures[prefix+"controller_trickle_cpu_percent"] = win.cpuPercent()
 	e.rep.Figures[prefix+"controller_trickle_rss_mb"] = round2(float64(rss) / (1 << 20))
 	e.rep.Figures[prefix+"trickle_api_requests_per_minute"] = win.requestsPerMinute()
-	e.rep.Figures[prefix+"controller_trickle_writes_per_minute"] = round2(float64(win.writes().Total()) * 60 / win.seconds())
-	e.rep.Figures[prefix+"controller_trickle_writes_by_kind"] = win.writes()
+	writes := win.writes()
+	e.rep.Figures[prefix+"controller_trickle_writes_per_minute"] = win.perMinute(writes.Total())
+	e.rep.Figures[prefix+"controller_trickle_writes_by_kind"] = writes
 	e.rep.Figures[prefix+"trickle_pods_created"] = len(pods)
 	e.rep.Figures[prefix+"trickle_pods_deleted_in_window"] = deletedInWindow
 	e.rep.Figures[prefix+"trickle_deletes_deferred"] = skipped

@@ -44,10 +44,11 @@ func (w window) cpuPercent() float64 {
 // gc is the controller's collections during the window.
 func (w window) gc() gcTally { return w.to.gc.Sub(w.from.gc) }
 
+// perMinute is n over the window, per minute.
+func (w window) perMinute(n int) float64 { return round2(float64(n) * 60 / w.seconds()) }
+
 // requestsPerMinute is the API server's request rate over the window.
-func (w window) requestsPerMinute() float64 {
-	return round2(float64(w.to.reqs-w.from.reqs) * 60 / w.seconds())
-}
+func (w window) requestsPerMinute() float64 { return w.perMinute(w.to.reqs - w.from.reqs) }
 
 // writes is the controller's writes during the window, by kind.
 func (w window) writes() Writes { return w.to.writes.Sub(w.from.writes) }
