@@ -43,29 +43,6 @@ func TestSanitizeDriverName(t *testing.T) {
 	}
 }
 
-func TestAttacherFinalizer(t *testing.T) {
-	tests := []struct {
-		driver, finalizer string
-	}{
-		{"csi/test", "external-attacher/csi-test"},
-		{"foo.", "external-attacher/foo-X"},
-		{"pd.csi.storage.gke.io", "external-attacher/pd-csi-storage-gke-io"},
-		// Upper case is valid in a driver name and in a finalizer (kept,
-		// as upstream keeps it).
-		{"Example.CSI.Driver", "external-attacher/Example-CSI-Driver"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.driver, func(t *testing.T) {
-			if got := AttacherFinalizer(tt.driver); got != tt.finalizer {
-				t.Errorf("AttacherFinalizer(%q) = %q, want %q", tt.driver, got, tt.finalizer)
-			}
-			if got := PVFinalizer(tt.driver); got != tt.finalizer {
-				t.Errorf("PVFinalizer(%q) = %q, want %q (upstream uses one name for VA and PV)", tt.driver, got, tt.finalizer)
-			}
-		})
-	}
-}
-
 func FuzzSanitizeDriverName(f *testing.F) {
 	for _, s := range []string{"csi/test", "foo.", "", "-", "a-", "é", "a\xffb", "hostpath.csi.k8s.io", "___"} {
 		f.Add(s)
