@@ -112,12 +112,8 @@ func (h *History) MustFirst(t testing.TB, what string, match func(Change) bool) 
 }
 
 // RecordLag bounds how long a watch event may trail the write it reports
-// on the loopback API server of these tests. After an API server restart
-// the history's watches are re-established alongside every other
-// client's; on two loaded cores (hollow kubelets, another test package)
-// that once took over 30 s. Waiting longer costs nothing when the change
-// is there: MustFirst returns as soon as it is recorded.
-const RecordLag = 60 * time.Second
+// on the loopback API server of these tests.
+const RecordLag = 30 * time.Second
 
 // Last is the latest recorded change (by RV) that match accepts.
 func (h *History) Last(match func(Change) bool) (Change, bool) {

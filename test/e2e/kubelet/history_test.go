@@ -27,7 +27,7 @@ func recordHistory(t *testing.T, ctx context.Context, client kubernetes.Interfac
 func (h *history) first(match func(change) bool) (change, bool) { return h.First(match) }
 
 // mustFirst is first that fails the test, waiting up to
-// kubeletorder.RecordLag (60 s) for the watch to record the change.
+// kubeletorder.RecordLag (30 s) for the watch to record the change.
 func (h *history) mustFirst(t *testing.T, what string, match func(change) bool) change {
 	t.Helper()
 	return h.MustFirst(t, what, match)
