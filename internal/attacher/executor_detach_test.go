@@ -1,6 +1,7 @@
 package attacher
 
 import (
+	"context"
 	"encoding/json"
 	"slices"
 	"strings"
@@ -14,10 +15,13 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	clienttesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2"
 
+	"github.com/latchcsi/latch/internal/attacher/decide"
 	"github.com/latchcsi/latch/internal/csi"
 	"github.com/latchcsi/latch/internal/csimock"
 	"github.com/latchcsi/latch/internal/kube/kubenames"
+	"github.com/latchcsi/latch/internal/runner"
 )
 
 func TestExecutorDetachUnpublishesThenRemovesFinalizerThenWritesStatus(t *testing.T) {
@@ -286,5 +290,50 @@ func TestReconcileDoesNotRepublishAVolumeAttachmentDeletedDuringTheListing(t *te
 	f.requireWrites()
 	if va := f.va("va-r"); !va.Status.Attached {
 		t.Errorf("VA status = %+v, want still attached (its detach will clear it)", va.Status)
+	}
+}
+
+// An attach pass reads its VolumeAttachment before it claims it; a detach
+// pass may run to its end in between: it unpublished, removed our
+// finalizer, and the object is gone. The attach pass must decide on what
+// is there under its claim, not on its earlier read: publishing for the
+// gone object would leave a publication nothing detaches while the
+// attach/detach controller, seeing the object gone, attaches the volume
+// to another node.
+func TestAttachPass_objectGoneBetweenItsReadAndItsClaim_decidesNothingAndPublishesNothing(t *testing.T) {
+	pending := attachedVA("va-r", "pv-r")
+	pending.Status = storagev1.VolumeAttachmentStatus{} // metadata written, publish not yet confirmed
+	f := newExecFixture(t, execPV("pv-r"), pending, execCSINode())
+	read, err := f.ctrl.getVA("va-r")
+	if err != nil || read == nil {
+		t.Fatalf("getVA = %v, %v", read, err)
+	}
+	if err := f.tracker.Delete(vaGVR, "", "va-r"); err != nil {
+		t.Fatal(err)
+	}
+	f.waitFor("VA gone from the cache", func() bool { _, exists, _ := f.vaStore.GetByKey("va-r"); return !exists })
+
+	decided := false
+	if _, err := f.ctrl.owned(f.ctx, attachDir, read, func(ctx context.Context, obs decide.Observed) (runner.Result, error) {
+		decided = true
+		plan := decide.Attach(obs, f.ctrl.cfg.Driver, bindTranslator(f.ctrl.tr, klog.FromContext(ctx)))
+		return f.ctrl.exec.runAttach(ctx, read, obs.PV, plan)
+	}); err != nil {
+		t.Fatalf("owned: %v", err)
+	}
+	if decided {
+		t.Error("the pass decided on the object as read before its claim")
+	}
+	f.requireCSICalls()
+	// The key runs again from a fresh read: the object is gone and nothing
+	// was published, so that pass does nothing either.
+	if _, err := f.ctrl.syncAttach(f.ctx, "va-r"); err != nil {
+		t.Fatalf("syncAttach: %v", err)
+	}
+	f.requireCSICalls()
+	for _, vol := range f.driver.State().Volumes {
+		if len(vol.Published) != 0 {
+			t.Fatalf("volume %s published to %+v", vol.ID, vol.Published)
+		}
 	}
 }

@@ -73,6 +73,26 @@ func (c *Controller) owned(ctx context.Context, dir direction, va *storagev1.Vol
 		return runner.Result{}, nil
 	}
 	defer c.claims.release(va.Name)
+	// Decide on the object as it is under the claim. The caller read va
+	// before claiming it, and the other direction's pass may have run to
+	// its end in between: a detach that unpublished and removed our
+	// finalizer leaves the object gone, and an attach decided on the
+	// earlier read would publish again for a VolumeAttachment nothing will
+	// ever detach, while the attach/detach controller, seeing it gone,
+	// attaches the volume elsewhere. When the object changed, the key runs
+	// again from a fresh read.
+	cur, err := c.getVA(va.Name)
+	if err != nil {
+		return runner.Result{}, err
+	}
+	if cur == nil || cur.UID != va.UID || cur.ResourceVersion != va.ResourceVersion {
+		if dir == attachDir {
+			c.attach.Enqueue(va.Name)
+		} else {
+			c.detach.Enqueue(va.Name)
+		}
+		return runner.Result{}, nil
+	}
 	ctx = klog.NewContext(ctx, klog.FromContext(ctx).WithValues("volumeAttachment", klog.KObj(va), "node", klog.KRef("", va.Spec.NodeName)))
 	obs, err := c.observe(va)
 	if err != nil {
