@@ -4,6 +4,9 @@ import "strings"
 
 type parsedPath struct {
 	resource, subresource, namespace, name string
+	// created is the name in the object a create (POST) sends, when a
+	// rule matches by name; the path of a create names no object.
+	created string
 }
 
 // parsePath splits an API path:

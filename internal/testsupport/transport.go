@@ -100,7 +100,8 @@ type Match struct {
 	// subresources), "resource/subresource", or "resource/*" (the object
 	// and every subresource).
 	Resource string
-	// Name is the object's name.
+	// Name is the object's name: for a create, whose path names none,
+	// the name in the object sent.
 	Name string
 }
 
@@ -117,7 +118,7 @@ func (m Match) matches(method string, p parsedPath) bool {
 			return false
 		}
 	}
-	return m.Name == "" || m.Name == p.name
+	return m.Name == "" || m.Name == p.name || (p.name == "" && m.Name == p.created)
 }
 
 // methodOf turns an API verb into its HTTP method.
@@ -150,6 +151,10 @@ type rule struct {
 	// after: the delay or failure comes after the server answered (the
 	// write happened, the client does not know).
 	after bool
+	// reason overrides the reason the API server gives code.
+	reason metav1.StatusReason
+	// lag: a LagWatches rule; pick passes it over.
+	lag bool
 }
 
 // Rule is a handle to remove a fault rule.
@@ -173,6 +178,21 @@ func (t *APITransport) Fail(m Match, times, code int, message string) Rule {
 // error): the write happened, its outcome is unknown to the client.
 func (t *APITransport) FailAfterWrite(m Match, n, code int, message string) Rule {
 	return t.add(&rule{match: m, nth: n, times: 1, code: code, message: message, after: true})
+}
+
+// FailAfterWriteWith is FailAfterWrite with the answer's reason chosen,
+// where FailAfterWrite gives the one the API server gives code: e.g. 409
+// AlreadyExists, the answer to a retried create whose first attempt was
+// stored but whose answer was lost.
+func (t *APITransport) FailAfterWriteWith(m Match, n, code int, reason metav1.StatusReason, message string) Rule {
+	return t.add(&rule{match: m, nth: n, times: 1, code: code, reason: reason, message: message, after: true})
+}
+
+// Fired returns how often the rule has acted so far.
+func (t *APITransport) Fired(r Rule) int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return r.r.fired
 }
 
 // Delay holds every request matching m for d before sending it.
@@ -229,6 +249,13 @@ func (t *APITransport) Wrap(rt http.RoundTripper) http.RoundTripper {
 			}
 		}
 		p := parsePath(req.URL.Path)
+		if req.Method == http.MethodPost && p.name == "" && t.matchesByName() {
+			name, err := createdName(req)
+			if err != nil {
+				return nil, err
+			}
+			p.created = name
+		}
 		before, after := t.pick(req.Method, p)
 		if before != nil && before.delay > 0 {
 			select {
@@ -237,7 +264,7 @@ func (t *APITransport) Wrap(rt http.RoundTripper) http.RoundTripper {
 			case <-time.After(before.delay):
 			}
 		} else if before != nil {
-			resp := statusResponse(req, before.code, before.message)
+			resp := statusResponse(req, before.code, before.reason, before.message)
 			t.countSent(req.Method, p)
 			t.record(req, p, resp.StatusCode, nil, true, peekBody(resp))
 			return resp, nil
@@ -268,7 +295,10 @@ func (t *APITransport) Wrap(rt http.RoundTripper) http.RoundTripper {
 			if after.code == 0 {
 				return nil, fmt.Errorf("connection reset after the write (injected): %s", after.message)
 			}
-			return statusResponse(req, after.code, after.message), nil
+			return statusResponse(req, after.code, after.reason, after.message), nil
+		}
+		if err == nil && req.Method == http.MethodGet && req.URL.Query().Get("watch") == "true" {
+			resp.Body = newLaggingBody(resp.Body, func() bool { return t.lagging(p) })
 		}
 		return resp, err
 	})
@@ -280,7 +310,7 @@ func (t *APITransport) pick(method string, p parsedPath) (before, after *rule) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for _, r := range t.rules {
-		if !r.match.matches(method, p) || (r.times > 0 && r.fired >= r.times) {
+		if r.lag || !r.match.matches(method, p) || (r.times > 0 && r.fired >= r.times) {
 			continue
 		}
 		r.seen++
@@ -404,8 +434,11 @@ func (t *APITransport) Count(key string) int { return t.Counts()[key] }
 
 // statusResponse is an API error answer as the server sends it: a
 // metav1.Status in JSON, which client-go turns into an errors.StatusError.
-func statusResponse(req *http.Request, code int, message string) *http.Response {
-	reason := reasonOf(code)
+// An empty reason is the one the API server gives code.
+func statusResponse(req *http.Request, code int, reason metav1.StatusReason, message string) *http.Response {
+	if reason == "" {
+		reason = reasonOf(code)
+	}
 	if message == "" {
 		message = "injected by the test: " + strings.ToLower(http.StatusText(code))
 	}
@@ -420,7 +453,7 @@ func statusResponse(req *http.Request, code int, message string) *http.Response 
 }
 
 // reasonOf is the metav1.StatusReason the API server gives a status code.
-func reasonOf(code int) string {
+func reasonOf(code int) metav1.StatusReason {
 	switch code {
 	case http.StatusConflict:
 		return "Conflict"

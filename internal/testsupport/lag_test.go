@@ -1,0 +1,110 @@
+package testsupport
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+)
+
+// A create is matched by the name of the object it sends (its path names
+// none), in JSON and in protobuf; the write reaches the server and the
+// client gets the chosen reason. Fired counts it.
+func TestAPITransportFailAfterWriteWithMatchesACreateByTheNameItSends(t *testing.T) {
+	for _, contentType := range []string{"application/json", "application/vnd.kubernetes.protobuf"} {
+		t.Run(contentType, func(t *testing.T) {
+			s, reached := server(t)
+			tr := NewAPITransport()
+			cfg := &rest.Config{Host: s.URL, ContentConfig: rest.ContentConfig{ContentType: contentType}}
+			cfg.Wrap(tr.Wrap)
+			c, err := kubernetes.NewForConfig(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			r := tr.FailAfterWriteWith(Match{Method: "create", Resource: "volumeattachments", Name: "target"}, 1,
+				http.StatusConflict, metav1.StatusReasonAlreadyExists, `volumeattachments.storage.k8s.io "target" already exists`)
+			ctx := context.Background()
+			// Only the first create of "target" fails.
+			for i, name := range []string{"other", "target", "target"} {
+				_, err := c.StorageV1().VolumeAttachments().Create(ctx, &storagev1.VolumeAttachment{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
+				switch {
+				case i == 1 && !apierrors.IsAlreadyExists(err):
+					t.Errorf("create %d of %s: %v, want AlreadyExists", i, name, err)
+				case i != 1 && err != nil:
+					t.Errorf("create %d of %s: %v", i, name, err)
+				}
+			}
+			if got := reached.Load(); got != 3 {
+				t.Errorf("%d creates reached the server, want 3 (the failed one too)", got)
+			}
+			if got := tr.Fired(r); got != 1 {
+				t.Errorf("Fired = %d, want 1", got)
+			}
+			if w := tr.Writes(); len(w) != 3 || w[1].Code != http.StatusCreated || w[1].Injected {
+				t.Errorf("writes = %+v, want the second recorded with the server's 201", w)
+			}
+		})
+	}
+}
+
+// While a LagWatches rule is in place the watch delivers nothing; once it
+// is removed, every event that arrived meanwhile is delivered, in order.
+// A watch of another resource does not lag.
+func TestAPITransportLagWatchesHoldsEventsBackAndLosesNone(t *testing.T) {
+	events := make(chan string, 10)
+	s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusOK)
+		w.(http.Flusher).Flush()
+		for {
+			select {
+			case name := <-events:
+				fmt.Fprintf(w, `{"type":"ADDED","object":{"kind":"VolumeAttachment","apiVersion":"storage.k8s.io/v1","metadata":{"name":%q}}}`+"\n", name)
+				w.(http.Flusher).Flush()
+			case <-r.Context().Done():
+				return
+			}
+		}
+	}))
+	t.Cleanup(s.Close)
+	tr := NewAPITransport()
+	c := client(t, s, tr)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	r := tr.LagWatches(Match{Resource: "volumeattachments"})
+	if other := tr.lagging(parsePath("/api/v1/pods")); other {
+		t.Error("a watch of pods lags under a rule for volumeattachments")
+	}
+	w, err := c.StorageV1().VolumeAttachments().Watch(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	events <- "a"
+	events <- "b"
+	select {
+	case ev := <-w.ResultChan():
+		t.Fatalf("event %v delivered while the watch lags", ev)
+	case <-time.After(200 * time.Millisecond):
+	}
+	tr.Remove(r)
+	for _, want := range []string{"a", "b"} {
+		select {
+		case ev := <-w.ResultChan():
+			if va, ok := ev.Object.(*storagev1.VolumeAttachment); ev.Type != watch.Added || !ok || va.Name != want {
+				t.Errorf("event %v %v, want ADDED %s", ev.Type, ev.Object, want)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("event %s not delivered after the lag ended", want)
+		}
+	}
+}
