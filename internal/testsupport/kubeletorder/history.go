@@ -35,9 +35,10 @@ type History struct {
 }
 
 // Record watches from the current resource version of each list until
-// the test ends. A watch the API server ends (a restart) is resumed (see
-// follow); a watch that breaks otherwise fails the test: the history
-// would have a hole.
+// the test ends. A watch that ends, cleanly or with an error (an API
+// server restart), is resumed from the last resourceVersion it
+// delivered (see follow); an event the history cannot record fails the
+// test: the history would have a hole.
 func Record(t testing.TB, ctx context.Context, client kubernetes.Interface, ns string) *History {
 	t.Helper()
 	h := &History{}
