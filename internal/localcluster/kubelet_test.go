@@ -3,8 +3,10 @@ package localcluster
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"reflect"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -49,10 +51,11 @@ func setVolumesAttached(t *testing.T, ctx context.Context, client kubernetes.Int
 func TestKubeletRegistersManagedReadyNodeAndCSINode(t *testing.T) {
 	ctx := testContext(t)
 	k, client := startKubelet(t, ctx)
-	if err := k.AddNode(ctx, NodeConfig{Name: "reg-node", Drivers: map[string]string{"b.csi.test": "b-id", "a.csi.test": "a-id"}}); err != nil {
+	name := runName(t, "reg-node")
+	if err := k.AddNode(ctx, NodeConfig{Name: name, Drivers: map[string]string{"b.csi.test": "b-id", "a.csi.test": "a-id"}}); err != nil {
 		t.Fatal(err)
 	}
-	node, err := client.CoreV1().Nodes().Get(ctx, "reg-node", metav1.GetOptions{})
+	node, err := client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -62,7 +65,7 @@ func TestKubeletRegistersManagedReadyNodeAndCSINode(t *testing.T) {
 	if !kube.NodeReady(node) {
 		t.Errorf("node conditions = %v, want Ready=True", node.Status.Conditions)
 	}
-	csiNode, err := client.StorageV1().CSINodes().Get(ctx, "reg-node", metav1.GetOptions{})
+	csiNode, err := client.StorageV1().CSINodes().Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -74,26 +77,26 @@ func TestKubeletRegistersManagedReadyNodeAndCSINode(t *testing.T) {
 		t.Errorf("CSINode drivers = %v, want %v", got, want)
 	}
 
-	if err := k.SetReady(ctx, "reg-node", false); err != nil {
+	if err := k.SetReady(ctx, name, false); err != nil {
 		t.Fatal(err)
 	}
-	if node, _ := client.CoreV1().Nodes().Get(ctx, "reg-node", metav1.GetOptions{}); kube.NodeReady(node) {
+	if node, _ := client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{}); kube.NodeReady(node) {
 		t.Errorf("node still Ready after SetReady(false)")
 	}
 	taint := v1.Taint{Key: OutOfServiceTaint, Value: "nodeshutdown", Effect: v1.TaintEffectNoExecute}
-	if err := k.Taint(ctx, "reg-node", taint); err != nil {
+	if err := k.Taint(ctx, name, taint); err != nil {
 		t.Fatal(err)
 	}
-	if node, _ := client.CoreV1().Nodes().Get(ctx, "reg-node", metav1.GetOptions{}); !slices.ContainsFunc(node.Spec.Taints, func(t v1.Taint) bool { return t.Key == OutOfServiceTaint }) {
+	if node, _ := client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{}); !slices.ContainsFunc(node.Spec.Taints, func(t v1.Taint) bool { return t.Key == OutOfServiceTaint }) {
 		t.Errorf("taints = %v, want %s", node.Spec.Taints, OutOfServiceTaint)
 	}
-	if err := k.DeleteNode(ctx, "reg-node"); err != nil {
+	if err := k.DeleteNode(ctx, name); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := client.CoreV1().Nodes().Get(ctx, "reg-node", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+	if _, err := client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Errorf("node after DeleteNode: err = %v, want NotFound", err)
 	}
-	if _, err := client.StorageV1().CSINodes().Get(ctx, "reg-node", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+	if _, err := client.StorageV1().CSINodes().Get(ctx, name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Errorf("CSINode after DeleteNode: err = %v, want NotFound", err)
 	}
 }
@@ -108,8 +111,40 @@ type podScene struct {
 	ns, node string
 }
 
+// runs numbers each test's runs in this process (go test -count=N), so
+// that a repeated run names its objects apart: the tests share one API
+// server, where namespaces and cluster-scoped objects outlive a test.
+var runs = struct {
+	sync.Mutex
+	byName map[string]int
+	byTest map[*testing.T]int
+}{byName: map[string]int{}, byTest: map[*testing.T]int{}}
+
+// runNumber is which run of the test this is in the process: 1, then 2
+// and on under go test -count.
+func runNumber(t *testing.T) int {
+	runs.Lock()
+	defer runs.Unlock()
+	n, ok := runs.byTest[t]
+	if !ok {
+		runs.byName[t.Name()]++
+		n = runs.byName[t.Name()]
+		runs.byTest[t] = n
+	}
+	return n
+}
+
+// runName is name on the test's first run and "name-N" on its Nth.
+func runName(t *testing.T, name string) string {
+	if n := runNumber(t); n > 1 {
+		return fmt.Sprintf("%s-%d", name, n)
+	}
+	return name
+}
+
 func newPodScene(t *testing.T, ns, node string, drivers map[string]string) *podScene {
 	t.Helper()
+	ns, node = runName(t, ns), runName(t, node)
 	ctx := testContext(t)
 	k, client := startKubelet(t, ctx)
 	if err := CreateNamespace(ctx, client, ns); err != nil {
@@ -121,11 +156,15 @@ func newPodScene(t *testing.T, ns, node string, drivers map[string]string) *podS
 	return &podScene{t: t, ctx: ctx, k: k, client: client, ns: ns, node: node}
 }
 
-func (s *podScene) boundVolume(driver, pv string) {
+// boundVolume creates a PV and its bound claim, both named pv (the PV
+// with runName's suffix), and returns the claim's name.
+func (s *podScene) boundVolume(driver, pv string) string {
 	s.t.Helper()
+	pv = runName(s.t, pv)
 	if _, _, err := CreateBoundVolume(s.ctx, s.client, VolumeSpec{Namespace: s.ns, Name: pv, Driver: driver}); err != nil {
 		s.t.Fatal(err)
 	}
+	return pv
 }
 
 func (s *podScene) createPod(pod *v1.Pod) {
@@ -170,9 +209,9 @@ func (s *podScene) volumesInUse() []v1.UniqueVolumeName {
 func TestKubeletStartsPodOnlyAfterAttachAndReleasesVolumeOnDelete(t *testing.T) {
 	const driver = "attach.csi.test"
 	s := newPodScene(t, "kubelet-attach", "attach-node", map[string]string{driver: "n1"})
-	s.boundVolume(driver, "pv-attach")
-	s.createPod(NewPod(s.ns, "app", s.node, "pv-attach"))
-	unique := UniqueVolumeName(driver, "pv-attach")
+	pv := s.boundVolume(driver, "pv-attach")
+	s.createPod(NewPod(s.ns, "app", s.node, pv))
+	unique := UniqueVolumeName(driver, pv)
 
 	// Unrelated node status churn makes the stand-in re-sync the node; the
 	// Pod must still wait for its own volume.
@@ -208,11 +247,12 @@ func TestKubeletStartsPodOnlyAfterAttachAndReleasesVolumeOnDelete(t *testing.T) 
 func TestKubeletSkipsVolumesThatNeedNoAttach(t *testing.T) {
 	const driver = "noattach.csi.test"
 	s := newPodScene(t, "kubelet-noattach", "noattach-node", map[string]string{driver: "n1"})
-	if _, err := s.client.StorageV1().CSIDrivers().Create(s.ctx, NewCSIDriver(driver, new(bool)), metav1.CreateOptions{}); err != nil {
+	// A repeated run finds the CSIDriver its first run created.
+	if _, err := s.client.StorageV1().CSIDrivers().Create(s.ctx, NewCSIDriver(driver, new(bool)), metav1.CreateOptions{}); err != nil && !(apierrors.IsAlreadyExists(err) && runNumber(t) > 1) {
 		t.Fatal(err)
 	}
-	s.boundVolume(driver, "pv-noattach")
-	s.createPod(NewPod(s.ns, "app", s.node, "pv-noattach"))
+	pv := s.boundVolume(driver, "pv-noattach")
+	s.createPod(NewPod(s.ns, "app", s.node, pv))
 	s.waitRunning("pod Running without any attach")
 }
 
