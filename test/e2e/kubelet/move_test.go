@@ -3,15 +3,12 @@ package kubelet_test
 import (
 	"context"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
 	"google.golang.org/grpc/codes"
 	v1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/watch"
 
 	"github.com/latchcsi/latch/internal/testsupport"
@@ -87,16 +84,6 @@ func TestKubeletRWOVolumeMovesBetweenNodes(t *testing.T) {
 
 // hasEvent: Pod pod has an event of reason whose message contains msg.
 func (r *rig) hasEvent(ctx context.Context, pod, reason, msg string) (bool, error) {
-	evs, err := r.client.CoreV1().Events(r.ns).List(ctx, metav1.ListOptions{FieldSelector: fields.Set{
-		"involvedObject.kind": "Pod", "involvedObject.name": pod, "reason": reason,
-	}.String()})
-	if err != nil {
-		return false, err
-	}
-	for _, e := range evs.Items {
-		if strings.Contains(e.Message, msg) {
-			return true, nil
-		}
-	}
-	return false, nil
+	e, err := r.podEvent(ctx, pod, reason, msg, "")
+	return e != nil, err
 }

@@ -25,6 +25,9 @@ import (
 // CSINode allocatable count the Pod's CSI volumes would exceed.
 const maxVolumeCountReason = "node(s) exceed max volume count"
 
+// scheduler is kube-scheduler's name on the events and Pods it writes.
+const scheduler = "default-scheduler"
+
 // TestSchedulerCSIVolumeLimit: the real kube-scheduler places Pods (no
 // spec.nodeName set by the test) on two hollow nodes whose driver reports
 // max_volumes_per_node 1 (the kubelet writes it as each CSINode's
@@ -77,7 +80,7 @@ func TestSchedulerCSIVolumeLimit(t *testing.T) {
 		if len(placed) == 3 {
 			t.Fatalf("all three Pods scheduled on two nodes with a limit of 1 volume each")
 		}
-		e, err := r.podEvent(ctx, waiting, "FailedScheduling", maxVolumeCountReason)
+		e, err := r.podEvent(ctx, waiting, "FailedScheduling", maxVolumeCountReason, scheduler)
 		return e != nil, err
 	}, r.dumpCalls)
 	t.Logf("placed %v, %s waits, after %s", placed, waiting, time.Since(start).Round(time.Millisecond))
@@ -90,10 +93,10 @@ func TestSchedulerCSIVolumeLimit(t *testing.T) {
 			t.Fatal(err)
 		}
 		n := r.nodes[p.Spec.NodeName]
-		if n == nil || !podScheduledBy(p, "default-scheduler") {
+		if n == nil || !podScheduledBy(p, scheduler) {
 			t.Fatalf("Pod %s: node %q, scheduler %q, PodScheduled %v; want one of the rig's nodes chosen by default-scheduler", name, p.Spec.NodeName, p.Spec.SchedulerName, condition(p, v1.PodScheduled))
 		}
-		if e, err := r.podEvent(r.ctx, name, "Scheduled", p.Spec.NodeName); err != nil || e == nil {
+		if e, err := r.podEvent(r.ctx, name, "Scheduled", p.Spec.NodeName, scheduler); err != nil || e == nil {
 			t.Errorf("no Scheduled event from default-scheduler naming %s on Pod %s (err %v)", p.Spec.NodeName, name, err)
 		}
 		onNode[name] = n
@@ -128,7 +131,7 @@ func TestSchedulerCSIVolumeLimit(t *testing.T) {
 		}
 		return "", nil
 	})
-	e, err := r.podEvent(r.ctx, waiting, "FailedScheduling", maxVolumeCountReason)
+	e, err := r.podEvent(r.ctx, waiting, "FailedScheduling", maxVolumeCountReason, scheduler)
 	if err != nil || e == nil {
 		t.Fatalf("FailedScheduling event of %s gone (err %v)", waiting, err)
 	}
@@ -146,10 +149,10 @@ func TestSchedulerCSIVolumeLimit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p.Spec.NodeName != n.Name || !podScheduledBy(p, "default-scheduler") {
+	if p.Spec.NodeName != n.Name || !podScheduledBy(p, scheduler) {
 		t.Fatalf("Pod %s: node %q, scheduler %q, PodScheduled %v; want %s (the freed node) chosen by default-scheduler", waiting, p.Spec.NodeName, p.Spec.SchedulerName, condition(p, v1.PodScheduled), n.Name)
 	}
-	if e, err := r.podEvent(r.ctx, waiting, "Scheduled", n.Name); err != nil || e == nil {
+	if e, err := r.podEvent(r.ctx, waiting, "Scheduled", n.Name, scheduler); err != nil || e == nil {
 		t.Errorf("no Scheduled event from default-scheduler naming %s on Pod %s (err %v)", n.Name, waiting, err)
 	}
 	t.Logf("%s scheduled to %s and Running after %s", waiting, n.Name, time.Since(start).Round(time.Millisecond))
@@ -214,9 +217,9 @@ func (r *rig) waitAllocatable(n *node, want int32) {
 	})
 }
 
-// podEvent is an event of reason on Pod pod reported by default-scheduler
-// whose message contains msg (nil: none).
-func (r *rig) podEvent(ctx context.Context, pod, reason, msg string) (*v1.Event, error) {
+// podEvent is an event of reason on Pod pod whose message contains msg,
+// reported by the component from ("": any); nil when there is none.
+func (r *rig) podEvent(ctx context.Context, pod, reason, msg, from string) (*v1.Event, error) {
 	evs, err := r.client.CoreV1().Events(r.ns).List(ctx, metav1.ListOptions{FieldSelector: fields.Set{
 		"involvedObject.kind": "Pod", "involvedObject.name": pod, "reason": reason,
 	}.String()})
@@ -224,7 +227,7 @@ func (r *rig) podEvent(ctx context.Context, pod, reason, msg string) (*v1.Event,
 		return nil, err
 	}
 	for i, e := range evs.Items {
-		if (e.ReportingController == "default-scheduler" || e.Source.Component == "default-scheduler") && strings.Contains(e.Message, msg) {
+		if (from == "" || e.ReportingController == from || e.Source.Component == from) && strings.Contains(e.Message, msg) {
 			return &evs.Items[i], nil
 		}
 	}

@@ -115,7 +115,7 @@ func TestStatefulSetOnRealControlPlane(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !podScheduledBy(p, "default-scheduler") || !containsString(nodes, p.Spec.NodeName) {
+		if !podScheduledBy(p, scheduler) || !containsString(nodes, p.Spec.NodeName) {
 			t.Errorf("Pod %s: node %q, scheduler %q, PodScheduled %v; want one of %v chosen by default-scheduler", name, p.Spec.NodeName, p.Spec.SchedulerName, condition(p, v1.PodScheduled), nodes)
 		}
 		if !mountsServiceAccountToken(p) {
