@@ -12,8 +12,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
 )
 
 // A create is matched by the name of the object it sends (its path names
@@ -24,12 +22,7 @@ func TestAPITransportFailAfterWriteWithMatchesACreateByTheNameItSends(t *testing
 		t.Run(contentType, func(t *testing.T) {
 			s, reached := server(t)
 			tr := NewAPITransport()
-			cfg := &rest.Config{Host: s.URL, ContentConfig: rest.ContentConfig{ContentType: contentType}}
-			cfg.Wrap(tr.Wrap)
-			c, err := kubernetes.NewForConfig(cfg)
-			if err != nil {
-				t.Fatal(err)
-			}
+			c := clientSending(t, s, tr, contentType)
 			r := tr.FailAfterWriteWith(Match{Method: "create", Resource: "volumeattachments", Name: "target"}, 1,
 				http.StatusConflict, metav1.StatusReasonAlreadyExists, `volumeattachments.storage.k8s.io "target" already exists`)
 			ctx := context.Background()

@@ -12,9 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
-	"k8s.io/client-go/rest"
 )
 
 // A write the server refuses is recorded with the Reason and Message of
@@ -44,12 +42,7 @@ func TestAPITransportRecordsTheStatusOfARefusedWrite(t *testing.T) {
 			}))
 			defer s.Close()
 			tr := NewAPITransport()
-			cfg := &rest.Config{Host: s.URL, ContentConfig: rest.ContentConfig{ContentType: mediaType}}
-			cfg.Wrap(tr.Wrap)
-			c, err := kubernetes.NewForConfig(cfg)
-			if err != nil {
-				t.Fatal(err)
-			}
+			c := clientSending(t, s, tr, mediaType)
 			va := &storagev1.VolumeAttachment{ObjectMeta: metav1.ObjectMeta{Name: "va"}}
 			_, err = c.StorageV1().VolumeAttachments().UpdateStatus(context.Background(), va, metav1.UpdateOptions{})
 			if !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "Too long") {

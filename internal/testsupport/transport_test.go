@@ -33,7 +33,13 @@ func server(t *testing.T) (*httptest.Server, *atomic.Int32) {
 }
 
 func client(t *testing.T, s *httptest.Server, tr *APITransport) kubernetes.Interface {
-	cfg := &rest.Config{Host: s.URL}
+	return clientSending(t, s, tr, "")
+}
+
+// clientSending is client with the content type it sends objects in
+// ("": client-go's default, JSON).
+func clientSending(t *testing.T, s *httptest.Server, tr *APITransport, contentType string) kubernetes.Interface {
+	cfg := &rest.Config{Host: s.URL, ContentConfig: rest.ContentConfig{ContentType: contentType}}
 	cfg.Wrap(tr.Wrap)
 	c, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
