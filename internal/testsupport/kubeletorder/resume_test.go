@@ -29,7 +29,10 @@ func TestFollow_resumesAWatchThatEndedWithAnErrorEventFromItsLastResourceVersion
 	first, second := watch.NewFakeWithChanSize(4, false), watch.NewFakeWithChanSize(4, false)
 	s := source{
 		what: "pods",
-		list: func() (runtime.Object, error) { t.Error("listed: a resumable watch must not relist"); return &v1.PodList{}, nil },
+		list: func() (runtime.Object, error) {
+			t.Error("listed: a resumable watch must not relist")
+			return &v1.PodList{}, nil
+		},
 		watch: func(rv string) (watch.Interface, error) {
 			mu.Lock()
 			defer mu.Unlock()
