@@ -123,6 +123,9 @@ func (h *History) drain(ctx context.Context, t testing.TB, s source, wi watch.In
 			if ctx.Err() == nil {
 				t.Logf("kubeletorder history: the watch of %s ended with an error at RV %d: %v", s.what, *last, err)
 			}
+			// An error that comes back on every watch is retried at
+			// pause's pace, not in a tight loop.
+			pause(ctx)
 			return false, false
 		}
 		m, err := meta.Accessor(ev.Object)
