@@ -58,3 +58,12 @@ func (c *claims) release(name string) {
 		}
 	}
 }
+
+// enqueue wakes name in the queue of dir.
+func (c *Controller) enqueue(dir direction, name string) {
+	if dir == attachDir {
+		c.attach.Enqueue(name)
+	} else {
+		c.detach.Enqueue(name)
+	}
+}

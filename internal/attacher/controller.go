@@ -194,13 +194,7 @@ func New(cfg Config, client kubernetes.Interface, factory informers.SharedInform
 		orphaned: c.publishedForGone,
 	}
 	c.attach = runner.New[string](runner.ReconcilerFunc[string](c.syncAttach), opts(AttachQueueName, apiWorkers))
-	c.claims = newClaims(func(dir direction, name string) {
-		if dir == attachDir {
-			c.attach.Enqueue(name)
-		} else {
-			c.detach.Enqueue(name)
-		}
-	})
+	c.claims = newClaims(c.enqueue)
 	c.detach = runner.New[string](runner.ReconcilerFunc[string](c.syncDetach), opts(DetachQueueName, apiWorkers))
 	c.pvs = runner.New[string](runner.ReconcilerFunc[string](c.syncPV), opts(PVQueueName, cfg.Workers))
 

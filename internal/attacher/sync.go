@@ -86,11 +86,7 @@ func (c *Controller) owned(ctx context.Context, dir direction, va *storagev1.Vol
 		return runner.Result{}, err
 	}
 	if cur == nil || cur.UID != va.UID || cur.ResourceVersion != va.ResourceVersion {
-		if dir == attachDir {
-			c.attach.Enqueue(va.Name)
-		} else {
-			c.detach.Enqueue(va.Name)
-		}
+		c.enqueue(dir, va.Name)
 		return runner.Result{}, nil
 	}
 	ctx = klog.NewContext(ctx, klog.FromContext(ctx).WithValues("volumeAttachment", klog.KObj(va), "node", klog.KRef("", va.Spec.NodeName)))
