@@ -37,11 +37,15 @@ func (c *Controller) verify(ctx context.Context) {
 	// is most of what the controller does).
 	listed := make(map[[sha256.Size]byte]struct{}, len(vas))
 	for _, va := range vas {
-		if d, ok := kubenames.VolumeAttachmentNameDigest(va.Name); ok {
+		var key state.Key
+		var indexed bool
+		if d, ours := kubenames.VolumeAttachmentNameDigest(va.Name); ours {
 			listed[d] = struct{}{}
+			key, indexed = c.names.GetDigest(d) // the name is parsed once
+		} else {
+			key, indexed = c.names.Get(va.Name)
 		}
-		key, ok := c.names.Get(va.Name)
-		if !ok {
+		if !indexed {
 			drift++
 			c.wake.UnknownVolumeAttachment(va.Name)
 			continue

@@ -79,6 +79,16 @@ func (n *Names) Get(name string) (Key, bool) {
 	return n.getLocked(name)
 }
 
+// GetDigest is Get for a name of the controller's form, given as the
+// digest it spells (kubenames.VolumeAttachmentNameDigest), for a caller
+// that has parsed the name already.
+func (n *Names) GetDigest(d [sha256.Size]byte) (Key, bool) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	k, ok := n.digests[d]
+	return k, ok
+}
+
 func (n *Names) getLocked(name string) (Key, bool) {
 	if d, ok := digestOf(name); ok {
 		k, found := n.digests[d]

@@ -1,6 +1,8 @@
 package state_test
 
 import (
+	"maps"
+	"slices"
 	"strings"
 	"testing"
 
@@ -56,6 +58,17 @@ func TestNames_everyFormOfName(t *testing.T) {
 			for _, name := range tc.absent {
 				if got, ok := n.Get(name); ok {
 					t.Errorf("Get(%q) = %v, want not found", name, got)
+				}
+			}
+			// GetDigest answers as Get for every name that spells a digest.
+			for _, name := range append(slices.Collect(maps.Keys(tc.want)), tc.absent...) {
+				d, ok := kubenames.VolumeAttachmentNameDigest(name)
+				if !ok {
+					continue
+				}
+				wantKey, wantOK := n.Get(name)
+				if got, ok := n.GetDigest(d); ok != wantOK || got != wantKey {
+					t.Errorf("GetDigest of %q = %v, %v; Get = %v, %v", name, got, ok, wantKey, wantOK)
 				}
 			}
 			for name, k := range tc.set {
