@@ -78,58 +78,24 @@ func createdName(req *http.Request) (string, error) {
 }
 
 // laggingBody passes a watch stream through, except that while lagging()
-// holds nothing more reaches the reader (data that arrives meanwhile is
-// kept).
+// holds nothing more reaches the reader: what arrives meanwhile stays in
+// the reader's buffer (or the connection's) and is handed over, in
+// order, once the lag ends.
 type laggingBody struct {
 	rc      io.ReadCloser
 	lagging func() bool
-	chunks  chan []byte
-	err     error // set before chunks is closed
-	pending []byte
 	closed  chan struct{}
 	once    sync.Once
 }
 
 func newLaggingBody(rc io.ReadCloser, lagging func() bool) *laggingBody {
-	b := &laggingBody{rc: rc, lagging: lagging, chunks: make(chan []byte), closed: make(chan struct{})}
-	go b.pump()
-	return b
+	return &laggingBody{rc: rc, lagging: lagging, closed: make(chan struct{})}
 }
 
-// pump reads the stream and hands it to Read chunk by chunk, so that a
-// Read waiting for data or for the lag to end returns once the body is
-// closed.
-func (b *laggingBody) pump() {
-	for {
-		buf := make([]byte, 32<<10)
-		n, err := b.rc.Read(buf)
-		if n > 0 {
-			select {
-			case b.chunks <- buf[:n]:
-			case <-b.closed:
-				return
-			}
-		}
-		if err != nil {
-			b.err = err
-			close(b.chunks)
-			return
-		}
-	}
-}
-
+// Read reads from the stream and returns what it read once the watch
+// does not lag. Close ends a Read that waits, on the stream or the lag.
 func (b *laggingBody) Read(p []byte) (int, error) {
-	if len(b.pending) == 0 {
-		select {
-		case c, ok := <-b.chunks:
-			if !ok {
-				return 0, b.err
-			}
-			b.pending = c
-		case <-b.closed:
-			return 0, io.EOF
-		}
-	}
+	n, err := b.rc.Read(p)
 	for b.lagging() {
 		select {
 		case <-b.closed:
@@ -137,9 +103,7 @@ func (b *laggingBody) Read(p []byte) (int, error) {
 		case <-time.After(5 * time.Millisecond):
 		}
 	}
-	n := copy(p, b.pending)
-	b.pending = b.pending[n:]
-	return n, nil
+	return n, err
 }
 
 func (b *laggingBody) Close() error {
