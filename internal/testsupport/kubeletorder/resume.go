@@ -48,11 +48,12 @@ func listed(l runtime.Object) (uint64, map[string]runtime.Object, error) {
 // follow records wi's events until ctx ends. When the watch ends (the
 // API server stopped, a test restarts it, and the connection closed or
 // broke), follow watches again from the last resourceVersion delivered
-// (bookmarks included), which loses nothing. A restarted API server's watch cache may start after that
-// resourceVersion and refuse it (410): follow then lists, records each
-// object that changed since (its state at the list, not the steps in
-// between) and each one that went (at the list's resourceVersion), logs
-// that it did, and watches from the list on.
+// (bookmarks included), which loses nothing. A restarted API server's
+// watch cache may start after that resourceVersion and refuse it (410):
+// follow then lists, records each object that changed since (its state
+// at the list, not the steps in between) and each one that went (at the
+// list's resourceVersion), logs that it did, and watches from the list
+// on.
 func (h *History) follow(ctx context.Context, t testing.TB, s source, wi watch.Interface, last uint64, known map[string]runtime.Object) {
 	for {
 		expired, broke := h.drain(ctx, t, s, wi, &last, known)
