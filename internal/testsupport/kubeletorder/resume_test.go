@@ -2,6 +2,7 @@ package kubeletorder
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"testing"
 	"time"
@@ -48,7 +49,7 @@ func TestFollow_resumesAWatchThatEndedWithAnErrorEventFromItsLastResourceVersion
 		h.follow(ctx, t, s, first, 3, map[string]runtime.Object{})
 	}()
 	first.Add(pod("p", "5", v1.PodPending))
-	broken := apierrors.NewInternalError(errString("unable to decode an event from the watch stream: http2: client connection force closed via ClientConn.Close"))
+	broken := apierrors.NewInternalError(errors.New("unable to decode an event from the watch stream: http2: client connection force closed via ClientConn.Close"))
 	first.Error(&broken.ErrStatus)
 	second.Modify(pod("p", "7", v1.PodRunning))
 	deadline := time.Now().Add(10 * time.Second)
@@ -73,7 +74,3 @@ func TestFollow_resumesAWatchThatEndedWithAnErrorEventFromItsLastResourceVersion
 		t.Errorf("first recorded change = %v, want the ADDED at RV 5", c)
 	}
 }
-
-type errString string
-
-func (e errString) Error() string { return string(e) }
