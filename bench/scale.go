@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/pprof"
+	"strings"
 	"time"
 
 	"k8s.io/client-go/kubernetes"
@@ -96,6 +97,11 @@ type ScaleConfig struct {
 	// attachdetach-controller; KCMBinary is kube-controller-manager
 	// (empty: kube-controller-manager is not measured).
 	AttacherBinary, ControllerBinary, KCMBinary string
+	// ControllerArgs are extra flags for latch's attachdetach-controller,
+	// after the harness's own (--kubeconfig, --leader-elect=false,
+	// --http-endpoint=): a run with other worker counts, for example.
+	// The report's notes name them.
+	ControllerArgs []string
 	// LogDir receives each child's output.
 	LogDir string
 	// Cleanup deletes every object of the run at the end (for a shared
@@ -252,6 +258,9 @@ func (e *scaleEnv) run(ctx context.Context) error {
 		return fmt.Errorf("csi-attacher slow ListVolumes reconcile: %w", err)
 	}
 	e.progress("csi-attacher: slow reconciles done")
+	if len(e.cfg.ControllerArgs) > 0 {
+		e.rep.Notes = append(e.rep.Notes, "attachdetach-controller ran with the extra flags "+strings.Join(e.cfg.ControllerArgs, " "))
+	}
 	if err := e.controllerColdStart(ctx, "latch"); err != nil {
 		return fmt.Errorf("attachdetach-controller cold start: %w", err)
 	}
