@@ -55,10 +55,10 @@ SCALE ?= full
 bench:
 	$(GO) run ./bench/cmd/latch-bench --scale=$(SCALE) $(if $(SCENARIOS),--scenarios=$(SCENARIOS)) $(if $(PROFILE),--profile=bench/results/profiles) $(if $(ATTACHER),--attacher-binary=$(ATTACHER)) $(if $(ATTACHER_FLAGS),--attacher-flags="$(ATTACHER_FLAGS)") $(if $(CONTROLLER_FLAGS),--controller-flags="$(CONTROLLER_FLAGS)") $(if $(POD_CREATORS),--pod-creators=$(POD_CREATORS)) $(if $(VA_CREATORS),--va-creators=$(VA_CREATORS)) $(if $(CONTROL_PLANE_GOGC),--control-plane-gogc=$(CONTROL_PLANE_GOGC)) $(if $(CONTROL_PLANE_MEMORY_LIMIT_MIB),--control-plane-memory-limit-mib=$(CONTROL_PLANE_MEMORY_LIMIT_MIB))
 
-## bench-scale: the scale scenario (docs/scale.md): every volume attached, then csi-attacher, attachdetach-controller and kube-controller-manager cold-started on the same objects, then for each controller a trickle of Pods and a recovery burst (SIZE=small|medium|full; full = 10,000 nodes, 100,000 volumes; NO_KCM=1 leaves kube-controller-manager out; CONTROLLER_ARGS="--node-status-workers=32" gives latch's controller extra flags)
+## bench-scale: the scale scenario (docs/scale.md): every volume attached, then csi-attacher, attachdetach-controller and kube-controller-manager cold-started on the same objects, then for each controller a trickle of Pods and a recovery burst (SIZE=small|medium|full; full = 10,000 nodes, 100,000 volumes; NO_KCM=1 leaves kube-controller-manager out; CONTROLLER_FLAGS="--node-status-workers=32" gives latch's controller extra flags)
 SIZE ?= small
 bench-scale:
-	$(GO) run ./bench/cmd/latch-scale --size=$(SIZE) $(if $(NO_KCM),--no-kcm) $(if $(CONTROLLER_ARGS),--controller-args="$(CONTROLLER_ARGS)")
+	$(GO) run ./bench/cmd/latch-scale --size=$(SIZE) $(if $(NO_KCM),--no-kcm) $(if $(CONTROLLER_FLAGS),--controller-flags="$(CONTROLLER_FLAGS)")
 
 ## bench-objects: heap bytes per VA, PV, Pod, Node, PVC and CSINode in each controller's caches, with and without its transforms, and the projection to 10,000 nodes / 100,000 volumes (docs/scale.md "Per-object cost"; OBJ_NODES=1000 OBJ_VOLUMES=10000; OBJ_FAKE=1 builds the objects on a fake clientset instead of the API server); JSON in bench/results/
 OBJ_NODES ?= 1000

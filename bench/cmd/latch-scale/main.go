@@ -37,7 +37,7 @@ func run(args []string) int {
 	window := fs.Duration("writes-window", 0, "Override how long after each start the components' writes are counted (the size's own: 10s small, 1m otherwise).")
 	trickle := fs.Duration("trickle-window", 0, "Override how long the trickle (1 Pod created and 1 deleted per second) runs for each controller (the size's own: 10s small, 1m medium, 6m full).")
 	maxEntries := fs.Int("max-entries", 500, "csi-attacher's --max-entries: the page size of the ListVolumes reconcile that is timed.")
-	controllerArgs := fs.String("controller-args", "", "Extra flags for latch's attachdetach-controller, separated by spaces (e.g. \"--node-status-workers=32\"); the report's notes name them.")
+	controllerFlags := fs.String("controller-flags", "", "Extra flags for latch's attachdetach-controller, separated by spaces (e.g. \"--node-status-workers=32\"); the report's notes name them.")
 	noKCM := fs.Bool("no-kcm", false, "Leave kube-controller-manager out (its first build takes minutes).")
 	out := fs.String("out", "bench/results", "Directory of the JSON report (latch-scale-<size>-<UTC>.json).")
 	heapDir := fs.String("heap-profile", "", "Write heap profiles of this process (API server, etcd, harness) after the objects are created and at the end into this directory.")
@@ -86,7 +86,7 @@ func run(args []string) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	rep, err := scale(ctx, bench.ScaleSize(*size), sz, *workDir, *out, *heapDir, *cpuDir, !*noKCM, strings.Fields(*controllerArgs))
+	rep, err := scale(ctx, bench.ScaleSize(*size), sz, *workDir, *out, *heapDir, *cpuDir, !*noKCM, strings.Fields(*controllerFlags))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "latch-scale:", err)
 		return 1
@@ -98,7 +98,7 @@ func run(args []string) int {
 	return 0
 }
 
-func scale(ctx context.Context, size bench.ScaleSize, sz bench.ScaleSizes, workDir, outDir, heapDir, cpuDir string, withKCM bool, controllerArgs []string) (*bench.ScaleReport, error) {
+func scale(ctx context.Context, size bench.ScaleSize, sz bench.ScaleSizes, workDir, outDir, heapDir, cpuDir string, withKCM bool, controllerFlags []string) (*bench.ScaleReport, error) {
 	workDir, err := bench.PrepareWorkDir(workDir, "latch-scale")
 	if err != nil {
 		return nil, err
@@ -121,7 +121,7 @@ func scale(ctx context.Context, size bench.ScaleSize, sz bench.ScaleSizes, workD
 		Size: size, Sizes: sz, Out: os.Stdout, LogDir: workDir,
 		AttacherBinary:   filepath.Join(binDir, "csi-attacher"),
 		ControllerBinary: filepath.Join(binDir, "attachdetach-controller"),
-		ControllerArgs:   controllerArgs,
+		ControllerArgs:   controllerFlags,
 		Kubeconfig:       filepath.Join(workDir, "kubeconfig"),
 		HeapProfileDir:   heapDir,
 		CPUProfileDir:    cpuDir,

@@ -41,8 +41,8 @@ import (
 // Config is the controller's configuration, filled from flags in cmd/.
 type Config struct {
 	// Workers reconcile (volume, node) keys in parallel
-	// (--concurrent-attach-detach-syncs; default 50). The node status updater gets
-	// its own workers (NodeStatusWorkers).
+	// (--concurrent-attach-detach-syncs; default DefaultWorkers). The node
+	// status updater gets its own workers (NodeStatusWorkers).
 	Workers int
 	// NodeStatusWorkers write Node.status.volumesAttached, one node each
 	// at a time; default DefaultNodeStatusWorkers.

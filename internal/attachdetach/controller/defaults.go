@@ -18,8 +18,16 @@ const (
 // time is the API server's; in a burst (volumes of many nodes attaching
 // at once) the writes of different nodes wait for each other when there
 // are too few workers, and the kubelet waits for its node's write before
-// it mounts (docs/scale.md, "Trickle and recovery burst").
-const DefaultNodeStatusWorkers = 16
+// it mounts (docs/scale.md, "Trickle and recovery burst" and "Worker
+// counts at full size").
+const DefaultNodeStatusWorkers = 48
+
+// DefaultWorkers is how many (volume, node) keys are reconciled at once,
+// and how many Pods are recorded at once (--concurrent-attach-detach-syncs).
+// A pass mostly waits for one API write (a VolumeAttachment created or
+// deleted), so the count bounds how many of those a burst has in flight
+// (docs/scale.md, "Worker counts at full size").
+const DefaultWorkers = 150
 
 // DefaultLeaseName and DefaultLeaseNamespace name the leader election
 // Lease (--leader-elect-resource-name, --leader-elect-resource-namespace).
@@ -34,7 +42,7 @@ const (
 // controller "as the binary does" (bench, latch-local, internal/stack).
 func DefaultConfig() Config {
 	return Config{
-		Workers:           50,
+		Workers:           DefaultWorkers,
 		NodeStatusWorkers: DefaultNodeStatusWorkers,
 		MaxWaitForUnmount: 6 * time.Minute,
 		VerifyPeriod:      time.Minute,
