@@ -113,12 +113,16 @@ func (p *Processes) StartAttacher(ctx context.Context, csiAddress string) (Compo
 	return p.start(ctx, "csi-attacher", p.AttacherBinary, args...)
 }
 
-// StartController starts ControllerBinary with leader election and its
-// HTTP endpoint off (nothing else differs from its defaults), plus
-// ControllerArgs.
+// StartController starts ControllerBinary with controllerArgs.
 func (p *Processes) StartController(ctx context.Context) (Component, error) {
-	args := append([]string{"--kubeconfig=" + p.Kubeconfig, "--leader-elect=false", "--http-endpoint="}, p.ControllerArgs...)
-	return p.start(ctx, "attachdetach-controller", p.ControllerBinary, args...)
+	return p.start(ctx, "attachdetach-controller", p.ControllerBinary, controllerArgs(p.Kubeconfig, p.ControllerArgs)...)
+}
+
+// controllerArgs are the flags the harnesses run attachdetach-controller
+// with: kubeconfig, leader election and the HTTP endpoint off (nothing
+// else differs from its defaults), then extra.
+func controllerArgs(kubeconfig string, extra []string) []string {
+	return append([]string{"--kubeconfig=" + kubeconfig, "--leader-elect=false", "--http-endpoint="}, extra...)
 }
 
 func (p *Processes) start(ctx context.Context, name, binary string, args ...string) (Component, error) {

@@ -98,9 +98,8 @@ type ScaleConfig struct {
 	// (empty: kube-controller-manager is not measured).
 	AttacherBinary, ControllerBinary, KCMBinary string
 	// ControllerArgs are extra flags for latch's attachdetach-controller,
-	// after the harness's own (--kubeconfig, --leader-elect=false,
-	// --http-endpoint=): a run with other worker counts, for example.
-	// The report's notes name them.
+	// after the harness's own (controllerArgs): a run with other worker
+	// counts, for example. The report's notes name them.
 	ControllerArgs []string
 	// LogDir receives each child's output.
 	LogDir string

@@ -245,7 +245,7 @@ func (e *scaleEnv) controllerColdStart(ctx context.Context, which string) error 
 	} else {
 		p, err = startScaleProc("attachdetach-controller", e.cfg.ControllerBinary, filepath.Join(e.cfg.LogDir, "attachdetach-controller.log"), nil,
 			[]milestone{{"synced", "Caches are synced"}, {"rebuilt", "Rebuilt the actual state of the world"}},
-			append([]string{"--kubeconfig=" + e.cfg.Kubeconfig, "--leader-elect=false", "--http-endpoint="}, e.cfg.ControllerArgs...)...)
+			controllerArgs(e.cfg.Kubeconfig, e.cfg.ControllerArgs)...)
 	}
 	if err != nil {
 		return err
