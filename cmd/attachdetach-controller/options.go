@@ -12,8 +12,10 @@ import (
 	"github.com/latchcsi/latch/internal/attachdetach/volume"
 )
 
-// options are the command line, named like kube-controller-manager's
-// flags for the same knobs. See docs/attachdetach-controller.md.
+// options are the command line: kube-controller-manager's flag names where
+// it has the same knob (client, leader election, logging,
+// --disable-force-detach-on-timeout), latch's own names elsewhere. See
+// docs/attachdetach-controller.md, which says which are which.
 type options struct {
 	// CommonOptions hold the client flags, --version, --metrics-path and
 	// --leader-elect with its timing; the Lease's namespace and name are
@@ -48,6 +50,7 @@ func parseOptions(args []string) (*options, error) {
 	if err != nil {
 		return nil, err
 	}
+	fs.ListFeatureGatesInHelp()
 	// Defaults come from controller.DefaultServeConfig, which rigs that
 	// run the controller as the binary does use too.
 	d := controller.DefaultServeConfig()

@@ -65,6 +65,7 @@ func parseOptions(args []string) (*options, error) {
 	if err := fs.Gates.Add(upstreamGates); err != nil {
 		return nil, err
 	}
+	fs.ListFeatureGatesInHelp()
 	fs.AddCommonFlags("leader-election", &o.CommonOptions)
 	fs.StringVar(&o.csiAddress, "csi-address", d.CSIAddress, "Address of the CSI driver socket.")
 	fs.DurationVar(&o.resync, "resync", d.Resync, "Resync interval of the informers: every VolumeAttachment is re-checked this often.")

@@ -1,7 +1,8 @@
 package app
 
-// client-go's REST client metrics, as kube-controller-manager and the
-// external-attacher serve them: rest_client_requests_total{code,method,host},
+// client-go's REST client metrics, as kube-controller-manager serves them
+// (the external-attacher serves none; for csi-attacher they are latch's
+// addition): rest_client_requests_total{code,method,host},
 // rest_client_request_duration_seconds{verb,host},
 // rest_client_rate_limiter_duration_seconds{verb,host} (time a request
 // waited for the client-side --kube-api-qps/--kube-api-burst limit), the

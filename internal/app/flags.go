@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"maps"
+	"strings"
 
 	"k8s.io/client-go/rest"
 	cliflag "k8s.io/component-base/cli/flag"
@@ -64,6 +65,15 @@ func (f *Flags) Parse(args []string) error {
 		}
 	}
 	return nil
+}
+
+// ListFeatureGatesInHelp appends the gates Gates knows to --feature-gates'
+// usage, one "Name=true|false (STAGE - default=...)" line each, as
+// featuregate's own flag lists them (GA and deprecated gates are left out
+// there too). Binaries call it once they have added their gates.
+func (f *Flags) ListFeatureGatesInHelp() {
+	fl := f.Lookup("feature-gates")
+	fl.Usage = strings.TrimSpace(fl.Usage) + " Options are:\n" + strings.Join(f.Gates.KnownFeatures(), "\n")
 }
 
 // FeatureGatesSet are the gates --feature-gates named, with their values

@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
+	"k8s.io/client-go/tools/record"
 	// leader_election_master_status (and leader_election_slowpath_total)
 	// in the legacy registry, through client-go's leader election metrics
 	// provider, as external-attacher and kube-controller-manager register
@@ -30,15 +31,28 @@ type LeaderElection struct {
 	Enabled       bool
 	LeaseName     string
 	Namespace     string
-	Identity      string // default: hostname + random suffix
+	Identity      string // default: DefaultIdentity()
 	Labels        map[string]string
 	LeaseDuration time.Duration
 	RenewDeadline time.Duration
 	RetryPeriod   time.Duration
+	// Recorder, when set, gets the elector's LeaderElection events on the
+	// Lease ("<identity> became leader", "<identity> stopped leading"),
+	// which the external-attacher and kube-controller-manager record too.
+	// Nil records none. Only with Enabled: presence writes no events.
+	Recorder record.EventRecorder
 	// Presence, when set and Enabled is false, still holds the Lease while
 	// working and refuses to work while another identity holds it
 	// (runWithPresence). Nil keeps the plain behaviour: run at once.
 	Presence *Presence
+}
+
+// DefaultIdentity is the Lease holder identity of a process that names
+// none: its host name and its start time in nanoseconds, so that a
+// restarted container on the same host is a new candidate.
+func DefaultIdentity() string {
+	host, _ := os.Hostname()
+	return fmt.Sprintf("%s_%d", host, time.Now().UnixNano())
 }
 
 // ErrLostLease is returned by RunAsLeader when the lease was lost while
@@ -67,8 +81,7 @@ func RunAsLeader(ctx context.Context, client kubernetes.Interface, cfg LeaderEle
 		return run(ctx)
 	}
 	if cfg.Identity == "" {
-		host, _ := os.Hostname()
-		cfg.Identity = fmt.Sprintf("%s_%d", host, time.Now().UnixNano())
+		cfg.Identity = DefaultIdentity()
 	}
 	if cfg.Namespace == "" {
 		cfg.Namespace = inClusterNamespace()
@@ -79,7 +92,7 @@ func RunAsLeader(ctx context.Context, client kubernetes.Interface, cfg LeaderEle
 	lock := &resourcelock.LeaseLock{
 		LeaseMeta:  metaFor(cfg),
 		Client:     client.CoordinationV1(),
-		LockConfig: resourcelock.ResourceLockConfig{Identity: cfg.Identity},
+		LockConfig: resourcelock.ResourceLockConfig{Identity: cfg.Identity, EventRecorder: cfg.Recorder},
 		Labels:     cfg.Labels,
 	}
 

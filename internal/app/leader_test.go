@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes/fake"
 	clienttesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2/ktesting"
 
 	"github.com/latchcsi/latch/internal/runner"
@@ -207,5 +208,53 @@ func TestRunAsLeaderLosingTheLeaseStopsRunAndReturnsErrLostLease(t *testing.T) {
 	}
 	if h := holder(t, ctx, client); h != "intruder" {
 		t.Errorf("lease holder = %q, want the intruder untouched", h)
+	}
+}
+
+// TestRunAsLeaderRecordsLeaderElectionEventsOnTheLease: with a Recorder,
+// the elector records "<identity> became leader" when it takes the Lease
+// and "<identity> stopped leading" when it lets it go, Normal, reason
+// LeaderElection, on the Lease, as upstream's elector does (test/interop
+// compares the events with the external-attacher's and
+// kube-controller-manager's).
+func TestRunAsLeaderRecordsLeaderElectionEventsOnTheLease(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	client := fake.NewClientset()
+	recorder := record.NewFakeRecorder(10)
+	recorder.IncludeObject = true
+	cfg := testElection("a")
+	cfg.Recorder = recorder
+	if err := RunAsLeader(ctx, client, cfg, nil, func(context.Context) error { return nil }); err != nil {
+		t.Fatalf("RunAsLeader = %v, want nil", err)
+	}
+	want := []string{
+		"Normal LeaderElection a became leader involvedObject{kind=Lease,apiVersion=coordination.k8s.io/v1}",
+		"Normal LeaderElection a stopped leading involvedObject{kind=Lease,apiVersion=coordination.k8s.io/v1}",
+	}
+	for _, w := range want {
+		if got := within(t, recorder.Events, "no event "+w); got != w {
+			t.Fatalf("event = %q, want %q", got, w)
+		}
+	}
+}
+
+// TestRunAsLeaderWithoutElectionRecordsNoEvents: without
+// --leader-election (presence), no LeaderElection events, as upstream,
+// which has no elector then.
+func TestRunAsLeaderWithoutElectionRecordsNoEvents(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	client := fake.NewClientset()
+	recorder := record.NewFakeRecorder(10)
+	cfg := testElection("a")
+	cfg.Enabled = false
+	cfg.Recorder = recorder
+	cfg.Presence = &Presence{}
+	if err := RunAsLeader(ctx, client, cfg, nil, func(context.Context) error { return nil }); err != nil {
+		t.Fatalf("RunAsLeader = %v, want nil", err)
+	}
+	select {
+	case e := <-recorder.Events:
+		t.Fatalf("event %q without leader election, want none", e)
+	default:
 	}
 }

@@ -29,10 +29,10 @@ const DefaultWorkers = 50
 
 // DefaultKubeAPIQPS and DefaultKubeAPIBurst are the client-side limits
 // towards the API server (upstream: 5 and 10). An attach makes three
-// writes, so 1000/2000 let a burst of 2,000 attaches finish no sooner than
-// (6,000 − 2,000) ÷ 1,000 = 4 s, which is where a fast 2-core control plane
-// finished it; the limits only have to catch a runaway loop, API Priority
-// and Fairness protects the server.
+// writes; at 5000/10000 a burst of 2,000 attaches (6,000 writes) fits in
+// the burst, so the API server, not the client, paces it (a fast 2-core
+// control plane finished it in about 4 s). The limits only have to catch a
+// runaway loop; API Priority and Fairness protects the server.
 const (
 	DefaultKubeAPIQPS   = 5000
 	DefaultKubeAPIBurst = 10000

@@ -114,6 +114,19 @@ func RunSidecar(ctx context.Context, cfg SidecarConfig) error {
 		cfg.Leader.LeaseName = kube.LeaseName(facts.Info.Name)
 	}
 
+	if cfg.Leader.Enabled {
+		// The elector's LeaderElection events, from a broadcaster of
+		// their own with csi-lib-utils' source: the Lease name before it
+		// is made a valid object name, "/", the identity.
+		if cfg.Leader.Identity == "" {
+			cfg.Leader.Identity = app.DefaultIdentity()
+		}
+		leaderEvents := record.NewBroadcaster(record.WithContext(ctx))
+		leaderEvents.StartRecordingToSink(kube.NewEventSink(ctx, client))
+		defer leaderEvents.Shutdown()
+		cfg.Leader.Recorder = leaderEvents.NewRecorder(scheme.Scheme, v1.EventSource{Component: "external-attacher-leader-" + facts.Info.Name + "/" + cfg.Leader.Identity})
+	}
+
 	run := func(ctx context.Context) error {
 		factory := NewInformerFactory(client, cfg.Resync, facts.Info.Name)
 		broadcaster := record.NewBroadcaster(record.WithContext(ctx))

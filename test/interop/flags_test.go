@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -272,4 +274,111 @@ func TestCSIAttacher_startsWithUpstreamsFlagsAndLogsGatesWithoutEffectOnce(t *te
 			t.Errorf("gate %s logged as without effect %d times, want %d; output:\n%s", gate, got, want, out)
 		}
 	}
+}
+
+// documentedDefaultDifferences reads docs/migration.md's "Differences in
+// defaults" table: flag name → the upstream and latch defaults it gives.
+func documentedDefaultDifferences(t *testing.T) map[string][2]string {
+	t.Helper()
+	doc, err := os.ReadFile(filepath.Join("..", "..", "docs", "migration.md")) // tests run in their package directory
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, table, ok := strings.Cut(string(doc), "Differences in defaults:")
+	if !ok {
+		t.Fatal(`docs/migration.md has no "Differences in defaults:" table`)
+	}
+	row := regexp.MustCompile("^\\| `--([a-z0-9-]+)` \\| ([^|]+) \\| ([^|]+) \\|")
+	out := map[string][2]string{}
+	for _, line := range strings.Split(table, "\n") {
+		if m := row.FindStringSubmatch(line); m != nil {
+			out[m[1]] = [2]string{strings.TrimSpace(m[2]), strings.TrimSpace(m[3])}
+		} else if len(out) > 0 && !strings.HasPrefix(line, "|") {
+			break
+		}
+	}
+	if len(out) < 3 {
+		t.Fatalf("read %d rows from docs/migration.md's defaults table, want the qps, burst and worker-threads rows at least: %v", len(out), out)
+	}
+	return out
+}
+
+// Drop-in means upstream's defaults too: every flag upstream's --help
+// shows a default for has the same default in latch's --help, unless
+// docs/migration.md's table lists it with both values; and every gate of
+// upstream's --feature-gates has latch's stage and default.
+func TestCSIAttacher_defaultsAndGatesAreUpstreamsExceptWhereMigrationDocSaysSo(t *testing.T) {
+	upstream := testsupport.MustUpstreamBinary(t, "external-attacher")
+	ours := testsupport.MustBinary(t, "cmd/csi-attacher")
+	upFlags, upGates := parseFlagHelp(upstreamHelp(t, upstream))
+	ourFlags, ourGates := parseFlagHelp(upstreamHelp(t, ours))
+	documented := documentedDefaultDifferences(t)
+
+	byName := map[string]upstreamFlag{}
+	for _, f := range ourFlags {
+		byName[f.name] = f
+	}
+	compared := 0
+	for _, up := range upFlags {
+		f, ok := byName[up.name]
+		if !ok {
+			t.Errorf("--%s: upstream has it, latch's --help does not list it", up.name)
+			continue
+		}
+		if doc, ok := documented[up.name]; ok {
+			// The doc's values lead with the number: "10 (one queue)".
+			if first(doc[0]) != up.def || first(doc[1]) != f.def {
+				t.Errorf("--%s: docs/migration.md says upstream %q, latch %q; the binaries say upstream %q, latch %q", up.name, doc[0], doc[1], up.def, f.def)
+			}
+			continue
+		}
+		if up.hasDef != f.hasDef || up.def != f.def {
+			t.Errorf("--%s: default %q in latch, %q upstream, and docs/migration.md does not list the difference", up.name, f.def, up.def)
+		}
+		compared++
+	}
+	if compared < 10 {
+		t.Fatalf("compared %d defaults, want upstream's 30-odd flags", compared)
+	}
+	for name := range documented {
+		if _, ok := byName[name]; !ok {
+			t.Errorf("docs/migration.md lists --%s, which latch's --help does not", name)
+		}
+	}
+
+	if len(upGates) < 10 {
+		t.Fatalf("parsed %d gates from upstream's --help", len(upGates))
+	}
+	for gate, def := range upGates {
+		got, ok := ourGates[gate]
+		if !ok {
+			t.Errorf("gate %s: upstream lists it (default %s), latch's --help does not", gate, def)
+		} else if got != def {
+			t.Errorf("gate %s: default %s in latch, %s upstream", gate, got, def)
+		}
+	}
+	upStages, ourStages := gateStages(upstreamHelp(t, upstream)), gateStages(upstreamHelp(t, ours))
+	for gate, stage := range upStages {
+		if ourStages[gate] != stage {
+			t.Errorf("gate %s: stage %q in latch, %q upstream", gate, ourStages[gate], stage)
+		}
+	}
+}
+
+// first is the first word of s.
+func first(s string) string {
+	w, _, _ := strings.Cut(s, " ")
+	return w
+}
+
+// gateStages maps each gate of a --help's --feature-gates usage to its
+// stage (ALPHA, BETA...).
+func gateStages(help string) map[string]string {
+	out := map[string]string{}
+	for _, line := range strings.Split(help, "\n") {
+		if m := gateLine.FindStringSubmatch(line); m != nil {
+			out[m[1]] = m[2]
+		}
+	}
+	return out
 }

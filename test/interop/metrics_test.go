@@ -374,12 +374,42 @@ func TestMetrics_latchExposesEveryUpstreamMetricNameAndLabelSet(t *testing.T) {
 		{who: "attachdetach-controller", metric: "attachdetach_controller_total_volumes", lbl: "state", upV: upCtrlValues, ourV: ourCtrlValues},
 		{who: "attachdetach-controller", metric: "attach_detach_controller_attachdetach_controller_forced_detaches", lbl: "reason", upV: upCtrlValues, ourV: ourCtrlValues},
 		{who: "attachdetach-controller", metric: "attachdetach_controller_total_volumes", lbl: "plugin_name", upV: upCtrlValues, ourV: ourCtrlValues},
+		// The buckets: a histogram_quantile over upstream's buckets reads
+		// the same bounds in latch's.
+		{who: "attachdetach-controller", metric: "storage_operation_duration_seconds_bucket", lbl: "le", upV: upCtrlValues, ourV: ourCtrlValues},
+		{who: "csi-attacher", metric: "csi_sidecar_operations_seconds_bucket", lbl: "le", upV: upAttacherValues, ourV: ourAttacherValues},
 	} {
 		for _, v := range slices.Sorted(maps.Keys(c.upV[c.metric][c.lbl])) {
 			if !c.ourV[c.metric][c.lbl][v] && !slices.Contains(c.ignore, v) {
 				t.Errorf("%s: %s has no %s=%q (upstream's values %q, ours %q)", c.who, c.metric, c.lbl, v,
 					slices.Sorted(maps.Keys(c.upV[c.metric][c.lbl])), slices.Sorted(maps.Keys(c.ourV[c.metric][c.lbl])))
 			}
+		}
+	}
+	if c := len(upCtrlValues["storage_operation_duration_seconds_bucket"]["le"]); c < 10 {
+		t.Errorf("kube-controller-manager's storage_operation_duration_seconds has %d buckets, want its 0.1 s … 600 s", c)
+	}
+
+	// leader_election_master_status's name, by design not upstream's
+	// (docs/metrics.md): the external-attacher's elector has none, latch's
+	// csi-attacher names its Lease; kube-controller-manager and latch's
+	// controller each name their own Lease.
+	for _, c := range []struct {
+		who    string
+		values map[string]map[string]map[string]bool
+		want   []string
+	}{
+		{"external-attacher", upAttacherValues, []string{""}},
+		{"csi-attacher", ourAttacherValues, []string{"external-attacher-leader-metrics-csi-latch-test"}},
+		{"kube-controller-manager", upCtrlValues, []string{"kube-controller-manager"}},
+		{"attachdetach-controller", ourCtrlValues, []string{"latch-attachdetach-controller"}},
+	} {
+		got := slices.Sorted(maps.Keys(c.values["leader_election_master_status"]["name"]))
+		if len(got) == 0 {
+			got = []string{""} // an empty label value is no label in the scrape
+		}
+		if !slices.Equal(got, c.want) {
+			t.Errorf("%s: leader_election_master_status name = %q, want %q", c.who, got, c.want)
 		}
 	}
 }

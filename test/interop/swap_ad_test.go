@@ -226,6 +226,7 @@ func TestSwapAttachDetach_kcmToLatchAndBack(t *testing.T) {
 	before := kcm
 	kcm = w.waitLease("kube-system", kcmLease, "handed over to the restarted kube-controller-manager", handedOver(kcm))
 	ad := w.waitLease("kube-system", latchADLease, "held by attachdetach-controller", held)
+	w.leaderElectionEvent("kube-system", latchADLease, ad.holder, "attachdetach-controller")
 	t.Logf("swap: kcm Lease %s → %s (%s after the old kcm stopped); attachdetach-controller's %s", before, kcm, time.Since(stopped).Round(time.Second), ad)
 	stop()
 	l.settled(gone, false)
@@ -243,6 +244,7 @@ func TestSwapAttachDetach_kcmToLatchAndBack(t *testing.T) {
 	stopped = time.Now()
 	w.kcm = w.startKCM("*")
 	back := w.waitLease("kube-system", kcmLease, "handed over to kube-controller-manager with attachdetach", handedOver(kcm))
+	w.leaderElectionEvent("kube-system", kcmLease, back.holder, "kube-controller-manager")
 	t.Logf("rollback: kcm Lease %s → %s (%s after the old kcm stopped)", kcm, back, time.Since(stopped).Round(time.Second))
 	stop()
 	l.settled(gone, false)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc/codes"
+	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
@@ -187,10 +188,41 @@ func (w *world) swapAttacher(to atKind) {
 	next := w.startAttacher(to, swapAttacherArgs)
 	w.stop(w.attacher)
 	w.attacher = next
+	var holder string
 	w.eventually("the Lease handed over to "+next.name, func(context.Context) (bool, error) {
-		holder, tr := w.leaseHolder()
+		var tr int32
+		holder, tr = w.leaseHolder()
 		return holder != "" && holder != before && tr > transitions, nil
 	})
+	// csi-lib-utils' source: the Lease name before it is made a valid
+	// object name, "/", the identity.
+	w.leaderElectionEvent("default", leaseName, holder, "external-attacher-leader-pd.csi.storage.gke.io/"+holder)
+}
+
+// leaderElectionEvent waits for the event client-go's elector records on
+// the Lease ns/name when holder takes it: reason LeaderElection, message
+// "<holder> became leader", from source. The upstream external-attacher,
+// kube-controller-manager and both latch binaries record it; the source
+// is each component's own.
+func (w *world) leaderElectionEvent(ns, name, holder, source string) {
+	w.t.Helper()
+	var seen []string
+	w.eventually(fmt.Sprintf("a LeaderElection event %q from %q on Lease %s/%s", holder+" became leader", source, ns, name), func(ctx context.Context) (bool, error) {
+		events, err := w.s.Client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{
+			FieldSelector: "involvedObject.kind=Lease,involvedObject.name=" + name,
+		})
+		if err != nil {
+			return false, err
+		}
+		seen = seen[:0]
+		for _, e := range events.Items {
+			seen = append(seen, fmt.Sprintf("%s %s %q from %q", e.Type, e.Reason, e.Message, e.Source.Component))
+			if e.Type == v1.EventTypeNormal && e.Reason == "LeaderElection" && e.Message == holder+" became leader" && e.Source.Component == source {
+				return true, nil
+			}
+		}
+		return false, nil
+	}, func() { w.t.Logf("events on Lease %s/%s: %q", ns, name, seen) })
 }
 
 // TestSwapAttacher_upstreamToLatchAndBack replaces the upstream

@@ -76,6 +76,9 @@ func Serve(ctx context.Context, cfg ServeConfig) error {
 	}
 	recorder, stopEvents := NewEventRecorder(ctx, client)
 	defer stopEvents()
+	if cfg.Leader.Enabled {
+		cfg.Leader.Recorder = recorder
+	}
 	return app.RunAsLeader(ctx, client, cfg.Leader, watchdog, func(ctx context.Context) error {
 		// Resync 0: the controller is event-driven; the verify pass is
 		// the safety net.
