@@ -15,6 +15,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -125,12 +126,18 @@ type Controller struct {
 	//   waits        the keys waiting for their node's CSI migration
 	//                (migrationWaits, migrationwaits.go)
 	//   volumeLocks  one pass at a time per volume (volumelocks.go)
+	//   returning    the Pods of nodes that came back, not yet recorded
+	//                again (returningNodes, returning.go)
 	status      *nodestatus.Book
 	podRec      *state.Pods
 	names       *state.Names
 	timing      *opTimes
 	waits       *migrationWaits
 	volumeLocks volumeLocks
+	returning   *returningNodes
+	// rebuilt is set once the rebuild recorded every Pod: from then on a
+	// node that becomes managed has come back (nodeChanged).
+	rebuilt atomic.Bool
 
 	// coexist watches for another attach/detach controller (coexist.go).
 	coexist *coexistence
@@ -164,13 +171,14 @@ func New(cfg Config, client kubernetes.Interface, factory informers.SharedInform
 		resolver: volume.NewResolver(cfg.MigratedPlugins),
 		decide: decide.Config{MaxWaitForUnmount: cfg.MaxWaitForUnmount, DisableForceDetachOnTimeout: cfg.DisableForceDetachOnTimeout,
 			MigrationByNode: byNode},
-		dsw:    state.NewDesired(),
-		asw:    state.NewActual(),
-		status: nodestatus.NewBook(),
-		podRec: state.NewPods(),
-		names:  state.NewNames(),
-		timing: newOpTimes(),
-		waits:  newMigrationWaits(m.waitingForMigration),
+		dsw:       state.NewDesired(),
+		asw:       state.NewActual(),
+		status:    nodestatus.NewBook(),
+		podRec:    state.NewPods(),
+		names:     state.NewNames(),
+		timing:    newOpTimes(),
+		returning: newReturningNodes(),
+		waits:     newMigrationWaits(m.waitingForMigration),
 	}
 	core, storage := factory.Core().V1(), factory.Storage().V1()
 	c.pods = core.Pods().Informer()

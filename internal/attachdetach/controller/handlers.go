@@ -8,8 +8,10 @@ import (
 	storagev1 "k8s.io/api/storage/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
 
 	"github.com/latchcsi/latch/internal/attachdetach/decide"
+	"github.com/latchcsi/latch/internal/attachdetach/state"
 	"github.com/latchcsi/latch/internal/kube"
 	"github.com/latchcsi/latch/internal/kube/kubenames"
 )
@@ -150,6 +152,16 @@ func (c *Controller) nodeChanged(oldObj, obj any) {
 	_, managed := node.Annotations[kubenames.ControllerManagedAttachAnnotation]
 	wasManaged := c.dsw.NodeManaged(node.Name)
 	c.wake.Volumes(c.dsw.AddNode(node.Name, managed))
+	if !managed {
+		c.returning.forget(node.Name)
+	}
+	if managed && !wasManaged && c.rebuilt.Load() {
+		// The node came back (re-created, or managed again): until its
+		// Pods are recorded again, nothing on it is detached
+		// (returningNodes). Noted before the volumesInUse below wakes
+		// any key.
+		c.nodeCameBack(node.Name)
+	}
 	// The node's volumesInUse decides which detaches may go ahead.
 	c.wake.Keys(c.asw.SetVolumesInUse(node.Name, node.Status.VolumesInUse))
 	if managed && !wasManaged {
@@ -166,7 +178,27 @@ func (c *Controller) nodeChanged(oldObj, obj any) {
 	}
 }
 
+// nodeCameBack notes the Pods on node that must be recorded again before
+// anything on it is detached.
+func (c *Controller) nodeCameBack(node string) {
+	objs, err := c.pods.GetIndexer().ByIndex(podByNodeIndex, node)
+	if err != nil {
+		return
+	}
+	keys := make([]string, 0, len(objs))
+	for _, obj := range objs {
+		if pod := asCachedPod(obj); pod != nil {
+			keys = append(keys, state.PodKey(pod.namespace, pod.name))
+		}
+	}
+	c.returning.start(node, keys)
+	if len(keys) > 0 {
+		klog.Background().Info("Node came back; its volumes are not detached until its Pods are recorded again", "node", klog.KRef("", node), "pods", len(keys))
+	}
+}
+
 func (c *Controller) nodeDeleted(node *v1.Node) {
+	c.returning.forget(node.Name)
 	c.coexist.nodeGone(node.Name)
 	c.wake.Volumes(c.dsw.DeleteNode(node.Name))
 	c.asw.DeleteNode(node.Name)

@@ -16,7 +16,18 @@ import (
 
 // syncPod records the volumes the Pod "namespace/name" wants in the
 // desired state and enqueues the keys that changed.
-func (c *Controller) syncPod(ctx context.Context, key string) (runner.Result, error) {
+func (c *Controller) syncPod(ctx context.Context, key string) (res runner.Result, err error) {
+	defer func() {
+		if err != nil {
+			return
+		}
+		for _, node := range c.returning.recorded(key) {
+			// The node's last Pod to record again: its detaches may
+			// go ahead.
+			klog.FromContext(ctx).Info("Pods of the node that came back recorded again; its detaches may go ahead", "node", klog.KRef("", node))
+			c.wake.NodeKeys(node)
+		}
+	}()
 	pod, err := c.getPod(key)
 	if err != nil {
 		return runner.Result{}, fmt.Errorf("get pod %s: %w", key, err)

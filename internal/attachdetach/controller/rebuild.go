@@ -55,6 +55,7 @@ func (c *Controller) rebuild(ctx context.Context) {
 	}
 	pods := c.listPods()
 	recorded := c.recordPods(ctx, pods)
+	c.rebuilt.Store(true)
 	keys := c.asw.Keys()
 	for _, k := range keys {
 		c.register(k)

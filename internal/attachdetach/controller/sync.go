@@ -38,6 +38,7 @@ func (c *Controller) syncKey(ctx context.Context, key state.Key) (runner.Result,
 		return runner.Result{}, fmt.Errorf("get node %s: %w", key.Node, err)
 	}
 	in.Node = decide.NodeFactsOf(node)
+	in.Node.PodsPending = c.returning.pending(key.Node) > 0
 	if in.Wanted != nil && c.decide.MigrationByNode[in.Wanted.Volume.MigratedFrom] {
 		csiNode, err := listed(c.csiNodeLister.Get, key.Node)
 		if err != nil {

@@ -9,6 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
 
+	"github.com/latchcsi/latch/internal/attachdetach/decide"
 	"github.com/latchcsi/latch/internal/attachdetach/state"
 	"github.com/latchcsi/latch/internal/attachdetach/volume"
 	"github.com/latchcsi/latch/internal/kube/kubenames"
@@ -35,6 +36,18 @@ func (c *Controller) syncVA(ctx context.Context, name string) (runner.Result, er
 		return runner.Result{}, fmt.Errorf("get VolumeAttachment %s: %w", name, err)
 	}
 	if !exists {
+		return runner.Result{}, nil
+	}
+	if node, err := listed(c.nodeLister.Get, va.Spec.NodeName); err == nil && node != nil && !decide.NodeFactsOf(node).Managed {
+		// A node without the controller-managed annotation attaches its
+		// own volumes (kubelet --enable-controller-attach-detach=false):
+		// a VolumeAttachment there that the controller did not know is
+		// its kubelet's, which may not list the volume in volumesInUse
+		// yet. Adopting it would detach it under the Pod.
+		// kube-controller-manager does not adopt them while running
+		// either. (Those the controller knew when the node lost the
+		// annotation are keys already, not handled here.)
+		logger.V(2).Info("Leaving a VolumeAttachment on a node the controller does not manage to its kubelet", "volumeAttachment", klog.KObj(va), "node", klog.KObj(node))
 		return runner.Result{}, nil
 	}
 	a, err := c.resolver.FromVolumeAttachment(ctx, va, objects{c})

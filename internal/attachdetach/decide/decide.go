@@ -260,6 +260,13 @@ func decideUnwanted(in Input) Plan {
 		return p
 	}
 
+	if in.Node.Exists && in.Node.PodsPending {
+		// The node came back and its Pods are being recorded again: one
+		// of them may still use the volume. Their passes wake the key.
+		p.Kind, p.Why = KindWait, "node came back; its Pods are not all recorded again yet"
+		p.Actual = changed(in, u)
+		return p
+	}
 	if u.DetachRequestedAt.IsZero() {
 		u.DetachRequestedAt = in.Now
 	}

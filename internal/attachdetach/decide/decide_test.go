@@ -332,6 +332,18 @@ func TestDecide(t *testing.T) {
 				Detach: &decide.Detach{Name: vaName, Reason: decide.DetachForcedTimeout, NodeStatusFirst: true}},
 		},
 		{
+			name: "node came back (re-created), its Pods not all recorded again, volume not in its volumesInUse → wait, no timer",
+			in: decide.Input{Actual: entry(state.StateAttached, true, false), VA: vaAttached,
+				Node: decide.NodeFacts{Exists: true, Managed: true, Ready: true, PodsPending: true}},
+			want: decide.Plan{Kind: decide.KindWait},
+		},
+		{
+			name: "node came back NotReady and out of service, its Pods not all recorded again → still wait for them",
+			in: decide.Input{Actual: requested(entry(state.StateAttached, true, true), t0.Add(-time.Hour)), VA: vaAttached,
+				Node: decide.NodeFacts{Exists: true, Managed: true, OutOfService: true, PodsPending: true}},
+			want: decide.Plan{Kind: decide.KindWait},
+		},
+		{
 			name: "node deleted, volume not in its last volumesInUse → detach",
 			in:   decide.Input{Actual: entry(state.StateAttached, true, false), Node: gone, VA: vaAttached},
 			want: decide.Plan{Kind: decide.KindDetach, Actual: upd(state.StateDetaching, false, t0, nil),

@@ -115,6 +115,8 @@ func fuzzInput(data []byte) decide.Input {
 	if !in.VA.Exists {
 		in.VA.MayExist = b.flag()
 	}
+	// A node that came back with Pods still to record (read last too).
+	in.Node.PodsPending = in.Node.Exists && b.flag()
 	return in
 }
 
@@ -218,6 +220,9 @@ func checkInvariants(t *testing.T, in decide.Input, p decide.Plan) {
 	if p.Kind == decide.KindDetach {
 		if !in.VA.Exists || in.VA.Deleting {
 			t.Fatalf("detach with VA %+v", in.VA)
+		}
+		if in.Node.PodsPending {
+			t.Fatalf("detach on a node that came back before its Pods are recorded again: %+v", in.Node)
 		}
 		if mounted {
 			switch p.Detach.Reason {

@@ -58,6 +58,13 @@ type NodeFacts struct {
 	// OutOfService: the node has the node.kubernetes.io/out-of-service
 	// taint; its volumes are detached without waiting for the unmount.
 	OutOfService bool
+	// PodsPending: the node came back (its Node object re-created, or
+	// managed again) and some of its Pods are not yet recorded again in
+	// the desired state. A volume they use looks unwanted meanwhile, and
+	// a re-registered Node's empty volumesInUse makes it look unmounted:
+	// nothing on the node is detached until they are. Not from the Node
+	// object: the controller's own bookkeeping sets it.
+	PodsPending bool
 }
 
 // NodeFactsOf extracts NodeFacts from a node; nil means deleted.
