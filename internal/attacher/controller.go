@@ -104,11 +104,16 @@ type Controller struct {
 	// claims makes one pass at a time (attach or detach) the owner of a
 	// VA's work; a pass that finds it owned is woken by the release.
 	claims *claims
-	// busyMu guards orphans.
+	// busyMu guards orphans and suspects.
 	busyMu sync.Mutex
 	// orphans holds publications whose VolumeAttachment was deleted while
 	// the driver published them, by VA name (guarded by busyMu).
 	orphans map[string]orphan
+	// suspects holds publications whose VolumeAttachment's status write
+	// failed for a reason that does not tell whether the object still
+	// exists, by VA name, until the next pass of that name reads it
+	// (confirmSuspect; guarded by busyMu).
+	suspects map[string]orphan
 	// records keeps the orphans where a restart finds them; nil when
 	// Config.OrphanNamespace is empty.
 	records orphanStore
@@ -136,7 +141,7 @@ func New(cfg Config, client kubernetes.Interface, factory informers.SharedInform
 	}
 	c := &Controller{
 		cfg: cfg, tr: tr, clock: cfg.Clock,
-		orphans: map[string]orphan{},
+		orphans: map[string]orphan{}, suspects: map[string]orphan{},
 	}
 	if cfg.OrphanNamespace != "" && !cfg.Trivial {
 		c.records = newConfigMapOrphanStore(client, cfg.OrphanNamespace, cfg.Driver.Name)
@@ -191,7 +196,7 @@ func New(cfg Config, client kubernetes.Interface, factory informers.SharedInform
 		client: client, csi: csiClient, vaCache: c.vaCache, pvCache: c.pvCache,
 		attachSlots: newCallSlots(cfg.Workers), detachSlots: newCallSlots(cfg.Workers),
 		recorder: recorder, metrics: metrics, clock: cfg.Clock,
-		orphaned: c.publishedForGone,
+		orphaned: c.publishedForGone, suspect: c.suspectPublished,
 	}
 	c.attach = runner.New[string](runner.ReconcilerFunc[string](c.syncAttach), opts(AttachQueueName, apiWorkers))
 	c.claims = newClaims(c.enqueue)

@@ -56,6 +56,10 @@ type executor struct {
 	// bookkeeping, orphans.go): uncertain when the publish failed with an
 	// unknown outcome.
 	orphaned orphanedFunc
+	// suspect remembers a publication whose VolumeAttachment's status
+	// write failed for a reason that does not tell whether the object is
+	// gone (the Controller's suspects, orphans.go).
+	suspect suspectFunc
 }
 
 // patchVA sends patch for va (a subresource when given) and records the
@@ -177,28 +181,67 @@ func (e *executor) recordError(ctx context.Context, va *storagev1.VolumeAttachme
 	return nil
 }
 
-// vaGoneOrReplaced reports whether the failed status write of va (err)
-// means the object we published for no longer exists: NotFound, or the
-// answer to the UID precondition the status patch carries. The API server
-// rejects a patch whose metadata.uid differs from the stored object's with
-// 422 (metadata.uid: field is immutable); a 409 is accepted as well. Both
-// codes also have other causes, so a live read of the object decides.
-func (e *executor) vaGoneOrReplaced(ctx context.Context, va *storagev1.VolumeAttachment, err error) bool {
-	if apierrors.IsNotFound(err) {
-		return true
+// vaFate is what became of the VolumeAttachment a publication was made
+// for, as far as the answer to a status write and a live read tell.
+type vaFate int
+
+const (
+	// vaKept: the object is there (same UID) and a detach of ours will
+	// come for it, or it is not deleting.
+	vaKept vaFate = iota
+	// vaGone: gone, replaced by another object of the same name, or
+	// deleting without our finalizer (decide.PublishedForGone): the
+	// publication is an orphan.
+	vaGone
+	// vaUnknown: the write failed for a reason that tells neither, and
+	// nothing read the object since: the next pass of its name decides
+	// (the suspect hook).
+	vaUnknown
+)
+
+// vaFateAfter says what the failed status write of va (err) tells of it:
+// NotFound means gone; the answer to the UID precondition the status patch
+// carries (the API server rejects a patch whose metadata.uid differs from
+// the stored object's with 422, metadata.uid: field is immutable; a 409 is
+// accepted as well), whose codes also have other causes, is decided by a
+// live read of the object. Any other failure (a 500, a timeout) tells
+// nothing: vaUnknown.
+func (e *executor) vaFateAfter(ctx context.Context, va *storagev1.VolumeAttachment, err error) vaFate {
+	switch {
+	case apierrors.IsNotFound(err):
+		return vaGone
+	case apierrors.IsInvalid(err) || apierrors.IsConflict(err):
+		return e.vaLiveFate(ctx, va)
 	}
-	if !apierrors.IsInvalid(err) && !apierrors.IsConflict(err) {
-		return false
-	}
-	return e.vaLiveGoneOrReplaced(ctx, va)
+	return vaUnknown
 }
 
-// vaLiveGoneOrReplaced reads va's object from the API server: true when it
-// is gone or holds another UID (a failed read proves nothing: false).
-func (e *executor) vaLiveGoneOrReplaced(ctx context.Context, va *storagev1.VolumeAttachment) bool {
+// vaLiveFate reads va's object from the API server (a failed read:
+// vaUnknown).
+func (e *executor) vaLiveFate(ctx context.Context, va *storagev1.VolumeAttachment) vaFate {
 	live, gerr := e.client.StorageV1().VolumeAttachments().Get(ctx, va.Name, metav1.GetOptions{})
-	if apierrors.IsNotFound(gerr) {
-		return true
+	switch {
+	case apierrors.IsNotFound(gerr):
+		live = nil
+	case gerr != nil:
+		return vaUnknown
 	}
-	return gerr == nil && live.UID != va.UID
+	if decide.PublishedForGone(live, va.UID, e.driver.Name) {
+		return vaGone
+	}
+	return vaKept
+}
+
+// vaWrittenFate says what the object our own successful write of va
+// returned (recorded in the overlay) tells: deleting without our finalizer
+// means another client removed it while the driver published.
+func (e *executor) vaWrittenFate(va *storagev1.VolumeAttachment) vaFate {
+	cur, ok, err := e.vaCache.Get(va.Name)
+	if err != nil || !ok || cur.UID != va.UID {
+		return vaKept
+	}
+	if decide.PublishedForGone(cur, va.UID, e.driver.Name) {
+		return vaGone
+	}
+	return vaKept
 }

@@ -20,6 +20,11 @@ import (
 // for a VolumeAttachment that is gone or replaced.
 type orphanedFunc func(ctx context.Context, va *storagev1.VolumeAttachment, plan decide.AttachPlan, secrets map[string]string, cause error, uncertain bool) (runner.Result, error)
 
+// suspectFunc remembers a publication made, or possibly made (uncertain),
+// for a VolumeAttachment whose status write failed for a reason that does
+// not tell whether it still exists; the next pass of its name settles it.
+type suspectFunc func(ctx context.Context, va *storagev1.VolumeAttachment, plan decide.AttachPlan, secrets map[string]string, cause error, uncertain bool)
+
 // removePVFinalizer takes our finalizer off pv (a PV already gone is
 // fine).
 func (e *executor) removePVFinalizer(ctx context.Context, pv *v1.PersistentVolume) error {
@@ -98,12 +103,17 @@ func (e *executor) runAttach(ctx context.Context, va *storagev1.VolumeAttachment
 		return e.publishFailed(ctx, va, plan, res.secrets, blocked, nil)
 	}
 	if err := e.writeStatus(ctx, va, storagev1.VolumeAttachmentStatus{Attached: true, AttachmentMetadata: publishContext}); err != nil {
-		if e.vaGoneOrReplaced(ctx, va, err) {
+		switch e.vaFateAfter(ctx, va, err) {
+		case vaGone:
 			// The VolumeAttachment went away (or was replaced by a new
 			// object of the same name) while the driver published it:
 			// nothing will ever detach that publication, so undo it now
 			// (and retry until it is undone).
 			return e.orphaned(ctx, va, plan, res.secrets, err, false)
+		case vaUnknown:
+			// The retry this error leads to may find the object gone from
+			// the cache: remember the publication until a read tells.
+			e.suspect(ctx, va, plan, res.secrets, err, false)
 		}
 		return runner.Result{}, err
 	}
@@ -121,7 +131,7 @@ func (e *executor) runDetach(ctx context.Context, va *storagev1.VolumeAttachment
 	case plan.Done:
 		return runner.Result{}, nil
 	case plan.Blocked != nil:
-		return e.detachFailed(ctx, va, plan.Blocked.Message, nil)
+		return e.detachBlocked(ctx, va, plan.Blocked)
 	}
 	res, err := e.unpublish(ctx, unpublication{handle: plan.Volume.Handle, nodeID: plan.NodeID,
 		secretRef: plan.Volume.Secret, migrated: plan.Volume.Migrated})
@@ -230,26 +240,58 @@ func (e *executor) publishFailed(ctx context.Context, va *storagev1.VolumeAttach
 	msg, code := failure(blocked, callErr)
 	unchanged := va.Status.AttachError != nil && va.Status.AttachError.Message == fitMessage(msg, code, maxVolumeErrorMessageBytes)
 	werr := e.recordError(ctx, va, true, msg, code)
-	gone := false
+	var fate vaFate
 	switch {
 	case werr != nil:
-		gone = e.vaGoneOrReplaced(ctx, va, werr)
+		fate = e.vaFateAfter(ctx, va, werr)
 	case unchanged:
 		// recordError wrote nothing, so nothing checked the UID.
-		gone = e.vaLiveGoneOrReplaced(ctx, va)
+		fate = e.vaLiveFate(ctx, va)
+	default:
+		// The write went through: the object it returned shows whether
+		// our finalizer was removed from it while the driver published.
+		fate = e.vaWrittenFate(va)
 	}
-	if gone {
+	switch fate {
+	case vaGone:
 		cause := werr
 		if cause == nil {
-			cause = fmt.Errorf("VolumeAttachment %q (uid %s) is gone or replaced", va.Name, va.UID)
+			cause = fmt.Errorf("VolumeAttachment %q (uid %s) is gone, replaced or deleting without our finalizer", va.Name, va.UID)
 		}
 		klog.FromContext(ctx).V(2).Info("Attach failed after a possible publication for a VolumeAttachment that is gone", "reason", reasonOf(blocked), "err", msg)
 		return e.orphaned(ctx, va, plan, secrets, fmt.Errorf("%s; then: %w", msg, cause), callErr != nil)
+	case vaUnknown:
+		cause := werr
+		if cause == nil {
+			cause = fmt.Errorf("VolumeAttachment %q (uid %s) could not be read", va.Name, va.UID)
+		}
+		e.suspect(ctx, va, plan, secrets, fmt.Errorf("%s; then: %w", msg, cause), callErr != nil)
+		if werr == nil {
+			// The failure itself is recorded. Not terminal, whatever the
+			// reason: the retry settles the suspect first.
+			klog.FromContext(ctx).V(2).Info("Attach failed", "reason", reasonOf(blocked), "err", msg)
+			return runner.Result{}, fmt.Errorf("attach VolumeAttachment %q: %s", va.Name, msg)
+		}
 	}
 	if werr != nil {
 		return runner.Result{}, werr
 	}
 	return attachFailure(ctx, va, blocked, msg)
+}
+
+// detachBlocked records why a detach cannot go on (decided by
+// decide.Detach) and returns the error for the runner: terminal when only
+// an edit of the VolumeAttachment can change the outcome.
+func (e *executor) detachBlocked(ctx context.Context, va *storagev1.VolumeAttachment, blocked *Blocked) (runner.Result, error) {
+	if err := e.recordError(ctx, va, false, blocked.Message, nil); err != nil {
+		return runner.Result{}, err
+	}
+	klog.FromContext(ctx).V(2).Info("Detach failed", "reason", blocked.Reason, "err", blocked.Message)
+	err := fmt.Errorf("detach VolumeAttachment %q: %s", va.Name, blocked.Message)
+	if blocked.Reason.Class() == decide.ClassTerminal {
+		return runner.Result{}, runner.Terminal(err)
+	}
+	return runner.Result{}, err
 }
 
 // detachFailed records a failed detach and returns the error for backoff.

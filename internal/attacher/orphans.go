@@ -10,12 +10,13 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 
 	"github.com/latchcsi/latch/internal/attacher/decide"
-	"github.com/latchcsi/latch/internal/kube/kubenames"
+	"github.com/latchcsi/latch/internal/csi"
 	"github.com/latchcsi/latch/internal/runner"
 )
 
@@ -40,9 +41,17 @@ type orphan struct {
 	// VolumeAttachment that owns the same publication.
 	nodeName  string
 	secretRef *v1.SecretReference
+	// pvName is the PersistentVolume the volume was published from ("" for
+	// an inline volume or a record of an older attacher): its finalizer
+	// stays while the orphan is pending.
+	pvName string
 	// secrets are the values the publish used; nil after a restart, when
 	// they are read again through secretRef.
 	secrets map[string]string
+	// uncertain: the publish failed with an unknown outcome, and no
+	// unpublish has been answered with a final code since; the driver may
+	// still be publishing (decide.Orphan.Uncertain).
+	uncertain bool
 	// recorded: the durable record holds this orphan.
 	recorded bool
 	// unpublished: the driver unpublished it; only its record is left to
@@ -54,14 +63,29 @@ func (o orphan) same(p orphan) bool {
 	return o.uid == p.uid && o.handle == p.handle && o.nodeID == p.nodeID
 }
 
+// facts is what package decide's orphan decisions need of o.
+func (o orphan) facts() decide.Orphan {
+	return decide.Orphan{Handle: o.handle, NodeID: o.nodeID, PV: o.pvName, Uncertain: o.uncertain}
+}
+
+// publicationOf is the publication made (or possibly made: uncertain) for
+// va with plan.
+func publicationOf(va *storagev1.VolumeAttachment, plan decide.AttachPlan, secrets map[string]string, uncertain bool) orphan {
+	o := orphan{uid: va.UID, handle: plan.Volume.Handle, nodeID: plan.NodeID,
+		nodeName: va.Spec.NodeName, secretRef: plan.Volume.Secret, secrets: secrets, uncertain: uncertain}
+	if pv := va.Spec.Source.PersistentVolumeName; pv != nil {
+		o.pvName = *pv
+	}
+	return o
+}
+
 // publishedForGone makes the publication (uncertain: possible publication)
 // made for va, which is gone or replaced, an orphan and tries to undo it
 // at once; while that fails, the attach queue retries it under va's name
 // before any VolumeAttachment of that name is worked on. It is the
 // executor's orphaned hook.
 func (c *Controller) publishedForGone(ctx context.Context, va *storagev1.VolumeAttachment, plan decide.AttachPlan, secrets map[string]string, cause error, uncertain bool) (runner.Result, error) {
-	c.orphanPublished(ctx, va, orphan{uid: va.UID, handle: plan.Volume.Handle, nodeID: plan.NodeID,
-		nodeName: va.Spec.NodeName, secretRef: plan.Volume.Secret, secrets: secrets}, cause, uncertain)
+	c.orphanPublished(ctx, va.Name, publicationOf(va, plan, secrets, uncertain), cause)
 	cur, err := c.getVA(va.Name)
 	if err != nil {
 		return runner.Result{}, err
@@ -70,28 +94,82 @@ func (c *Controller) publishedForGone(ctx context.Context, va *storagev1.VolumeA
 	return res, err
 }
 
-// orphanPublished remembers the publication made for va, whose object is
-// gone or replaced, and writes it to the durable record before anything
-// tries to undo it.
-// uncertain: the publish failed with a code that leaves its outcome
+// orphanPublished remembers the publication o made for the
+// VolumeAttachment name, whose object is gone or replaced (or lost our
+// finalizer while being deleted), and writes it to the durable record
+// before anything tries to undo it. An orphan already pending under name
+// is the same publication (a VolumeAttachment of that name is worked on
+// while one is pending only when it publishes the same volume to the same
+// node ID, decide.OwnerOnceRecorded) and is replaced.
+// o.uncertain: the publish failed with a code that leaves its outcome
 // unknown, so the volume may or may not be published.
-func (c *Controller) orphanPublished(ctx context.Context, va *storagev1.VolumeAttachment, o orphan, cause error, uncertain bool) {
+func (c *Controller) orphanPublished(ctx context.Context, name string, o orphan, cause error) {
 	c.busyMu.Lock()
-	_, known := c.orphans[va.Name]
-	c.orphans[va.Name] = o
+	_, known := c.orphans[name]
+	c.orphans[name] = o
 	c.busyMu.Unlock()
 	if !known {
 		c.exec.metrics.orphanAdded()
 	}
 	what := "was published"
-	if uncertain {
+	if o.uncertain {
 		what = "may have been published (ControllerPublish failed with an unknown outcome)"
 	}
 	msg := fmt.Sprintf("volume %q %s to node %q (node ID %q) for this VolumeAttachment (uid %s), which was deleted or replaced while the driver published it; unpublishing it", o.handle, what, o.nodeName, o.nodeID, o.uid)
 	klog.FromContext(ctx).Info("Orphaned publication: VolumeAttachment gone or replaced during ControllerPublish; unpublishing",
-		"volumeHandle", o.handle, "nodeID", o.nodeID, "uid", o.uid, "uncertain", uncertain, "cause", cause)
-	c.exec.recorder.Event(orphanRef(va.Name, o.uid), v1.EventTypeWarning, EventOrphanedPublication, msg)
-	c.persistOrphan(ctx, va.Name)
+		"volumeHandle", o.handle, "nodeID", o.nodeID, "uid", o.uid, "uncertain", o.uncertain, "cause", cause)
+	c.exec.recorder.Event(orphanRef(name, o.uid), v1.EventTypeWarning, EventOrphanedPublication, msg)
+	c.persistOrphan(ctx, name)
+}
+
+// suspectPublished remembers the publication made (or possibly made) for
+// va after the status write that would have told whether va still exists
+// failed for another reason (a 500, a timeout): the executor's suspect
+// hook. The next pass of va's name (the failed write sends it to the
+// runner's backoff) settles it from a live read (confirmSuspect) before
+// anything else: if va is gone by then, the publication is an orphan,
+// although va's key may find nothing left in the cache.
+func (c *Controller) suspectPublished(ctx context.Context, va *storagev1.VolumeAttachment, plan decide.AttachPlan, secrets map[string]string, cause error, uncertain bool) {
+	c.busyMu.Lock()
+	c.suspects[va.Name] = publicationOf(va, plan, secrets, uncertain)
+	c.busyMu.Unlock()
+	klog.FromContext(ctx).Info("Status write after ControllerPublish failed; whether the VolumeAttachment still exists is checked on the next pass",
+		"volumeHandle", plan.Volume.Handle, "nodeID", plan.NodeID, "uid", va.UID, "uncertain", uncertain, "cause", cause)
+}
+
+// confirmSuspect settles the publication remembered under name by
+// suspectPublished: a live read of the VolumeAttachment decides
+// (decide.PublishedForGone) whether it is an orphan or whether a detach
+// of ours will come for it. A failed read keeps it, and the caller
+// retries.
+func (c *Controller) confirmSuspect(ctx context.Context, name string) error {
+	c.busyMu.Lock()
+	s, ok := c.suspects[name]
+	c.busyMu.Unlock()
+	if !ok {
+		return nil
+	}
+	live, err := c.exec.client.StorageV1().VolumeAttachments().Get(ctx, name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		live = nil
+	case err != nil:
+		return fmt.Errorf("read VolumeAttachment %q to learn whether volume %q published to node ID %q for it (uid %s) is orphaned: %w", name, s.handle, s.nodeID, s.uid, err)
+	}
+	c.busyMu.Lock()
+	if p, ok := c.suspects[name]; ok && p.same(s) {
+		delete(c.suspects, name)
+	}
+	c.busyMu.Unlock()
+	if decide.PublishedForGone(live, s.uid, c.cfg.Driver.Name) {
+		c.orphanPublished(ctx, name, s, fmt.Errorf("VolumeAttachment %q (uid %s) is gone, replaced, or lost our finalizer", name, s.uid))
+		return nil
+	}
+	if s.pvName != "" {
+		// The PV may have waited for this publication (syncPV).
+		c.pvs.Enqueue(s.pvName)
+	}
+	return nil
 }
 
 // persistOrphan writes the orphan of name to the durable record when it is
@@ -143,19 +221,53 @@ func (c *Controller) dropOrphan(ctx context.Context, name string, o orphan) erro
 	c.busyMu.Unlock()
 	if ok && p.same(o) {
 		c.exec.metrics.orphanDropped()
+		if o.pvName != "" {
+			// The PV's finalizer may have waited for this orphan (syncPV).
+			c.pvs.Enqueue(o.pvName)
+		}
 	}
 	return nil
 }
 
+// orphanHoldsPV reports whether a pending orphan (or a publication whose
+// VolumeAttachment's fate is not known yet) may still have pv's volume
+// published: our PV finalizer stays until it is undone.
+func (c *Controller) orphanHoldsPV(pv *v1.PersistentVolume) bool {
+	c.busyMu.Lock()
+	defer c.busyMu.Unlock()
+	for _, m := range []map[string]orphan{c.orphans, c.suspects} {
+		for _, o := range m {
+			if decide.OrphanHoldsPV(o.facts(), pv, c.cfg.Driver.Name) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// hasOrphan reports whether a publication is pending under name.
+func (c *Controller) hasOrphan(name string) bool {
+	c.busyMu.Lock()
+	defer c.busyMu.Unlock()
+	_, ok := c.orphans[name]
+	return ok
+}
+
 // settleOrphan undoes the publication left under name, if any, before the
 // VolumeAttachment of that name now in the cache (va, nil when none) is
-// worked on. A new VolumeAttachment that asks for the same volume on the
-// same node ID takes the publication over (its detach will undo it), as
-// does another VolumeAttachment of ours for that volume and node. cont
-// tells the caller whether to go on with va: not when the orphan is still
-// pending, nor when va is the very object that is gone (a stale cache;
-// its delete event comes later).
+// worked on. A VolumeAttachment of ours that carries our finalizer and
+// records the same volume and node ID takes the publication over (its
+// detach will undo it); a new one of that name that will publish the same
+// volume to the same node ID but has no finalizer yet is worked on while
+// the orphan stays, until its finalizer has landed (syncAttach settles
+// again after its pass). cont tells the caller whether to go on with va:
+// not when the orphan is still pending, nor when va is the very object the
+// publication was made for (gone, with a stale cache whose delete event
+// comes later, or deleting without our finalizer).
 func (c *Controller) settleOrphan(ctx context.Context, name string, va *storagev1.VolumeAttachment) (cont bool, res runner.Result, err error) {
+	if err := c.confirmSuspect(ctx, name); err != nil {
+		return false, runner.Result{}, err
+	}
 	c.busyMu.Lock()
 	o, ok := c.orphans[name]
 	c.busyMu.Unlock()
@@ -170,12 +282,18 @@ func (c *Controller) settleOrphan(ctx context.Context, name string, va *storagev
 		}
 		return !stale, runner.Result{}, nil
 	}
-	owner := ""
-	switch {
-	case va != nil && !stale && c.ownsPublication(va, o):
-		owner = va.Name
-	default:
-		owner = c.otherOwner(name, o)
+	owner, waitFor := "", ""
+	if va != nil && !stale {
+		switch c.ownership(va, o) {
+		case decide.Owner:
+			owner = va.Name
+		case decide.OwnerOnceRecorded:
+			logger.V(2).Info("Orphaned publication kept until the VolumeAttachment for the same volume and node carries our finalizer")
+			return true, runner.Result{}, nil
+		}
+	}
+	if owner == "" {
+		owner, waitFor = c.otherOwner(name, o)
 	}
 	if owner != "" {
 		if err := c.dropOrphan(ctx, name, o); err != nil {
@@ -183,6 +301,13 @@ func (c *Controller) settleOrphan(ctx context.Context, name string, va *storagev
 		}
 		logger.Info("Orphaned publication taken over by a VolumeAttachment for the same volume and node", "owner", owner)
 		return !stale, runner.Result{}, nil
+	}
+	if waitFor != "" {
+		// Unpublishing now could take the volume from it as soon as it
+		// publishes; dropping the orphan would leak it should that
+		// VolumeAttachment go before its finalizer lands.
+		return false, runner.Result{}, fmt.Errorf("orphaned publication of volume %q on node ID %q left by VolumeAttachment %q waits for VolumeAttachment %q, which publishes the same volume to that node, to carry our finalizer",
+			o.handle, o.nodeID, name, waitFor)
 	}
 
 	c.persistOrphan(ctx, name)
@@ -198,6 +323,11 @@ func (c *Controller) settleOrphan(ctx context.Context, name string, va *storagev
 		return false, runner.Result{}, fmt.Errorf("unpublish volume %q from node ID %q left behind by VolumeAttachment %q: %w", o.handle, o.nodeID, name, err)
 	}
 	if out.callErr != nil {
+		if o.uncertain && !decide.StillUncertain(o.facts(), csi.IsFinalError(out.callErr)) {
+			// The driver answered with no publish pending: from now on a
+			// listing that does not show the volume may forget it.
+			c.updateOrphan(name, o, func(p *orphan) { p.uncertain = false })
+		}
 		c.showOrphanWait(ctx, va, o, out.callErr)
 		return false, runner.Result{}, fmt.Errorf("unpublish volume %q from node ID %q left behind by the deleted VolumeAttachment %q: %w", o.handle, o.nodeID, name, out.callErr)
 	}
@@ -229,53 +359,40 @@ func (c *Controller) showOrphanWait(ctx context.Context, va *storagev1.VolumeAtt
 	}
 }
 
-// ownsPublication reports whether va stands for the publication o: it
-// publishes (or has published) the same volume to the same node ID, and
-// its own detach will undo it.
-func (c *Controller) ownsPublication(va *storagev1.VolumeAttachment, o orphan) bool {
-	if va.Spec.Attacher != c.cfg.Driver.Name {
-		return false
+// ownership is how va relates to the orphan o (decide.OrphanOwner).
+func (c *Controller) ownership(va *storagev1.VolumeAttachment, o orphan) decide.Ownership {
+	obs, err := c.observe(va)
+	if err != nil {
+		return decide.NotOwner
 	}
-	handle, nodeID := va.Annotations[AnnVolumeHandle], va.Annotations[kubenames.VANodeIDAnnotation]
-	if va.DeletionTimestamp != nil {
-		// Only a detach still to come (our finalizer) undoes it.
-		return slices.Contains(va.Finalizers, kubenames.AttacherFinalizer(c.cfg.Driver.Name)) && handle == o.handle && nodeID == o.nodeID
-	}
-	if handle == "" || nodeID == "" {
-		obs, err := c.observe(va)
-		if err != nil {
-			return false
-		}
-		plan := decide.Attach(obs, c.cfg.Driver, bindTranslator(c.tr, klog.Background()))
-		if plan.Blocked != nil || plan.Done {
-			return false
-		}
-		handle, nodeID = plan.Volume.Handle, plan.NodeID
-	}
-	return handle == o.handle && nodeID == o.nodeID
+	return decide.OrphanOwner(obs, c.cfg.Driver, bindTranslator(c.tr, klog.Background()), o.facts())
 }
 
 // otherOwner returns the name of another VolumeAttachment of ours for the
-// same volume and node ID, "" when none: unpublishing would take the
-// volume away from it.
-func (c *Controller) otherOwner(name string, o orphan) string {
+// same volume and node ID that owns the publication (owner: unpublishing
+// would take the volume away from it), or of one that will own it once its
+// finalizer lands (waitFor); both "" when none.
+func (c *Controller) otherOwner(name string, o orphan) (owner, waitFor string) {
 	if o.nodeName == "" {
-		return ""
+		return "", ""
 	}
 	objs, err := c.vaInformer.GetIndexer().ByIndex(vaByNodeIndex, o.nodeName)
 	if err != nil {
-		return ""
+		return "", ""
 	}
 	for _, obj := range objs {
 		va, ok := c.ours(obj)
 		if !ok || va.Name == name {
 			continue
 		}
-		if c.ownsPublication(c.vaCache.Resolve(va), o) {
-			return va.Name
+		switch c.ownership(c.vaCache.Resolve(va), o) {
+		case decide.Owner:
+			return va.Name, ""
+		case decide.OwnerOnceRecorded:
+			waitFor = va.Name
 		}
 	}
-	return ""
+	return "", waitFor
 }
 
 // orphanRef is what events about the orphan of name point at: the
@@ -345,10 +462,11 @@ func (c *Controller) orphanSnapshot() map[string]orphan {
 
 // dropUnlisted forgets the orphans (pending before the listing began) that
 // the driver no longer reports published on their node: nothing is left to
-// undo.
+// undo. Not an orphan whose publish may still be under way
+// (decide.ForgetUnlisted).
 func (c *Controller) dropUnlisted(ctx context.Context, before map[string]orphan, published map[string][]string) {
 	for name, o := range before {
-		if slices.Contains(published[o.handle], o.nodeID) {
+		if !decide.ForgetUnlisted(o.facts(), slices.Contains(published[o.handle], o.nodeID)) {
 			continue
 		}
 		if err := c.dropOrphan(ctx, name, o); err != nil {

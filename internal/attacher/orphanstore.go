@@ -41,6 +41,14 @@ type orphanRecord struct {
 	NodeName         string    `json:"nodeName,omitempty"`
 	// SecretRef is "namespace/name" of the controller-publish secret.
 	SecretRef string `json:"secretRef,omitempty"`
+	// PersistentVolume is the PV the volume was published from: its
+	// finalizer stays while the entry does (absent in records of older
+	// attachers, which are matched by volume handle instead).
+	PersistentVolume string `json:"persistentVolume,omitempty"`
+	// Uncertain: the publish failed with an unknown outcome, so the
+	// driver may still be publishing; a ListVolumes listing that does not
+	// show the volume does not forget such an entry.
+	Uncertain bool `json:"uncertain,omitempty"`
 }
 
 // orphanStore keeps orphaned publications where a restarted attacher
@@ -171,7 +179,8 @@ func (s *configMapOrphanStore) modify(ctx context.Context, change func(map[strin
 // recordOf and fromRecord convert between the in-memory orphan and its
 // durable entry.
 func recordOf(name string, o orphan) orphanRecord {
-	rec := orphanRecord{VolumeAttachment: name, UID: o.uid, VolumeHandle: o.handle, NodeID: o.nodeID, NodeName: o.nodeName}
+	rec := orphanRecord{VolumeAttachment: name, UID: o.uid, VolumeHandle: o.handle, NodeID: o.nodeID, NodeName: o.nodeName,
+		PersistentVolume: o.pvName, Uncertain: o.uncertain}
 	if o.secretRef != nil {
 		rec.SecretRef = o.secretRef.Namespace + "/" + o.secretRef.Name
 	}
@@ -181,7 +190,7 @@ func recordOf(name string, o orphan) orphanRecord {
 func fromRecord(rec orphanRecord) orphan {
 	return orphan{
 		uid: rec.UID, handle: rec.VolumeHandle, nodeID: rec.NodeID, nodeName: rec.NodeName,
-		secretRef: decide.ParseSecretRef(rec.SecretRef), recorded: true,
+		secretRef: decide.ParseSecretRef(rec.SecretRef), pvName: rec.PersistentVolume, uncertain: rec.Uncertain, recorded: true,
 	}
 }
 

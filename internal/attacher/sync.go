@@ -37,10 +37,27 @@ func (c *Controller) syncAttach(ctx context.Context, name string) (runner.Result
 		c.detach.Enqueue(name)
 		return runner.Result{}, nil
 	}
-	return c.owned(ctx, attachDir, va, func(ctx context.Context, obs decide.Observed) (runner.Result, error) {
+	// Still pending although settleOrphan let va go on: it waits for va's
+	// finalizer (decide.OwnerOnceRecorded).
+	pending := c.hasOrphan(name)
+	res, err := c.owned(ctx, attachDir, va, func(ctx context.Context, obs decide.Observed) (runner.Result, error) {
 		plan := decide.Attach(obs, c.cfg.Driver, bindTranslator(c.tr, klog.FromContext(ctx)))
 		return c.exec.runAttach(ctx, va, obs.PV, plan)
 	})
+	if pending && err == nil && c.hasOrphan(name) {
+		// Now that va's pass wrote our finalizer, va takes the
+		// publication over. Had the write failed, the error's retry would
+		// settle the orphan again: kept while va is there, undone once it
+		// is gone.
+		cur, gerr := c.getVA(name)
+		if gerr != nil {
+			return res, gerr
+		}
+		if _, sres, serr := c.settleOrphan(ctx, name, cur); serr != nil {
+			return sres, serr
+		}
+	}
+	return res, err
 }
 
 // syncDetach is one level-based detach pass for the VolumeAttachment name.
@@ -114,6 +131,12 @@ func (c *Controller) syncPV(ctx context.Context, name string) (runner.Result, er
 	}
 	if len(objs) > 0 {
 		// A VA delete event re-enqueues this PV.
+		return runner.Result{}, nil
+	}
+	if c.orphanHoldsPV(pv) {
+		// A publication whose VolumeAttachment is gone may still be on a
+		// node: deleting the PV now would delete a published volume. The
+		// orphan's undoing re-enqueues this PV.
 		return runner.Result{}, nil
 	}
 	return runner.Result{}, c.exec.removePVFinalizer(ctx, pv)

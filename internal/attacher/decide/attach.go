@@ -72,6 +72,9 @@ func Attach(obs Observed, drv DriverInfo, tr Translator) AttachPlan {
 		return AttachPlan{Blocked: b}
 	}
 	spec, pvName, blocked := sourceSpec(obs, tr)
+	if blocked == nil {
+		blocked = pvDeleting(obs, pvName)
+	}
 	if blocked != nil {
 		return AttachPlan{Blocked: blocked}
 	}

@@ -315,6 +315,57 @@ func TestDetach(t *testing.T) {
 			}), PV: testPV()},
 			wantBlocked: ReasonWaitingForCSINode,
 		},
+		{
+			name: "PV being deleted, attached by upstream (no handle annotation): the deleting PV's spec unpublishes it",
+			obs: Observed{VA: testVA(deleting, func(va *storagev1.VolumeAttachment) {
+				va.Finalizers = []string{kubenames.AttacherFinalizer(testDriver)}
+				va.Annotations = map[string]string{kubenames.VANodeIDAnnotation: "node-1-id"}
+				va.Status.Attached = true
+			}), PV: testPV(withFinalizerPV, func(pv *v1.PersistentVolume) { pv.DeletionTimestamp = &now }), CSINode: testCSINode(testDriver)},
+			wantHandle: "vol-1", wantNodeID: "node-1-id",
+		},
+		{
+			name: "our finalizer removed by another client, still marked attached, another finalizer keeps it: unpublish what was recorded",
+			obs: Observed{VA: testVA(deleting, recorded, func(va *storagev1.VolumeAttachment) {
+				va.Finalizers = []string{"example.com/keep"}
+				va.Status.Attached = true
+			}), CSINode: testCSINode(testDriver)},
+			wantHandle: "vol-1", wantNodeID: "node-1-id",
+		},
+		{
+			name: "our finalizer removed, marked attached, but no finalizer at all (our own last removal seen late): nothing to do",
+			obs: Observed{VA: testVA(deleting, recorded, func(va *storagev1.VolumeAttachment) {
+				va.Finalizers = nil
+				va.Status.Attached = true
+			}), PV: testPV(), CSINode: testCSINode(testDriver)},
+			wantDone: true,
+		},
+		{
+			name: "our finalizer removed, another keeps it, marked detached: nothing to do",
+			obs: Observed{VA: testVA(deleting, recorded, func(va *storagev1.VolumeAttachment) {
+				va.Finalizers = []string{"example.com/keep"}
+			}), PV: testPV(), CSINode: testCSINode(testDriver)},
+			wantDone: true,
+		},
+		{
+			name: "our finalizer removed, still marked attached, but nothing recorded (attached by upstream): nothing to do",
+			obs: Observed{VA: testVA(deleting, func(va *storagev1.VolumeAttachment) {
+				va.Finalizers = []string{"example.com/keep"}
+				va.Annotations = map[string]string{kubenames.VANodeIDAnnotation: "node-1-id"}
+				va.Status.Attached = true
+			}), PV: testPV(), CSINode: testCSINode(testDriver)},
+			wantDone: true,
+		},
+		{
+			name:        "trivial mode, our finalizer from when the driver could unpublish: UnpublishUnsupported, finalizer kept",
+			obs:         Observed{VA: testVA(deleting, recorded, func(va *storagev1.VolumeAttachment) { va.Status.Attached = true }), Trivial: true},
+			wantBlocked: ReasonUnpublishUnsupported,
+		},
+		{
+			name:     "trivial mode without our finalizer: nothing to do",
+			obs:      Observed{VA: testVA(deleting, func(va *storagev1.VolumeAttachment) { va.Status.Attached = true }), Trivial: true},
+			wantDone: true,
+		},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

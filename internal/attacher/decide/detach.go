@@ -22,19 +22,26 @@ type DetachPlan struct {
 
 // Detach decides how to detach obs.VA, which is being deleted: nothing
 // once our finalizer is gone, unless the driver still lists the volume as
-// published on the node (obs.StillPublished). The
-// volume comes from the live PV or inline spec, falling back to the
-// annotations written at attach time, so a VA whose PV is gone can still be
-// unpublished and released; the node ID comes from the node-id annotation
-// (the ID the volume was published with), falling back to the live CSINode
-// only when there is none.
+// published on the node (obs.StillPublished) or the VA is still marked
+// attached with the volume handle and node ID latch recorded (our
+// finalizer was removed by another client while, or after, the volume was
+// published: no other detach will come for it). The volume comes from the
+// live PV (being deleted or not: its spec is what was published) or inline
+// spec, falling back to the annotations written at attach time, so a VA
+// whose PV is gone can still be unpublished and released; the node ID
+// comes from the node-id annotation (the ID the volume was published
+// with), falling back to the live CSINode only when there is none.
 func Detach(obs Observed, drv DriverInfo, tr Translator) DetachPlan {
 	va := obs.VA
+	ours := slices.Contains(va.Finalizers, kubenames.AttacherFinalizer(drv.Name))
 	if obs.Trivial {
-		// Nothing was published and no finalizer was added.
-		return DetachPlan{Done: true}
+		if !ours {
+			// Nothing was published and no finalizer was added.
+			return DetachPlan{Done: true}
+		}
+		return DetachPlan{Blocked: noUnpublishCapability(va, drv.Name)}
 	}
-	if !slices.Contains(va.Finalizers, kubenames.AttacherFinalizer(drv.Name)) && !obs.StillPublished {
+	if !ours && !obs.StillPublished && !recordedAttached(va) {
 		return DetachPlan{Done: true}
 	}
 	var vol Volume
@@ -85,10 +92,46 @@ func sourceSpec(obs Observed, tr Translator) (*v1.PersistentVolume, string, *Blo
 	if obs.PV == nil {
 		return nil, name, &Blocked{Reason: ReasonWaitingForPV, Message: fmt.Sprintf("PersistentVolume %q not found", name)}
 	}
-	if obs.PV.DeletionTimestamp != nil {
-		return nil, name, &Blocked{Reason: ReasonPVDeleting, Message: fmt.Sprintf("PersistentVolume %q is being deleted", name)}
-	}
+	// A PV being deleted is still the source of a detach (its spec is what
+	// was published, and our PV finalizer keeps it while a VA refers to
+	// it); only an attach refuses it (pvDeleting).
 	return obs.PV, name, nil
+}
+
+// pvDeleting says why an attach must not publish the PV spec (sourceSpec)
+// found for name: it is being deleted.
+func pvDeleting(obs Observed, name string) *Blocked {
+	if name == "" || obs.PV == nil || obs.PV.DeletionTimestamp == nil {
+		return nil
+	}
+	return &Blocked{Reason: ReasonPVDeleting, Message: fmt.Sprintf("PersistentVolume %q is being deleted", name)}
+}
+
+// recordedAttached reports whether va, being deleted without our
+// finalizer, is still marked attached with the volume handle and node ID
+// latch records before every publish, and is kept by another finalizer:
+// the volume is published (latch's status write said so) and nothing else
+// will detach it. A deleting VA without any finalizer is gone from the API
+// server: it is the answer to our own removal of the last finalizer (the
+// detach that ended), not an object to detach again.
+func recordedAttached(va *storagev1.VolumeAttachment) bool {
+	return va.Status.Attached && len(va.Finalizers) > 0 &&
+		va.Annotations[AnnVolumeHandle] != "" && va.Annotations[kubenames.VANodeIDAnnotation] != ""
+}
+
+// noUnpublishCapability is why a VA that carries our finalizer cannot be
+// detached in trivial mode: it was attached while the driver had
+// PUBLISH_UNPUBLISH_VOLUME, which it no longer reports, so
+// ControllerUnpublishVolume cannot be called. The finalizer stays: only
+// someone who knows whether the volume is still published can let it go.
+func noUnpublishCapability(va *storagev1.VolumeAttachment, driver string) *Blocked {
+	nodeID := va.Annotations[kubenames.VANodeIDAnnotation]
+	if nodeID == "" {
+		nodeID = "(not recorded)"
+	}
+	return &Blocked{Reason: ReasonUnpublishUnsupported, Message: fmt.Sprintf(
+		"cannot detach: the VolumeAttachment carries finalizer %q, added while driver %q supported PUBLISH_UNPUBLISH_VOLUME; the driver no longer reports that capability, so ControllerUnpublishVolume cannot be called and the volume may still be published to node ID %q. Restore the capability and restart csi-attacher, or make sure the volume is unpublished and remove the finalizer by hand",
+		kubenames.AttacherFinalizer(driver), driver, nodeID)}
 }
 
 // ResolveVolume returns what ControllerPublish/Unpublish need from a CSI

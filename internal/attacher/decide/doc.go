@@ -16,4 +16,9 @@
 // only when a plan is about to call the driver, from the Secret (an API
 // read) and the CSI VolumeCapability (built by the executor with the CSI
 // types, which this package may not import).
+//
+// The orphaned-publication decisions (orphan.go) are pure too: which
+// VolumeAttachment owns a publication whose own VolumeAttachment is gone,
+// when a ListVolumes listing may forget it, which PV it holds, and what a
+// live read of a VolumeAttachment says about a publication made for it.
 package decide

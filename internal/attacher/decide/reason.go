@@ -35,6 +35,12 @@ const (
 	// whose volumes name a controller-publish secret needs a Role with
 	// get on secrets in that namespace.
 	ReasonSecretForbidden Reason = "SecretForbidden"
+	// ReasonUnpublishUnsupported: a VA being deleted carries our finalizer
+	// (attached while the driver had PUBLISH_UNPUBLISH_VOLUME) but the
+	// driver no longer has that capability (trivial mode): nothing can
+	// unpublish it, and only an edit of the VA (the finalizer removed by
+	// hand) ends the detach.
+	ReasonUnpublishUnsupported Reason = "UnpublishUnsupported"
 )
 
 // Class says how a recorded failure is retried.
@@ -67,7 +73,7 @@ func (c Class) String() string {
 // (no Reason) is ClassRetry.
 func (r Reason) Class() Class {
 	switch r {
-	case ReasonInvalidSource, ReasonPublishContextTooLarge:
+	case ReasonInvalidSource, ReasonPublishContextTooLarge, ReasonUnpublishUnsupported:
 		return ClassTerminal
 	case ReasonWaitingForSecret, ReasonSecretForbidden:
 		return ClassWaitForObject

@@ -132,7 +132,10 @@ func TestReconcileUnpublishesDeletingVAWhoseFinalizerWasRemovedByHand(t *testing
 	})
 	e.dropFinalizer(vaName, kubenames.AttacherFinalizer(e.name))
 	// Let a detach retry already under way end against the fault: the
-	// unpublish that follows must be the reconcile's.
+	// one unpublish that succeeds comes after the fault is removed (the
+	// reconcile's, or the detach queue's: a deleting VA still marked
+	// attached with latch's record is unpublished without our finalizer
+	// too).
 	time.Sleep(500 * time.Millisecond)
 	failed := 0
 	for _, c := range e.driver.CallsTo(unpublishMethod) {
