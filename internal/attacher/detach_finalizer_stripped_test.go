@@ -26,25 +26,7 @@ func TestPublishForVAWhoseFinalizerIsStrippedWhileAnotherKeepsItIsUnpublished(t 
 	va := execVA("va-a", "pv-a")
 	va.Finalizers = []string{"example.com/keep"}
 	f := newExecFixture(t, execPV("pv-a"), va, execCSINode())
-	done := false
-	f.client.PrependReactor("patch", "volumeattachments", func(action clienttesting.Action) (bool, runtime.Object, error) {
-		if action.GetSubresource() != "status" || done {
-			return false, nil, nil
-		}
-		done = true
-		obj, err := f.tracker.Get(vaGVR, "", "va-a")
-		if err != nil {
-			return true, nil, err
-		}
-		cur := obj.(*storagev1.VolumeAttachment).DeepCopy()
-		now := metav1.Now()
-		cur.DeletionTimestamp = &now
-		cur.Finalizers = slices.DeleteFunc(cur.Finalizers, func(s string) bool { return s == kubenames.AttacherFinalizer(execDriver) })
-		if err := f.tracker.Update(vaGVR, cur, ""); err != nil {
-			return true, nil, err
-		}
-		return false, nil, nil // the status patch itself goes on
-	})
+	stripOurFinalizerAtFirstStatusWrite(f, "va-a")
 	_, _ = f.ctrl.syncAttach(f.ctx, "va-a")
 	f.waitFor("deleting VA in the cache", func() bool {
 		cached, _ := LookupVA(f.vaStore, "va-a")
@@ -73,25 +55,7 @@ func TestPublishOfUnknownOutcomeForVAWhoseFinalizerIsStrippedIsUnpublished(t *te
 	if _, err := f.driver.AddFault(csimock.Rule{Method: "ControllerPublishVolume", Once: true, Phase: csimock.PhaseAfter, Code: codes.Unavailable, Message: "backend busy"}); err != nil {
 		t.Fatal(err)
 	}
-	done := false
-	f.client.PrependReactor("patch", "volumeattachments", func(action clienttesting.Action) (bool, runtime.Object, error) {
-		if action.GetSubresource() != "status" || done {
-			return false, nil, nil
-		}
-		done = true
-		obj, err := f.tracker.Get(vaGVR, "", "va-a")
-		if err != nil {
-			return true, nil, err
-		}
-		cur := obj.(*storagev1.VolumeAttachment).DeepCopy()
-		now := metav1.Now()
-		cur.DeletionTimestamp = &now
-		cur.Finalizers = slices.DeleteFunc(cur.Finalizers, func(s string) bool { return s == kubenames.AttacherFinalizer(execDriver) })
-		if err := f.tracker.Update(vaGVR, cur, ""); err != nil {
-			return true, nil, err
-		}
-		return false, nil, nil
-	})
+	stripOurFinalizerAtFirstStatusWrite(f, "va-a")
 	if _, err := f.ctrl.syncAttach(f.ctx, "va-a"); err != nil {
 		t.Fatalf("syncAttach: %v, want the possible publication unpublished", err)
 	}
@@ -104,4 +68,29 @@ func TestPublishOfUnknownOutcomeForVAWhoseFinalizerIsStrippedIsUnpublished(t *te
 	if pub := f.driver.Published("handle-pv-a"); len(pub) != 0 {
 		t.Errorf("volume still published to %v", pub)
 	}
+}
+
+// stripOurFinalizerAtFirstStatusWrite makes another client delete the VA
+// name and strip our finalizer from it (another finalizer keeps it) just
+// before csi-attacher's first status write to it, which then goes on.
+func stripOurFinalizerAtFirstStatusWrite(f *execFixture, name string) {
+	done := false
+	f.client.PrependReactor("patch", "volumeattachments", func(action clienttesting.Action) (bool, runtime.Object, error) {
+		if action.GetSubresource() != "status" || done {
+			return false, nil, nil
+		}
+		done = true
+		obj, err := f.tracker.Get(vaGVR, "", name)
+		if err != nil {
+			return true, nil, err
+		}
+		cur := obj.(*storagev1.VolumeAttachment).DeepCopy()
+		now := metav1.Now()
+		cur.DeletionTimestamp = &now
+		cur.Finalizers = slices.DeleteFunc(cur.Finalizers, func(s string) bool { return s == kubenames.AttacherFinalizer(execDriver) })
+		if err := f.tracker.Update(vaGVR, cur, ""); err != nil {
+			return true, nil, err
+		}
+		return false, nil, nil // the status patch itself goes on
+	})
 }
