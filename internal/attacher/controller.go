@@ -223,23 +223,27 @@ func (c *Controller) Run(ctx context.Context) error {
 		return fmt.Errorf("caches did not sync: %w", ctx.Err())
 	}
 	logger.Info("csi-attacher started", "driver", c.cfg.Driver.Name, "trivial", c.cfg.Trivial, "workers", c.cfg.Workers)
-	// Publications an earlier attacher could not undo are queued before
-	// any VolumeAttachment is worked on, so a new VA of the same name waits
-	// for them; a failed read is retried in the background.
-	loaded := c.loadOrphansOnce(ctx)
 	var wg sync.WaitGroup
-	errs := make(chan error, 4)
-	for _, r := range []*runner.Runner[string]{c.attach, c.detach, c.pvs} {
+	errs := make(chan error, 3)
+	run := func(r *runner.Runner[string]) {
 		wg.Add(1)
 		go func() { defer wg.Done(); errs <- r.Run(ctx) }()
 	}
-	if !loaded {
-		wg.Add(1)
-		go func() { defer wg.Done(); c.loadOrphans(ctx) }()
-	}
+	// Detaches do not depend on orphans: they go at once.
+	run(c.detach)
 	if c.cfg.ReconcileSync > 0 && !c.cfg.Trivial {
 		wg.Add(1)
 		go func() { defer wg.Done(); c.runReconciler(ctx) }()
+	}
+	// Publications an earlier attacher could not undo are queued before
+	// any VolumeAttachment is attached, so a new VA of the same name waits
+	// for them (and its own orphan cannot overwrite their record), and
+	// before any PV finalizer is removed (an orphan may hold the PV): the
+	// attach and PV queues start only once the record was read, retried
+	// with backoff while that fails.
+	if c.loadOrphans(ctx) {
+		run(c.attach)
+		run(c.pvs)
 	}
 	wg.Wait()
 	close(errs)

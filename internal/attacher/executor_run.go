@@ -102,7 +102,9 @@ func (e *executor) runAttach(ctx context.Context, va *storagev1.VolumeAttachment
 		// still unpublishes.
 		return e.publishFailed(ctx, va, plan, res.secrets, blocked, nil)
 	}
-	if err := e.writeStatus(ctx, va, storagev1.VolumeAttachmentStatus{Attached: true, AttachmentMetadata: publishContext}); err != nil {
+	attached := storagev1.VolumeAttachmentStatus{Attached: true, AttachmentMetadata: publishContext}
+	unchanged := statusUnchanged(va, attached)
+	if err := e.writeStatus(ctx, va, attached); err != nil {
 		switch e.vaFateAfter(ctx, va, err) {
 		case vaGone:
 			// The VolumeAttachment went away (or was replaced by a new
@@ -117,9 +119,42 @@ func (e *executor) runAttach(ctx context.Context, va *storagev1.VolumeAttachment
 		}
 		return runner.Result{}, err
 	}
+	if unchanged {
+		// The VA already showed this status, one we did not believe (no
+		// finalizer or node-id annotation of ours), so nothing was sent
+		// and no UID precondition checked: a live read tells whether va
+		// went away, or was replaced, while the driver published.
+		if settled, res, err := e.publishedUnwritten(ctx, va, plan, res.secrets); settled {
+			return res, err
+		}
+	}
 	e.metrics.attached(va.CreationTimestamp.Time, e.clock.Now())
 	klog.FromContext(ctx).V(2).Info("Volume attached", "volumeHandle", plan.Volume.Handle)
 	return runner.Result{}, nil
+}
+
+// statusUnchanged reports whether writeStatus(va, want) sends nothing.
+func statusUnchanged(va *storagev1.VolumeAttachment, want storagev1.VolumeAttachmentStatus) bool {
+	patch, err := kube.VolumeAttachmentStatusPatch(va, want)
+	return err == nil && patch == nil
+}
+
+// publishedUnwritten settles a successful publish for va whose status
+// needed no write: a live read of va decides (vaLiveFate). Gone, replaced
+// or deleting without our finalizer: the publication is an orphan; not
+// readable: a suspect, and the error's retry decides. settled is false
+// when va is still there, and the attach is done.
+func (e *executor) publishedUnwritten(ctx context.Context, va *storagev1.VolumeAttachment, plan decide.AttachPlan, secrets map[string]string) (settled bool, res runner.Result, err error) {
+	switch e.vaLiveFate(ctx, va) {
+	case vaGone:
+		res, err = e.orphaned(ctx, va, plan, secrets, fmt.Errorf("VolumeAttachment %q (uid %s) is gone, replaced or deleting without our finalizer", va.Name, va.UID), false)
+		return true, res, err
+	case vaUnknown:
+		err = fmt.Errorf("VolumeAttachment %q (uid %s) could not be read after its volume was published", va.Name, va.UID)
+		e.suspect(ctx, va, plan, secrets, err, false)
+		return true, runner.Result{}, err
+	}
+	return false, runner.Result{}, nil
 }
 
 // runDetach carries out plan for va, which is being deleted:

@@ -100,7 +100,8 @@ func (c *Controller) publishedForGone(ctx context.Context, va *storagev1.VolumeA
 // before anything tries to undo it. An orphan already pending under name
 // is the same publication (a VolumeAttachment of that name is worked on
 // while one is pending only when it publishes the same volume to the same
-// node ID, decide.OwnerOnceRecorded) and is replaced.
+// node ID, decide.OwnerOnceRecorded; none is worked on before the record
+// was read, Run) and is replaced.
 // o.uncertain: the publish failed with a code that leaves its outcome
 // unknown, so the volume may or may not be published.
 func (c *Controller) orphanPublished(ctx context.Context, name string, o orphan, cause error) {
@@ -204,11 +205,12 @@ func (c *Controller) updateOrphan(name string, o orphan, f func(*orphan)) {
 }
 
 // dropOrphan forgets the orphan o of name, removing its durable record
-// first; on error it stays (marked unpublished when it was) and the caller
-// retries.
+// first (only while the record still holds o: a newer orphan of the same
+// name, recorded meanwhile, keeps its record); on error it stays (marked
+// unpublished when it was) and the caller retries.
 func (c *Controller) dropOrphan(ctx context.Context, name string, o orphan) error {
 	if o.recorded && c.records != nil {
-		if err := c.records.Delete(ctx, name); err != nil {
+		if err := c.records.Delete(ctx, recordOf(name, o)); err != nil {
 			c.exec.metrics.orphanRecordError("delete")
 			return fmt.Errorf("remove the orphaned publication of volume %q on node ID %q from the record: %w", o.handle, o.nodeID, err)
 		}
@@ -408,18 +410,26 @@ func (c *Controller) loadOrphansOnce(ctx context.Context) bool {
 		return true
 	}
 	recs, err := c.records.Load(ctx)
+	var invalid *invalidRecordsError
+	if errors.As(err, &invalid) {
+		// Unreadable entries cannot be unpublished; the valid ones are
+		// loaded and attaches go on. Someone must look at them.
+		c.exec.metrics.orphanRecordError("load")
+		klog.FromContext(ctx).Error(err, "Ignoring entries of the orphaned-publication record that are not valid records; repair or remove them by hand", "entries", invalid.keys)
+		err = nil
+	}
 	if err != nil {
 		c.exec.metrics.orphanRecordError("load")
-		klog.FromContext(ctx).Error(err, "Could not read the orphaned publications an earlier attacher recorded; retrying")
+		klog.FromContext(ctx).Error(err, "Could not read the orphaned publications an earlier attacher recorded; no VolumeAttachment is attached until it can be read; retrying")
 		return false
 	}
 	c.adoptRecords(ctx, recs)
 	return true
 }
 
-// loadOrphans retries loadOrphansOnce with backoff until it succeeds or
-// ctx is done.
-func (c *Controller) loadOrphans(ctx context.Context) {
+// loadOrphans retries loadOrphansOnce with backoff until it succeeds
+// (true) or ctx is done (false).
+func (c *Controller) loadOrphans(ctx context.Context) bool {
 	delay := c.cfg.RetryIntervalStart
 	if delay <= 0 {
 		delay = time.Second
@@ -427,11 +437,12 @@ func (c *Controller) loadOrphans(ctx context.Context) {
 	for !c.loadOrphansOnce(ctx) {
 		select {
 		case <-ctx.Done():
-			return
+			return false
 		case <-c.clock.After(delay):
 		}
 		delay = min(2*delay, max(c.cfg.RetryIntervalMax, delay))
 	}
+	return true
 }
 
 func (c *Controller) adoptRecords(ctx context.Context, recs map[string]orphanRecord) {

@@ -49,11 +49,13 @@ func (s *memOrphanStore) Put(_ context.Context, rec orphanRecord) error {
 	return nil
 }
 
-func (s *memOrphanStore) Delete(_ context.Context, name string) error {
+func (s *memOrphanStore) Delete(_ context.Context, rec orphanRecord) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	delete(s.recs, name)
-	s.ops = append(s.ops, "delete "+name)
+	if cur, ok := s.recs[rec.VolumeAttachment]; ok && sameRecord(cur, rec) {
+		delete(s.recs, rec.VolumeAttachment)
+	}
+	s.ops = append(s.ops, "delete "+rec.VolumeAttachment)
 	return nil
 }
 

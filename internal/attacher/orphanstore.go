@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 
@@ -53,11 +55,20 @@ type orphanRecord struct {
 
 // orphanStore keeps orphaned publications where a restarted attacher
 // finds them. Put and Delete are idempotent; Load returns every entry by
-// VolumeAttachment name.
+// VolumeAttachment name. Delete removes the entry of rec's name only while
+// it records the same publication (sameRecord): a newer orphan of that
+// name recorded meanwhile keeps its entry.
 type orphanStore interface {
 	Load(ctx context.Context) (map[string]orphanRecord, error)
 	Put(ctx context.Context, rec orphanRecord) error
-	Delete(ctx context.Context, vaName string) error
+	Delete(ctx context.Context, rec orphanRecord) error
+}
+
+// sameRecord reports whether a and b record the same publication: made for
+// the same VolumeAttachment object (UID), volume and node ID, as
+// orphan.same.
+func sameRecord(a, b orphanRecord) bool {
+	return a.UID == b.UID && a.VolumeHandle == b.VolumeHandle && a.NodeID == b.NodeID
 }
 
 // configMapOrphanStore is an orphanStore in one ConfigMap, one data key per
@@ -88,15 +99,36 @@ func (s *configMapOrphanStore) Load(ctx context.Context) (map[string]orphanRecor
 		return nil, err
 	}
 	out := map[string]orphanRecord{}
-	for key, raw := range s.cm.Data {
+	var invalid *invalidRecordsError
+	for _, key := range slices.Sorted(maps.Keys(s.cm.Data)) {
 		var rec orphanRecord
-		if err := json.Unmarshal([]byte(raw), &rec); err != nil || rec.VolumeHandle == "" || rec.NodeID == "" {
-			return nil, fmt.Errorf("read orphaned publications from %s: entry %q is not a valid record (%v)", s, key, err)
+		if err := json.Unmarshal([]byte(s.cm.Data[key]), &rec); err != nil || rec.VolumeHandle == "" || rec.NodeID == "" {
+			if invalid == nil {
+				invalid = &invalidRecordsError{store: s.String()}
+			}
+			invalid.keys = append(invalid.keys, key)
+			continue
 		}
 		rec.VolumeAttachment = key
 		out[key] = rec
 	}
+	if invalid != nil {
+		return out, invalid
+	}
 	return out, nil
+}
+
+// invalidRecordsError is Load's error when entries of the record are not
+// valid records (hand-edited, or written by something else): nothing
+// tells what they would unpublish. The valid entries are returned beside
+// it, so one bad entry does not hold every attach back.
+type invalidRecordsError struct {
+	store string
+	keys  []string
+}
+
+func (e *invalidRecordsError) Error() string {
+	return fmt.Sprintf("read orphaned publications from %s: entries %q are not valid records (a JSON object with volumeHandle and nodeID); they are ignored", e.store, e.keys)
 }
 
 func (s *configMapOrphanStore) Put(ctx context.Context, rec orphanRecord) error {
@@ -113,12 +145,19 @@ func (s *configMapOrphanStore) Put(ctx context.Context, rec orphanRecord) error 
 	})
 }
 
-func (s *configMapOrphanStore) Delete(ctx context.Context, vaName string) error {
+func (s *configMapOrphanStore) Delete(ctx context.Context, rec orphanRecord) error {
 	return s.modify(ctx, func(data map[string]string) bool {
-		if _, ok := data[vaName]; !ok {
+		raw, ok := data[rec.VolumeAttachment]
+		if !ok {
 			return false
 		}
-		delete(data, vaName)
+		var cur orphanRecord
+		if err := json.Unmarshal([]byte(raw), &cur); err != nil || !sameRecord(cur, rec) {
+			// Another orphan of that name (or an entry that is not ours
+			// to judge): it stays.
+			return false
+		}
+		delete(data, rec.VolumeAttachment)
 		return true
 	})
 }
