@@ -161,6 +161,16 @@ func NodeNamed(name string, cond func(*v1.Node) bool) func(Change) bool {
 	}
 }
 
+// Attached reports whether n's status.volumesAttached lists vol.
+func Attached(n *v1.Node, vol v1.UniqueVolumeName) bool {
+	for _, a := range n.Status.VolumesAttached {
+		if a.Name == vol {
+			return true
+		}
+	}
+	return false
+}
+
 // InUse reports whether n's status lists vol in volumesInUse.
 func InUse(n *v1.Node, vol v1.UniqueVolumeName) bool {
 	for _, u := range n.Status.VolumesInUse {

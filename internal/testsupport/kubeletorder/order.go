@@ -141,9 +141,24 @@ func (k *Checker) CheckDetach(t testing.TB, vol, node, nodeID string) DetachFact
 		return func(c Change) bool { return c.RV < f.Deleting.RV && match(c) }
 	}
 	// The Node status the deletion was decided on (the last one before
-	// it) must not list the volume in volumesInUse.
+	// it) must not list the volume in volumesInUse while it lists it in
+	// volumesAttached: the kubelet may mount it then. A listing in
+	// volumesInUse alone can come a moment before the deletion, written
+	// by a kubelet that took up a Pod after the controller took the
+	// volume off volumesAttached (or before it was ever listed there),
+	// too late for the controller to have seen it; that kubelet cannot
+	// mount it (it stages and publishes only a volume volumesAttached
+	// lists), and no NodeStage or NodePublish may start after it.
 	if cur, ok := k.History.Last(beforeDeletion(NodeNamed(node, func(*v1.Node) bool { return true }))); ok && InUse(cur.Obj.(*v1.Node), unique) {
-		t.Errorf("VolumeAttachment %s deleted (%s) while Node %s still listed %s in volumesInUse (%s)", va, f.Deleting, node, vol, cur)
+		if Attached(cur.Obj.(*v1.Node), unique) {
+			t.Errorf("VolumeAttachment %s deleted (%s) while Node %s still listed %s in volumesInUse and volumesAttached (%s)", va, f.Deleting, node, vol, cur)
+		}
+		for _, c := range mine {
+			if (c.Method == "NodeStageVolume" || c.Method == "NodePublishVolume") && c.Start.After(cur.Observed) {
+				t.Errorf("%s of %s on %s (#%d at %s) after Node %s listed it in volumesInUse but not in volumesAttached (%s), just before the VolumeAttachment's deletion (%s)",
+					c.Method, vol, nodeID, c.ID, Stamp(c.Start), node, cur, f.Deleting)
+			}
+		}
 	}
 	if last, ok := k.History.Last(beforeDeletion(NodeNamed(node, func(no *v1.Node) bool { return InUse(no, unique) }))); ok {
 		f.LastInUse = last
