@@ -131,21 +131,28 @@ func TestReconcileUnpublishesDeletingVAWhoseFinalizerWasRemovedByHand(t *testing
 		return e.getVA(vaName).Status.DetachError != nil, nil
 	})
 	e.dropFinalizer(vaName, kubenames.AttacherFinalizer(e.name))
-	// Let a detach retry already under way end against the fault: the
-	// one unpublish that succeeds comes after the fault is removed (the
-	// reconcile's, or the detach queue's: a deleting VA still marked
+	if !slices.Contains(e.driver.Published(pv), e.nodeID) {
+		t.Fatalf("volume not published to %s before the fault is removed", e.nodeID)
+	}
+	// The one unpublish that succeeds comes after the fault is removed
+	// (the reconcile's, or the detach queue's: a deleting VA still marked
 	// attached with latch's record is unpublished without our finalizer
-	// too).
-	time.Sleep(500 * time.Millisecond)
+	// too). The failed ones are counted once a call has succeeded: none
+	// can fail after that.
+	e.driver.RemoveFault(rule)
+	e.eventually(30*time.Second, "an unpublish of "+pv+" that succeeds, and none in flight", func() (bool, error) {
+		calls := e.driver.CallsTo(unpublishMethod)
+		return slices.ContainsFunc(calls, func(c csimock.Call) bool { return c.VolumeID == pv && c.Done() && c.Code == codes.OK }) &&
+			!slices.ContainsFunc(calls, func(c csimock.Call) bool { return c.VolumeID == pv && !c.Done() }), nil
+	})
 	failed := 0
 	for _, c := range e.driver.CallsTo(unpublishMethod) {
-		if c.VolumeID == pv {
+		if c.VolumeID == pv && c.Done() && c.Code == codes.Internal {
 			failed++
 		}
 	}
-	e.driver.RemoveFault(rule)
-	if !slices.Contains(e.driver.Published(pv), e.nodeID) {
-		t.Fatalf("volume not published to %s before the reconcile", e.nodeID)
+	if failed == 0 {
+		t.Fatalf("no unpublish of %s failed against the fault", pv)
 	}
 	e.waitUnpublishedByReconcile(pv, vaName, failed+1)
 }
