@@ -18,19 +18,11 @@ import (
 
 	"github.com/latchcsi/latch/internal/attacher/decide"
 	"github.com/latchcsi/latch/internal/kube"
-	"github.com/latchcsi/latch/internal/kube/kubenames"
 )
 
-// orphanRecordPrefix starts the name of the ConfigMap holding a driver's
-// orphaned publications; the sanitized driver name follows, as in the
-// Lease name.
-const orphanRecordPrefix = "external-attacher-orphans-"
-
-// OrphanRecordName is the name of the ConfigMap in which the attacher of
-// driver keeps the publications it still has to undo.
-func OrphanRecordName(driver string) string {
-	return orphanRecordPrefix + strings.ToLower(kubenames.SanitizeDriverName(driver))
-}
+// OrphanRecordName is the name of the ConfigMap holding driver's orphaned
+// publications (kube.OrphanRecordName, which latchctl's hints name too).
+func OrphanRecordName(driver string) string { return kube.OrphanRecordName(driver) }
 
 // orphanRecord is one entry of the durable record: what a restarted
 // attacher needs to unpublish. The secret is kept as a reference only;

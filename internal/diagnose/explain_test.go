@@ -286,7 +286,7 @@ func TestExplainPVTerminating(t *testing.T) {
 			target: pvTarget,
 			objs:   edit(drop[*v1.Pod](drop[*storagev1.VolumeAttachment](healthy(), ""), ""), pvName, deleting(kubenames.AttacherFinalizer(drv))),
 			want: []expect{
-				{"pv.deleting", StatusProblem, []string{"no VolumeAttachment references it", "kubectl patch pv"}},
+				{"pv.deleting", StatusProblem, []string{"no VolumeAttachment references it", "orphaned publication", "external-attacher-orphans-", "kubectl patch pv"}},
 				{"attacher.lease", StatusOK, nil},
 			},
 		},

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/latchcsi/latch/internal/kube"
 	"github.com/latchcsi/latch/internal/kube/kubenames"
 	v1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
@@ -124,7 +125,7 @@ func (w *walker) explainPVDeletion(pv *v1.PersistentVolume, vol *volume) {
 	w.add(Finding{Check: "pv.deleting", Object: obj, Status: StatusProblem,
 		Message: fmt.Sprintf("PV is Terminating (for %s) and still carries finalizer %s although no VolumeAttachment references it",
 			since, strings.Join(ours, ", ")),
-		Hint: fmt.Sprintf("csi-attacher of driver %s removes it; check that it runs (see the Lease below). If that driver is gone for good and the volume is detached in the backend, remove the finalizer: kubectl patch pv %s --type=merge -p '{\"metadata\":{\"finalizers\":null}}'", vol.driver, pv.Name)})
+		Hint: fmt.Sprintf("csi-attacher of driver %s removes it; check that it runs (see the Lease below). It also keeps it while an orphaned publication of the volume (a VolumeAttachment deleted while it was being published) is not yet unpublished: look for an entry naming this PV or its volume handle in the ConfigMap %s in the Lease's namespace, and at csi-attacher's log. If that driver is gone for good and the volume is detached in the backend, remove the finalizer: kubectl patch pv %s --type=merge -p '{\"metadata\":{\"finalizers\":null}}'", vol.driver, kube.OrphanRecordName(vol.driver), pv.Name)})
 	// No VA, so no attachment chain will check the attacher: do it here.
 	w.explainLease(vol.driver, true, true)
 }

@@ -30,3 +30,11 @@ const (
 func LeaseName(driver string) string {
 	return leasePrefix + strings.ToLower(kubenames.SanitizeDriverName(driver))
 }
+
+// OrphanRecordName is the name of the ConfigMap in which csi-attacher of
+// driver keeps the publications it still has to undo (orphaned
+// publications), in the Lease's namespace; the driver name is sanitized
+// and lower-cased as in the Lease name.
+func OrphanRecordName(driver string) string {
+	return "external-attacher-orphans-" + strings.ToLower(kubenames.SanitizeDriverName(driver))
+}
