@@ -89,12 +89,12 @@ func RunAsLeader(ctx context.Context, client kubernetes.Interface, cfg LeaderEle
 	if !cfg.Enabled {
 		return runWithPresence(ctx, client, cfg, run)
 	}
-	lock := &resourcelock.LeaseLock{
+	lock := releaseGuardedLock{&resourcelock.LeaseLock{
 		LeaseMeta:  metaFor(cfg),
 		Client:     client.CoordinationV1(),
 		LockConfig: resourcelock.ResourceLockConfig{Identity: cfg.Identity, EventRecorder: cfg.Recorder},
 		Labels:     cfg.Labels,
-	}
+	}}
 
 	// The elector gets a context of its own: cancelling it ends renewal and
 	// releases the lease, which must happen only after run has drained.

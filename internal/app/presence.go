@@ -245,9 +245,16 @@ func (p *presence) release(ctx context.Context) {
 //     identity holds it (this process failed to renew for a whole lease
 //     duration and the other took over), the work in flight is aborted
 //     and ErrCompetingInstance returned, as a lost lease does.
-//   - Renewal errors alone do not stop the work: without leader election
-//     an API server outage must not stop an attacher (upstream's
-//     behaviour); only a competitor does.
+//   - Renewals that fail for the renew deadline (RenewDeadline, below the
+//     lease duration; two thirds of it when unset) stop the work: by then
+//     another replica may be about to take the expired Lease over, and
+//     this one, cut off from the API server, would keep calling the
+//     driver from a stale cache beside it. The work in flight is aborted
+//     and ErrLostLease returned, as the elector does when renewals fail;
+//     the process restarts and waits for the Lease like any candidate.
+//     (Upstream without leader election has no Lease and never stops;
+//     latch's presence is an addition, and a replica that cannot reach
+//     the API server can do nothing safe anyway.)
 //   - When the API refuses Leases (no RBAC, 403), the check is impossible:
 //     an error is logged once and run runs unguarded, as upstream's would.
 func runWithPresence(ctx context.Context, client kubernetes.Interface, cfg LeaderElection, run func(context.Context) error) error {
@@ -302,6 +309,14 @@ func runWithPresence(ctx context.Context, client kubernetes.Interface, cfg Leade
 	p.alone()
 	logger.V(2).Info("Holding the Lease without leader election", "lease", klog.KRef(cfg.Namespace, cfg.LeaseName), "identity", cfg.Identity)
 
+	renewDeadline := cfg.RenewDeadline
+	if renewDeadline <= 0 || renewDeadline >= cfg.LeaseDuration {
+		renewDeadline = cfg.LeaseDuration * 2 / 3
+	}
+	// lastHeld is when the last renewal that found the Lease ours was
+	// sent: another replica counts the lease duration from no earlier.
+	lastHeld := p.clock.Now()
+
 	abortCtx, abort := context.WithCancel(context.WithoutCancel(ctx))
 	defer abort()
 	runCtx, cancelRun := context.WithCancel(ctx)
@@ -319,17 +334,28 @@ func runWithPresence(ctx context.Context, client kubernetes.Interface, cfg Leade
 		}
 		// Renew also while run drains after ctx is done, as the elector
 		// does: the Lease must stay ours while calls are in flight.
-		lookCtx, cancelLook := context.WithTimeout(context.WithoutCancel(ctx), cfg.LeaseDuration)
+		sent := p.clock.Now()
+		lookCtx, cancelLook := context.WithTimeout(context.WithoutCancel(ctx), renewDeadline)
 		held, other, err := p.look(lookCtx)
 		cancelLook()
 		switch {
+		case held:
+			lastHeld, lastErr = sent, ""
+		case other == "" && p.clock.Since(lastHeld) >= renewDeadline:
+			if err == nil {
+				err = errors.New("the Lease could not be renewed")
+			}
+			logger.Error(err, "Cannot renew the Lease for the renew deadline: another csi-attacher may take it over; aborting the work in flight and stopping",
+				"lease", klog.KRef(cfg.Namespace, cfg.LeaseName), "identity", cfg.Identity, "renewDeadline", renewDeadline)
+			abort()
+			cancelRun()
+			<-done
+			return fmt.Errorf("%w: Lease %s/%s not renewed for %s: %v", ErrLostLease, cfg.Namespace, cfg.LeaseName, renewDeadline, err)
 		case err != nil:
 			if err.Error() != lastErr {
-				logger.Error(err, "Cannot renew the Lease; working on", "lease", klog.KRef(cfg.Namespace, cfg.LeaseName))
+				logger.Error(err, "Cannot renew the Lease; working on until the renew deadline", "lease", klog.KRef(cfg.Namespace, cfg.LeaseName), "renewDeadline", renewDeadline)
 				lastErr = err.Error()
 			}
-		case held:
-			lastErr = ""
 		case other != "":
 			p.competing(ctx, other, true)
 			abort()

@@ -1,0 +1,122 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
+	coordinationv1client "k8s.io/client-go/kubernetes/typed/coordination/v1"
+	"k8s.io/klog/v2/ktesting"
+)
+
+// partitionedClient fails every Lease request while cut is set, as a
+// replica cut off from the API server sees it (its driver, a sidecar in
+// the same Pod, still answers).
+type partitionedClient struct {
+	*fake.Clientset
+	cut *atomic.Bool
+}
+
+func (c partitionedClient) CoordinationV1() coordinationv1client.CoordinationV1Interface {
+	return partitionedCoordination{c.Clientset.CoordinationV1(), c.cut}
+}
+
+type partitionedCoordination struct {
+	coordinationv1client.CoordinationV1Interface
+	cut *atomic.Bool
+}
+
+func (c partitionedCoordination) Leases(ns string) coordinationv1client.LeaseInterface {
+	return partitionedLeases{c.CoordinationV1Interface.Leases(ns), c.cut}
+}
+
+type partitionedLeases struct {
+	coordinationv1client.LeaseInterface
+	cut *atomic.Bool
+}
+
+func (l partitionedLeases) Get(ctx context.Context, name string, o metav1.GetOptions) (*coordinationv1.Lease, error) {
+	if l.cut.Load() {
+		return nil, apierrors.NewServiceUnavailable("partitioned")
+	}
+	return l.LeaseInterface.Get(ctx, name, o)
+}
+
+func (l partitionedLeases) Update(ctx context.Context, lease *coordinationv1.Lease, o metav1.UpdateOptions) (*coordinationv1.Lease, error) {
+	if l.cut.Load() {
+		return nil, apierrors.NewServiceUnavailable("partitioned")
+	}
+	return l.LeaseInterface.Update(ctx, lease, o)
+}
+
+// Two csi-attachers of one driver without --leader-election (presence
+// mode). "a" holds the Lease and works; then "a" is cut off from the API
+// server (its renewals fail) but keeps running its workers against the
+// driver. "b" waits one lease duration, takes the Lease over and starts
+// working. At that moment "a" must no longer be working: it cannot know
+// whether b took over, and the Lease it last renewed has expired on every
+// other replica's clock. Otherwise both call ControllerPublish /
+// ControllerUnpublish for the same VolumeAttachments, the race presence
+// mode exists to rule out (a stale publish of a lands after b unpublished
+// the volume and published it elsewhere: RWO volume on two nodes, and a's
+// publication is never recorded because a's status write fails too).
+func TestPresenceRenewalsFailingForTheRenewDeadlineStopTheWorkBeforeAnotherTakesOver(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	ctx, stop := context.WithCancel(ctx)
+	defer stop()
+	client := fake.NewClientset()
+	var cut atomic.Bool
+
+	aStarted := make(chan struct{})
+	aRunCtx := make(chan context.Context, 1)
+	aResult := make(chan error, 1)
+	go func() {
+		aResult <- RunAsLeader(ctx, partitionedClient{client, &cut}, presenceConfig("a", &testGauge{}), nil, func(runCtx context.Context) error {
+			aRunCtx <- runCtx
+			close(aStarted)
+			<-runCtx.Done()
+			return runCtx.Err()
+		})
+	}()
+	<-aStarted
+	runA := <-aRunCtx
+	if h := holder(t, ctx, client); h != "a" {
+		t.Fatalf("holder = %q, want a", h)
+	}
+
+	// a is partitioned from the API server: no renewals from now on.
+	cut.Store(true)
+	cutAt := time.Now()
+
+	bStarted := make(chan time.Time, 1)
+	bResult := make(chan error, 1)
+	go func() {
+		bResult <- RunAsLeader(ctx, client, presenceConfig("b", &testGauge{}), nil, func(runCtx context.Context) error {
+			bStarted <- time.Now()
+			<-runCtx.Done()
+			return runCtx.Err()
+		})
+	}()
+	at := within(t, bStarted, "b never took over the Lease a stopped renewing")
+	t.Logf("b started working %s after a was partitioned", at.Sub(cutAt).Round(time.Millisecond))
+
+	// a stops at its renew deadline, before b's lease duration ran out.
+	if runA.Err() == nil {
+		t.Errorf("presence mode: a (partitioned, Lease expired %s ago by b's clock) still works while b works: two active csi-attachers of one driver", time.Since(cutAt).Round(time.Millisecond))
+	}
+
+	stop()
+	cut.Store(false)
+	if err := within(t, aResult, "a's RunAsLeader did not return"); !errors.Is(err, ErrLostLease) {
+		t.Errorf("a's RunAsLeader = %v, want ErrLostLease (renewals failed for the renew deadline)", err)
+	}
+	if err := within(t, bResult, "b's RunAsLeader did not return"); err != nil && !errors.Is(err, context.Canceled) {
+		t.Errorf("b's RunAsLeader = %v, want nil or canceled", err)
+	}
+}
