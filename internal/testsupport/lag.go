@@ -3,6 +3,7 @@ package testsupport
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -84,18 +85,33 @@ func createdName(req *http.Request) (string, error) {
 type laggingBody struct {
 	rc      io.ReadCloser
 	lagging func() bool
-	closed  chan struct{}
-	once    sync.Once
+	// cut reports a partition: the stream ends with an error and nothing
+	// read after the cut reaches the reader (nil: never).
+	cut    func() bool
+	closed chan struct{}
+	once   sync.Once
 }
 
-func newLaggingBody(rc io.ReadCloser, lagging func() bool) *laggingBody {
-	return &laggingBody{rc: rc, lagging: lagging, closed: make(chan struct{})}
+func newLaggingBody(rc io.ReadCloser, lagging, cut func() bool) *laggingBody {
+	return &laggingBody{rc: rc, lagging: lagging, cut: cut, closed: make(chan struct{})}
 }
+
+// errCut ends a watch stream cut by a partition.
+var errCut = errors.New("connection cut (partitioned)")
 
 // Read reads from the stream and returns what it read once the watch
-// does not lag. Close ends a Read that waits, on the stream or the lag.
+// does not lag. Close ends a Read that waits, on the stream or the lag. A
+// partition ends the stream: what arrives after the cut is dropped.
 func (b *laggingBody) Read(p []byte) (int, error) {
+	if b.cut != nil && b.cut() {
+		b.Close()
+		return 0, errCut
+	}
 	n, err := b.rc.Read(p)
+	if b.cut != nil && b.cut() {
+		b.Close()
+		return 0, errCut
+	}
 	for b.lagging() {
 		select {
 		case <-b.closed:

@@ -101,3 +101,57 @@ func TestAPITransportLagWatchesHoldsEventsBackAndLosesNone(t *testing.T) {
 		}
 	}
 }
+
+// A watch opened before a Partition delivers what came before the cut and
+// nothing after it: the stream ends, as a cut connection's does.
+func TestAPITransportPartitionEndsAnOpenWatch(t *testing.T) {
+	events := make(chan string, 10)
+	s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusOK)
+		w.(http.Flusher).Flush()
+		for {
+			select {
+			case name := <-events:
+				fmt.Fprintf(w, `{"type":"ADDED","object":{"kind":"VolumeAttachment","apiVersion":"storage.k8s.io/v1","metadata":{"name":%q}}}`+"\n", name)
+				w.(http.Flusher).Flush()
+			case <-r.Context().Done():
+				return
+			}
+		}
+	}))
+	t.Cleanup(s.Close)
+	tr := NewAPITransport()
+	c := client(t, s, tr)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	w, err := c.StorageV1().VolumeAttachments().Watch(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	events <- "before"
+	select {
+	case ev := <-w.ResultChan():
+		if va, ok := ev.Object.(*storagev1.VolumeAttachment); !ok || va.Name != "before" {
+			t.Fatalf("event %v %v, want ADDED before", ev.Type, ev.Object)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the event before the partition was not delivered")
+	}
+	tr.Partition()
+	events <- "after"
+	for {
+		select {
+		case ev, ok := <-w.ResultChan():
+			if !ok {
+				return // the stream ended, "after" undelivered
+			}
+			if va, isVA := ev.Object.(*storagev1.VolumeAttachment); isVA && va.Name == "after" {
+				t.Fatalf("event %s delivered through a partition", va.Name)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("the watch did not end after the partition")
+		}
+	}
+}

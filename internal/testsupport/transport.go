@@ -221,8 +221,9 @@ func (t *APITransport) add(r *rule) Rule {
 
 // Partition cuts the client off the API server: every request (reads
 // too) hangs up to the partition timeout (5s; SetPartitionTimeout) and
-// then fails, and answers still in flight (watches) are dropped. Heal
-// ends it.
+// then fails, and answers still in flight are dropped: an open watch
+// stream ends with an error at its next read, and no event that arrives
+// after the cut reaches the client. Heal ends it.
 func (t *APITransport) Partition() { t.partitioned.Store(true) }
 
 // Heal ends a Partition.
@@ -298,7 +299,7 @@ func (t *APITransport) Wrap(rt http.RoundTripper) http.RoundTripper {
 			return statusResponse(req, after.code, after.reason, after.message), nil
 		}
 		if err == nil && req.Method == http.MethodGet && req.URL.Query().Get("watch") == "true" {
-			resp.Body = newLaggingBody(resp.Body, func() bool { return t.lagging(p) })
+			resp.Body = newLaggingBody(resp.Body, func() bool { return t.lagging(p) }, t.partitioned.Load)
 		}
 		return resp, err
 	})
