@@ -5,58 +5,26 @@ import (
 	"testing"
 	"time"
 
-	coordinationv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
-	coordinationv1client "k8s.io/client-go/kubernetes/typed/coordination/v1"
 	"k8s.io/klog/v2/ktesting"
 	"k8s.io/utils/ptr"
 )
 
 type renewMarker struct{}
 
-// renewFailingClient fails the Lease requests made under the elector's own
+// renewFailing fails the Lease requests made under the elector's own
 // context (its acquire and renew loop, which carries the caller's values)
 // and lets through the ones made on a fresh context: client-go's release()
 // runs on context.Background(). That is an API server that stopped
 // answering renewals and answers again a moment later, when the elector
 // gives the Lease up.
-type renewFailingClient struct{ *fake.Clientset }
-
-func (c renewFailingClient) CoordinationV1() coordinationv1client.CoordinationV1Interface {
-	return rfCoordination{c.Clientset.CoordinationV1()}
-}
-
-type rfCoordination struct {
-	coordinationv1client.CoordinationV1Interface
-}
-
-func (c rfCoordination) Leases(ns string) coordinationv1client.LeaseInterface {
-	return rfLeases{c.CoordinationV1Interface.Leases(ns)}
-}
-
-type rfLeases struct {
-	coordinationv1client.LeaseInterface
-}
-
-func failing(ctx context.Context) bool {
-	on, _ := ctx.Value(renewMarker{}).(*bool)
-	return on != nil && *on
-}
-
-func (l rfLeases) Get(ctx context.Context, name string, o metav1.GetOptions) (*coordinationv1.Lease, error) {
-	if failing(ctx) {
-		return nil, apierrors.NewTimeoutError("slow API server", 1)
+func renewFailing(ctx context.Context) error {
+	if on, _ := ctx.Value(renewMarker{}).(*bool); on != nil && *on {
+		return apierrors.NewTimeoutError("slow API server", 1)
 	}
-	return l.LeaseInterface.Get(ctx, name, o)
-}
-
-func (l rfLeases) Update(ctx context.Context, lease *coordinationv1.Lease, o metav1.UpdateOptions) (*coordinationv1.Lease, error) {
-	if failing(ctx) {
-		return nil, apierrors.NewTimeoutError("slow API server", 1)
-	}
-	return l.LeaseInterface.Update(ctx, lease, o)
+	return nil
 }
 
 // A leader whose renewals fail (API server slow or cut off) for longer
@@ -76,7 +44,7 @@ func TestRunAsLeaderThatLostTheLeaseToAnotherLeavesTheirHoldAlone(t *testing.T) 
 	result := make(chan error, 1)
 	actx := context.WithValue(ctx, renewMarker{}, on)
 	go func() {
-		result <- RunAsLeader(actx, renewFailingClient{client}, cfg, nil, func(c context.Context) error {
+		result <- RunAsLeader(actx, leaseFaults{client, renewFailing}, cfg, nil, func(c context.Context) error {
 			runCtx <- c
 			<-c.Done()
 			return nil

@@ -7,52 +7,21 @@ import (
 	"testing"
 	"time"
 
-	coordinationv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
-	coordinationv1client "k8s.io/client-go/kubernetes/typed/coordination/v1"
 	"k8s.io/klog/v2/ktesting"
 )
 
-// partitionedClient fails every Lease request while cut is set, as a
-// replica cut off from the API server sees it (its driver, a sidecar in
-// the same Pod, still answers).
-type partitionedClient struct {
-	*fake.Clientset
-	cut *atomic.Bool
-}
-
-func (c partitionedClient) CoordinationV1() coordinationv1client.CoordinationV1Interface {
-	return partitionedCoordination{c.Clientset.CoordinationV1(), c.cut}
-}
-
-type partitionedCoordination struct {
-	coordinationv1client.CoordinationV1Interface
-	cut *atomic.Bool
-}
-
-func (c partitionedCoordination) Leases(ns string) coordinationv1client.LeaseInterface {
-	return partitionedLeases{c.CoordinationV1Interface.Leases(ns), c.cut}
-}
-
-type partitionedLeases struct {
-	coordinationv1client.LeaseInterface
-	cut *atomic.Bool
-}
-
-func (l partitionedLeases) Get(ctx context.Context, name string, o metav1.GetOptions) (*coordinationv1.Lease, error) {
-	if l.cut.Load() {
-		return nil, apierrors.NewServiceUnavailable("partitioned")
+// partitioned fails every Lease request while cut is set, as a replica
+// cut off from the API server sees it (its driver, a sidecar in the same
+// Pod, still answers).
+func partitioned(cut *atomic.Bool) func(context.Context) error {
+	return func(context.Context) error {
+		if cut.Load() {
+			return apierrors.NewServiceUnavailable("partitioned")
+		}
+		return nil
 	}
-	return l.LeaseInterface.Get(ctx, name, o)
-}
-
-func (l partitionedLeases) Update(ctx context.Context, lease *coordinationv1.Lease, o metav1.UpdateOptions) (*coordinationv1.Lease, error) {
-	if l.cut.Load() {
-		return nil, apierrors.NewServiceUnavailable("partitioned")
-	}
-	return l.LeaseInterface.Update(ctx, lease, o)
 }
 
 // Two csi-attachers of one driver without --leader-election (presence
@@ -77,7 +46,7 @@ func TestPresenceRenewalsFailingForTheRenewDeadlineStopTheWorkBeforeAnotherTakes
 	aRunCtx := make(chan context.Context, 1)
 	aResult := make(chan error, 1)
 	go func() {
-		aResult <- RunAsLeader(ctx, partitionedClient{client, &cut}, presenceConfig("a", &testGauge{}), nil, func(runCtx context.Context) error {
+		aResult <- RunAsLeader(ctx, leaseFaults{client, partitioned(&cut)}, presenceConfig("a", &testGauge{}), nil, func(runCtx context.Context) error {
 			aRunCtx <- runCtx
 			close(aStarted)
 			<-runCtx.Done()

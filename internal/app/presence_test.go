@@ -14,7 +14,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/kubernetes/fake"
-	coordinationv1client "k8s.io/client-go/kubernetes/typed/coordination/v1"
 	clienttesting "k8s.io/client-go/testing"
 	"k8s.io/klog/v2/ktesting"
 	"k8s.io/utils/ptr"
@@ -196,7 +195,7 @@ func TestPresenceRenewsTheLeaseWhileRunDrainsThenReleasesIt(t *testing.T) {
 	ctx, stop := context.WithCancel(testCtx)
 	started, drained := make(chan struct{}), make(chan struct{})
 	// Unlike the fake, a real client fails requests of a cancelled context.
-	honest := ctxClient{client}
+	honest := ctxClient(client)
 	result := make(chan error, 1)
 	go func() {
 		result <- RunAsLeader(ctx, honest, presenceConfig("a", &testGauge{}), nil, func(runCtx context.Context) error {
@@ -232,34 +231,6 @@ func TestPresenceRenewsTheLeaseWhileRunDrainsThenReleasesIt(t *testing.T) {
 
 // ctxClient fails Lease requests whose context is done, as a real client
 // does; the fake ignores contexts.
-type ctxClient struct{ *fake.Clientset }
-
-func (c ctxClient) CoordinationV1() coordinationv1client.CoordinationV1Interface {
-	return ctxCoordination{c.Clientset.CoordinationV1()}
-}
-
-type ctxCoordination struct {
-	coordinationv1client.CoordinationV1Interface
-}
-
-func (c ctxCoordination) Leases(ns string) coordinationv1client.LeaseInterface {
-	return ctxLeases{c.CoordinationV1Interface.Leases(ns)}
-}
-
-type ctxLeases struct {
-	coordinationv1client.LeaseInterface
-}
-
-func (l ctxLeases) Get(ctx context.Context, name string, o metav1.GetOptions) (*coordinationv1.Lease, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	return l.LeaseInterface.Get(ctx, name, o)
-}
-
-func (l ctxLeases) Update(ctx context.Context, lease *coordinationv1.Lease, o metav1.UpdateOptions) (*coordinationv1.Lease, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	return l.LeaseInterface.Update(ctx, lease, o)
+func ctxClient(c *fake.Clientset) leaseFaults {
+	return leaseFaults{c, func(ctx context.Context) error { return ctx.Err() }}
 }

@@ -54,21 +54,7 @@ func TestAPITransportFailAfterWriteWithMatchesACreateByTheNameItSends(t *testing
 // A watch of another resource does not lag.
 func TestAPITransportLagWatchesHoldsEventsBackAndLosesNone(t *testing.T) {
 	events := make(chan string, 10)
-	s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(http.StatusOK)
-		w.(http.Flusher).Flush()
-		for {
-			select {
-			case name := <-events:
-				fmt.Fprintf(w, `{"type":"ADDED","object":{"kind":"VolumeAttachment","apiVersion":"storage.k8s.io/v1","metadata":{"name":%q}}}`+"\n", name)
-				w.(http.Flusher).Flush()
-			case <-r.Context().Done():
-				return
-			}
-		}
-	}))
-	t.Cleanup(s.Close)
+	s := watchServer(t, events)
 	tr := NewAPITransport()
 	c := client(t, s, tr)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -106,21 +92,7 @@ func TestAPITransportLagWatchesHoldsEventsBackAndLosesNone(t *testing.T) {
 // nothing after it: the stream ends, as a cut connection's does.
 func TestAPITransportPartitionEndsAnOpenWatch(t *testing.T) {
 	events := make(chan string, 10)
-	s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(http.StatusOK)
-		w.(http.Flusher).Flush()
-		for {
-			select {
-			case name := <-events:
-				fmt.Fprintf(w, `{"type":"ADDED","object":{"kind":"VolumeAttachment","apiVersion":"storage.k8s.io/v1","metadata":{"name":%q}}}`+"\n", name)
-				w.(http.Flusher).Flush()
-			case <-r.Context().Done():
-				return
-			}
-		}
-	}))
-	t.Cleanup(s.Close)
+	s := watchServer(t, events)
 	tr := NewAPITransport()
 	c := client(t, s, tr)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -154,4 +126,25 @@ func TestAPITransportPartitionEndsAnOpenWatch(t *testing.T) {
 			t.Fatal("the watch did not end after the partition")
 		}
 	}
+}
+
+// watchServer answers every request with a watch stream of
+// VolumeAttachments, one ADDED event for each name sent on events.
+func watchServer(t *testing.T, events <-chan string) *httptest.Server {
+	s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusOK)
+		w.(http.Flusher).Flush()
+		for {
+			select {
+			case name := <-events:
+				fmt.Fprintf(w, `{"type":"ADDED","object":{"kind":"VolumeAttachment","apiVersion":"storage.k8s.io/v1","metadata":{"name":%q}}}`+"\n", name)
+				w.(http.Flusher).Flush()
+			case <-r.Context().Done():
+				return
+			}
+		}
+	}))
+	t.Cleanup(s.Close)
+	return s
 }
