@@ -88,14 +88,21 @@ func (e *executor) patchPV(ctx context.Context, pv *v1.PersistentVolume, patch [
 
 // writeStatus patches va's status to want (nothing when equal).
 func (e *executor) writeStatus(ctx context.Context, va *storagev1.VolumeAttachment, want storagev1.VolumeAttachmentStatus) error {
+	_, err := e.sendStatus(ctx, va, want)
+	return err
+}
+
+// sendStatus is writeStatus that also says whether a patch was sent: when
+// va already shows want nothing is, and so no UID precondition is checked.
+func (e *executor) sendStatus(ctx context.Context, va *storagev1.VolumeAttachment, want storagev1.VolumeAttachmentStatus) (sent bool, err error) {
 	patch, err := kube.VolumeAttachmentStatusPatch(va, want)
 	if err != nil || patch == nil {
-		return err
+		return false, err
 	}
 	if _, err := e.patchVA(ctx, va, types.MergePatchType, patch, "status"); err != nil {
-		return fmt.Errorf("update status of VolumeAttachment %q: %w", va.Name, err)
+		return true, fmt.Errorf("update status of VolumeAttachment %q: %w", va.Name, err)
 	}
-	return nil
+	return true, nil
 }
 
 // setMetadata writes the finalizer and annotations mc names in one guarded

@@ -102,9 +102,8 @@ func (e *executor) runAttach(ctx context.Context, va *storagev1.VolumeAttachment
 		// still unpublishes.
 		return e.publishFailed(ctx, va, plan, res.secrets, blocked, nil)
 	}
-	attached := storagev1.VolumeAttachmentStatus{Attached: true, AttachmentMetadata: publishContext}
-	unchanged := statusUnchanged(va, attached)
-	if err := e.writeStatus(ctx, va, attached); err != nil {
+	sent, err := e.sendStatus(ctx, va, storagev1.VolumeAttachmentStatus{Attached: true, AttachmentMetadata: publishContext})
+	if err != nil {
 		switch e.vaFateAfter(ctx, va, err) {
 		case vaGone:
 			// The VolumeAttachment went away (or was replaced by a new
@@ -119,7 +118,7 @@ func (e *executor) runAttach(ctx context.Context, va *storagev1.VolumeAttachment
 		}
 		return runner.Result{}, err
 	}
-	if unchanged {
+	if !sent {
 		// The VA already showed this status, one we did not believe (no
 		// finalizer or node-id annotation of ours), so nothing was sent
 		// and no UID precondition checked: a live read tells whether va
@@ -131,12 +130,6 @@ func (e *executor) runAttach(ctx context.Context, va *storagev1.VolumeAttachment
 	e.metrics.attached(va.CreationTimestamp.Time, e.clock.Now())
 	klog.FromContext(ctx).V(2).Info("Volume attached", "volumeHandle", plan.Volume.Handle)
 	return runner.Result{}, nil
-}
-
-// statusUnchanged reports whether writeStatus(va, want) sends nothing.
-func statusUnchanged(va *storagev1.VolumeAttachment, want storagev1.VolumeAttachmentStatus) bool {
-	patch, err := kube.VolumeAttachmentStatusPatch(va, want)
-	return err == nil && patch == nil
 }
 
 // publishedUnwritten settles a successful publish for va whose status
