@@ -53,21 +53,12 @@ func TestAPITransportFailAfterWriteWithMatchesACreateByTheNameItSends(t *testing
 // is removed, every event that arrived meanwhile is delivered, in order.
 // A watch of another resource does not lag.
 func TestAPITransportLagWatchesHoldsEventsBackAndLosesNone(t *testing.T) {
-	events := make(chan string, 10)
-	s := watchServer(t, events)
 	tr := NewAPITransport()
-	c := client(t, s, tr)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
 	r := tr.LagWatches(Match{Resource: "volumeattachments"})
 	if other := tr.lagging(parsePath("/api/v1/pods")); other {
 		t.Error("a watch of pods lags under a rule for volumeattachments")
 	}
-	w, err := c.StorageV1().VolumeAttachments().Watch(ctx, metav1.ListOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.Stop()
+	events, w := watchThrough(t, tr)
 	events <- "a"
 	events <- "b"
 	select {
@@ -91,17 +82,8 @@ func TestAPITransportLagWatchesHoldsEventsBackAndLosesNone(t *testing.T) {
 // A watch opened before a Partition delivers what came before the cut and
 // nothing after it: the stream ends, as a cut connection's does.
 func TestAPITransportPartitionEndsAnOpenWatch(t *testing.T) {
-	events := make(chan string, 10)
-	s := watchServer(t, events)
 	tr := NewAPITransport()
-	c := client(t, s, tr)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	w, err := c.StorageV1().VolumeAttachments().Watch(ctx, metav1.ListOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.Stop()
+	events, w := watchThrough(t, tr)
 	events <- "before"
 	select {
 	case ev := <-w.ResultChan():
@@ -126,6 +108,21 @@ func TestAPITransportPartitionEndsAnOpenWatch(t *testing.T) {
 			t.Fatal("the watch did not end after the partition")
 		}
 	}
+}
+
+// watchThrough opens a watch of VolumeAttachments through tr on a
+// watchServer; each name sent on events arrives as an ADDED event.
+func watchThrough(t *testing.T, tr *APITransport) (chan<- string, watch.Interface) {
+	events := make(chan string, 10)
+	c := client(t, watchServer(t, events), tr)
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	w, err := c.StorageV1().VolumeAttachments().Watch(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(w.Stop)
+	return events, w
 }
 
 // watchServer answers every request with a watch stream of
