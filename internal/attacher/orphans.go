@@ -34,7 +34,8 @@ const (
 // finalizer kept the object, and no detach will come for it. The attach
 // queue undoes it under the VolumeAttachment's name.
 type orphan struct {
-	// uid is the UID of the VolumeAttachment the volume was published for.
+	// name and uid name the VolumeAttachment the volume was published for.
+	name           string
 	uid            types.UID
 	handle, nodeID string
 	// nodeName is the VolumeAttachment's spec.nodeName, to find another
@@ -57,6 +58,9 @@ type orphan struct {
 	// unpublished: the driver unpublished it; only its record is left to
 	// remove.
 	unpublished bool
+	// singleNode: the publish's access modes allow the volume on one node
+	// only (decide.SingleNode); not known for a record read back.
+	singleNode bool
 }
 
 func (o orphan) same(p orphan) bool {
@@ -65,14 +69,16 @@ func (o orphan) same(p orphan) bool {
 
 // facts is what package decide's orphan decisions need of o.
 func (o orphan) facts() decide.Orphan {
-	return decide.Orphan{Handle: o.handle, NodeID: o.nodeID, PV: o.pvName, Uncertain: o.uncertain}
+	return decide.Orphan{Handle: o.handle, NodeID: o.nodeID, VA: o.name, NodeName: o.nodeName, UID: o.uid,
+		PV: o.pvName, Uncertain: o.uncertain, SingleNode: o.singleNode}
 }
 
 // publicationOf is the publication made (or possibly made: uncertain) for
 // va with plan.
 func publicationOf(va *storagev1.VolumeAttachment, plan decide.AttachPlan, secrets map[string]string, uncertain bool) orphan {
-	o := orphan{uid: va.UID, handle: plan.Volume.Handle, nodeID: plan.NodeID,
-		nodeName: va.Spec.NodeName, secretRef: plan.Volume.Secret, secrets: secrets, uncertain: uncertain}
+	o := orphan{name: va.Name, uid: va.UID, handle: plan.Volume.Handle, nodeID: plan.NodeID,
+		nodeName: va.Spec.NodeName, secretRef: plan.Volume.Secret, secrets: secrets, uncertain: uncertain,
+		singleNode: decide.SingleNode(plan.Volume.AccessModes)}
 	if pv := va.Spec.Source.PersistentVolumeName; pv != nil {
 		o.pvName = *pv
 	}
@@ -166,10 +172,7 @@ func (c *Controller) confirmSuspect(ctx context.Context, name string) error {
 		c.orphanPublished(ctx, name, s, fmt.Errorf("VolumeAttachment %q (uid %s) is gone, replaced, or lost our finalizer", name, s.uid))
 		return nil
 	}
-	if s.pvName != "" {
-		// The PV may have waited for this publication (syncPV).
-		c.pvs.Enqueue(s.pvName)
-	}
+	c.publicationSettled(s)
 	return nil
 }
 
@@ -223,12 +226,49 @@ func (c *Controller) dropOrphan(ctx context.Context, name string, o orphan) erro
 	c.busyMu.Unlock()
 	if ok && p.same(o) {
 		c.exec.metrics.orphanDropped()
-		if o.pvName != "" {
-			// The PV's finalizer may have waited for this orphan (syncPV).
-			c.pvs.Enqueue(o.pvName)
-		}
+		c.publicationSettled(o)
 	}
 	return nil
+}
+
+// publicationSettled wakes what may have waited for the orphan or suspect
+// o: the PV it was published from (its finalizer, syncPV) and the
+// VolumeAttachments of that PV that are not attached yet (a publish to
+// another node, decide.PublishBlockedByOrphan), which would otherwise wait
+// out their backoff.
+func (c *Controller) publicationSettled(o orphan) {
+	if o.pvName == "" {
+		return
+	}
+	c.pvs.Enqueue(o.pvName)
+	objs, _ := c.vaInformer.GetIndexer().ByIndex(vaByPVIndex, o.pvName)
+	for _, obj := range objs {
+		if va, ok := c.ours(obj); ok && !va.Status.Attached && va.DeletionTimestamp == nil && va.Name != o.name {
+			c.attach.ForgetAndEnqueue(va.Name)
+		}
+	}
+}
+
+// pending returns every orphan not yet unpublished and every suspect, by
+// VolumeAttachment name, for decide.PublishBlockedByOrphan.
+func (c *Controller) pending() []decide.Orphan {
+	c.busyMu.Lock()
+	defer c.busyMu.Unlock()
+	if len(c.orphans) == 0 && len(c.suspects) == 0 {
+		return nil
+	}
+	var out []decide.Orphan
+	for _, name := range slices.Sorted(maps.Keys(c.orphans)) {
+		if o := c.orphans[name]; !o.unpublished {
+			out = append(out, o.facts())
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(c.suspects)) {
+		f := c.suspects[name].facts()
+		f.Suspect = true
+		out = append(out, f)
+	}
+	return out
 }
 
 // orphanHoldsPV reports whether a pending orphan (or a publication whose

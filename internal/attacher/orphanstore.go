@@ -220,7 +220,7 @@ func recordOf(name string, o orphan) orphanRecord {
 
 func fromRecord(rec orphanRecord) orphan {
 	return orphan{
-		uid: rec.UID, handle: rec.VolumeHandle, nodeID: rec.NodeID, nodeName: rec.NodeName,
+		name: rec.VolumeAttachment, uid: rec.UID, handle: rec.VolumeHandle, nodeID: rec.NodeID, nodeName: rec.NodeName,
 		secretRef: decide.ParseSecretRef(rec.SecretRef), pvName: rec.PersistentVolume, uncertain: rec.Uncertain, recorded: true,
 	}
 }

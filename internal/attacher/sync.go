@@ -41,6 +41,7 @@ func (c *Controller) syncAttach(ctx context.Context, name string) (runner.Result
 	// finalizer (decide.OwnerOnceRecorded).
 	pending := c.hasOrphan(name)
 	res, err := c.owned(ctx, attachDir, va, func(ctx context.Context, obs decide.Observed) (runner.Result, error) {
+		obs.Pending = c.pending()
 		plan := decide.Attach(obs, c.cfg.Driver, bindTranslator(c.tr, klog.FromContext(ctx)))
 		return c.exec.runAttach(ctx, va, obs.PV, plan)
 	})

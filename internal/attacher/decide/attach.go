@@ -62,6 +62,10 @@ type MetadataChange struct {
 // the only record of that publication. A VA that is not attached but
 // recorded another node ID (with our finalizer, so it may have been
 // published there) has that publication undone first.
+//
+// A publish of a volume that may be on one node only waits while a
+// publication of the same handle to another node ID is still to be undone
+// (obs.Pending, PublishBlockedByOrphan).
 func Attach(obs Observed, drv DriverInfo, tr Translator) AttachPlan {
 	va := obs.VA
 	if obs.Trivial {
@@ -94,6 +98,9 @@ func Attach(obs Observed, drv DriverInfo, tr Translator) AttachPlan {
 		nodeID, ok := CSINodeID(obs.CSINode, drv.Name)
 		if !ok {
 			return AttachPlan{Blocked: &Blocked{Reason: ReasonWaitingForCSINode, Message: csiNodeMessage(obs.CSINode, va.Spec.NodeName, drv.Name)}}
+		}
+		if b := PublishBlockedByOrphan(vol, nodeID, obs.Pending); b != nil {
+			return AttachPlan{Blocked: b}
 		}
 		plan = AttachPlan{Volume: vol, NodeID: nodeID, Publish: true}
 		if ourFinalizer && recordedNodeID != "" && recordedNodeID != nodeID {

@@ -41,6 +41,12 @@ type Observed struct {
 	// finalizer is gone, so no detach of ours is coming: unpublish it
 	// anyway (RepairFor).
 	StillPublished bool
+	// Pending (attach only): every publication the attacher still has to
+	// undo, or whose VolumeAttachment's fate it does not know yet
+	// (orphans and suspects), in a stable order. A publish of a
+	// single-node volume waits while one of its handle is on another node
+	// ID (PublishBlockedByOrphan).
+	Pending []Orphan
 }
 
 // Volume is what ControllerPublish/Unpublish need, resolved from the PV, the

@@ -15,6 +15,10 @@ import (
 // detach of ours will ever come for.
 type Orphan struct {
 	Handle, NodeID string
+	// VA and UID name the VolumeAttachment the publication was made for;
+	// NodeName is its spec.nodeName ("" when a record does not say).
+	VA, NodeName string
+	UID          types.UID
 	// PV is the PersistentVolume the volume was published from: "" for an
 	// inline volume, or for a record an older attacher wrote.
 	PV string
@@ -23,6 +27,19 @@ type Orphan struct {
 	// The driver may still be carrying the publish out, so a listing that
 	// does not show the volume proves nothing.
 	Uncertain bool
+	// SingleNode: the publish was made with access modes that allow the
+	// volume on one node only (SingleNode); false when not known (a
+	// record read from the ConfigMap).
+	SingleNode bool
+	// Suspect: not known to be an orphan yet. The status write after the
+	// publish failed for a reason that does not tell whether the
+	// VolumeAttachment still exists; a live read of it decides.
+	Suspect bool
+	// FromRecord: read from the ConfigMap record, not witnessed by this
+	// process. Such an entry is a claim anyone who may write ConfigMaps in
+	// the attacher's namespace can make: it is acted on only as far as
+	// the API server and the driver corroborate it (SettleRecorded).
+	FromRecord bool
 }
 
 // Ownership is how a VolumeAttachment relates to an orphaned publication.

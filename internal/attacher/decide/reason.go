@@ -41,6 +41,11 @@ const (
 	// unpublish it, and only an edit of the VA (the finalizer removed by
 	// hand) ends the detach.
 	ReasonUnpublishUnsupported Reason = "UnpublishUnsupported"
+	// ReasonOrphanOnOtherNode: the volume may be on one node only and a
+	// publication of it to another node ID, whose VolumeAttachment is
+	// gone, is still to be undone (PublishBlockedByOrphan). Retried with
+	// backoff, and at once when that publication is undone.
+	ReasonOrphanOnOtherNode Reason = "OrphanedPublicationOnOtherNode"
 )
 
 // Class says how a recorded failure is retried.
