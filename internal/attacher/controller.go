@@ -18,6 +18,7 @@ import (
 
 	"github.com/latchcsi/latch/internal/attacher/decide"
 	"github.com/latchcsi/latch/internal/kube"
+	"github.com/latchcsi/latch/internal/kube/kubenames"
 	"github.com/latchcsi/latch/internal/runner"
 )
 
@@ -117,6 +118,10 @@ type Controller struct {
 	// records keeps the orphans where a restart finds them; nil when
 	// Config.OrphanNamespace is empty.
 	records orphanStore
+	// ignored holds the entries of the record that are not acted on
+	// (decide.RecordedOrphanUnusable), by name, so that reading the
+	// record again reports each only once (guarded by busyMu).
+	ignored map[string]orphanRecord
 	// stillPublished: deleting VAs without our finalizer that the driver
 	// still lists as published (reconcile.go).
 	stillPublished stillPublished
@@ -125,6 +130,9 @@ type Controller struct {
 const (
 	vaByPVIndex   = "latch-va-by-pv"
 	vaByNodeIndex = "latch-va-by-node"
+	// vaByNodeIDIndex: our VolumeAttachments by their node-id annotation,
+	// to find what claims an orphan's publication (claimCandidates).
+	vaByNodeIDIndex = "latch-va-by-node-id"
 )
 
 // New wires the controller to informers from factory; call Run after
@@ -141,7 +149,7 @@ func New(cfg Config, client kubernetes.Interface, factory informers.SharedInform
 	}
 	c := &Controller{
 		cfg: cfg, tr: tr, clock: cfg.Clock,
-		orphans: map[string]orphan{}, suspects: map[string]orphan{},
+		orphans: map[string]orphan{}, suspects: map[string]orphan{}, ignored: map[string]orphanRecord{},
 	}
 	if cfg.OrphanNamespace != "" && !cfg.Trivial {
 		c.records = newConfigMapOrphanStore(client, cfg.OrphanNamespace, cfg.Driver.Name)
@@ -169,6 +177,13 @@ func New(cfg Config, client kubernetes.Interface, factory informers.SharedInform
 				return nil, nil
 			}
 			return []string{va.Spec.NodeName}, nil
+		},
+		vaByNodeIDIndex: func(obj any) ([]string, error) {
+			va, ok := obj.(*storagev1.VolumeAttachment)
+			if !ok || va.Spec.Attacher != cfg.Driver.Name || va.Annotations[kubenames.VANodeIDAnnotation] == "" {
+				return nil, nil
+			}
+			return []string{va.Annotations[kubenames.VANodeIDAnnotation]}, nil
 		},
 	}); err != nil {
 		return nil, fmt.Errorf("add VolumeAttachment indexers: %w", err)

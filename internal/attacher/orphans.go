@@ -12,6 +12,7 @@ import (
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 
@@ -27,6 +28,9 @@ import (
 const (
 	EventOrphanedPublication = "OrphanedPublication"
 	EventOrphanRecordFailed  = "OrphanRecordFailed"
+	// EventOrphanRecordIgnored is recorded on the ConfigMap of the
+	// record: one of its entries is not acted on (decide.SettleOrphan).
+	EventOrphanRecordIgnored = "OrphanRecordIgnored"
 )
 
 // orphan is a publication whose VolumeAttachment was deleted, or deleted
@@ -61,6 +65,13 @@ type orphan struct {
 	// singleNode: the publish's access modes allow the volume on one node
 	// only (decide.SingleNode); not known for a record read back.
 	singleNode bool
+	// fromRecord: read from the ConfigMap record, not witnessed by this
+	// process: acted on only as far as the API server and the driver
+	// corroborate it (decide.SettleOrphan). Its secretRef is never read.
+	fromRecord bool
+	// listed: a ListVolumes listing showed the volume published on nodeID
+	// since the orphan was known.
+	listed bool
 }
 
 func (o orphan) same(p orphan) bool {
@@ -70,7 +81,7 @@ func (o orphan) same(p orphan) bool {
 // facts is what package decide's orphan decisions need of o.
 func (o orphan) facts() decide.Orphan {
 	return decide.Orphan{Handle: o.handle, NodeID: o.nodeID, VA: o.name, NodeName: o.nodeName, UID: o.uid,
-		PV: o.pvName, Uncertain: o.uncertain, SingleNode: o.singleNode}
+		PV: o.pvName, Uncertain: o.uncertain, SingleNode: o.singleNode, FromRecord: o.fromRecord}
 }
 
 // publicationOf is the publication made (or possibly made: uncertain) for
@@ -317,43 +328,58 @@ func (c *Controller) settleOrphan(ctx context.Context, name string, va *storagev
 		return true, runner.Result{}, nil
 	}
 	logger := klog.FromContext(ctx).WithValues("volumeAttachment", klog.KRef("", name), "volumeHandle", o.handle, "nodeID", o.nodeID)
-	stale := va != nil && va.UID == o.uid
+	// va is the very object the publication was made for: gone by the
+	// API server's word, with a cache that lags, or deleting without our
+	// finalizer. Only for a publication this process saw made: an entry
+	// of the record proves nothing about the object it names.
+	stale := va != nil && va.UID == o.uid && !o.fromRecord
 	if o.unpublished {
 		if err := c.dropOrphan(ctx, name, o); err != nil {
 			return false, runner.Result{}, err
 		}
 		return !stale, runner.Result{}, nil
 	}
-	owner, waitFor := "", ""
-	if va != nil && !stale {
-		switch c.ownership(va, o) {
-		case decide.Owner:
-			owner = va.Name
-		case decide.OwnerOnceRecorded:
-			logger.V(2).Info("Orphaned publication kept until the VolumeAttachment for the same volume and node carries our finalizer")
-			return true, runner.Result{}, nil
-		}
-	}
-	if owner == "" {
-		owner, waitFor = c.otherOwner(name, o)
-	}
-	if owner != "" {
+	cl := c.claimOf(name, va, o, stale)
+	switch decide.SettleOrphan(o.facts(), decide.Corroboration{Claim: cl.ownership, CanList: c.canList(), Listed: o.listed}) {
+	case decide.OrphanIgnored:
+		c.ignoreOrphan(ctx, name, o, decide.RecordedOrphanUnusable(o.facts()))
+		return !stale, runner.Result{}, nil
+	case decide.OrphanTakenOver:
 		if err := c.dropOrphan(ctx, name, o); err != nil {
 			return false, runner.Result{}, err
 		}
-		logger.Info("Orphaned publication taken over by a VolumeAttachment for the same volume and node", "owner", owner)
+		if o.fromRecord && (cl.by != name || cl.uid == o.uid) {
+			// The entry says a publication that a VolumeAttachment of
+			// ours stands for is orphaned: not something csi-attacher
+			// writes.
+			c.warnRecordEntry(ctx, name, o, fmt.Sprintf("VolumeAttachment %q (uid %s), which carries our finalizer, claims the publication of volume %q on node ID %q; the entry was dropped without an unpublish",
+				cl.by, cl.uid, o.handle, o.nodeID))
+		}
+		logger.Info("Orphaned publication taken over by a VolumeAttachment for the same volume and node", "owner", cl.by)
 		return !stale, runner.Result{}, nil
-	}
-	if waitFor != "" {
+	case decide.OrphanWaitForOwner:
+		if cl.by == name {
+			logger.V(2).Info("Orphaned publication kept until the VolumeAttachment for the same volume and node carries our finalizer")
+			return true, runner.Result{}, nil
+		}
 		// Unpublishing now could take the volume from it as soon as it
 		// publishes; dropping the orphan would leak it should that
 		// VolumeAttachment go before its finalizer lands.
 		return false, runner.Result{}, fmt.Errorf("orphaned publication of volume %q on node ID %q left by VolumeAttachment %q waits for VolumeAttachment %q, which publishes the same volume to that node, to carry our finalizer",
-			o.handle, o.nodeID, name, waitFor)
+			o.handle, o.nodeID, name, cl.by)
+	case decide.OrphanWaitForListing:
+		err := fmt.Errorf("the orphaned publication of volume %q on node ID %q, read from ConfigMap %s, is unpublished only once a ListVolumes listing of the driver shows it (every --reconcile-sync); a listing that does not show it forgets it",
+			o.handle, o.nodeID, c.recordName())
+		c.showOrphanWait(ctx, va, o, err)
+		return false, runner.Result{}, err
 	}
 
 	c.persistOrphan(ctx, name)
-	out, err := c.exec.unpublish(ctx, unpublication{handle: o.handle, nodeID: o.nodeID, secretRef: o.secretRef, secrets: o.secrets})
+	secretRef := o.secretRef
+	if o.fromRecord {
+		secretRef = c.recordedSecret(ctx, o)
+	}
+	out, err := c.exec.unpublish(ctx, unpublication{handle: o.handle, nodeID: o.nodeID, secretRef: secretRef, secrets: o.secrets})
 	switch {
 	case errors.Is(err, errNoSlot):
 		return false, runner.Result{}, err
@@ -410,31 +436,101 @@ func (c *Controller) ownership(va *storagev1.VolumeAttachment, o orphan) decide.
 	return decide.OrphanOwner(obs, c.cfg.Driver, bindTranslator(c.tr, klog.Background()), o.facts())
 }
 
-// otherOwner returns the name of another VolumeAttachment of ours for the
-// same volume and node ID that owns the publication (owner: unpublishing
-// would take the volume away from it), or of one that will own it once its
-// finalizer lands (waitFor); both "" when none.
-func (c *Controller) otherOwner(name string, o orphan) (owner, waitFor string) {
-	if o.nodeName == "" {
-		return "", ""
-	}
-	objs, err := c.vaInformer.GetIndexer().ByIndex(vaByNodeIndex, o.nodeName)
-	if err != nil {
-		return "", ""
-	}
-	for _, obj := range objs {
-		va, ok := c.ours(obj)
-		if !ok || va.Name == name {
-			continue
-		}
-		switch c.ownership(c.vaCache.Resolve(va), o) {
+// claim is the strongest relation of a VolumeAttachment of ours to an
+// orphan's publication (decide.OrphanOwner), and which one it is.
+type claim struct {
+	ownership decide.Ownership
+	by        string
+	uid       types.UID
+}
+
+// claimOf finds what claims the publication of the orphan o of name: va
+// (the VolumeAttachment of that name now, nil when none; left out when
+// stale, the very object the publication was made for), then every other
+// VolumeAttachment of ours that records o's node ID or runs on a node
+// whose CSINode reports it (or on the node o names). A VolumeAttachment of
+// name that will own it once its finalizer lands comes first among those
+// that will; any owner comes before them.
+func (c *Controller) claimOf(name string, va *storagev1.VolumeAttachment, o orphan, stale bool) claim {
+	var best claim
+	consider := func(v *storagev1.VolumeAttachment) bool {
+		switch c.ownership(v, o) {
 		case decide.Owner:
-			return va.Name, ""
+			best = claim{ownership: decide.Owner, by: v.Name, uid: v.UID}
+			return true
 		case decide.OwnerOnceRecorded:
-			waitFor = va.Name
+			if best.ownership == decide.NotOwner {
+				best = claim{ownership: decide.OwnerOnceRecorded, by: v.Name, uid: v.UID}
+			}
+		}
+		return false
+	}
+	if va != nil && !stale && consider(va) {
+		return best
+	}
+	for _, other := range c.claimCandidates(name, o) {
+		if consider(c.vaCache.Resolve(other)) {
+			return best
 		}
 	}
-	return "", waitFor
+	return best
+}
+
+// claimCandidates returns the VolumeAttachments of ours other than name
+// that may claim o's publication: those whose node-id annotation is o's
+// node ID (every one that carries our finalizer records it), and those on
+// the nodes whose CSINode reports that node ID for our driver, or on the
+// node o names (those may publish it once their finalizer lands). The
+// node name of an entry read from the record is not trusted to find them.
+func (c *Controller) claimCandidates(name string, o orphan) []*storagev1.VolumeAttachment {
+	seen := map[string]bool{name: true}
+	var out []*storagev1.VolumeAttachment
+	add := func(index, value string) {
+		objs, err := c.vaInformer.GetIndexer().ByIndex(index, value)
+		if err != nil {
+			return
+		}
+		for _, obj := range objs {
+			if v, ok := c.ours(obj); ok && !seen[v.Name] {
+				seen[v.Name] = true
+				out = append(out, v)
+			}
+		}
+	}
+	add(vaByNodeIDIndex, o.nodeID)
+	nodes := []string{}
+	if o.nodeName != "" {
+		nodes = append(nodes, o.nodeName)
+	}
+	if csiNodes, err := c.nodeLister.List(labels.Everything()); err == nil {
+		for _, n := range csiNodes {
+			if id, ok := decide.CSINodeID(n, c.cfg.Driver.Name); ok && id == o.nodeID && n.Name != o.nodeName {
+				nodes = append(nodes, n.Name)
+			}
+		}
+	}
+	for _, n := range nodes {
+		add(vaByNodeIndex, n)
+	}
+	return out
+}
+
+// canList: the driver lists publications (the ListVolumes reconcile runs),
+// so an entry of the record waits for a listing to show it.
+func (c *Controller) canList() bool { return c.cfg.ReconcileSync > 0 && !c.cfg.Trivial }
+
+// recordedSecret is the controller-publish secret an unpublish of the
+// recorded orphan o uses: the one its PersistentVolume names now
+// (decide.RecordedOrphanSecret), never the entry's secretRef.
+func (c *Controller) recordedSecret(ctx context.Context, o orphan) *v1.SecretReference {
+	if o.pvName == "" {
+		return nil
+	}
+	pv, err := c.getPV(o.pvName)
+	if err != nil {
+		return nil
+	}
+	return decide.RecordedOrphanSecret(o.facts(), pv, c.cfg.Driver, bindTranslator(c.tr, klog.FromContext(ctx)))
 }
 
 // orphanRef is what events about the orphan of name point at: the
@@ -485,13 +581,27 @@ func (c *Controller) loadOrphans(ctx context.Context) bool {
 	return true
 }
 
+// adoptRecords takes over the entries of the record that are not pending
+// already. An entry that can never be acted on
+// (decide.RecordedOrphanUnusable) is reported once and left out.
 func (c *Controller) adoptRecords(ctx context.Context, recs map[string]orphanRecord) {
 	for _, name := range slices.Sorted(maps.Keys(recs)) {
 		rec := recs[name]
+		o := fromRecord(rec)
+		if why := decide.RecordedOrphanUnusable(o.facts()); why != "" {
+			c.busyMu.Lock()
+			seen := c.ignored[name] == rec
+			c.ignored[name] = rec
+			c.busyMu.Unlock()
+			if !seen {
+				c.warnRecordEntry(ctx, name, o, why)
+			}
+			continue
+		}
 		c.busyMu.Lock()
 		_, known := c.orphans[name]
 		if !known {
-			c.orphans[name] = fromRecord(rec)
+			c.orphans[name] = o
 		}
 		c.busyMu.Unlock()
 		if known {
@@ -515,9 +625,18 @@ func (c *Controller) orphanSnapshot() map[string]orphan {
 // the driver no longer reports published on their node: nothing is left to
 // undo. Not an orphan whose publish may still be under way
 // (decide.ForgetUnlisted).
+//
+// The orphans it shows published are marked listed: an entry of the record
+// waits for that before it is unpublished (decide.SettleOrphan), and goes
+// on now.
 func (c *Controller) dropUnlisted(ctx context.Context, before map[string]orphan, published map[string][]string) {
 	for name, o := range before {
-		if !decide.ForgetUnlisted(o.facts(), slices.Contains(published[o.handle], o.nodeID)) {
+		listed := slices.Contains(published[o.handle], o.nodeID)
+		if listed && !o.listed {
+			c.updateOrphan(name, o, func(p *orphan) { p.listed = true })
+			c.attach.Enqueue(name)
+		}
+		if !decide.ForgetUnlisted(o.facts(), listed) {
 			continue
 		}
 		if err := c.dropOrphan(ctx, name, o); err != nil {
@@ -527,4 +646,41 @@ func (c *Controller) dropUnlisted(ctx context.Context, before map[string]orphan,
 		klog.FromContext(ctx).Info("Orphaned publication no longer listed by the driver; forgotten",
 			"volumeAttachment", klog.KRef("", name), "volumeHandle", o.handle, "nodeID", o.nodeID)
 	}
+}
+
+// ignoreOrphan drops the orphan o of name from memory without an
+// unpublish and without touching the record, and reports why
+// (decide.OrphanIgnored): the entry stays for a person to look at.
+func (c *Controller) ignoreOrphan(ctx context.Context, name string, o orphan, why string) {
+	c.busyMu.Lock()
+	p, ok := c.orphans[name]
+	if ok && p.same(o) {
+		delete(c.orphans, name)
+	}
+	c.ignored[name] = recordOf(name, o)
+	c.busyMu.Unlock()
+	if ok && p.same(o) {
+		c.exec.metrics.orphanDropped()
+		c.publicationSettled(o)
+	}
+	c.warnRecordEntry(ctx, name, o, why)
+}
+
+// warnRecordEntry reports an entry of the record that is not acted on: an
+// error log and a Warning event on the record's ConfigMap.
+func (c *Controller) warnRecordEntry(ctx context.Context, name string, o orphan, why string) {
+	klog.FromContext(ctx).Error(nil, "Ignoring an entry of the orphaned-publication record: it is not acted on",
+		"configMap", c.recordName(), "entry", name, "volumeHandle", o.handle, "nodeID", o.nodeID, "nodeName", o.nodeName, "uid", o.uid, "why", why)
+	c.exec.recorder.Event(c.recordRef(), v1.EventTypeWarning, EventOrphanRecordIgnored,
+		fmt.Sprintf("entry %q (volume %q, node ID %q) is not acted on: %s; csi-attacher unpublishes nothing for it (remove it if it is not csi-attacher's)", name, o.handle, o.nodeID, why))
+}
+
+// recordName is "namespace/name" of the record's ConfigMap.
+func (c *Controller) recordName() string {
+	return c.cfg.OrphanNamespace + "/" + OrphanRecordName(c.cfg.Driver.Name)
+}
+
+// recordRef is what events about the record point at.
+func (c *Controller) recordRef() *v1.ConfigMap {
+	return &v1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: c.cfg.OrphanNamespace, Name: OrphanRecordName(c.cfg.Driver.Name)}}
 }

@@ -150,8 +150,8 @@ func TestOrphanNoLongerListedByTheDriverIsForgotten(t *testing.T) {
 	if _, err := f.driver.SeedPublication("handle-kept", "node-1-id", false, capability); err != nil {
 		t.Fatal(err)
 	}
-	store.recs["va-kept"] = orphanRecord{VolumeAttachment: "va-kept", UID: "u1", VolumeHandle: "handle-kept", NodeID: "node-1-id"}
-	store.recs["va-gone"] = orphanRecord{VolumeAttachment: "va-gone", UID: "u2", VolumeHandle: "handle-gone", NodeID: "node-1-id"}
+	store.recs["va-kept"] = orphanRecord{VolumeAttachment: "va-kept", UID: "u1", VolumeHandle: "handle-kept", NodeID: "node-1-id", NodeName: "node-1"}
+	store.recs["va-gone"] = orphanRecord{VolumeAttachment: "va-gone", UID: "u2", VolumeHandle: "handle-gone", NodeID: "node-1-id", NodeName: "node-1"}
 	f.ctrl.loadOrphans(f.ctx)
 	if err := f.ctrl.reconcileOnce(f.ctx); err != nil {
 		t.Fatalf("reconcileOnce: %v", err)
@@ -187,7 +187,7 @@ func (s *failingLoadStore) Load(ctx context.Context) (map[string]orphanRecord, e
 func TestOrphanRecordReadIsRetriedUntilItSucceeds(t *testing.T) {
 	f := newExecFixture(t, execCSINode())
 	mem := &memOrphanStore{recs: map[string]orphanRecord{
-		"va-old": {VolumeAttachment: "va-old", UID: "u1", VolumeHandle: "handle-old", NodeID: "node-1-id"},
+		"va-old": {VolumeAttachment: "va-old", UID: "u1", VolumeHandle: "handle-old", NodeID: "node-1-id", NodeName: "node-1"},
 	}}
 	store := &failingLoadStore{memOrphanStore: mem, failures: 2}
 	f.ctrl.records = store

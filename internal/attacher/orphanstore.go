@@ -16,7 +16,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/latchcsi/latch/internal/attacher/decide"
 	"github.com/latchcsi/latch/internal/kube"
 )
 
@@ -33,7 +32,8 @@ type orphanRecord struct {
 	VolumeHandle     string    `json:"volumeHandle"`
 	NodeID           string    `json:"nodeID"`
 	NodeName         string    `json:"nodeName,omitempty"`
-	// SecretRef is "namespace/name" of the controller-publish secret.
+	// SecretRef is "namespace/name" of the controller-publish secret:
+	// written for older attachers, never read (decide.RecordedOrphanSecret).
 	SecretRef string `json:"secretRef,omitempty"`
 	// PersistentVolume is the PV the volume was published from: its
 	// finalizer stays while the entry does (absent in records of older
@@ -208,7 +208,9 @@ func (s *configMapOrphanStore) modify(ctx context.Context, change func(map[strin
 }
 
 // recordOf and fromRecord convert between the in-memory orphan and its
-// durable entry.
+// durable entry. An entry's secretRef is written (older attachers read
+// it) but never read back: the Secret of an unpublish comes from the
+// PersistentVolume (decide.RecordedOrphanSecret).
 func recordOf(name string, o orphan) orphanRecord {
 	rec := orphanRecord{VolumeAttachment: name, UID: o.uid, VolumeHandle: o.handle, NodeID: o.nodeID, NodeName: o.nodeName,
 		PersistentVolume: o.pvName, Uncertain: o.uncertain}
@@ -221,7 +223,7 @@ func recordOf(name string, o orphan) orphanRecord {
 func fromRecord(rec orphanRecord) orphan {
 	return orphan{
 		name: rec.VolumeAttachment, uid: rec.UID, handle: rec.VolumeHandle, nodeID: rec.NodeID, nodeName: rec.NodeName,
-		secretRef: decide.ParseSecretRef(rec.SecretRef), pvName: rec.PersistentVolume, uncertain: rec.Uncertain, recorded: true,
+		pvName: rec.PersistentVolume, uncertain: rec.Uncertain, recorded: true, fromRecord: true,
 	}
 }
 

@@ -108,9 +108,12 @@ func OrphanOwner(obs Observed, drv DriverInfo, tr Translator, o Orphan) Ownershi
 // the orphan o was found, and that does not show its volume published on
 // its node ID (listed false), lets the attacher forget it. Not while its
 // publish may still be under way (o.Uncertain): that publish may land
-// after the listing, with nothing left to undo it.
+// after the listing, with nothing left to undo it. An entry read from the
+// record is forgotten all the same: its uncertain flag cannot be checked,
+// and it is never unpublished before a listing shows it (SettleOrphan), so
+// keeping it would keep it for ever.
 func ForgetUnlisted(o Orphan, listed bool) bool {
-	return !listed && !o.Uncertain
+	return !listed && (!o.Uncertain || o.FromRecord)
 }
 
 // StillUncertain reports whether an uncertain orphan stays uncertain after
