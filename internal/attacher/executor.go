@@ -62,28 +62,24 @@ type executor struct {
 	suspect suspectFunc
 }
 
-// patchVA sends patch for va (a subresource when given) and records the
-// answer in the overlay of our own writes.
+// patchVA sends patch for va (a subresource when given) through the
+// overlay of our own writes, which recognises the write's watch event as
+// ours whether it comes before or after the answer (kube.OverlaidStore.Patch).
 func (e *executor) patchVA(ctx context.Context, va *storagev1.VolumeAttachment, pt types.PatchType, patch []byte, subresources ...string) (*storagev1.VolumeAttachment, error) {
-	updated, err := e.client.StorageV1().VolumeAttachments().Patch(ctx, va.Name, pt, patch,
-		metav1.PatchOptions{FieldManager: kube.AttacherFieldManager}, subresources...)
-	if err != nil {
-		return nil, err
-	}
-	e.vaCache.Record(va.ResourceVersion, updated)
-	return updated, nil
+	return e.vaCache.Patch(va, pt, patch, func() (*storagev1.VolumeAttachment, error) {
+		return e.client.StorageV1().VolumeAttachments().Patch(ctx, va.Name, pt, patch,
+			metav1.PatchOptions{FieldManager: kube.AttacherFieldManager}, subresources...)
+	})
 }
 
-// patchPV sends the JSON patch for pv and records the answer in the
-// overlay of our own writes.
+// patchPV sends the JSON patch for pv through the overlay of our own
+// writes (as patchVA).
 func (e *executor) patchPV(ctx context.Context, pv *v1.PersistentVolume, patch []byte) error {
-	updated, err := e.client.CoreV1().PersistentVolumes().Patch(ctx, pv.Name, types.JSONPatchType, patch,
-		metav1.PatchOptions{FieldManager: kube.AttacherFieldManager})
-	if err != nil {
-		return err
-	}
-	e.pvCache.Record(pv.ResourceVersion, updated)
-	return nil
+	_, err := e.pvCache.Patch(pv, types.JSONPatchType, patch, func() (*v1.PersistentVolume, error) {
+		return e.client.CoreV1().PersistentVolumes().Patch(ctx, pv.Name, types.JSONPatchType, patch,
+			metav1.PatchOptions{FieldManager: kube.AttacherFieldManager})
+	})
+	return err
 }
 
 // writeStatus patches va's status to want (nothing when equal).

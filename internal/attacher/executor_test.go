@@ -63,6 +63,13 @@ type execFixture struct {
 
 func newExecFixture(t *testing.T, objs ...runtime.Object) *execFixture {
 	t.Helper()
+	return newExecFixtureWith(t, nil, objs...)
+}
+
+// newExecFixtureWith is newExecFixture with setup run on the Controller
+// before its informers start.
+func newExecFixtureWith(t *testing.T, setup func(*Controller), objs ...runtime.Object) *execFixture {
+	t.Helper()
 	_, ctx := ktesting.NewTestContext(t)
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	t.Cleanup(cancel)
@@ -105,6 +112,9 @@ func newExecFixture(t *testing.T, objs ...runtime.Object) *execFixture {
 	}, client, factory, csiClient, csitrans.New(), recorder, nil)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if setup != nil {
+		setup(ctrl)
 	}
 	factory.Start(ctx.Done())
 	t.Cleanup(func() {

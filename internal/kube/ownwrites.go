@@ -38,9 +38,12 @@ import (
 // and deletes VolumeAttachments, the attacher only updates objects. One
 // lock guards both parts.
 type OwnWrites[T Object] struct {
-	mu     sync.Mutex
-	m      map[string]*ownWrite[T] // updates, by name
-	unseen unseenWrites[T]
+	mu sync.Mutex
+	m  map[string]*ownWrite[T] // updates, by name
+	// pending holds, by name, our patches whose call has not returned
+	// (ownwrites_pending.go).
+	pending map[string][]*pendingWrite
+	unseen  unseenWrites[T]
 }
 
 // Object is what the overlay holds: an API object it can read the
@@ -76,7 +79,7 @@ func deletedBy[T metav1.Object](written T) bool {
 }
 
 func NewOwnWrites[T Object]() *OwnWrites[T] {
-	return &OwnWrites[T]{m: map[string]*ownWrite[T]{}, unseen: newUnseenWrites[T]()}
+	return &OwnWrites[T]{m: map[string]*ownWrite[T]{}, pending: map[string][]*pendingWrite{}, unseen: newUnseenWrites[T]()}
 }
 
 // Record notes that the object at resourceVersion before was replaced by
@@ -84,6 +87,10 @@ func NewOwnWrites[T Object]() *OwnWrites[T] {
 func (w *OwnWrites[T]) Record(before string, written T) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	w.recordLocked(before, written)
+}
+
+func (w *OwnWrites[T]) recordLocked(before string, written T) {
 	name := written.GetName()
 	e, ok := w.m[name]
 	deleted := deletedBy(written)
@@ -104,6 +111,12 @@ func (w *OwnWrites[T]) Record(before string, written T) {
 // that name any more, the entry is forgotten here at once.
 func (w *OwnWrites[T]) RecordIn(store cache.Store, before string, written T) {
 	w.Record(before, written)
+	w.forgetDeleted(store, written)
+}
+
+// forgetDeleted forgets the entry of written at once when it deleted the
+// object and store no longer has it (see RecordIn).
+func (w *OwnWrites[T]) forgetDeleted(store cache.Store, written T) {
 	if !deletedBy(written) {
 		return
 	}

@@ -64,6 +64,8 @@ type envOptions struct {
 	competing app.GaugeSetter
 	// logger replaces klog's for this replica.
 	logger *klog.Logger
+	// retryStart overrides the suite's quick --retry-interval-start.
+	retryStart time.Duration
 }
 
 // newEnv starts a mock driver with a driver name unique to the test
@@ -159,6 +161,9 @@ func (e *env) attacherConfig(cfg *rest.Config, o envOptions, identity, leaseName
 	stack.QuickAttacher(&c)
 	c.Controller.Workers = 10
 	c.Controller.ReconcileSync = o.reconcileSync
+	if o.retryStart > 0 {
+		c.Controller.RetryIntervalStart = o.retryStart
+	}
 	c.Leader = app.LeaderElection{
 		Enabled: o.leader, Namespace: leaseNamespace, Identity: identity,
 		// As the binary: without leader election, still hold the Lease
