@@ -96,27 +96,35 @@ type volumeUser struct {
 	spec *volume.Attachable
 }
 
-// set records pod's resolution, replacing what it had.
-func (dv *desiredVolume) set(pod PodRef, spec *volume.Attachable) {
-	for i := range dv.users {
-		if dv.users[i].pod.UID == pod.UID {
-			dv.users[i] = volumeUser{pod: pod, spec: spec}
+// add records spec as one of pod's resolutions of the volume (a pod
+// names it once, or through several specs: see AddPod) and makes it the
+// volume's spec unless pod already gave a more restrictive one. The
+// caller has removed what pod had before.
+func (dv *desiredVolume) add(pod PodRef, spec *volume.Attachable) {
+	for _, u := range dv.users {
+		if u.pod.UID == pod.UID && volume.SameSpec(*u.spec, *spec) {
 			return
 		}
+	}
+	ownSpec := slices.ContainsFunc(dv.users, func(u volumeUser) bool { return u.pod.UID == pod.UID && u.spec == dv.spec })
+	if !ownSpec || (dv.spec.MultiAttachAllowed() && !spec.MultiAttachAllowed()) {
+		dv.spec = spec
 	}
 	dv.users = append(dv.users, volumeUser{pod: pod, spec: spec})
 }
 
-// remove forgets the pod uid and reports whether any pod is left.
+// remove forgets the pod uid (every resolution of it) and reports whether
+// any pod is left.
 func (dv *desiredVolume) remove(uid types.UID) (left bool) {
-	for i := range dv.users {
-		if dv.users[i].pod.UID == uid {
-			last := len(dv.users) - 1
-			dv.users[i] = dv.users[last]
-			dv.users[last] = volumeUser{}
-			dv.users = dv.users[:last]
-			break
+	for i := 0; i < len(dv.users); {
+		if dv.users[i].pod.UID != uid {
+			i++
+			continue
 		}
+		last := len(dv.users) - 1
+		dv.users[i] = dv.users[last]
+		dv.users[last] = volumeUser{}
+		dv.users = dv.users[:last]
 	}
 	return len(dv.users) > 0
 }
@@ -199,6 +207,12 @@ func (d *Desired) NodeManaged(name string) bool {
 // pass nil vols). ok is false when node is not a known managed node: the
 // pod is then not recorded and the caller retries when the node appears.
 // Returns the keys whose pod set changed.
+//
+// vols may name one unique volume through several specs (two PVs of one
+// volume handle): each is kept (Wanted.Specs), in any order, and the
+// volume's spec (Wanted.Volume) is the pod's first exclusive one if it
+// has one, else its first: the most restrictive access wins, whatever
+// the order of the pod's volumes.
 func (d *Desired) AddPod(pod PodRef, node string, vols []volume.Attachable) (changed []Key, ok bool) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -226,9 +240,10 @@ func (d *Desired) AddPod(pod PodRef, node string, vols []volume.Attachable) (cha
 		}
 		spec := new(volume.Attachable)
 		*spec = a
-		dv.spec = spec
-		dv.set(pod, spec)
-		p.volumes = append(p.volumes, a.UniqueName)
+		dv.add(pod, spec)
+		if !slices.Contains(p.volumes, a.UniqueName) {
+			p.volumes = append(p.volumes, a.UniqueName)
+		}
 		changed = append(changed, Key{Volume: a.UniqueName, Node: node})
 	}
 	d.pods[pod.UID] = p
@@ -298,7 +313,8 @@ func (dv *desiredVolume) wanted() Wanted {
 	for i, u := range dv.users {
 		specs[i], pods[i] = *u.spec, u.pod
 	}
-	return Wanted{Volume: *dv.spec, Specs: distinctSpecs(specs), Pods: sortPods(pods)}
+	// A pod that names the volume through several specs is one user.
+	return Wanted{Volume: *dv.spec, Specs: distinctSpecs(specs), Pods: slices.Compact(sortPods(pods))}
 }
 
 // distinctSpecs sorts out by SpecName and access modes and returns it

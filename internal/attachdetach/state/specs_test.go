@@ -10,15 +10,17 @@ import (
 	"github.com/latchcsi/latch/internal/attachdetach/volume"
 )
 
+// alias is PV pv of volume handle h1 of driver d with the access modes.
+func alias(pv string, modes ...v1.PersistentVolumeAccessMode) volume.Attachable {
+	a := volume.NewAttachable("d", "h1")
+	a.PVName, a.SpecName, a.AccessModes = pv, pv, modes
+	return a
+}
+
 // Two PVs with one volume handle are one unique volume; the desired state
 // keeps every spec its Pods name it by, not only the latest, so that
 // multi-attach can look at all of them.
 func TestDesiredAliasPVsOfOneHandle_everySpecKeptUntilItsPodGoes(t *testing.T) {
-	alias := func(pv string, modes ...v1.PersistentVolumeAccessMode) volume.Attachable {
-		a := volume.NewAttachable("d", "h1")
-		a.PVName, a.SpecName, a.AccessModes = pv, pv, modes
-		return a
-	}
 	rwo, rwx := alias("pv-rwo", v1.ReadWriteOnce), alias("pv-rwx", v1.ReadWriteMany)
 	d := state.NewDesired()
 	d.AddNode("n1", true)
@@ -46,4 +48,43 @@ func TestDesiredAliasPVsOfOneHandle_everySpecKeptUntilItsPodGoes(t *testing.T) {
 	if w, _ := d.Get(key); !reflect.DeepEqual(w.Specs, []volume.Attachable{rwo, rwx}) {
 		t.Fatalf("after p2 moved to the RWO PV: Specs = %+v", w.Specs)
 	}
+}
+
+// One Pod that names a volume handle through two PVs (one ReadWriteMany,
+// one ReadWriteOnce) wants it once and keeps both specs, whatever their
+// order in the Pod; the volume's spec is the RWO one in both orders (the
+// most restrictive wins), and the Pod's leaving takes both with it.
+func TestDesiredOnePodTwoSpecsOfOneHandle_bothKeptInEitherOrder(t *testing.T) {
+	rwo, rwx := alias("pv-rwo", v1.ReadWriteOnce), alias("pv-rwx", v1.ReadWriteMany)
+	p1 := state.PodRef{Namespace: "ns", Name: "p1", UID: "u1"}
+	key := state.Key{Volume: rwo.UniqueName, Node: "n1"}
+	for _, order := range [][]volume.Attachable{{rwx, rwo}, {rwo, rwx}, {rwx, rwo, rwx}} {
+		d := state.NewDesired()
+		d.AddNode("n1", true)
+		if _, ok := d.AddPod(p1, "n1", order); !ok {
+			t.Fatal("AddPod refused")
+		}
+		w, ok := d.Get(key)
+		if !ok || !reflect.DeepEqual(w.Specs, []volume.Attachable{rwo, rwx}) || w.Volume.PVName != "pv-rwo" ||
+			!reflect.DeepEqual(w.Pods, []state.PodRef{p1}) {
+			t.Fatalf("order %s: Get = %+v, %v; want both specs, the RWO one as Volume, the Pod once", pvNames(order), w, ok)
+		}
+		if keys := d.DeletePod(p1.UID); !reflect.DeepEqual(keys, []state.Key{key}) {
+			t.Fatalf("order %s: DeletePod = %v, want %v", pvNames(order), keys, key)
+		}
+		if _, ok := d.Get(key); ok {
+			t.Fatalf("order %s: still wanted after its only Pod left", pvNames(order))
+		}
+		if got := d.NodesWantingVolume(rwo.UniqueName); len(got) != 0 {
+			t.Fatalf("order %s: nodes wanting the volume after its Pod left = %v", pvNames(order), got)
+		}
+	}
+}
+
+func pvNames(specs []volume.Attachable) []string {
+	var out []string
+	for _, s := range specs {
+		out = append(out, s.PVName)
+	}
+	return out
 }

@@ -2,6 +2,7 @@ package volume
 
 import (
 	"context"
+	"slices"
 
 	v1 "k8s.io/api/core/v1"
 )
@@ -48,17 +49,31 @@ func (r *Resolver) ResolvePod(ctx context.Context, pod *v1.Pod, objs Objects) []
 	return out
 }
 
-// Attachables returns the attachable volumes among results, without
-// duplicates (two pod volumes may resolve to the same CSI volume).
+// Attachables returns the attachable volumes among results, in pod spec
+// order, each spec once. Two pod volumes may resolve to the same CSI
+// volume: through one PVC (the same spec: kept once), or through two PVs
+// or a PV and an inline volume that name one driver and volume handle.
+// Those are different specs of one unique volume and are all returned,
+// because each may say something different about it (one PV ReadWriteMany,
+// the other ReadWriteOnce): the desired state keeps every one, and the
+// multi-attach rule looks at all of them, whatever their order in the Pod.
+// kube-controller-manager keeps only the first it resolves.
 func Attachables(results []Result) []Attachable {
 	var out []Attachable
-	seen := map[v1.UniqueVolumeName]bool{}
 	for _, r := range results {
-		if r.Status != StatusAttach || seen[r.Volume.UniqueName] {
+		if r.Status != StatusAttach || slices.ContainsFunc(out, func(a Attachable) bool { return SameSpec(a, r.Volume) }) {
 			continue
 		}
-		seen[r.Volume.UniqueName] = true
 		out = append(out, r.Volume)
 	}
 	return out
+}
+
+// SameSpec reports whether a and b are the same spec of the same unique
+// volume for attach and multi-attach: the same PV (or inline volume) with
+// the same access modes. Fields only informational (ReadOnly) do not
+// count.
+func SameSpec(a, b Attachable) bool {
+	return a.UniqueName == b.UniqueName && a.PVName == b.PVName && a.SpecName == b.SpecName &&
+		(a.InlineSpec == nil) == (b.InlineSpec == nil) && slices.Equal(a.AccessModes, b.AccessModes)
 }

@@ -4,14 +4,11 @@ import (
 	"net/http"
 	"slices"
 	"testing"
-	"time"
 
 	"google.golang.org/grpc/codes"
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/latchcsi/latch/internal/attachdetach/controller"
-	"github.com/latchcsi/latch/internal/attachdetach/decide"
-	"github.com/latchcsi/latch/internal/attachdetach/state"
 	"github.com/latchcsi/latch/internal/csimock"
 	"github.com/latchcsi/latch/internal/localcluster"
 )
@@ -115,26 +112,7 @@ func TestMultiAttach_aliasPVsOfOneHandle_exclusiveIfAnySpecIs(t *testing.T) {
 
 			e.pod(p2, n2, pv2)
 			// The Pod is told why, once, with the upstream text.
-			e.waitEvent(p2, decide.ReasonFailedAttachVolume, decide.MultiAttachMessage(pv2, state.PodRef{Namespace: e.ns, Name: p2}, []state.PodRef{{Namespace: e.ns, Name: p1}}))
-			e.consistently("no VolumeAttachment and no publish of "+handle+" on "+n2, 2*time.Second, func() (bool, error) {
-				_, exists := e.getVA(e.vaName(handle, n2))
-				return !exists && !publishedTo(drv, handle, n2+"-id"), nil
-			})
-			if n := len(e.events(p2, decide.ReasonFailedAttachVolume)); n != 1 {
-				t.Errorf("%d FailedAttachVolume events on %s, want 1", n, p2)
-			}
-
-			// Node 1 lets go: node 2 gets it, after the unpublish.
-			e.deletePod(p1)
-			e.waitPodGone(p1)
-			e.waitVAGone(handle, n1)
-			e.waitAttachedVA(handle, n2)
-			e.waitPodRunning(p2)
-			checkHandedOver(t, drv, handle, n1+"-id", n2+"-id")
-
-			e.deletePod(p2)
-			e.waitPodGone(p2)
-			e.waitVAGone(handle, n2)
+			e.waitsThenTakesOver(drv, handle, p2, n2, pv2, p1, n1)
 		})
 	}
 	e.t = t
