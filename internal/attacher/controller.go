@@ -125,6 +125,11 @@ type Controller struct {
 	// stillPublished: deleting VAs without our finalizer that the driver
 	// still lists as published (reconcile.go).
 	stillPublished stillPublished
+
+	// vaEchoSeen, when set (tests only, before the informers start), is
+	// told of every update of one of our VolumeAttachments the informer
+	// delivers, and whether it was recognised as our own write.
+	vaEchoSeen func(va *storagev1.VolumeAttachment, own bool)
 }
 
 const (
@@ -280,11 +285,20 @@ func (c *Controller) ours(obj any) (*storagev1.VolumeAttachment, bool) {
 	return va, ok && va.Spec.Attacher == c.cfg.Driver.Name
 }
 
-func (c *Controller) vaChanged(_, obj any) {
+func (c *Controller) vaChanged(oldObj, obj any) {
 	va, ok := c.ours(obj)
-	if !ok || c.vaCache.IsOwn(va) {
-		// Our own write coming back through the watch: the pass that
-		// made it already did everything that followed from it.
+	if !ok {
+		return
+	}
+	old, _ := oldObj.(*storagev1.VolumeAttachment)
+	own := c.vaCache.IsOwnUpdate(old, va)
+	if c.vaEchoSeen != nil {
+		c.vaEchoSeen(va, own)
+	}
+	if own {
+		// Our own write coming back through the watch, before or after
+		// its call returned: the pass that made it already did
+		// everything that followed from it.
 		return
 	}
 	c.route(va)
@@ -329,7 +343,8 @@ func (c *Controller) pvChanged(oldObj, obj any) {
 	var name string
 	switch pv := obj.(type) {
 	case *v1.PersistentVolume:
-		if c.pvCache.IsOwn(pv) {
+		old, _ := oldObj.(*v1.PersistentVolume)
+		if c.pvCache.IsOwnUpdate(old, pv) {
 			return
 		}
 		if c.releasablePV(pv) {
