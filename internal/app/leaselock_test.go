@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -21,7 +22,7 @@ type renewMarker struct{}
 // answering renewals and answers again a moment later, when the elector
 // gives the Lease up.
 func renewFailing(ctx context.Context) error {
-	if on, _ := ctx.Value(renewMarker{}).(*bool); on != nil && *on {
+	if on, _ := ctx.Value(renewMarker{}).(*atomic.Bool); on != nil && on.Load() {
 		return apierrors.NewTimeoutError("slow API server", 1)
 	}
 	return nil
@@ -37,7 +38,7 @@ func renewFailing(ctx context.Context) error {
 func TestRunAsLeaderThatLostTheLeaseToAnotherLeavesTheirHoldAlone(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	client := fake.NewClientset()
-	on := new(bool)
+	on := new(atomic.Bool)
 	cfg := testElection("a")
 	cfg.LeaseDuration, cfg.RenewDeadline, cfg.RetryPeriod = 2*time.Second, 1*time.Second, 50*time.Millisecond
 	runCtx := make(chan context.Context, 1)
@@ -55,7 +56,7 @@ func TestRunAsLeaderThatLostTheLeaseToAnotherLeavesTheirHoldAlone(t *testing.T) 
 	// than the lease duration (2s), yet with a slow API server the last
 	// renewal b saw may be older than a's last success; model b taking
 	// over (after a lease duration of silence, by b's clock) directly.
-	*on = true
+	on.Store(true)
 	lease, err := client.CoordinationV1().Leases("default").Get(ctx, "test-lease", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
