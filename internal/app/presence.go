@@ -241,12 +241,16 @@ func (p *presence) release(ctx context.Context) {
 //     (Presence) and waits: two active attachers of one driver race each
 //     other (a slow ControllerPublish of one lands after the other has
 //     unpublished that volume), so refusing work is the safe choice.
-//   - While working, it renews the Lease every RetryPeriod. If another
+//   - While working, it renews the Lease every RetryPeriod (every half
+//     renew deadline when that is shorter). If another
 //     identity holds it (this process failed to renew for a whole lease
 //     duration and the other took over), the work in flight is aborted
 //     and ErrCompetingInstance returned, as a lost lease does.
 //   - Renewals that fail for the renew deadline (RenewDeadline, below the
-//     lease duration; two thirds of it when unset) stop the work: by then
+//     lease duration; two thirds of it when unset), counted from when the
+//     last renewal that found the Lease ours was sent, stop the work
+//     however they fail: an error, a timeout, or a request that hangs
+//     (the work stops with it still in flight). By then
 //     another replica may be about to take the expired Lease over, and
 //     this one, cut off from the API server, would keep calling the
 //     driver from a stale cache beside it. The work in flight is aborted
@@ -280,7 +284,9 @@ func runWithPresence(ctx context.Context, client kubernetes.Interface, cfg Leade
 
 	// Before work: wait until this process holds the Lease.
 	lastErr := ""
+	var acquired time.Time // when the look that took the Lease was sent
 	for {
+		acquired = p.clock.Now()
 		held, other, err := p.look(ctx)
 		if apierrors.IsForbidden(err) {
 			logger.Error(err, "Cannot check for a second active csi-attacher of this driver: no access to its Lease; running without that check. Grant get/create/update on leases (deploy/ does) or run with --leader-election",
@@ -313,9 +319,9 @@ func runWithPresence(ctx context.Context, client kubernetes.Interface, cfg Leade
 	if renewDeadline <= 0 || renewDeadline >= cfg.LeaseDuration {
 		renewDeadline = cfg.LeaseDuration * 2 / 3
 	}
-	// lastHeld is when the last renewal that found the Lease ours was
-	// sent: another replica counts the lease duration from no earlier.
-	lastHeld := p.clock.Now()
+	// Renewing less often than the deadline allows would stop the work
+	// between two successful renewals.
+	renewEvery := min(cfg.RetryPeriod, renewDeadline/2)
 
 	abortCtx, abort := context.WithCancel(context.WithoutCancel(ctx))
 	defer abort()
@@ -324,44 +330,104 @@ func runWithPresence(ctx context.Context, client kubernetes.Interface, cfg Leade
 	done := make(chan error, 1)
 	go func() { done <- run(runner.WithAbort(runCtx, abortCtx)) }()
 
+	// The deadline fires renewDeadline after the last renewal that found
+	// the Lease ours was sent (another replica counts the lease duration
+	// from no earlier), whatever the renewals in between do: fail, time
+	// out, or hang.
+	deadline := p.clock.NewTimer(renewDeadline - p.clock.Since(acquired))
+	defer deadline.Stop()
 	lastErr = ""
+	var renewErr error
 	for {
 		select {
 		case err := <-done:
 			p.release(context.WithoutCancel(ctx))
 			return err
-		case <-p.clock.After(cfg.RetryPeriod):
+		case <-deadline.C():
+			return p.stopAtDeadline(ctx, renewDeadline, renewErr, abort, cancelRun, done)
+		case <-p.clock.After(renewEvery):
 		}
 		// Renew also while run drains after ctx is done, as the elector
 		// does: the Lease must stay ours while calls are in flight.
 		sent := p.clock.Now()
-		lookCtx, cancelLook := context.WithTimeout(context.WithoutCancel(ctx), renewDeadline)
-		held, other, err := p.look(lookCtx)
-		cancelLook()
+		r, ok := p.renew(ctx, deadline.C())
+		if !ok {
+			hung := errors.New("the renewal in flight had not returned")
+			if renewErr != nil {
+				hung = fmt.Errorf("the renewal in flight had not returned; the one before failed: %w", renewErr)
+			}
+			return p.stopAtDeadline(ctx, renewDeadline, hung, abort, cancelRun, done)
+		}
 		switch {
-		case held:
-			lastHeld, lastErr = sent, ""
-		case other == "" && p.clock.Since(lastHeld) >= renewDeadline:
-			if err == nil {
-				err = errors.New("the Lease could not be renewed")
+		case r.held:
+			lastErr, renewErr = "", nil
+			resetTimer(deadline, renewDeadline-p.clock.Since(sent))
+		case r.err != nil:
+			renewErr = r.err
+			if r.err.Error() != lastErr {
+				logger.Error(r.err, "Cannot renew the Lease; working on until the renew deadline", "lease", klog.KRef(cfg.Namespace, cfg.LeaseName), "renewDeadline", renewDeadline)
+				lastErr = r.err.Error()
 			}
-			logger.Error(err, "Cannot renew the Lease for the renew deadline: another csi-attacher may take it over; aborting the work in flight and stopping",
-				"lease", klog.KRef(cfg.Namespace, cfg.LeaseName), "identity", cfg.Identity, "renewDeadline", renewDeadline)
+		case r.other != "":
+			p.competing(ctx, r.other, true)
 			abort()
 			cancelRun()
 			<-done
-			return fmt.Errorf("%w: Lease %s/%s not renewed for %s: %v", ErrLostLease, cfg.Namespace, cfg.LeaseName, renewDeadline, err)
-		case err != nil:
-			if err.Error() != lastErr {
-				logger.Error(err, "Cannot renew the Lease; working on until the renew deadline", "lease", klog.KRef(cfg.Namespace, cfg.LeaseName), "renewDeadline", renewDeadline)
-				lastErr = err.Error()
-			}
-		case other != "":
-			p.competing(ctx, other, true)
-			abort()
-			cancelRun()
-			<-done
-			return fmt.Errorf("%w: Lease %s/%s is held by %s, not %s", ErrCompetingInstance, cfg.Namespace, cfg.LeaseName, other, cfg.Identity)
+			return fmt.Errorf("%w: Lease %s/%s is held by %s, not %s", ErrCompetingInstance, cfg.Namespace, cfg.LeaseName, r.other, cfg.Identity)
 		}
 	}
+}
+
+type lookResult struct {
+	held  bool
+	other string
+	err   error
+}
+
+// renew looks at the Lease once (p.look) while this process works. It
+// gives up when deadline fires first: ok is false then and the look, its
+// context cancelled, is left to end on its own (it no longer touches
+// anything the caller reads).
+func (p *presence) renew(ctx context.Context, deadline <-chan time.Time) (r lookResult, ok bool) {
+	lookCtx, cancelLook := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelLook()
+	res := make(chan lookResult, 1)
+	go func() {
+		var r lookResult
+		r.held, r.other, r.err = p.look(lookCtx)
+		res <- r
+	}()
+	select {
+	case r := <-res:
+		return r, true
+	case <-deadline:
+		return lookResult{}, false
+	}
+}
+
+// stopAtDeadline aborts the work in flight because the Lease was not
+// renewed for the renew deadline (last says how the renewals failed) and
+// returns ErrLostLease once run has returned.
+func (p *presence) stopAtDeadline(ctx context.Context, renewDeadline time.Duration, last error, abort, cancelRun context.CancelFunc, done <-chan error) error {
+	if last == nil {
+		last = errors.New("the Lease could not be renewed")
+	}
+	klog.FromContext(ctx).Error(last, "Cannot renew the Lease for the renew deadline: another csi-attacher may take it over; aborting the work in flight and stopping",
+		"lease", klog.KRef(p.cfg.Namespace, p.cfg.LeaseName), "identity", p.cfg.Identity, "renewDeadline", renewDeadline)
+	abort()
+	cancelRun()
+	<-done
+	return fmt.Errorf("%w: Lease %s/%s not renewed for %s: %v", ErrLostLease, p.cfg.Namespace, p.cfg.LeaseName, renewDeadline, last)
+}
+
+// resetTimer makes t fire after d, with no expiry of before left in its
+// channel.
+func resetTimer(t clock.Timer, d time.Duration) {
+	if !t.Stop() {
+		select {
+		case <-t.C():
+		default:
+		}
+	}
+	t.Reset(d)
 }
