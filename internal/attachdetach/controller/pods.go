@@ -17,11 +17,19 @@ import (
 // syncPod records the volumes the Pod "namespace/name" wants in the
 // desired state and enqueues the keys that changed.
 func (c *Controller) syncPod(ctx context.Context, key string) (res runner.Result, err error) {
+	// notRecordedOn is the node of a Pod that needs its volumes but that
+	// this pass did not record, because the node was not managed when it
+	// looked: the node may have come back since (its handler records the
+	// return, then wakes this Pod again), and until a pass records the
+	// Pod there, nothing on that node may be detached. Every other node
+	// waiting for this Pod key is done with it: the Pod is recorded, gone,
+	// terminated, or on another node.
+	var notRecordedOn string
 	defer func() {
 		if err != nil {
 			return
 		}
-		for _, node := range c.returning.recorded(key) {
+		for _, node := range c.returning.recorded(key, notRecordedOn) {
 			// The node's last Pod to record again: its detaches may
 			// go ahead.
 			klog.FromContext(ctx).Info("Pods of the node that came back recorded again; its detaches may go ahead", "node", klog.KRef("", node))
@@ -44,6 +52,9 @@ func (c *Controller) syncPod(ctx context.Context, key string) (res runner.Result
 	if !pod.needsVolumes() || !c.dsw.NodeManaged(pod.nodeName) {
 		// Terminated, or on a node the controller does not manage (yet:
 		// the node handler re-enqueues its Pods when that changes).
+		if pod.needsVolumes() {
+			notRecordedOn = pod.nodeName
+		}
 		c.wake.Volumes(c.dsw.DeletePod(pod.uid))
 		c.podRec.Forget(key)
 		return runner.Result{}, nil
@@ -56,6 +67,8 @@ func (c *Controller) syncPod(ctx context.Context, key string) (res runner.Result
 	changed, ok := c.dsw.AddPod(pod.ref(), pod.nodeName, vols)
 	if ok {
 		c.podRec.Set(key, rec)
+	} else {
+		notRecordedOn = pod.nodeName
 	}
 	c.wake.Volumes(changed)
 	return runner.Result{}, nil

@@ -50,14 +50,20 @@ func (r *returningNodes) start(node string, podKeys []string) {
 	r.pods[node] = set
 }
 
-// recorded notes that the Pod podKey's pass succeeded. It returns the
-// nodes for which that was the last Pod still to record: their keys must
-// be woken.
-func (r *returningNodes) recorded(podKey string) []string {
+// recorded notes that the Pod podKey's pass succeeded and is done with
+// every node waiting for it but notRecordedOn ("": none), the node of a
+// Pod that needs its volumes there and was not recorded: that node keeps
+// waiting for a later pass. It returns the nodes for which that was the
+// last Pod still to record: their keys must be woken.
+func (r *returningNodes) recorded(podKey, notRecordedOn string) []string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	var released []string
+	var released, waiting []string
 	for _, node := range r.nodesOf[podKey] {
+		if node == notRecordedOn {
+			waiting = append(waiting, node)
+			continue
+		}
 		set := r.pods[node]
 		delete(set, podKey)
 		if len(set) == 0 {
@@ -65,7 +71,11 @@ func (r *returningNodes) recorded(podKey string) []string {
 			released = append(released, node)
 		}
 	}
-	delete(r.nodesOf, podKey)
+	if len(waiting) > 0 {
+		r.nodesOf[podKey] = waiting
+	} else {
+		delete(r.nodesOf, podKey)
+	}
 	return released
 }
 
