@@ -74,12 +74,13 @@ func run(args []string) int {
 		httpAddr = opts.metricsAddress
 	}
 	err = attacher.RunSidecar(ctx, attacher.SidecarConfig{
-		RESTConfig:       restConfig,
-		CSIAddress:       opts.csiAddress,
-		ConnectTimeout:   opts.connectTimeout,
-		MaxGRPCLogLength: opts.maxGRPCLogLength,
-		Resync:           opts.resync,
-		DefaultFSType:    opts.defaultFSType,
+		RESTConfig:          restConfig,
+		CSIAddress:          opts.csiAddress,
+		ConnectTimeout:      opts.connectTimeout,
+		MaxGRPCLogLength:    opts.maxGRPCLogLength,
+		ListVolumesMaxPages: opts.reconcileMaxPages,
+		Resync:              opts.resync,
+		DefaultFSType:       opts.defaultFSType,
 		Controller: attacher.Config{
 			Workers:            opts.workerThreads,
 			APIWorkers:         opts.apiWorkers,

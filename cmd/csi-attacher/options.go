@@ -9,6 +9,7 @@ import (
 
 	"github.com/latchcsi/latch/internal/app"
 	"github.com/latchcsi/latch/internal/attacher"
+	"github.com/latchcsi/latch/internal/csi"
 )
 
 // options are the command line, with upstream external-attacher's flag
@@ -29,6 +30,7 @@ type options struct {
 	retryIntervalMax   time.Duration
 	reconcileSync      time.Duration
 	reconcileTimeout   time.Duration
+	reconcileMaxPages  int
 	defaultFSType      string
 	maxGRPCLogLength   int
 	connectTimeout     time.Duration
@@ -77,6 +79,7 @@ func parseOptions(args []string) (*options, error) {
 	fs.DurationVar(&o.retryIntervalMax, "retry-interval-max", d.Controller.RetryIntervalMax, "Maximum retry interval of a failed attach or detach.")
 	fs.DurationVar(&o.reconcileSync, "reconcile-sync", d.Controller.ReconcileSync, "Period of the ListVolumes reconcile (only with LIST_VOLUMES and LIST_VOLUMES_PUBLISHED_NODES); 0 disables it.")
 	fs.DurationVar(&o.reconcileTimeout, "reconcile-timeout", d.Controller.ReconcileTimeout, "Timeout of one whole ListVolumes reconcile (all pages). latch only.")
+	fs.IntVar(&o.reconcileMaxPages, "reconcile-max-pages", csi.DefaultListVolumesMaxPages, "Most pages one ListVolumes reconcile reads; a driver that returns a next_token on every page beyond that fails the reconcile. latch only.")
 	fs.StringVar(&o.defaultFSType, "default-fstype", d.DefaultFSType, "Filesystem type used when a PV names none (mount volumes only).")
 	fs.IntVar(&o.maxGRPCLogLength, "max-grpc-log-length", -1, "Maximum length of logged gRPC requests and responses; negative means no limit.")
 	fs.DurationVar(&o.connectTimeout, "csi-connect-timeout", d.ConnectTimeout, "How long to keep trying to connect to the driver at start-up. latch only.")
@@ -94,6 +97,9 @@ func parseOptions(args []string) (*options, error) {
 	}
 	if o.apiWorkers < 0 {
 		return nil, fmt.Errorf("--api-worker-threads must not be negative, got %d", o.apiWorkers)
+	}
+	if o.reconcileMaxPages <= 0 {
+		return nil, fmt.Errorf("--reconcile-max-pages must be positive, got %d", o.reconcileMaxPages)
 	}
 	if o.maxProcs < 0 {
 		return nil, fmt.Errorf("--max-procs must not be negative, got %d", o.maxProcs)

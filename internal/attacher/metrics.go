@@ -14,6 +14,9 @@ type Metrics struct {
 	attachLatency *metrics.Histogram
 	csiErrors     *metrics.CounterVec
 	repairs       *metrics.CounterVec
+	// listAborted: ListVolumes listings given up before the driver ended
+	// them, by reason (reconcile.go).
+	listAborted *metrics.CounterVec
 	// orphans and orphanRecordErrors: publications left by deleted or
 	// replaced VolumeAttachments (orphans.go).
 	orphans            *metrics.Gauge
@@ -39,6 +42,11 @@ func NewMetrics() *Metrics {
 			Help:           "VolumeAttachments the ListVolumes reconciler found out of sync with the driver, by action (republish or unpublish).",
 			StabilityLevel: metrics.ALPHA,
 		}, []string{"action"}),
+		listAborted: metrics.NewCounterVec(&metrics.CounterOpts{
+			Name:           "latch_attacher_listvolumes_aborted_total",
+			Help:           "ListVolumes reconciles given up before the driver ended the listing, by reason: page_budget (a next_token on every page up to --reconcile-max-pages) or repeated_token (a next_token the driver had returned before).",
+			StabilityLevel: metrics.ALPHA,
+		}, []string{"reason"}),
 		orphans: metrics.NewGauge(&metrics.GaugeOpts{
 			Name:           "latch_attacher_orphaned_publications",
 			Help:           "Publications left behind by VolumeAttachments deleted or replaced while the driver published them, not yet unpublished.",
@@ -55,7 +63,7 @@ func NewMetrics() *Metrics {
 // Register registers the metrics with register (for example
 // legacyregistry.MustRegister or a test registry's MustRegister).
 func (m *Metrics) Register(register func(...metrics.Registerable)) {
-	register(m.attachLatency, m.csiErrors, m.repairs, m.orphans, m.orphanRecordErrors)
+	register(m.attachLatency, m.csiErrors, m.repairs, m.listAborted, m.orphans, m.orphanRecordErrors)
 }
 
 func (m *Metrics) attached(created, now time.Time) {
@@ -82,6 +90,12 @@ func (m *Metrics) repaired(action string) {
 		return
 	}
 	m.repairs.WithLabelValues(action).Inc()
+}
+
+func (m *Metrics) listVolumesAborted(reason string) {
+	if m != nil {
+		m.listAborted.WithLabelValues(reason).Inc()
+	}
 }
 
 func (m *Metrics) orphanAdded() {

@@ -2,6 +2,8 @@ package attacher
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"slices"
 	"sync"
 
@@ -10,6 +12,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/latchcsi/latch/internal/attacher/decide"
+	"github.com/latchcsi/latch/internal/csi"
 	"github.com/latchcsi/latch/internal/kube/kubenames"
 	"github.com/latchcsi/latch/internal/runner"
 )
@@ -40,7 +43,11 @@ func (c *Controller) reconcileOnce(ctx context.Context) error {
 	published, err := c.exec.csi.ListVolumes(listCtx, int32(c.cfg.MaxEntries))
 	cancel()
 	if err != nil {
-		return err
+		var aborted *csi.ListVolumesAbortedError
+		if errors.As(err, &aborted) {
+			c.exec.metrics.listVolumesAborted(aborted.Reason)
+		}
+		return fmt.Errorf("ListVolumes reconcile of driver %q: %w", c.cfg.Driver.Name, err)
 	}
 	c.dropUnlisted(ctx, orphans, published)
 	marked := map[string]types.UID{}

@@ -40,6 +40,9 @@ type SidecarConfig struct {
 	// MaxGRPCLogLength caps each logged CSI request and answer
 	// (--max-grpc-log-length); 0 or less: no cap.
 	MaxGRPCLogLength int
+	// ListVolumesMaxPages is the page budget of one ListVolumes reconcile
+	// (--reconcile-max-pages); 0: csi.DefaultListVolumesMaxPages.
+	ListVolumesMaxPages int
 }
 
 // ErrDriverConnectionLost is returned when the connection to the CSI
@@ -58,7 +61,7 @@ func RunSidecar(ctx context.Context, cfg SidecarConfig) error {
 	client0, err := csi.Connect(ctx, csi.Options{
 		Address: cfg.CSIAddress, ConnectTimeout: cfg.ConnectTimeout,
 		CallTimeout: cfg.Controller.Timeout, MetricsManager: metricsManager,
-		MaxLogLength: cfg.MaxGRPCLogLength,
+		MaxLogLength: cfg.MaxGRPCLogLength, ListVolumesMaxPages: cfg.ListVolumesMaxPages,
 	})
 	if err != nil {
 		return fmt.Errorf("connect to CSI driver at %s: %w", cfg.CSIAddress, err)

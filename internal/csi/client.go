@@ -64,6 +64,9 @@ type Options struct {
 	// secrets are stripped) at that many characters; 0 or less: no cap
 	// (csi-attacher's --max-grpc-log-length).
 	MaxLogLength int
+	// ListVolumesMaxPages is the page budget of one ListVolumes listing;
+	// 0 means DefaultListVolumesMaxPages.
+	ListVolumesMaxPages int
 }
 
 // GRPCClient is the Client over a gRPC connection made by dial.
@@ -74,6 +77,7 @@ type GRPCClient struct {
 	callTimeout   time.Duration
 	probeInterval time.Duration
 	maxLogLength  int
+	listMaxPages  int
 
 	lost     chan struct{}
 	lostOnce sync.Once
@@ -93,6 +97,9 @@ func Connect(ctx context.Context, opts Options) (*GRPCClient, error) {
 	if opts.ProbeInterval <= 0 {
 		opts.ProbeInterval = time.Second
 	}
+	if opts.ListVolumesMaxPages <= 0 {
+		opts.ListVolumesMaxPages = DefaultListVolumesMaxPages
+	}
 	address, err := normalizeAddress(opts.Address)
 	if err != nil {
 		return nil, err
@@ -101,6 +108,7 @@ func Connect(ctx context.Context, opts Options) (*GRPCClient, error) {
 		callTimeout:   opts.CallTimeout,
 		probeInterval: opts.ProbeInterval,
 		maxLogLength:  opts.MaxLogLength,
+		listMaxPages:  opts.ListVolumesMaxPages,
 		lost:          make(chan struct{}),
 	}
 	klog.FromContext(ctx).V(2).Info("Connecting to CSI driver", "address", address, "timeout", opts.ConnectTimeout)

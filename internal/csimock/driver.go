@@ -34,6 +34,8 @@ type Driver struct {
 	// extraPublishContext is added to every ControllerPublishVolume
 	// response (SetExtraPublishContext).
 	extraPublishContext atomic.Pointer[map[string]string]
+	// endlessTokens numbers the tokens of NextTokenFresh faults.
+	endlessTokens atomic.Uint64
 
 	// ready is readyUnset, readyTrue or readyFalse (SetReady overrides the
 	// configured not-ready period).

@@ -69,7 +69,23 @@ type Rule struct {
 	// ReleaseHang(ID), then the call goes on: it fails with Code when set,
 	// else it runs (a call that succeeds late).
 	Hang bool `json:"hang,omitempty"`
+	// NextToken (ListVolumes only, phase before) replaces the next_token
+	// of the page the call answers, so that paging never ends: the call
+	// lists the first page, whatever token it was given, and hands back a
+	// token of the driver's own that it accepts again (NextTokenFresh: a
+	// new one every call; NextTokenRepeat: always the same one).
+	NextToken NextTokenFault `json:"nextToken,omitempty"`
 }
+
+// NextTokenFault is how a rule's ListVolumes pages never end.
+type NextTokenFault string
+
+const (
+	// NextTokenFresh answers every page with a token never given before.
+	NextTokenFresh NextTokenFault = "fresh"
+	// NextTokenRepeat answers every page with the same token.
+	NextTokenRepeat NextTokenFault = "repeat"
+)
 
 // RuleStatus is a rule with its counters.
 type RuleStatus struct {
@@ -127,8 +143,17 @@ func (r *Rule) validate() error {
 	if r.Code > codes.Unauthenticated {
 		return fmt.Errorf("unknown gRPC code %d", r.Code)
 	}
-	if r.Latency == 0 && r.Code == codes.OK && !r.Hang {
-		return fmt.Errorf("rule has no action: set latency, code or hang")
+	switch r.NextToken {
+	case "":
+	case NextTokenFresh, NextTokenRepeat:
+		if normalizeMethod(r.Method) != "ListVolumes" || r.Phase == PhaseAfter {
+			return fmt.Errorf("nextToken needs method ListVolumes and phase %q", PhaseBefore)
+		}
+	default:
+		return fmt.Errorf("nextToken must be %q or %q, got %q", NextTokenFresh, NextTokenRepeat, r.NextToken)
+	}
+	if r.Latency == 0 && r.Code == codes.OK && !r.Hang && r.NextToken == "" {
+		return fmt.Errorf("rule has no action: set latency, code, hang or nextToken")
 	}
 	return nil
 }
@@ -157,7 +182,9 @@ type faultAction struct {
 	hang    bool
 	// release ends the hang (the deciding rule's ReleaseHang).
 	release <-chan struct{}
-	ruleIDs []string
+	// nextToken: the first firing rule's ListVolumes token fault.
+	nextToken NextTokenFault
+	ruleIDs   []string
 }
 
 func (a faultAction) none() bool {
@@ -263,6 +290,9 @@ func (f *faultSet) evaluate(phase Phase, method, volumeID, nodeID string) faultA
 		r.fired++
 		act.ruleIDs = append(act.ruleIDs, r.ID)
 		act.latency += r.Latency
+		if act.nextToken == "" {
+			act.nextToken = r.NextToken
+		}
 		if decisive {
 			act.code, act.message, act.hang, act.release = r.Code, r.Message, r.Hang, r.release
 			if act.message == "" {

@@ -77,10 +77,12 @@ func (d *Driver) runWithFaults(ctx context.Context, inst instance, call *Call, r
 	if err := d.act(ctx, inst, before); err != nil {
 		return nil, fired, err
 	}
+	req = d.endlessListRequest(req)
 	resp, err := handler(ctx, req)
 	if err != nil {
 		return nil, fired, err
 	}
+	d.endlessListReply(resp, before.nextToken)
 	after := d.faults.evaluate(PhaseAfter, call.Method, call.VolumeID, call.NodeID)
 	fired = append(fired, after.ruleIDs...)
 	if err := d.act(ctx, inst, after); err != nil {

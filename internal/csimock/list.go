@@ -3,6 +3,7 @@ package csimock
 import (
 	"encoding/base64"
 	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
@@ -82,4 +83,33 @@ func (s *store) listVolumes(token string, max int) (listPage, error) {
 		page.next = encodeToken(ids[end-1])
 	}
 	return page, nil
+}
+
+// endlessTokenPrefix starts the tokens a NextToken fault hands out.
+const endlessTokenPrefix = "endless."
+
+// endlessListRequest turns a ListVolumes request that carries a token of
+// a NextToken fault into a request for the first page (the fault's
+// tokens name no position); other requests pass unchanged.
+func (d *Driver) endlessListRequest(req any) any {
+	r, ok := req.(*csi.ListVolumesRequest)
+	if !ok || !strings.HasPrefix(r.GetStartingToken(), endlessTokenPrefix) {
+		return req
+	}
+	return &csi.ListVolumesRequest{MaxEntries: r.GetMaxEntries()}
+}
+
+// endlessListReply replaces the next_token of a ListVolumes reply as the
+// fault f asks (nothing when f is empty).
+func (d *Driver) endlessListReply(resp any, f NextTokenFault) {
+	r, ok := resp.(*csi.ListVolumesResponse)
+	if !ok {
+		return
+	}
+	switch f {
+	case NextTokenFresh:
+		r.NextToken = endlessTokenPrefix + strconv.FormatUint(d.endlessTokens.Add(1), 10)
+	case NextTokenRepeat:
+		r.NextToken = endlessTokenPrefix + "0"
+	}
 }
