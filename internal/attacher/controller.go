@@ -118,10 +118,10 @@ type Controller struct {
 	// records keeps the orphans where a restart finds them; nil when
 	// Config.OrphanNamespace is empty.
 	records orphanStore
-	// ignored holds the entries of the record that are not acted on
-	// (decide.RecordedOrphanUnusable), by name, so that reading the
-	// record again reports each only once (guarded by busyMu).
-	ignored map[string]orphanRecord
+	// finished holds the entries of the record the Controller is done
+	// with, by name, so that reading the record again adopts none of them
+	// a second time (orphanrecord.go; guarded by busyMu).
+	finished map[string]finishedEntry
 	// stillPublished: deleting VAs without our finalizer that the driver
 	// still lists as published (reconcile.go).
 	stillPublished stillPublished
@@ -154,7 +154,7 @@ func New(cfg Config, client kubernetes.Interface, factory informers.SharedInform
 	}
 	c := &Controller{
 		cfg: cfg, tr: tr, clock: cfg.Clock,
-		orphans: map[string]orphan{}, suspects: map[string]orphan{}, ignored: map[string]orphanRecord{},
+		orphans: map[string]orphan{}, suspects: map[string]orphan{}, finished: map[string]finishedEntry{},
 	}
 	if cfg.OrphanNamespace != "" && !cfg.Trivial {
 		c.records = newConfigMapOrphanStore(client, cfg.OrphanNamespace, cfg.Driver.Name)

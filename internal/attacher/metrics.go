@@ -21,6 +21,9 @@ type Metrics struct {
 	// replaced VolumeAttachments (orphans.go).
 	orphans            *metrics.Gauge
 	orphanRecordErrors *metrics.CounterVec
+	// orphanRecordUnavailable is 1 while the last read or write of the
+	// orphan record failed (orphanrecord.go).
+	orphanRecordUnavailable *metrics.Gauge
 }
 
 // NewMetrics creates the metrics; register them with Register.
@@ -54,16 +57,21 @@ func NewMetrics() *Metrics {
 		}),
 		orphanRecordErrors: metrics.NewCounterVec(&metrics.CounterOpts{
 			Name:           "latch_attacher_orphan_record_errors_total",
-			Help:           "Failed reads and writes of the ConfigMap recording orphaned publications, by operation (load, put, delete).",
+			Help:           "Failed reads, writes and watches of the ConfigMap recording orphaned publications, by operation (load, put, delete, watch).",
 			StabilityLevel: metrics.ALPHA,
 		}, []string{"operation"}),
+		orphanRecordUnavailable: metrics.NewGauge(&metrics.GaugeOpts{
+			Name:           "latch_attacher_orphan_record_unavailable",
+			Help:           "1 while the last read, write or watch of the ConfigMap recording orphaned publications failed: orphans are then tracked in memory only, and a restart loses them.",
+			StabilityLevel: metrics.ALPHA,
+		}),
 	}
 }
 
 // Register registers the metrics with register (for example
 // legacyregistry.MustRegister or a test registry's MustRegister).
 func (m *Metrics) Register(register func(...metrics.Registerable)) {
-	register(m.attachLatency, m.csiErrors, m.repairs, m.listAborted, m.orphans, m.orphanRecordErrors)
+	register(m.attachLatency, m.csiErrors, m.repairs, m.listAborted, m.orphans, m.orphanRecordErrors, m.orphanRecordUnavailable)
 }
 
 func (m *Metrics) attached(created, now time.Time) {
@@ -113,6 +121,17 @@ func (m *Metrics) orphanDropped() {
 func (m *Metrics) orphanRecordError(op string) {
 	if m != nil {
 		m.orphanRecordErrors.WithLabelValues(op).Inc()
+	}
+}
+
+func (m *Metrics) orphanRecordAvailable(ok bool) {
+	if m == nil {
+		return
+	}
+	if ok {
+		m.orphanRecordUnavailable.Set(0)
+	} else {
+		m.orphanRecordUnavailable.Set(1)
 	}
 }
 

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"time"
 
 	v1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
@@ -72,6 +71,10 @@ type orphan struct {
 	// listed: a ListVolumes listing showed the volume published on nodeID
 	// since the orphan was known.
 	listed bool
+	// recordErr says why the orphan could not be recorded ("" when it
+	// was, or was not tried yet): shown to a VolumeAttachment that waits
+	// for it (showOrphanWait).
+	recordErr string
 }
 
 func (o orphan) same(p orphan) bool {
@@ -187,27 +190,6 @@ func (c *Controller) confirmSuspect(ctx context.Context, name string) error {
 	return nil
 }
 
-// persistOrphan writes the orphan of name to the durable record when it is
-// not there yet. A failure is reported (error log, event, metric) and the
-// orphan stays in memory; the next attempt writes it again.
-func (c *Controller) persistOrphan(ctx context.Context, name string) {
-	c.busyMu.Lock()
-	o, ok := c.orphans[name]
-	c.busyMu.Unlock()
-	if !ok || o.recorded || o.unpublished || c.records == nil {
-		return
-	}
-	if err := c.records.Put(ctx, recordOf(name, o)); err != nil {
-		c.exec.metrics.orphanRecordError("put")
-		klog.FromContext(ctx).Error(err, "Could not record the orphaned publication; it is kept in memory only and is lost if the attacher restarts before it is unpublished",
-			"volumeAttachment", klog.KRef("", name), "volumeHandle", o.handle, "nodeID", o.nodeID)
-		c.exec.recorder.Event(orphanRef(name, o.uid), v1.EventTypeWarning, EventOrphanRecordFailed,
-			fmt.Sprintf("could not record that volume %q must be unpublished from node ID %q: %v", o.handle, o.nodeID, err))
-		return
-	}
-	c.updateOrphan(name, o, func(p *orphan) { p.recorded = true })
-}
-
 // updateOrphan applies f to the orphan of name if it is still o.
 func (c *Controller) updateOrphan(name string, o orphan, f func(*orphan)) {
 	c.busyMu.Lock()
@@ -216,30 +198,6 @@ func (c *Controller) updateOrphan(name string, o orphan, f func(*orphan)) {
 		f(&p)
 		c.orphans[name] = p
 	}
-}
-
-// dropOrphan forgets the orphan o of name, removing its durable record
-// first (only while the record still holds o: a newer orphan of the same
-// name, recorded meanwhile, keeps its record); on error it stays (marked
-// unpublished when it was) and the caller retries.
-func (c *Controller) dropOrphan(ctx context.Context, name string, o orphan) error {
-	if o.recorded && c.records != nil {
-		if err := c.records.Delete(ctx, recordOf(name, o)); err != nil {
-			c.exec.metrics.orphanRecordError("delete")
-			return fmt.Errorf("remove the orphaned publication of volume %q on node ID %q from the record: %w", o.handle, o.nodeID, err)
-		}
-	}
-	c.busyMu.Lock()
-	p, ok := c.orphans[name]
-	if ok && p.same(o) {
-		delete(c.orphans, name)
-	}
-	c.busyMu.Unlock()
-	if ok && p.same(o) {
-		c.exec.metrics.orphanDropped()
-		c.publicationSettled(o)
-	}
-	return nil
 }
 
 // publicationSettled wakes what may have waited for the orphan or suspect
@@ -334,9 +292,7 @@ func (c *Controller) settleOrphan(ctx context.Context, name string, va *storagev
 	// of the record proves nothing about the object it names.
 	stale := va != nil && va.UID == o.uid && !o.fromRecord
 	if o.unpublished {
-		if err := c.dropOrphan(ctx, name, o); err != nil {
-			return false, runner.Result{}, err
-		}
+		c.dropOrphan(ctx, name, o)
 		return !stale, runner.Result{}, nil
 	}
 	cl := c.claimOf(name, va, o, stale)
@@ -345,9 +301,7 @@ func (c *Controller) settleOrphan(ctx context.Context, name string, va *storagev
 		c.ignoreOrphan(ctx, name, o, decide.RecordedOrphanUnusable(o.facts()))
 		return !stale, runner.Result{}, nil
 	case decide.OrphanTakenOver:
-		if err := c.dropOrphan(ctx, name, o); err != nil {
-			return false, runner.Result{}, err
-		}
+		c.dropOrphan(ctx, name, o)
 		if o.fromRecord && (cl.by != name || cl.uid == o.uid) {
 			// The entry says a publication that a VolumeAttachment of
 			// ours stands for is orphaned: not something csi-attacher
@@ -375,6 +329,11 @@ func (c *Controller) settleOrphan(ctx context.Context, name string, va *storagev
 	}
 
 	c.persistOrphan(ctx, name)
+	c.busyMu.Lock()
+	if p, ok := c.orphans[name]; ok && p.same(o) {
+		o = p // with what the write said
+	}
+	c.busyMu.Unlock()
 	secretRef := o.secretRef
 	if o.fromRecord {
 		secretRef = c.recordedSecret(ctx, o)
@@ -402,9 +361,7 @@ func (c *Controller) settleOrphan(ctx context.Context, name string, va *storagev
 	c.updateOrphan(name, o, func(p *orphan) { p.unpublished = true })
 	o.unpublished = true
 	logger.Info("Unpublished the volume of a VolumeAttachment deleted or replaced while it was being published")
-	if err := c.dropOrphan(ctx, name, o); err != nil {
-		return false, runner.Result{}, err
-	}
+	c.dropOrphan(ctx, name, o)
 	return !stale, runner.Result{}, nil
 }
 
@@ -421,6 +378,9 @@ func (c *Controller) showOrphanWait(ctx context.Context, va *storagev1.VolumeAtt
 	}
 	msg := fmt.Sprintf("waiting for the publication of volume %q on node ID %q, left by a deleted VolumeAttachment of the same name (uid %s), to be unpublished; last unpublish error: %v",
 		o.handle, o.nodeID, o.uid, cause)
+	if o.recordErr != "" {
+		msg += "; it is tracked in memory only, and lost if csi-attacher restarts before the unpublish succeeds: " + o.recordErr
+	}
 	if err := c.exec.recordError(ctx, va, true, msg, nil); err != nil {
 		klog.FromContext(ctx).Error(err, "Could not show on the VolumeAttachment that it waits for an orphaned publication",
 			"volumeAttachment", klog.KObj(va), "volumeHandle", o.handle, "nodeID", o.nodeID)
@@ -539,81 +499,6 @@ func orphanRef(name string, uid types.UID) *storagev1.VolumeAttachment {
 	return &storagev1.VolumeAttachment{ObjectMeta: metav1.ObjectMeta{Name: name, UID: uid}}
 }
 
-// loadOrphansOnce reads the durable record and queues every orphan it
-// holds; false when the read failed (reported; loadOrphans retries).
-func (c *Controller) loadOrphansOnce(ctx context.Context) bool {
-	if c.records == nil {
-		return true
-	}
-	recs, err := c.records.Load(ctx)
-	var invalid *invalidRecordsError
-	if errors.As(err, &invalid) {
-		// Unreadable entries cannot be unpublished; the valid ones are
-		// loaded and attaches go on. Someone must look at them.
-		c.exec.metrics.orphanRecordError("load")
-		klog.FromContext(ctx).Error(err, "Ignoring entries of the orphaned-publication record that are not valid records; repair or remove them by hand", "entries", invalid.keys)
-		err = nil
-	}
-	if err != nil {
-		c.exec.metrics.orphanRecordError("load")
-		klog.FromContext(ctx).Error(err, "Could not read the orphaned publications an earlier attacher recorded; no VolumeAttachment is attached until it can be read; retrying")
-		return false
-	}
-	c.adoptRecords(ctx, recs)
-	return true
-}
-
-// loadOrphans retries loadOrphansOnce with backoff until it succeeds
-// (true) or ctx is done (false).
-func (c *Controller) loadOrphans(ctx context.Context) bool {
-	delay := c.cfg.RetryIntervalStart
-	if delay <= 0 {
-		delay = time.Second
-	}
-	for !c.loadOrphansOnce(ctx) {
-		select {
-		case <-ctx.Done():
-			return false
-		case <-c.clock.After(delay):
-		}
-		delay = min(2*delay, max(c.cfg.RetryIntervalMax, delay))
-	}
-	return true
-}
-
-// adoptRecords takes over the entries of the record that are not pending
-// already. An entry that can never be acted on
-// (decide.RecordedOrphanUnusable) is reported once and left out.
-func (c *Controller) adoptRecords(ctx context.Context, recs map[string]orphanRecord) {
-	for _, name := range slices.Sorted(maps.Keys(recs)) {
-		rec := recs[name]
-		o := fromRecord(rec)
-		if why := decide.RecordedOrphanUnusable(o.facts()); why != "" {
-			c.busyMu.Lock()
-			seen := c.ignored[name] == rec
-			c.ignored[name] = rec
-			c.busyMu.Unlock()
-			if !seen {
-				c.warnRecordEntry(ctx, name, o, why)
-			}
-			continue
-		}
-		c.busyMu.Lock()
-		_, known := c.orphans[name]
-		if !known {
-			c.orphans[name] = o
-		}
-		c.busyMu.Unlock()
-		if known {
-			continue
-		}
-		c.exec.metrics.orphanAdded()
-		klog.FromContext(ctx).Info("Orphaned publication recorded by an earlier attacher; unpublishing",
-			"volumeAttachment", klog.KRef("", name), "volumeHandle", rec.VolumeHandle, "nodeID", rec.NodeID, "uid", rec.UID)
-		c.attach.Enqueue(name)
-	}
-}
-
 // orphanSnapshot copies the pending orphans, for the ListVolumes reconcile.
 func (c *Controller) orphanSnapshot() map[string]orphan {
 	c.busyMu.Lock()
@@ -639,48 +524,8 @@ func (c *Controller) dropUnlisted(ctx context.Context, before map[string]orphan,
 		if !decide.ForgetUnlisted(o.facts(), listed) {
 			continue
 		}
-		if err := c.dropOrphan(ctx, name, o); err != nil {
-			klog.FromContext(ctx).Error(err, "Drop orphaned publication the driver no longer lists", "volumeAttachment", klog.KRef("", name))
-			continue
-		}
+		c.dropOrphan(ctx, name, o)
 		klog.FromContext(ctx).Info("Orphaned publication no longer listed by the driver; forgotten",
 			"volumeAttachment", klog.KRef("", name), "volumeHandle", o.handle, "nodeID", o.nodeID)
 	}
-}
-
-// ignoreOrphan drops the orphan o of name from memory without an
-// unpublish and without touching the record, and reports why
-// (decide.OrphanIgnored): the entry stays for a person to look at.
-func (c *Controller) ignoreOrphan(ctx context.Context, name string, o orphan, why string) {
-	c.busyMu.Lock()
-	p, ok := c.orphans[name]
-	if ok && p.same(o) {
-		delete(c.orphans, name)
-	}
-	c.ignored[name] = recordOf(name, o)
-	c.busyMu.Unlock()
-	if ok && p.same(o) {
-		c.exec.metrics.orphanDropped()
-		c.publicationSettled(o)
-	}
-	c.warnRecordEntry(ctx, name, o, why)
-}
-
-// warnRecordEntry reports an entry of the record that is not acted on: an
-// error log and a Warning event on the record's ConfigMap.
-func (c *Controller) warnRecordEntry(ctx context.Context, name string, o orphan, why string) {
-	klog.FromContext(ctx).Error(nil, "Ignoring an entry of the orphaned-publication record: it is not acted on",
-		"configMap", c.recordName(), "entry", name, "volumeHandle", o.handle, "nodeID", o.nodeID, "nodeName", o.nodeName, "uid", o.uid, "why", why)
-	c.exec.recorder.Event(c.recordRef(), v1.EventTypeWarning, EventOrphanRecordIgnored,
-		fmt.Sprintf("entry %q (volume %q, node ID %q) is not acted on: %s; csi-attacher unpublishes nothing for it (remove it if it is not csi-attacher's)", name, o.handle, o.nodeID, why))
-}
-
-// recordName is "namespace/name" of the record's ConfigMap.
-func (c *Controller) recordName() string {
-	return c.cfg.OrphanNamespace + "/" + OrphanRecordName(c.cfg.Driver.Name)
-}
-
-// recordRef is what events about the record point at.
-func (c *Controller) recordRef() *v1.ConfigMap {
-	return &v1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: c.cfg.OrphanNamespace, Name: OrphanRecordName(c.cfg.Driver.Name)}}
 }

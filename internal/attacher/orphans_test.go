@@ -2,7 +2,6 @@ package attacher
 
 import (
 	"context"
-	"errors"
 	"slices"
 	"strings"
 	"sync"
@@ -168,36 +167,48 @@ func TestOrphanNoLongerListedByTheDriverIsForgotten(t *testing.T) {
 	}
 }
 
-// failingLoadStore fails its first Loads.
+// failingLoadStore fails its first Loads with err.
 type failingLoadStore struct {
 	*memOrphanStore
+	err             error
+	lmu             sync.Mutex
 	failures, loads int
 }
 
 func (s *failingLoadStore) Load(ctx context.Context) (map[string]orphanRecord, error) {
+	s.lmu.Lock()
 	s.loads++
-	if s.loads <= s.failures {
-		return nil, apierrors.NewForbidden(v1.Resource("configmaps"), "external-attacher-orphans-x", errors.New("no RBAC"))
+	fail := s.loads <= s.failures
+	s.lmu.Unlock()
+	if fail {
+		return nil, s.err
 	}
 	return s.memOrphanStore.Load(ctx)
 }
 
-// A record that cannot be read at start (missing RBAC) is read again with
-// backoff, and its orphans are queued once it can.
+func (s *failingLoadStore) loadCount() int {
+	s.lmu.Lock()
+	defer s.lmu.Unlock()
+	return s.loads
+}
+
+// A record that cannot be read at start (the API server does not answer)
+// is read again with backoff before anything is attached, and its orphans
+// are queued once it can.
 func TestOrphanRecordReadIsRetriedUntilItSucceeds(t *testing.T) {
 	f := newExecFixture(t, execCSINode())
 	mem := &memOrphanStore{recs: map[string]orphanRecord{
 		"va-old": {VolumeAttachment: "va-old", UID: "u1", VolumeHandle: "handle-old", NodeID: "node-1-id", NodeName: "node-1"},
 	}}
-	store := &failingLoadStore{memOrphanStore: mem, failures: 2}
+	store := &failingLoadStore{memOrphanStore: mem, failures: 2, err: apierrors.NewServiceUnavailable("the API server is not ready")}
 	f.ctrl.records = store
 	f.ctrl.cfg.RetryIntervalStart, f.ctrl.cfg.RetryIntervalMax = time.Millisecond, 10*time.Millisecond
-	if f.ctrl.loadOrphansOnce(f.ctx) {
+	if f.ctrl.loadOrphansOnce(f.ctx) == nil {
 		t.Fatal("loadOrphansOnce reported success for a failed read")
 	}
 	f.ctrl.loadOrphans(f.ctx)
-	if store.loads != 3 {
-		t.Errorf("Load calls = %d, want 3 (two failed)", store.loads)
+	if n := store.loadCount(); n != 3 {
+		t.Errorf("Load calls = %d, want 3 (two failed)", n)
 	}
 	if _, ok := f.ctrl.orphanSnapshot()["va-old"]; !ok {
 		t.Fatalf("orphans = %v, want va-old loaded", f.ctrl.orphanSnapshot())

@@ -90,13 +90,23 @@ func (s *configMapOrphanStore) Load(ctx context.Context) (map[string]orphanRecor
 	if err := s.read(ctx); err != nil {
 		return nil, err
 	}
+	out, invalid := parseRecords(s.cm, s.String())
+	if invalid != nil {
+		return out, invalid
+	}
+	return out, nil
+}
+
+// parseRecords returns the entries of cm (the record of store) by
+// VolumeAttachment name, and the keys of those that are not valid records.
+func parseRecords(cm *v1.ConfigMap, store string) (map[string]orphanRecord, *invalidRecordsError) {
 	out := map[string]orphanRecord{}
 	var invalid *invalidRecordsError
-	for _, key := range slices.Sorted(maps.Keys(s.cm.Data)) {
+	for _, key := range slices.Sorted(maps.Keys(cm.Data)) {
 		var rec orphanRecord
-		if err := json.Unmarshal([]byte(s.cm.Data[key]), &rec); err != nil || rec.VolumeHandle == "" || rec.NodeID == "" {
+		if err := json.Unmarshal([]byte(cm.Data[key]), &rec); err != nil || rec.VolumeHandle == "" || rec.NodeID == "" {
 			if invalid == nil {
-				invalid = &invalidRecordsError{store: s.String()}
+				invalid = &invalidRecordsError{store: store}
 			}
 			invalid.keys = append(invalid.keys, key)
 			continue
@@ -104,10 +114,7 @@ func (s *configMapOrphanStore) Load(ctx context.Context) (map[string]orphanRecor
 		rec.VolumeAttachment = key
 		out[key] = rec
 	}
-	if invalid != nil {
-		return out, invalid
-	}
-	return out, nil
+	return out, invalid
 }
 
 // invalidRecordsError is Load's error when entries of the record are not
@@ -170,12 +177,16 @@ func (s *configMapOrphanStore) read(ctx context.Context) error {
 }
 
 // modify applies change to the entries and writes them back, re-reading
-// once when the view was stale.
+// once when the view was stale. A change that finds nothing to do on a
+// view kept from an earlier call is checked on a fresh read: another
+// writer (an old leader) may have changed the entry meanwhile, and no
+// write would tell.
 func (s *configMapOrphanStore) modify(ctx context.Context, change func(map[string]string) bool) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for attempt := 0; ; attempt++ {
-		if s.cm == nil {
+		fresh := s.cm == nil
+		if fresh {
 			if err := s.read(ctx); err != nil {
 				return err
 			}
@@ -185,7 +196,11 @@ func (s *configMapOrphanStore) modify(ctx context.Context, change func(map[strin
 			cm.Data = map[string]string{}
 		}
 		if !change(cm.Data) {
-			return nil
+			if fresh || attempt > 0 {
+				return nil
+			}
+			s.cm = nil
+			continue
 		}
 		var written *v1.ConfigMap
 		var err error
