@@ -53,7 +53,10 @@ func (c *Controller) reconcileOnce(ctx context.Context) error {
 	marked := map[string]types.UID{}
 	for _, r := range decide.Repairs(before, published, c.cfg.Driver.Name) {
 		va, err := c.getVA(r.VA)
-		if err != nil || va == nil {
+		if err != nil || va == nil || va.UID != r.UID {
+			// Gone, or re-created under the same name during the listing:
+			// the listing may predate the new object's publish, so it
+			// says nothing about it (the next listing judges it).
 			continue
 		}
 		// The VA may have moved on during the listing (a delete, a

@@ -418,7 +418,7 @@ func TestDecideRepairs(t *testing.T) {
 	pending := testVA(func(va *storagev1.VolumeAttachment) { va.Name = "pending" })
 	published := map[string][]string{"vol-1": {"node-1-id"}, "vol-3": {"node-1-id"}, "vol-4": {"node-1-id"}}
 	got := Repairs([]*storagev1.VolumeAttachment{attached, lost, stuck, detaching, pending}, published, testDriver)
-	want := []Repair{{VA: "lost", Action: "republish"}, {VA: "stuck", Action: "unpublish"}}
+	want := []Repair{{VA: "lost", UID: lost.UID, Action: "republish"}, {VA: "stuck", UID: stuck.UID, Action: "unpublish"}}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("repairs = %+v, want %+v", got, want)
 	}

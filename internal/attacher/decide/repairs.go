@@ -4,13 +4,17 @@ import (
 	"slices"
 
 	storagev1 "k8s.io/api/storage/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/latchcsi/latch/internal/kube/kubenames"
 )
 
 // Repair is one disagreement between a VolumeAttachment and the driver.
 type Repair struct {
-	VA     string
+	VA string
+	// UID is the VA's as the listing judged it: a VolumeAttachment of the
+	// same name made since is another object, not judged by that listing.
+	UID    types.UID
 	Action string // "republish" or "unpublish"
 }
 
@@ -27,7 +31,7 @@ func Repairs(before []*storagev1.VolumeAttachment, published map[string][]string
 			continue // never published by us
 		}
 		if action := RepairFor(va, slices.Contains(published[handle], nodeID), driver); action != "" {
-			out = append(out, Repair{VA: va.Name, Action: action})
+			out = append(out, Repair{VA: va.Name, UID: va.UID, Action: action})
 		}
 	}
 	return out
