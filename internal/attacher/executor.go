@@ -156,9 +156,10 @@ func (e *executor) releaseVA(ctx context.Context, va *storagev1.VolumeAttachment
 	return e.writeStatus(ctx, updated, storagev1.VolumeAttachmentStatus{Attached: false})
 }
 
-// recordError writes status.attachError (attach) or status.detachError
-// and a Warning event, only when the message changes, so retries do not
-// rewrite them. It returns only a failure to write.
+// recordError writes status.attachError (attach, with errorCode code) or
+// status.detachError (without errorCode, as upstream) and a Warning event,
+// only when the message changes, so retries do not rewrite them. It
+// returns only a failure to write.
 func (e *executor) recordError(ctx context.Context, va *storagev1.VolumeAttachment, attach bool, msg string, code *int32) error {
 	prev, reason := va.Status.DetachError, EventDetachFailed
 	if attach {
@@ -171,10 +172,14 @@ func (e *executor) recordError(ctx context.Context, va *storagev1.VolumeAttachme
 		return nil
 	}
 	status := *va.Status.DeepCopy()
-	verr := &storagev1.VolumeError{Time: metav1.NewTime(e.clock.Now()), Message: msg, ErrorCode: code}
+	verr := &storagev1.VolumeError{Time: metav1.NewTime(e.clock.Now()), Message: msg}
 	if attach {
+		verr.ErrorCode = code
 		status.AttachError = verr
 	} else {
+		// Upstream sets errorCode on attachError only (its
+		// MutableCSINodeAllocatableCount gate covers attach; a detach
+		// error never gets one): the code stays in the message.
 		status.DetachError = verr
 	}
 	if err := e.writeStatus(ctx, va, status); err != nil {

@@ -76,4 +76,12 @@ func TestOrphanRecordForbiddenAttachesAnywayAndSaysWhy(t *testing.T) {
 	store.lmu.Unlock()
 	f.waitFor("the recorded orphan unpublished once the record could be read", func() bool { return len(f.driver.Published("handle-old")) == 0 })
 	f.waitFor("the gauge back to 0", func() bool { got, _ := testutil.GetGaugeMetricValue(m.orphanRecordUnavailable); return got == 0 })
+	f.waitFor("a Normal event on the Lease saying the record is available again", func() bool {
+		for _, e := range drainEvents(f.recorder) {
+			if strings.Contains(e, "kind=Lease") && strings.HasPrefix(e, "Normal "+EventOrphanRecordAvailable) {
+				return true
+			}
+		}
+		return false
+	})
 }

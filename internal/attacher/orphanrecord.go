@@ -151,6 +151,8 @@ func (c *Controller) retryLoad(ctx context.Context, delay time.Duration) {
 		err := c.loadOrphansOnce(ctx)
 		if err == nil {
 			klog.FromContext(ctx).Info("The orphaned-publication record can be read again; orphans are recorded from now on", "configMap", c.recordName())
+			c.exec.recorder.Event(c.leaseRef(), v1.EventTypeNormal, EventOrphanRecordAvailable,
+				fmt.Sprintf("the orphan record, ConfigMap %s, can be read again; orphaned publications are recorded from now on", c.recordName()))
 			return
 		}
 		if apierrors.IsForbidden(err) {

@@ -30,6 +30,10 @@ const (
 	// EventOrphanRecordIgnored is recorded on the ConfigMap of the
 	// record: one of its entries is not acted on (decide.SettleOrphan).
 	EventOrphanRecordIgnored = "OrphanRecordIgnored"
+	// EventOrphanRecordAvailable (Normal) is recorded on the Lease when
+	// the record can be read or watched again after an
+	// EventOrphanRecordFailed there: latchctl's finding ends with it.
+	EventOrphanRecordAvailable = "OrphanRecordAvailable"
 )
 
 // orphan is a publication whose VolumeAttachment was deleted, or deleted

@@ -3,6 +3,7 @@ package attacher
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync/atomic"
 
 	v1 "k8s.io/api/core/v1"
@@ -61,7 +62,11 @@ func (c *Controller) watchRecord(ctx context.Context) {
 		if !ok || cm.Name != store.name {
 			return
 		}
-		failing.Store(false)
+		if failing.Swap(false) {
+			logger.Info("Watching the orphaned-publication record again", "configMap", c.recordName())
+			c.exec.recorder.Event(c.leaseRef(), v1.EventTypeNormal, EventOrphanRecordAvailable,
+				fmt.Sprintf("the orphan record, ConfigMap %s, is watched again", c.recordName()))
+		}
 		c.recordChanged(klog.NewContext(ctx, logger), cm)
 	}
 	if _, err := informer.AddEventHandler(cache.ResourceEventHandlerFuncs{

@@ -102,6 +102,9 @@ func errorHint(e *storagev1.VolumeError, a *attachment, detach bool) string {
 	if hint, ok := secretHint(msg, a.vol); ok {
 		return hint
 	}
+	if hint, ok := orphanHint(msg, a.vol.driver); ok {
+		return hint
+	}
 	switch {
 	case strings.Contains(msg, "CSINode"):
 		return fmt.Sprintf("the driver's node plugin must register on node %s first (check its node DaemonSet Pod there); csi-attacher retries as soon as the CSINode changes", a.node)
@@ -195,6 +198,7 @@ func (w *walker) explainLease(driver string, important, needed bool) {
 	default:
 		w.add(Finding{Check: "attacher.lease", Object: "Lease " + where, Status: StatusOK,
 			Message: fmt.Sprintf("csi-attacher of driver %s runs: Lease %s held by %s, renewed %s ago", driver, where, holder, age(w.s.Now, last))})
+		w.explainOrphanRecord(l, driver)
 	}
 }
 

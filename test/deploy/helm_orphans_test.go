@@ -10,9 +10,10 @@ import (
 	"github.com/latchcsi/latch/internal/attacher"
 )
 
-// The chart's orphan-record Role limits get/update to the ConfigMap names
-// the attacher really uses (the chart's sanitizer matches the binary's),
-// and grants get/create/update on ConfigMaps whatever the values.
+// The chart's orphan-record Role limits get/list/watch/update to the
+// ConfigMap names the attacher really uses (the chart's sanitizer matches
+// the binary's), and grants get/list/watch/create/update on ConfigMaps
+// whatever the values.
 func TestHelmOrphanRoleNamesTheAttachersConfigMaps(t *testing.T) {
 	drivers := []string{"Example.CSI/driver", "ebs.csi.aws.com", "ends-with."}
 	for _, c := range []struct {
@@ -46,7 +47,7 @@ func TestHelmOrphanRoleNamesTheAttachersConfigMaps(t *testing.T) {
 					verbs[v] = r.ResourceNames
 				}
 			}
-			for _, v := range []string{"get", "create", "update"} {
+			for _, v := range []string{"get", "list", "watch", "create", "update"} {
 				names, ok := verbs[v]
 				if !ok {
 					t.Errorf("verb %s not granted", v)
@@ -60,8 +61,8 @@ func TestHelmOrphanRoleNamesTheAttachersConfigMaps(t *testing.T) {
 					t.Errorf("%s limited to %q, want %q", v, names, want)
 				}
 			}
-			if len(verbs) != 3 {
-				t.Errorf("verbs = %v, want exactly get, create, update", verbs)
+			if len(verbs) != 5 {
+				t.Errorf("verbs = %v, want exactly get, list, watch, create, update", verbs)
 			}
 		})
 	}
