@@ -61,7 +61,7 @@ func (w *walker) explainVAState(a *attachment, conflict bool) {
 	case va.Status.AttachError != nil:
 		e := va.Status.AttachError
 		w.add(Finding{Check: "va.attachError", Object: obj, Status: StatusProblem,
-			Message: fmt.Sprintf("attach to node %s failed %s ago%s: %s", a.node, age(w.s.Now, e.Time.Time), codeSuffix(e.ErrorCode), e.Message),
+			Message: fmt.Sprintf("attach to node %s failed %s ago%s: %s", a.node, age(w.s.Now, e.Time.Time), codeSuffix(volumeErrorCode(e)), e.Message),
 			Hint:    errorHint(e, a, false)})
 	default:
 		w.add(Finding{Check: "va.attached", Object: obj, Status: StatusWaiting,
@@ -81,7 +81,7 @@ func (w *walker) explainDetach(a *attachment, finalizer string) {
 	}
 	if e := va.Status.DetachError; e != nil {
 		w.add(Finding{Check: "va.detachError", Object: obj, Status: StatusProblem,
-			Message: fmt.Sprintf("detach from node %s failed %s ago%s (deletion requested %s ago): %s", a.node, age(w.s.Now, e.Time.Time), codeSuffix(e.ErrorCode), since, e.Message),
+			Message: fmt.Sprintf("detach from node %s failed %s ago%s (deletion requested %s ago): %s", a.node, age(w.s.Now, e.Time.Time), codeSuffix(volumeErrorCode(e)), since, e.Message),
 			Hint:    errorHint(e, a, true)})
 	} else {
 		w.add(Finding{Check: "va.detaching", Object: obj, Status: StatusWaiting,
@@ -119,8 +119,8 @@ func errorHint(e *storagev1.VolumeError, a *attachment, detach bool) string {
 	if detach {
 		op = "ControllerUnpublishVolume"
 	}
-	if e.ErrorCode != nil {
-		switch *e.ErrorCode {
+	if code := volumeErrorCode(e); code != nil {
+		switch *code {
 		case 4, 14, 10, 1: // DeadlineExceeded, Unavailable, Aborted, Canceled
 			return fmt.Sprintf("%s timed out or the driver was unavailable: the operation may still be in progress and is retried with backoff; read the logs of driver %s's controller Pod", op, a.vol.driver)
 		case 5: // NotFound
