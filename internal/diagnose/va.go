@@ -23,6 +23,9 @@ func (w *walker) explainVAState(a *attachment, conflict bool) {
 		if !a.wanted() {
 			return
 		}
+		if !conflict && w.explainCreateFailed(a) {
+			return
+		}
 		f := Finding{Check: "va.exists", Object: obj, Status: StatusWaiting,
 			Message: fmt.Sprintf("no VolumeAttachment for the volume on node %s yet (expected name %s)", a.node, a.vaName)}
 		switch {

@@ -38,6 +38,9 @@ const (
 	// controller was seen writing within the last
 	// --coexistence-report-period (coexist.go).
 	CompetingControllersMetric = "latch_attachdetach_competing_controllers"
+	// CreateErrorsMetric counts the VolumeAttachment creates that failed
+	// (createrefused.go).
+	CreateErrorsMetric = "latch_attachdetach_volumeattachment_create_errors_total"
 )
 
 // Metrics are the controller's own metrics. Unregistered metrics record
@@ -52,6 +55,9 @@ type Metrics struct {
 	waitingForMigration *metrics.GaugeVec
 	totals              *totalsCollector
 	competing           *competingGauge
+	// createErrors counts failed VolumeAttachment creates by driver and
+	// the API server's reason.
+	createErrors *metrics.CounterVec
 }
 
 // NewMetrics returns unregistered metrics.
@@ -94,6 +100,11 @@ func NewMetrics() *Metrics {
 			inUse: metrics.NewDesc(InUseMetric, "Measure number of volumes in use",
 				[]string{"node", "volume_plugin"}, nil, metrics.ALPHA, ""),
 		},
+		createErrors: metrics.NewCounterVec(&metrics.CounterOpts{
+			Name:           CreateErrorsMetric,
+			Help:           "VolumeAttachment creates of the attach/detach controller that failed, by driver and by the reason of the API server's answer (Invalid: a ValidatingAdmissionPolicy denied it, unless the policy names another reason; Forbidden: RBAC or an admission webhook refused it; Unknown: no answer, e.g. a timeout). Each is retried with backoff.",
+			StabilityLevel: metrics.ALPHA,
+		}, []string{"driver", "reason"}),
 		competing: &competingGauge{desc: metrics.NewDesc(CompetingControllersMetric,
 			"1 while another attach/detach controller (a field manager other than latch's) was seen creating VolumeAttachments or changing a node's status.volumesAttached within the last --coexistence-report-period, else 0.",
 			nil, nil, metrics.ALPHA, "")},
@@ -136,7 +147,7 @@ func (LegacyRegistry) CustomMustRegister(cs ...metrics.StableCollector) {
 
 // Register registers the metrics with r.
 func (m *Metrics) Register(r Registry) {
-	r.MustRegister(m.forcedDetaches[0], m.forcedDetaches[1], m.operationDuration, m.storageOperation, m.podVolumesAttached, m.waitingForMigration)
+	r.MustRegister(m.forcedDetaches[0], m.forcedDetaches[1], m.operationDuration, m.storageOperation, m.podVolumesAttached, m.waitingForMigration, m.createErrors)
 	r.CustomMustRegister(m.totals, m.competing)
 }
 

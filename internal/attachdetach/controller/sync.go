@@ -173,6 +173,7 @@ func (c *Controller) createVA(ctx context.Context, plan decide.Plan) error {
 		return err
 	}
 	if err != nil {
+		c.createFailed(ctx, plan.Key, err)
 		return fmt.Errorf("create VolumeAttachment %s for volume %s on node %s (outcome unknown until the API server is asked): %w", name, plan.Key.Volume, plan.Key.Node, err)
 	}
 	logger.Info("Created VolumeAttachment", "volumeAttachment", klog.KObj(created), "volume", plan.Key.Volume, "node", klog.KRef("", plan.Key.Node))
