@@ -233,13 +233,19 @@ func (w *walker) explainMultiAttach(a *attachment) bool {
 	if a.va != nil && a.va.Status.Attached {
 		return false // this node won; the conflict, if any, is the other node's
 	}
-	var elsewhere []string
+	var elsewhere, failing []string
 	otherNodes := map[string]bool{}
 	for _, va := range w.vasOf(a.vol) {
 		if va.Spec.NodeName == a.node || (!va.Status.Attached && !slices.Contains(va.Finalizers, kubenames.AttacherFinalizer(a.vol.driver))) {
 			continue
 		}
-		elsewhere = append(elsewhere, fmt.Sprintf("node %s (VolumeAttachment %s, %s)", va.Spec.NodeName, va.Name, vaState(va)))
+		state := vaState(va)
+		if e := va.Status.DetachError; va.DeletionTimestamp != nil && e != nil {
+			// The wait lasts as long as that detach fails.
+			state += ", its detach failing: " + e.Message
+			failing = append(failing, va.Name)
+		}
+		elsewhere = append(elsewhere, fmt.Sprintf("node %s (VolumeAttachment %s, %s)", va.Spec.NodeName, va.Name, state))
 		otherNodes[va.Spec.NodeName] = true
 	}
 	var users []string
@@ -273,9 +279,13 @@ func (w *walker) explainMultiAttach(a *attachment) bool {
 	if len(others) == 1 {
 		taintNode = others[0]
 	}
-	w.add(Finding{Check: "multiattach", Object: a.vol.object, Status: StatusProblem, Message: msg,
-		Hint: fmt.Sprintf("the volume moves only after the Pods on %s are gone and it is detached there: delete or scale down those Pods; if that node is down, taint it so the volume is detached at once: kubectl taint node %s %s=nodeshutdown:NoExecute. Use ReadWriteMany if the storage supports it and several nodes must share the volume",
-			strings.Join(others, ", "), taintNode, kubenames.OutOfServiceTaintKey)})
+	hint := fmt.Sprintf("the volume moves only after the Pods on %s are gone and it is detached there: delete or scale down those Pods; if that node is down, taint it so the volume is detached at once: kubectl taint node %s %s=nodeshutdown:NoExecute. Use ReadWriteMany if the storage supports it and several nodes must share the volume",
+		strings.Join(others, ", "), taintNode, kubenames.OutOfServiceTaintKey)
+	if len(failing) > 0 {
+		hint = fmt.Sprintf("the detach there fails: fix what the driver says (latchctl explain va %s); the volume attaches here as soon as a retry succeeds. Do not remove the VolumeAttachment's finalizer: the volume would be published to two nodes. %s",
+			strings.Join(failing, ", "), hint)
+	}
+	w.add(Finding{Check: "multiattach", Object: a.vol.object, Status: StatusProblem, Message: msg, Hint: hint})
 	return true
 }
 

@@ -465,6 +465,16 @@ func TestExplainMultiAttach(t *testing.T) {
 			objs:   conflict(v1.ReadWriteOnce),
 			want:   []expect{{"multiattach", StatusProblem, []string{"node-b"}}, {"va.attached", StatusOK, []string{nodeA}}},
 		},
+		{
+			name:   "pod on node-a gone, its VolumeAttachment's detach failing → problem naming the detach error, hint: fix it, keep the finalizer",
+			target: web2,
+			objs: edit(drop[*v1.Pod](conflict(v1.ReadWriteOnce), "web"), vaA, func(va *storagev1.VolumeAttachment) {
+				va.DeletionTimestamp = agoPtr(time.Minute)
+				va.Status.DetachError = &storagev1.VolumeError{Time: ago(10 * time.Second), Message: "rpc error: code = Internal desc = backend refuses the detach"}
+			}),
+			want: []expect{{"multiattach", StatusProblem, []string{"still attached to node node-a", vaA, "detaching, its detach failing: rpc error: code = Internal desc = backend refuses the detach",
+				"explain va " + vaA, "Do not remove the VolumeAttachment's finalizer"}}},
+		},
 		noConflict("terminated pod on node-a does not count as a user", web2,
 			edit(drop[*storagev1.VolumeAttachment](conflict(v1.ReadWriteOnce), ""), "web", func(p *v1.Pod) { p.Status.Phase = v1.PodSucceeded })),
 	})

@@ -112,20 +112,22 @@ func decideWanted(in Input) Plan {
 
 	// Not attached here (yet). An exclusive volume must not get a second
 	// node while it is, or may be, attached to another one.
+	// Being detached there counts: until csi-attacher has let the
+	// VolumeAttachment go, the volume is still attached (and the detach
+	// may keep failing). kube-controller-manager keeps such a volume in
+	// its actual state until the detach succeeded, and reports the
+	// Multi-Attach error on the waiting Pods the same way.
 	if Exclusive(in) {
-		blockers, detaching := blockingPeers(in.Peers)
-		if len(blockers) > 0 {
+		if holders, detachingOnly := holdingPeers(in.Peers); len(holders) > 0 {
 			var others []state.PodRef
-			for _, b := range blockers {
-				others = append(others, b.Pods...)
+			for _, h := range holders {
+				others = append(others, h.Pods...)
 			}
 			p.Kind, p.Why = KindConflict, "volume is exclusively attached to another node"
+			if detachingOnly {
+				p.Why = "waiting for the volume to be detached from another node"
+			}
 			p.Events = conflictEvents(in, others)
-			p.Actual = changedIfRecorded(in, u)
-			return p
-		}
-		if detaching {
-			p.Kind, p.Why = KindWait, "waiting for the volume to be detached from another node"
 			p.Actual = changedIfRecorded(in, u)
 			return p
 		}
@@ -210,19 +212,22 @@ func Exclusive(in Input) bool {
 	return false
 }
 
-// blockingPeers returns the peers that hold an exclusive volume, and
-// whether some peer is detaching it (which blocks without being a
-// conflict worth an event: it resolves by itself).
-func blockingPeers(peers []Peer) (blockers []Peer, detaching bool) {
+// holdingPeers returns the peers that hold an exclusive volume (attached,
+// attaching, uncertain or being detached there), and whether every one of
+// them is being detached.
+func holdingPeers(peers []Peer) (holders []Peer, detachingOnly bool) {
+	detachingOnly = true
 	for _, pr := range peers {
 		switch pr.State {
 		case state.StateAttached, state.StateAttaching, state.StateUncertain:
-			blockers = append(blockers, pr)
+			detachingOnly = false
 		case state.StateDetaching:
-			detaching = true
+		default:
+			continue
 		}
+		holders = append(holders, pr)
 	}
-	return blockers, detaching
+	return holders, detachingOnly
 }
 
 func decideUnwanted(in Input) Plan {

@@ -243,10 +243,22 @@ func TestDecide(t *testing.T) {
 			want: decide.Plan{Kind: decide.KindCreate, Actual: upd(state.StateAttaching, false, time.Time{}, &rwo), Create: rwo.VolumeAttachment(nodeB)},
 		},
 		{
-			name: "RWO on node B while detaching from node A → wait without event",
+			// kube-controller-manager keeps the volume in its actual state
+			// until the detach succeeded, and reports it the same way.
+			name: "RWO on node B while detaching from node A → wait, Multi-Attach with the exclusively-attached text",
 			in: decide.Input{Key: keyOn(nodeB), Wanted: wants(rwo, podB), Node: ready,
 				Peers: []decide.Peer{{Node: nodeA, State: state.StateDetaching}}},
-			want: decide.Plan{Kind: decide.KindWait},
+			want: decide.Plan{Kind: decide.KindConflict, Events: []decide.Event{
+				event(podB, v1.EventTypeWarning, "FailedAttachVolume", `Multi-Attach error for volume "pv1" Volume is already exclusively attached to one node and can't be attached to another`, multiAttachB),
+			}},
+		},
+		{
+			name: "RWO on node B while node A detaches it under a pod that still wants it, and uncertain on node C → Multi-Attach names the pod",
+			in: decide.Input{Key: keyOn(nodeB), Wanted: wants(rwo, podB), Node: ready,
+				Peers: []decide.Peer{{Node: nodeA, State: state.StateDetaching, Pods: []state.PodRef{podA}}, {Node: "node-c", State: state.StateUncertain}}},
+			want: decide.Plan{Kind: decide.KindConflict, Events: []decide.Event{
+				event(podB, v1.EventTypeWarning, "FailedAttachVolume", `Multi-Attach error for volume "pv1" Volume is already used by pod(s) web-0`, multiAttachB),
+			}},
 		},
 		{
 			name: "RWO attached on both nodes (found so) → this node's attachment is confirmed anyway",

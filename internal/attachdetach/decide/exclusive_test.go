@@ -62,10 +62,11 @@ func TestDecideExclusivePerUniqueVolume(t *testing.T) {
 				`Multi-Attach error for volume "pv2" Volume is already exclusively attached to one node and can't be attached to another`, multiAttachB)}},
 		},
 		{
-			name: "RWX alias on node B while node A detaches the RWO PV → wait for the detach, no event",
+			name: "RWX alias on node B while node A detaches the RWO PV → wait for the detach, Multi-Attach event",
 			in: decide.Input{Wanted: wants(rwx, podB),
 				Peers: []decide.Peer{{Node: nodeA, State: state.StateDetaching, Specs: specs(rwo)}}},
-			want: decide.Plan{Kind: decide.KindWait},
+			want: decide.Plan{Kind: decide.KindConflict, Events: []decide.Event{event(podB, v1.EventTypeWarning, "FailedAttachVolume",
+				`Multi-Attach error for volume "pv2" Volume is already exclusively attached to one node and can't be attached to another`, multiAttachB)}},
 		},
 		{
 			name: "RWX alias on node B while RWX is attached on node A and an RWO pod waits on node C → exclusive: conflict with node A",

@@ -16,7 +16,7 @@ const (
 	// KindNothing: the key is settled.
 	KindNothing Kind = iota
 	// KindWait: something has to happen first (an unmount, the attacher,
-	// a detach elsewhere). An event on the watched objects wakes the key;
+	// our own VolumeAttachment's deletion). An event on the watched objects wakes the key;
 	// RequeueAfter > 0 adds a timer (the unmount timeout).
 	KindWait
 	// KindCreate: create Plan.Create. Any failure, AlreadyExists
@@ -29,8 +29,10 @@ const (
 	// KindAttachError: the VolumeAttachment reports an attach error;
 	// emit Plan.Events. csi-attacher retries on its own.
 	KindAttachError
-	// KindConflict: the volume is exclusive and in use on another node;
-	// emit Plan.Events (each once, see Event.DedupeKey) and wait.
+	// KindConflict: the volume is exclusive and attached to, attaching
+	// to, or being detached from another node; emit Plan.Events (the
+	// Multi-Attach error, each once per Pod, see Event.DedupeKey) and
+	// wait.
 	KindConflict
 	// KindDetach: first write the node's status.volumesAttached without
 	// the volume (when Detach.NodeStatusFirst), then delete the
