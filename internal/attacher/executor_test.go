@@ -63,12 +63,18 @@ type execFixture struct {
 
 func newExecFixture(t *testing.T, objs ...runtime.Object) *execFixture {
 	t.Helper()
-	return newExecFixtureWith(t, nil, objs...)
+	return newExecFixtureWith(t, fixtureHooks{}, objs...)
 }
 
-// newExecFixtureWith is newExecFixture with setup run on the Controller
-// before its informers start.
-func newExecFixtureWith(t *testing.T, setup func(*Controller), objs ...runtime.Object) *execFixture {
+// fixtureHooks change a fixture before its informers start: config edits
+// the Controller's Config, setup the Controller.
+type fixtureHooks struct {
+	config func(*Config)
+	setup  func(*Controller)
+}
+
+// newExecFixtureWith is newExecFixture with hooks.
+func newExecFixtureWith(t *testing.T, hooks fixtureHooks, objs ...runtime.Object) *execFixture {
 	t.Helper()
 	_, ctx := ktesting.NewTestContext(t)
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
@@ -106,15 +112,19 @@ func newExecFixtureWith(t *testing.T, setup func(*Controller), objs ...runtime.O
 	}
 	factory := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTransform(Transform(execDriver)))
 	recorder := record.NewFakeRecorder(100)
-	ctrl, err := New(Config{
+	ctrlCfg := Config{
 		Driver:  DriverInfo{Name: execDriver, SupportsReadOnly: true, SupportsSingleNodeMultiWriter: true, DefaultFSType: "ext4"},
 		Workers: 1, Timeout: 5 * time.Second, RetryIntervalStart: time.Hour, RetryIntervalMax: time.Hour,
-	}, client, factory, csiClient, csitrans.New(), recorder, nil)
+	}
+	if hooks.config != nil {
+		hooks.config(&ctrlCfg)
+	}
+	ctrl, err := New(ctrlCfg, client, factory, csiClient, csitrans.New(), recorder, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if setup != nil {
-		setup(ctrl)
+	if hooks.setup != nil {
+		hooks.setup(ctrl)
 	}
 	factory.Start(ctx.Done())
 	t.Cleanup(func() {

@@ -2,6 +2,7 @@ package attacher
 
 import (
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -18,14 +19,63 @@ type echo struct {
 	own bool
 }
 
+// echoFirst makes the fixture's API server answer every VolumeAttachment
+// patch only after the controller's event handler has handled the version
+// the patch made: the informer delivers each of our writes before its
+// call returns, deterministically. It records how the handler took each.
+type echoFirst struct {
+	seen   chan echo
+	mu     sync.Mutex
+	echoes []echo
+}
+
+func newEchoFirst() *echoFirst { return &echoFirst{seen: make(chan echo, 64)} }
+
+// setup is the fixture hook that reports the handler's verdicts.
+func (e *echoFirst) setup(c *Controller) {
+	c.vaEchoSeen = func(va *storagev1.VolumeAttachment, own bool) { e.seen <- echo{va.ResourceVersion, own} }
+}
+
+// install puts the reactor in front of the fixture's API server.
+func (e *echoFirst) install(t *testing.T, f *execFixture) {
+	f.client.PrependReactor("patch", "volumeattachments", func(action clienttesting.Action) (bool, runtime.Object, error) {
+		handled, obj, err := clienttesting.ObjectReaction(f.tracker)(action)
+		if err != nil {
+			return handled, obj, err
+		}
+		rv := obj.(*storagev1.VolumeAttachment).ResourceVersion
+		timeout := time.After(10 * time.Second)
+		for {
+			select {
+			case got := <-e.seen:
+				if got.rv != rv {
+					continue
+				}
+				e.mu.Lock()
+				e.echoes = append(e.echoes, got)
+				e.mu.Unlock()
+				return handled, obj, err
+			case <-timeout:
+				t.Errorf("the informer did not deliver resourceVersion %s", rv)
+				return handled, obj, err
+			}
+		}
+	})
+}
+
+// recorded returns the echoes of our writes so far.
+func (e *echoFirst) recorded() []echo {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return append([]echo(nil), e.echoes...)
+}
+
 // A failed attach writes our finalizer and node ID, then status.attachError.
 // Here the informer delivers each of those VolumeAttachment writes before
-// its Patch call returns: the reactor applies the patch, waits until the
-// controller's event handler has handled the new version, and only then
-// answers. Both echoes must be recognised as ours (the handler routes
-// every update it does not recognise to a pass), so the driver sees one
-// ControllerPublish until the retry interval (upstream external-attacher
-// #337: a second one at once). The order is
+// its Patch call returns (echoFirst). Both echoes must be recognised as
+// ours (the handler routes every update it does not recognise to a pass),
+// so the driver sees one ControllerPublish until the retry interval
+// (upstream external-attacher #337: a second one at once). The order is
 // forced every run; the scenario runs many times for the handler's
 // interleavings with the rest of the pass.
 func TestOwnWritesEchoedBeforeThePatchReturnsAreRecognisedAndStartNoPass(t *testing.T) {
@@ -36,35 +86,12 @@ func TestOwnWritesEchoedBeforeThePatchReturnsAreRecognisedAndStartNoPass(t *test
 
 func ownWritesEchoedBeforeThePatchReturns(t *testing.T) {
 	t.Helper()
-	seen := make(chan echo, 64)
-	f := newExecFixtureWith(t, func(c *Controller) {
-		c.vaEchoSeen = func(va *storagev1.VolumeAttachment, own bool) { seen <- echo{va.ResourceVersion, own} }
-	}, execPV("pv-e"), execVA("va-e", "pv-e"), execCSINode())
+	ef := newEchoFirst()
+	f := newExecFixtureWith(t, fixtureHooks{setup: ef.setup}, execPV("pv-e"), execVA("va-e", "pv-e"), execCSINode())
 	if _, err := f.driver.AddFault(csimock.Rule{Method: "ControllerPublishVolume", Code: codes.Internal, Message: "array offline"}); err != nil {
 		t.Fatal(err)
 	}
-	var echoes []echo
-	f.client.PrependReactor("patch", "volumeattachments", func(action clienttesting.Action) (bool, runtime.Object, error) {
-		handled, obj, err := clienttesting.ObjectReaction(f.tracker)(action)
-		if err != nil {
-			return handled, obj, err
-		}
-		rv := obj.(*storagev1.VolumeAttachment).ResourceVersion
-		timeout := time.After(10 * time.Second)
-		for {
-			select {
-			case e := <-seen:
-				if e.rv != rv {
-					continue
-				}
-				echoes = append(echoes, e)
-				return handled, obj, err
-			case <-timeout:
-				t.Errorf("the informer did not deliver resourceVersion %s", rv)
-				return handled, obj, err
-			}
-		}
-	})
+	ef.install(t, f)
 
 	if _, err := f.ctrl.syncAttach(f.ctx, "va-e"); err == nil || !strings.Contains(err.Error(), "array offline") {
 		t.Fatalf("syncAttach error = %v, want the driver's error", err)
@@ -74,7 +101,7 @@ func ownWritesEchoedBeforeThePatchReturns(t *testing.T) {
 		"patch volumeattachments va-e",
 		"patch volumeattachments/status va-e",
 	)
-	if len(echoes) != 2 || !echoes[0].own || !echoes[1].own {
+	if echoes := ef.recorded(); len(echoes) != 2 || !echoes[0].own || !echoes[1].own {
 		t.Fatalf("echoes of our two VolumeAttachment writes = %+v, want both recognised as ours", echoes)
 	}
 	if got := f.va("va-e").Status.AttachError; got == nil || !strings.Contains(got.Message, "array offline") {

@@ -10,6 +10,8 @@ import (
 
 	"k8s.io/klog/v2/ktesting"
 	testingclock "k8s.io/utils/clock/testing"
+
+	"github.com/latchcsi/latch/internal/testsupport/fakeclock"
 )
 
 // call is one Reconcile invocation as the reconciler saw it.
@@ -35,33 +37,11 @@ type harness struct {
 	idleWaiters int
 }
 
-// settledWaiters returns the fake clock's waiter count once it has stopped
-// changing for a moment.
-func (h *harness) settledWaiters() int {
-	n := h.clock.Waiters()
-	for stable := 0; stable < 5; {
-		time.Sleep(2 * time.Millisecond)
-		if m := h.clock.Waiters(); m == n {
-			stable++
-		} else {
-			n, stable = m, 0
-		}
-	}
-	return n
-}
-
 // waitArmed waits until the delaying queue has armed a timer for a
-// retry: the queue's goroutine reads the clock when it takes an AddAfter,
-// so stepping the clock before that would shift the retry.
+// retry.
 func (h *harness) waitArmed() {
 	h.t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for h.clock.Waiters() <= h.idleWaiters {
-		if time.Now().After(deadline) {
-			h.t.Fatalf("no retry timer armed on the clock (%d waiters)", h.clock.Waiters())
-		}
-		time.Sleep(time.Millisecond)
-	}
+	fakeclock.WaitArmed(h.t, h.clock, h.idleWaiters)
 }
 
 var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
@@ -94,7 +74,7 @@ func startHarness(t *testing.T, opts Options, fn func(ctx context.Context, key s
 	h.runner = New[string](rec, opts)
 	h.runner.afterPass = func(key string) { h.passes <- key }
 	// The queue's own tickers, present while nothing waits for a retry.
-	h.idleWaiters = h.settledWaiters()
+	h.idleWaiters = fakeclock.SettledWaiters(h.clock)
 
 	_, ctx := ktesting.NewTestContext(t)
 	ctx, h.cancel = context.WithCancel(ctx)
