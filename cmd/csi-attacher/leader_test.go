@@ -20,3 +20,21 @@ func TestLeaderConfigAnnouncesPresenceWithAndWithoutLeaderElection(t *testing.T)
 		}
 	}
 }
+
+// The Pod's UID (POD_UID, from the downward API in the manifests) reaches
+// presence mode, so that a restarted container recognises its previous
+// process's Lease; without it the UID stays unknown.
+func TestLeaderConfigTakesThePodUIDFromPOD_UID(t *testing.T) {
+	o, err := parseOptions(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("POD_UID", "")
+	if c := leaderConfig(o); c.Presence.PodUID != "" {
+		t.Errorf("without POD_UID: PodUID = %q, want empty", c.Presence.PodUID)
+	}
+	t.Setenv("POD_UID", "7c1e2f9a-0b3d-4e5f-8a6b-1c2d3e4f5a6b")
+	if c := leaderConfig(o); c.Presence.PodUID != "7c1e2f9a-0b3d-4e5f-8a6b-1c2d3e4f5a6b" {
+		t.Errorf("POD_UID set: PodUID = %q, want it", c.Presence.PodUID)
+	}
+}

@@ -104,9 +104,11 @@ func run(args []string) int {
 // leaderConfig is the Lease configuration of the flags. Without
 // --leader-election the attacher still holds its driver's Lease while it
 // works and refuses to work while another identity holds it
-// (app.Presence; docs/csi-attacher.md, "Leader election").
+// (app.Presence; docs/csi-attacher.md, "Leader election"). The Pod's UID
+// (POD_UID, from the downward API) lets a restarted container take the
+// Lease of its previous process over at once.
 func leaderConfig(opts *options) app.LeaderElection {
 	le := opts.Leader
-	le.Presence = &app.Presence{Component: "csi-attacher"}
+	le.Presence = &app.Presence{Component: "csi-attacher", PodUID: os.Getenv("POD_UID")}
 	return le
 }

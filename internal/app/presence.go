@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -39,6 +40,30 @@ type Presence struct {
 	Competing GaugeSetter
 	// Clock; nil means the real one.
 	Clock clock.Clock
+	// PodUID is the UID of the Pod this process runs in (csi-attacher
+	// reads POD_UID, which the manifests set from the downward API). It
+	// is appended to the Lease holder identity ("<identity>_pod-<UID>"),
+	// so that the next process of the same Pod, after its container
+	// restarted, recognises the holder as its dead predecessor and takes
+	// the Lease over at once instead of waiting out the lease duration
+	// and reporting it as a competing instance. A container restart means
+	// the old process has exited; two containers of one Pod running an
+	// attacher of the same driver would take the Lease from each other
+	// (a misconfiguration). Empty: not known; a restarted container waits
+	// for its predecessor's Lease to expire, as another replica does.
+	PodUID string
+}
+
+// podIdentitySeparator joins a presence identity and its Pod's UID.
+const podIdentitySeparator = "_pod-"
+
+// presenceIdentity is the Lease holder identity of a process with the
+// given identity in the Pod with UID podUID ("" when not known).
+func presenceIdentity(identity, podUID string) string {
+	if podUID == "" {
+		return identity
+	}
+	return identity + podIdentitySeparator + podUID
 }
 
 // GaugeSetter is the part of a gauge Presence uses.
@@ -77,14 +102,29 @@ const (
 	stepCreate   presenceStep = iota // no Lease: create it, holding it
 	stepRenew                        // ours: renew
 	stepTakeOver                     // free, released or expired: take it
+	stepSucceed                      // this Pod's previous process holds it: take it at once
 	stepWait                         // another identity holds it: do no work
 )
 
-// decidePresence is the pure decision of one look at the Lease. lease is
-// nil when it does not exist. unchangedFor is how long (by our own clock,
-// as client-go's elector measures it, so clock skew does not matter) the
-// holder and renew time have stayed what they are now.
-func decidePresence(lease *coordinationv1.Lease, self string, unchangedFor time.Duration) presenceStep {
+// presenceFacts is what one look at the Lease decides on.
+type presenceFacts struct {
+	// lease is nil when it does not exist.
+	lease *coordinationv1.Lease
+	// self is this process's holder identity, podUID its Pod's UID (""
+	// when not known).
+	self, podUID string
+	// working: this process holds the Lease and works (it renews);
+	// otherwise it waits to start.
+	working bool
+	// unchangedFor is how long (by our own clock, as client-go's elector
+	// measures it, so clock skew does not matter) the holder and renew
+	// time have stayed what they are now.
+	unchangedFor time.Duration
+}
+
+// decidePresence is the pure decision of one look at the Lease.
+func decidePresence(f presenceFacts) presenceStep {
+	lease := f.lease
 	if lease == nil {
 		return stepCreate
 	}
@@ -93,16 +133,22 @@ func decidePresence(lease *coordinationv1.Lease, self string, unchangedFor time.
 		holder = *lease.Spec.HolderIdentity
 	}
 	switch {
-	case holder == self:
+	case holder == f.self:
 		return stepRenew
 	case holder == "":
 		return stepTakeOver
+	case !f.working && f.podUID != "" && strings.HasSuffix(holder, podIdentitySeparator+f.podUID):
+		// Held by an earlier process of this Pod: its container
+		// restarted, so that process has exited. (While working, another
+		// process of this Pod taking the Lease means two attachers in one
+		// Pod: stop, as for any other identity.)
+		return stepSucceed
 	}
 	d := time.Duration(0)
 	if lease.Spec.LeaseDurationSeconds != nil {
 		d = time.Duration(*lease.Spec.LeaseDurationSeconds) * time.Second
 	}
-	if unchangedFor > d {
+	if f.unchangedFor > d {
 		return stepTakeOver
 	}
 	return stepWait
@@ -127,7 +173,8 @@ type presence struct {
 
 // look reads the Lease once and acts on decidePresence: it returns whether
 // this process holds the Lease now and, when not, the other identity.
-func (p *presence) look(ctx context.Context) (held bool, other string, err error) {
+// working says whether this process holds the Lease and works.
+func (p *presence) look(ctx context.Context, working bool) (held bool, other string, err error) {
 	leases := p.client.CoordinationV1().Leases(p.cfg.Namespace)
 	lease, err := leases.Get(ctx, p.cfg.LeaseName, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
@@ -153,7 +200,12 @@ func (p *presence) look(ctx context.Context) (held bool, other string, err error
 	}
 	nowMicro := metav1.NewMicroTime(now)
 	seconds := int32(p.cfg.LeaseDuration / time.Second)
-	switch decidePresence(lease, p.cfg.Identity, unchanged) {
+	step := decidePresence(presenceFacts{lease: lease, self: p.cfg.Identity, podUID: p.cfg.Presence.PodUID, working: working, unchangedFor: unchanged})
+	if step == stepSucceed {
+		klog.FromContext(ctx).Info("The Lease is held by this Pod's previous csi-attacher process (its container restarted); taking it over at once",
+			"lease", klog.KRef(p.cfg.Namespace, p.cfg.LeaseName), "identity", p.cfg.Identity, "previousIdentity", p.seenHolder)
+	}
+	switch step {
 	case stepCreate:
 		l := &coordinationv1.Lease{
 			ObjectMeta: metav1.ObjectMeta{Namespace: p.cfg.Namespace, Name: p.cfg.LeaseName, Labels: p.cfg.Labels},
@@ -166,7 +218,7 @@ func (p *presence) look(ctx context.Context) (held bool, other string, err error
 			return false, "", fmt.Errorf("create Lease %s/%s: %w", p.cfg.Namespace, p.cfg.LeaseName, err)
 		}
 		return true, "", nil
-	case stepRenew, stepTakeOver:
+	case stepRenew, stepTakeOver, stepSucceed:
 		l := lease.DeepCopy()
 		if l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity != p.cfg.Identity {
 			transitions := int32(0)
@@ -237,7 +289,9 @@ func (p *presence) release(ctx context.Context) {
 // except that this process holds the Lease while it works:
 //
 //   - Before starting, it takes the Lease when it is absent, released or
-//     expired. While another identity holds it, this process reports that
+//     expired, or held by an earlier process of its own Pod
+//     (Presence.PodUID): a container restart means that process exited.
+//     While another identity holds it, this process reports that
 //     (Presence) and waits: two active attachers of one driver race each
 //     other (a slow ControllerPublish of one lands after the other has
 //     unpublished that volume), so refusing work is the safe choice.
@@ -269,6 +323,11 @@ func runWithPresence(ctx context.Context, client kubernetes.Interface, cfg Leade
 	if cfg.LeaseDuration < time.Second {
 		cfg.LeaseDuration = 15 * time.Second
 	}
+	cfg.Identity = presenceIdentity(cfg.Identity, cfg.Presence.PodUID)
+	if cfg.Presence.PodUID == "" {
+		logger.Info("The Pod's UID is not known (set POD_UID from the downward API, as the manifests do): after a restart of this container, csi-attacher waits for the Lease of its previous process to expire and reports that process as another active instance",
+			"lease", klog.KRef(cfg.Namespace, cfg.LeaseName), "identity", cfg.Identity, "leaseDuration", cfg.LeaseDuration)
+	}
 	p := &presence{client: client, cfg: cfg, clock: cfg.Presence.Clock, gauge: cfg.Presence.Competing}
 	if p.clock == nil {
 		p.clock = clock.RealClock{}
@@ -287,7 +346,7 @@ func runWithPresence(ctx context.Context, client kubernetes.Interface, cfg Leade
 	var acquired time.Time // when the look that took the Lease was sent
 	for {
 		acquired = p.clock.Now()
-		held, other, err := p.look(ctx)
+		held, other, err := p.look(ctx, false)
 		if apierrors.IsForbidden(err) {
 			logger.Error(err, "Cannot check for a second active csi-attacher of this driver: no access to its Lease; running without that check. Grant get/create/update on leases (deploy/ does) or run with --leader-election",
 				"lease", klog.KRef(cfg.Namespace, cfg.LeaseName), "identity", cfg.Identity)
@@ -394,7 +453,7 @@ func (p *presence) renew(ctx context.Context, deadline <-chan time.Time) (r look
 	res := make(chan lookResult, 1)
 	go func() {
 		var r lookResult
-		r.held, r.other, r.err = p.look(lookCtx)
+		r.held, r.other, r.err = p.look(lookCtx, true)
 		res <- r
 	}()
 	select {

@@ -49,23 +49,39 @@ func TestDecidePresence(t *testing.T) {
 	lease := func(holder *string, seconds int32) *coordinationv1.Lease {
 		return &coordinationv1.Lease{Spec: coordinationv1.LeaseSpec{HolderIdentity: holder, LeaseDurationSeconds: &seconds}}
 	}
+	const me, pod = "me_2_pod-u1", "u1"
 	tests := []struct {
 		name      string
 		lease     *coordinationv1.Lease
+		podUID    string
+		working   bool
 		unchanged time.Duration
 		want      presenceStep
 	}{
-		{"no Lease: create it", nil, 0, stepCreate},
-		{"ours: renew", lease(ptr.To("me"), 15), time.Hour, stepRenew},
-		{"released (empty holder): take over at once", lease(ptr.To(""), 1), 0, stepTakeOver},
-		{"no holder field: take over", lease(nil, 15), 0, stepTakeOver},
-		{"other holder renewing: wait", lease(ptr.To("other"), 15), 14 * time.Second, stepWait},
-		{"other holder exactly at the lease duration: still wait", lease(ptr.To("other"), 15), 15 * time.Second, stepWait},
-		{"other holder silent for longer than its lease: take over", lease(ptr.To("other"), 15), 16 * time.Second, stepTakeOver},
+		{"no Lease: create it", nil, pod, false, 0, stepCreate},
+		{"ours: renew", lease(ptr.To(me), 15), pod, false, time.Hour, stepRenew},
+		{"ours while working: renew", lease(ptr.To(me), 15), pod, true, 0, stepRenew},
+		{"released (empty holder): take over at once", lease(ptr.To(""), 1), pod, false, 0, stepTakeOver},
+		{"no holder field: take over", lease(nil, 15), pod, false, 0, stepTakeOver},
+		{"other holder renewing: wait", lease(ptr.To("other"), 15), pod, false, 14 * time.Second, stepWait},
+		{"other holder exactly at the lease duration: still wait", lease(ptr.To("other"), 15), pod, false, 15 * time.Second, stepWait},
+		{"other holder silent for longer than its lease: take over", lease(ptr.To("other"), 15), pod, false, 16 * time.Second, stepTakeOver},
+		{"this Pod's previous process, just renewed: take over at once", lease(ptr.To("me_1_pod-u1"), 15), pod, false, 0, stepSucceed},
+		{"this Pod's previous process while working: a second attacher in the Pod, stop", lease(ptr.To("me_1_pod-u1"), 15), pod, true, 0, stepWait},
+		{"another Pod's process renewing: wait", lease(ptr.To("other_1_pod-u2"), 15), pod, false, 0, stepWait},
+		{"another Pod whose UID ends like ours: wait", lease(ptr.To("other_1_pod-xu1"), 15), pod, false, 0, stepWait},
+		{"another Pod's process silent for longer than its lease: take over", lease(ptr.To("other_1_pod-u2"), 15), pod, false, 16 * time.Second, stepTakeOver},
+		{"own Pod not known: a holder with a Pod UID is another instance", lease(ptr.To("me_1_pod-u1"), 15), "", false, 0, stepWait},
+		{"own Pod not known: a holder without one is another instance", lease(ptr.To("me_1"), 15), "", false, 0, stepWait},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := decidePresence(tt.lease, "me", tt.unchanged); got != tt.want {
+			self := me
+			if tt.podUID == "" {
+				self = "me_2"
+			}
+			f := presenceFacts{lease: tt.lease, self: self, podUID: tt.podUID, working: tt.working, unchangedFor: tt.unchanged}
+			if got := decidePresence(f); got != tt.want {
 				t.Errorf("decidePresence = %v, want %v", got, tt.want)
 			}
 		})

@@ -83,6 +83,14 @@ in driver.socketDir and, with csiAttacher.httpEndpoint, serves metrics and
     - name: http
       containerPort: {{ .Values.httpPort }}
   {{- end }}
+  env:
+    # Without --leader-election a restarted container recognises the Lease
+    # its previous process held by the Pod's UID and resumes at once
+    # (docs/csi-attacher.md, "Leader election").
+    - name: POD_UID
+      valueFrom:
+        fieldRef:
+          fieldPath: metadata.uid
   {{- if and $a.leaderElection $a.httpEndpoint }}
   livenessProbe:
     httpGet:
