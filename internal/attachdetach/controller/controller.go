@@ -55,6 +55,12 @@ type Config struct {
 	// VolumeAttachments in the informer cache (--reconcile-sync); 0
 	// disables the pass.
 	VerifyPeriod time.Duration
+	// UnseenWriteCheck is how long a VolumeAttachment create or delete of
+	// the controller may go unseen by its informer before the API server
+	// is asked about the object, and how often that is checked (whatever
+	// VerifyPeriod is); 0 means DefaultUnseenWriteCheck. See
+	// checkUnseenWrites.
+	UnseenWriteCheck time.Duration
 	// RetryIntervalStart and RetryIntervalMax bound the per-key backoff of
 	// failed API writes; zero means the runner's defaults.
 	RetryIntervalStart time.Duration
@@ -155,6 +161,9 @@ func New(cfg Config, client kubernetes.Interface, factory informers.SharedInform
 	}
 	if cfg.MaxWaitForUnmount <= 0 {
 		cfg.MaxWaitForUnmount = decide.DefaultMaxWaitForUnmount
+	}
+	if cfg.UnseenWriteCheck <= 0 {
+		cfg.UnseenWriteCheck = DefaultUnseenWriteCheck
 	}
 	if cfg.Clock == nil {
 		cfg.Clock = clock.RealClock{}
@@ -286,6 +295,7 @@ func (c *Controller) Run(ctx context.Context) error {
 	if c.cfg.VerifyPeriod > 0 {
 		wg.Go(func() { c.runVerify(ctx) })
 	}
+	wg.Go(func() { c.runUnseenWriteCheck(ctx) })
 	wg.Wait()
 	close(errs)
 	for err := range errs {

@@ -29,6 +29,12 @@ const DefaultNodeStatusWorkers = 48
 // (docs/scale.md, "Worker counts at full size").
 const DefaultWorkers = 150
 
+// DefaultUnseenWriteCheck is Config.UnseenWriteCheck's default. The
+// informer shows the controller's own creates and deletes within moments;
+// one it has not shown for this long was most likely made while its watch
+// was down, and the API server is asked about it.
+const DefaultUnseenWriteCheck = 10 * time.Second
+
 // DefaultLeaseName and DefaultLeaseNamespace name the leader election
 // Lease (--leader-elect-resource-name, --leader-elect-resource-namespace).
 const (
@@ -46,6 +52,7 @@ func DefaultConfig() Config {
 		NodeStatusWorkers: DefaultNodeStatusWorkers,
 		MaxWaitForUnmount: 6 * time.Minute,
 		VerifyPeriod:      time.Minute,
+		UnseenWriteCheck:  DefaultUnseenWriteCheck,
 		CoexistencePeriod: DefaultCoexistencePeriod,
 	}
 }

@@ -240,11 +240,12 @@ func TestCreate_responseLost_theAPIServerIsAsked_noSecondCreate_thenAttaches(t *
 // ownCreateLostInAWatchGap creates the world, lets the controller create
 // its VolumeAttachment while the informer misses both that create and the
 // delete by another client that follows (a watch gap): the informer never
-// shows the object at all.
-func ownCreateLostInAWatchGap(t *testing.T, verify time.Duration) (*fakeWorld, string) {
+// shows the object at all. The verify pass is off; check is
+// Config.UnseenWriteCheck.
+func ownCreateLostInAWatchGap(t *testing.T, check time.Duration) (*fakeWorld, string) {
 	pv, pvc := boundClaim("vol-1", v1.ReadWriteOnce)
 	name := upstreamVAName("vol-1", testDriver, "node-a")
-	w := newFakeWorldWith(t, Config{Workers: 2, VerifyPeriod: verify}, func(w *fakeWorld) {
+	w := newFakeWorldWith(t, Config{Workers: 2, UnseenWriteCheck: check}, func(w *fakeWorld) {
 		w.missNext(name) // the add
 		w.missNext(name) // the delete
 	}, managedNode("node-a"), pv, pvc, podUsing("app", "node-a", "vol-1"))
@@ -253,11 +254,10 @@ func ownCreateLostInAWatchGap(t *testing.T, verify time.Duration) (*fakeWorld, s
 	return w, name
 }
 
-func TestVerify_ownCreateNeverShownByTheInformerAndGone_createdAgain(t *testing.T) {
+func TestUnseenWrites_ownCreateNeverShownByTheInformerAndGone_createdAgainWithoutTheVerifyPass(t *testing.T) {
 	w, name := ownCreateLostInAWatchGap(t, 100*time.Millisecond)
-	// The verify pass asks the API server about the create the informer
-	// has not shown for a whole period, finds it gone, and the key
-	// creates it again.
+	// The check asks the API server about the create the informer has
+	// not shown for a while, finds it gone, and the key creates it again.
 	got := w.waitWrites(2)
 	if want := []string{"create volumeattachments " + name, "create volumeattachments " + name}; !slices.Equal(got, want) {
 		t.Fatalf("writes = %q, want %q", got, want)
@@ -267,10 +267,11 @@ func TestVerify_ownCreateNeverShownByTheInformerAndGone_createdAgain(t *testing.
 	}
 }
 
-func TestVerify_disabled_ownCreateLostInAWatchGapWaitsForever(t *testing.T) {
-	// The control: without the verify pass nothing ends the wait.
-	w, _ := ownCreateLostInAWatchGap(t, 0)
-	w.noNewWrites(1, 500*time.Millisecond, "verify pass disabled")
+func TestUnseenWrites_ownCreateLostInAWatchGap_waitsUntilTheCheck(t *testing.T) {
+	// The control: before the check's time nothing ends the wait (the
+	// recovery above is the check's).
+	w, _ := ownCreateLostInAWatchGap(t, time.Hour)
+	w.noNewWrites(1, 500*time.Millisecond, "the unseen create is not checked yet")
 }
 
 // twoCreatesThenNodeStatus checks that the controller's writes are exactly
@@ -306,12 +307,13 @@ func (w *fakeWorld) twoCreatesThenNodeStatus(name string) *storagev1.VolumeAttac
 // the cache" for gone and attached the volume to node-b.
 //
 // unseenDeleteWorld plays that up to the point where node-b wants the
-// volume and checks that the controller waits.
-func unseenDeleteWorld(t *testing.T, verify time.Duration) (w *fakeWorld, nameA, nameB string) {
+// volume and checks that the controller waits. The verify pass is off;
+// check is Config.UnseenWriteCheck.
+func unseenDeleteWorld(t *testing.T, check time.Duration) (w *fakeWorld, nameA, nameB string) {
 	pv, pvc := boundClaim("vol-1", v1.ReadWriteOnce)
 	nameA = upstreamVAName("vol-1", testDriver, "node-a")
 	nameB = upstreamVAName("vol-1", testDriver, "node-b")
-	w = newFakeWorldWith(t, Config{Workers: 2, VerifyPeriod: verify}, func(w *fakeWorld) {
+	w = newFakeWorldWith(t, Config{Workers: 2, UnseenWriteCheck: check}, func(w *fakeWorld) {
 		w.missNext(nameA) // the add
 		// The delete finds csi-attacher's finalizer: the object stays,
 		// being deleted, and the informer misses that update too.
@@ -330,7 +332,7 @@ func unseenDeleteWorld(t *testing.T, verify time.Duration) (w *fakeWorld, nameA,
 }
 
 func TestDelete_ownVolumeAttachmentDeletedBeforeTheInformerShowedIt_blocksTheOtherNodeUntilGone(t *testing.T) {
-	w, nameA, nameB := unseenDeleteWorld(t, 0)
+	w, nameA, nameB := unseenDeleteWorld(t, time.Hour)
 	// csi-attacher unpublishes and lets it go; the informer reports that.
 	w.vaGone(nameA, false)
 	got := w.waitWrites(3)
@@ -339,22 +341,65 @@ func TestDelete_ownVolumeAttachmentDeletedBeforeTheInformerShowedIt_blocksTheOth
 	}
 }
 
-func TestVerify_ownDeleteNeverShownByTheInformerAndGone_otherNodeAttaches(t *testing.T) {
+func TestUnseenWrites_ownDeleteNeverShownByTheInformerAndGone_otherNodeAttachesWithoutTheVerifyPass(t *testing.T) {
 	// The informer misses the final delete as well (a watch gap): the
-	// verify pass asks the API server, finds it gone and lets node-b
-	// attach.
-	w, nameA, nameB := unseenDeleteWorld(t, 100*time.Millisecond)
+	// check asks the API server while the object is still there (the
+	// wait goes on), then once it is gone, and lets node-b attach.
+	w, nameA, nameB := unseenDeleteWorld(t, 200*time.Millisecond)
 	w.vaGone(nameA, true)
 	got := w.waitWrites(3)
 	if got[2] != "create volumeattachments "+nameB {
-		t.Fatalf("writes = %q, want node-b's create once the verify pass found node-a's VolumeAttachment gone", got)
+		t.Fatalf("writes = %q, want node-b's create once the check found node-a's VolumeAttachment gone", got)
 	}
 }
 
-func TestVerify_disabled_ownDeleteLostInAWatchGapKeepsBlocking(t *testing.T) {
-	// The control: without the verify pass nothing tells the controller
+func TestUnseenWrites_ownDeleteLostInAWatchGap_waitsUntilTheCheck(t *testing.T) {
+	// The control: before the check's time nothing tells the controller
 	// that the VolumeAttachment is gone.
-	w, nameA, _ := unseenDeleteWorld(t, 0)
+	w, nameA, _ := unseenDeleteWorld(t, time.Hour)
 	w.vaGone(nameA, true)
-	w.noNewWrites(2, 500*time.Millisecond, "verify pass disabled")
+	w.noNewWrites(2, 500*time.Millisecond, "the unseen delete is not checked yet")
+}
+
+// TestUnseenWrites_chaosStall_ownVolumeAttachmentCreatedAndDeletedInAWatchGap_wantedAgainOnItsNode
+// is the chaos run's stall ("volume handle … is wanted on [node] but has
+// no VolumeAttachment there"), step by step. The controller creates the
+// VolumeAttachment of a Pod on node-a, the Pod goes away at once, and the
+// controller deletes the object, all while its informer's watch is down
+// (an API server restart): csi-attacher's finalizer holds the object
+// until its unpublish is done, then the object is gone before the
+// informer lists again, so the informer never shows it, neither its
+// creation nor its deletion. The overlay of the controller's own writes
+// shows it as being deleted until the informer reports it gone, which
+// never happens. A new Pod on node-a waits "for the VolumeAttachment
+// being deleted" with nothing to wake it; only the verify pass (which
+// the chaos run does not run, and which runs once a minute by default)
+// ended that wait.
+func TestUnseenWrites_chaosStall_ownVolumeAttachmentCreatedAndDeletedInAWatchGap_wantedAgainOnItsNode(t *testing.T) {
+	pv, pvc := boundClaim("vol-1", v1.ReadWriteOnce)
+	name := upstreamVAName("vol-1", testDriver, "node-a")
+	w := newFakeWorldWith(t, Config{Workers: 2, UnseenWriteCheck: 200 * time.Millisecond}, func(w *fakeWorld) {
+		w.missNext(name) // the add
+		w.finalizerHoldsDeleteOf(name)
+	}, managedNode("node-a"), pv, pvc, podUsing("app-1", "node-a", "vol-1"))
+	w.waitWrites(1) // create
+	w.deletePod("app-1")
+	w.waitWrites(2) // delete: the finalizer holds it
+	w.vaGone(name, true)
+	w.addPod(podUsing("app-2", "node-a", "vol-1"))
+	got := w.waitWrites(3)
+	if want := []string{"create volumeattachments " + name, "delete volumeattachments " + name, "create volumeattachments " + name}; !slices.Equal(got, want) {
+		t.Fatalf("writes = %q, want %q", got, want)
+	}
+	if _, ok := w.va(name); !ok {
+		t.Fatalf("VolumeAttachment %s not created again", name)
+	}
+	// csi-attacher attaches it; the volume reaches the node's status.
+	w.attach(name)
+	if got := w.waitWrites(4)[3]; got != "patch nodes/status node-a" {
+		t.Fatalf("write after the attach = %q, want the node status", got)
+	}
+	if got := w.nodePatches("node-a"); !slices.EqualFunc(got, [][]v1.UniqueVolumeName{{uniqueName("vol-1")}}, slices.Equal) {
+		t.Errorf("node status patches = %v, want one listing vol-1", got)
+	}
 }

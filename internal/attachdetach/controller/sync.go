@@ -62,7 +62,10 @@ func (c *Controller) syncKey(ctx context.Context, key state.Key) (runner.Result,
 	in.Now = c.clock.Now()
 	in.Listing = c.nodeListing(key, node)
 	plan := decide.Decide(in)
-	klog.FromContext(ctx).V(4).Info("Decided", "volume", key.Volume, "node", klog.KRef("", key.Node), "plan", plan.Kind, "why", plan.Why)
+	if logger := klog.FromContext(ctx).V(4); logger.Enabled() {
+		logger.Info("Decided", "volume", key.Volume, "node", klog.KRef("", key.Node), "plan", plan.Kind, "why", plan.Why,
+			"wantedBy", wantedBy(in.Wanted), "actual", actualState(in.Actual), "va", vaState(in.VA), "peers", peerStates(in.Peers))
+	}
 	if in.Wanted != nil {
 		c.waits.record(key, in.Wanted.Volume.MigratedFrom, plan.Kind == decide.KindNodeNotMigrated)
 	} else {
@@ -280,4 +283,35 @@ func listed[T any](get func(string) (*T, error), name string) (*T, error) {
 		return nil, nil
 	}
 	return obj, err
+}
+
+// wantedBy, actualState, vaState and peerStates are the facts of a
+// decision as the decision log (-v=4) shows them.
+func wantedBy(w *state.Wanted) int {
+	if w == nil {
+		return 0
+	}
+	return len(w.Pods)
+}
+
+func actualState(a *state.Attachment) string {
+	if a == nil {
+		return "none"
+	}
+	return fmt.Sprintf("%s reported=%t", a.State, a.ReportedInNodeStatus)
+}
+
+func vaState(f decide.VAFacts) string {
+	if !f.Exists {
+		return fmt.Sprintf("none mayExist=%t", f.MayExist)
+	}
+	return fmt.Sprintf("attached=%t deleting=%t attachError=%t detachError=%t", f.Attached, f.Deleting, f.AttachError != nil, f.DetachError != nil)
+}
+
+func peerStates(peers []decide.Peer) []string {
+	out := make([]string, 0, len(peers))
+	for _, p := range peers {
+		out = append(out, fmt.Sprintf("%s:%s/pods=%d", p.Node, p.State, len(p.Pods)))
+	}
+	return out
 }

@@ -75,6 +75,11 @@ type wake struct {
 	// cluster for the life of the process.
 	heldPods map[string]struct{}
 	heldVAs  map[string]struct{}
+
+	// lose, set by tests before the controller runs, swallows the key
+	// wake-ups it returns true for: lost wake-ups, which the verify pass
+	// must make good.
+	lose func(state.Key) bool
 }
 
 // runners returns the four queues, for Run and the backlog metrics.
@@ -174,7 +179,7 @@ func (w *wake) PodsOfDriver(driver string) {
 // key wakes k: held from the controller's construction until the rebuild
 // at start ends (releaseKeys), queued at once afterwards.
 func (w *wake) key(k state.Key) {
-	if hold(&w.heldMu, &w.held, k) {
+	if hold(&w.heldMu, &w.held, k) || w.lose != nil && w.lose(k) {
 		return
 	}
 	w.keys.Enqueue(k)
