@@ -46,15 +46,22 @@ func (s *OverlaidStore[T]) Patch(obj T, pt types.PatchType, patch []byte, send f
 	s.pending[p.name] = append(s.pending[p.name], p)
 	s.mu.Unlock()
 
+	// The expectation ends with the call, even one that panics.
+	ended := false
+	defer func() {
+		if !ended {
+			s.mu.Lock()
+			s.withdrawLocked(p)
+			s.mu.Unlock()
+		}
+	}()
 	written, err := send()
 
 	// One lock from the withdrawal to the record: an event handled in
 	// between would find neither.
 	s.mu.Lock()
-	s.pending[p.name] = slices.DeleteFunc(s.pending[p.name], func(q *pendingWrite) bool { return q == p })
-	if len(s.pending[p.name]) == 0 {
-		delete(s.pending, p.name)
-	}
+	ended = true
+	s.withdrawLocked(p)
 	if err != nil || p.echoed != "" && p.echoed == written.GetResourceVersion() {
 		// A failed call is withdrawn. An echo delivered before the call
 		// returned was handled as ours, and the cache holds it: nothing
@@ -66,6 +73,14 @@ func (s *OverlaidStore[T]) Patch(obj T, pt types.PatchType, patch []byte, send f
 	s.mu.Unlock()
 	s.forgetDeleted(s.store, written)
 	return written, nil
+}
+
+// withdrawLocked drops the expectation p.
+func (w *OwnWrites[T]) withdrawLocked(p *pendingWrite) {
+	w.pending[p.name] = slices.DeleteFunc(w.pending[p.name], func(q *pendingWrite) bool { return q == p })
+	if len(w.pending[p.name]) == 0 {
+		delete(w.pending, p.name)
+	}
 }
 
 // IsOwnUpdate reports whether the informer's update from old to obj is a

@@ -119,3 +119,22 @@ func TestOwnWrites_pendingJSONPatchMatchesOnlyTheVersionItWasSentAgainst(t *test
 		t.Errorf("overlay entries = %d, want 0", s.Len())
 	}
 }
+
+// A call that panics ends its expectation too: nothing made later is
+// taken for that write.
+func TestOwnWrites_panickingCallWithdrawsItsExpectation(t *testing.T) {
+	s := newPendingStore()
+	before := pendingVA("10", false)
+	func() {
+		defer func() { _ = recover() }()
+		_, _ = s.Patch(before, types.MergePatchType, []byte(attachedPatch), func() (*storagev1.VolumeAttachment, error) {
+			panic("transport")
+		})
+	}()
+	if s.IsOwnUpdate(before, pendingVA("11", true)) {
+		t.Errorf("a version made after the call panicked counted as ours")
+	}
+	if n := len(s.pending); n != 0 {
+		t.Errorf("expectations left = %d, want 0", n)
+	}
+}
