@@ -110,6 +110,12 @@ type Controller struct {
 	// orphans holds publications whose VolumeAttachment was deleted while
 	// the driver published them, by VA name (guarded by busyMu).
 	orphans map[string]orphan
+	// publishing holds the publications whose ControllerPublish is in
+	// flight, by VA name, until the pass that makes it ends (by then the
+	// publication is recorded on its VolumeAttachment, an orphan or a
+	// suspect): a publish of the same single-node volume to another node
+	// ID waits for it (decideAttach; guarded by busyMu).
+	publishing map[string]orphan
 	// suspects holds publications whose VolumeAttachment's status write
 	// failed for a reason that does not tell whether the object still
 	// exists, by VA name, until the next pass of that name reads it
@@ -155,6 +161,7 @@ func New(cfg Config, client kubernetes.Interface, factory informers.SharedInform
 	c := &Controller{
 		cfg: cfg, tr: tr, clock: cfg.Clock,
 		orphans: map[string]orphan{}, suspects: map[string]orphan{}, finished: map[string]finishedEntry{},
+		publishing: map[string]orphan{},
 	}
 	if cfg.OrphanNamespace != "" && !cfg.Trivial {
 		c.records = newConfigMapOrphanStore(client, cfg.OrphanNamespace, cfg.Driver.Name)

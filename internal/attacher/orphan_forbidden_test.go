@@ -54,7 +54,7 @@ func TestOrphanRecordForbiddenAttachesAnywayAndSaysWhy(t *testing.T) {
 			leaseEvent = e
 		}
 	}
-	for _, want := range []string{"latch-system/" + OrphanRecordName(execDriver), "forbidden", "in memory only",
+	for _, want := range []string{"latch-system/" + OrphanRecordName(execDriver), "RBAC forbids it", "in memory only",
 		`resourceNames: ["` + OrphanRecordName(execDriver) + `"], verbs: ["get", "list", "watch", "update"]`, `verbs: ["create"]`, `namespace "latch-system"`} {
 		if !strings.Contains(leaseEvent, want) {
 			t.Errorf("Warning %s event on the Lease %q does not say %q", EventOrphanRecordFailed, leaseEvent, want)

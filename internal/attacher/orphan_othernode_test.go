@@ -4,6 +4,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	v1 "k8s.io/api/core/v1"
@@ -145,5 +146,51 @@ func TestOrphanOfMultiNodeVolumeDoesNotBlockAnotherNode(t *testing.T) {
 	}
 	if !slices.Contains(f.csiCalls(), "ControllerPublishVolume handle-pv-a node-2-id OK") {
 		t.Errorf("CSI calls %q: want the ReadWriteMany volume published to node-2", f.csiCalls())
+	}
+}
+
+// The same scenario one step earlier: the VolumeAttachment on node-2 is
+// created while node-1's ControllerPublish is still in flight, its object
+// already force-deleted, so no orphan exists yet. The publish in flight
+// holds node-2's back just the same; once it returned, it is an orphan
+// that keeps doing so.
+func TestPublishInFlightOfSingleNodeVolumeBlocksAnotherNode(t *testing.T) {
+	for i := range 5 {
+		f := newExecFixture(t, execPV("pv-a"), execVA("va-1", "pv-a"), execCSINode(), csiNodeOf("node-2", "node-2-id"))
+		withStore(f)
+		if _, err := f.driver.AddFault(csimock.Rule{Method: "ControllerPublishVolume", NodeID: "node-1-id", Phase: csimock.PhaseAfter, Latency: 300 * time.Millisecond, Once: true}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := f.driver.AddFault(csimock.Rule{Method: "ControllerUnpublishVolume", Code: codes.Unavailable, Message: "backend unreachable"}); err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			_, _ = f.ctrl.syncAttach(f.ctx, "va-1")
+		}()
+		f.waitFor("node-1's publish in effect", func() bool { return slices.Contains(f.driver.Published("handle-pv-a"), "node-1-id") })
+		if err := f.tracker.Delete(vaGVR, "", "va-1"); err != nil {
+			t.Fatal(err)
+		}
+		va2 := execVA("va-2", "pv-a")
+		va2.Spec.NodeName = "node-2"
+		if err := f.tracker.Add(va2); err != nil {
+			t.Fatal(err)
+		}
+		f.waitFor("va-2 in the cache", func() bool { va, _ := LookupVA(f.vaStore, "va-2"); return va != nil })
+		_, err := f.ctrl.syncAttach(f.ctx, "va-2")
+		<-done
+		if err == nil || !strings.Contains(err.Error(), "in flight") {
+			t.Errorf("iteration %d: va-2's pass during node-1's publish = %v, want it held back by the publish in flight", i, err)
+		}
+		if _, err := f.ctrl.syncAttach(f.ctx, "va-2"); err == nil || !strings.Contains(err.Error(), "deleted or replaced") {
+			t.Errorf("iteration %d: va-2's pass after node-1's publish = %v, want it held back by the orphan", i, err)
+		}
+		for _, c := range f.csiCalls() {
+			if strings.HasPrefix(c, "ControllerPublishVolume handle-pv-a node-2-id") {
+				t.Fatalf("iteration %d: ControllerPublish to node-2 while node-1 has the volume: CSI calls %q", i, f.csiCalls())
+			}
+		}
 	}
 }

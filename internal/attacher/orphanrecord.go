@@ -298,14 +298,16 @@ func (c *Controller) recordFailed(op string, err error) string {
 	c.exec.metrics.orphanRecordError(op)
 	c.exec.metrics.orphanRecordAvailable(false)
 	what := map[string]string{"load": "read", "put": "written", "delete": "written", "watch": "watched"}[op]
-	msg := fmt.Sprintf("the orphan record, ConfigMap %s, cannot be %s: %v", c.recordName(), what, err)
+	msg := fmt.Sprintf("the orphan record, ConfigMap %s, cannot be %s: ", c.recordName(), what)
 	switch {
 	case apierrors.IsForbidden(err):
-		msg += "; add " + kube.OrphanRecordRule(c.cfg.OrphanNamespace, c.cfg.Driver.Name)
+		// The API server's answer (the user, the verb, the namespace)
+		// is long and says less than the rule.
+		return msg + "RBAC forbids it; add " + kube.OrphanRecordRule(c.cfg.OrphanNamespace, c.cfg.Driver.Name)
 	case apierrors.IsInvalid(err):
-		msg += "; the API server refuses the ConfigMap as it is (immutable, or a data key that is also a binaryData key): re-create it without immutable and binaryData, keeping its data"
+		return msg + err.Error() + "; the API server refuses the ConfigMap as it is (immutable, or a data key that is also a binaryData key): re-create it without immutable and binaryData, keeping its data"
 	}
-	return msg
+	return msg + err.Error()
 }
 
 // recordUnreadable reports that the record cannot be read for lack of

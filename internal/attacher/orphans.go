@@ -222,12 +222,46 @@ func (c *Controller) publicationSettled(o orphan) {
 	}
 }
 
-// pending returns every orphan not yet unpublished and every suspect, by
-// VolumeAttachment name, for decide.PublishBlockedByOrphan.
+// decideAttach decides the attach of obs.VA (decide.Attach) against every
+// publication that may be on a node without a VolumeAttachment of ours
+// standing for it (pendingLocked), and registers a publish the plan makes
+// as in flight in the same critical section: of two passes for the same
+// single-node volume on two node IDs, the later one sees the earlier one's
+// publish, however the earlier VolumeAttachment fares meanwhile (a
+// force-delete during the call leaves no object to see). done ends the
+// registration; call it once the executor returned, when the publication
+// is recorded on its VolumeAttachment, an orphan or a suspect.
+func (c *Controller) decideAttach(ctx context.Context, obs decide.Observed) (plan decide.AttachPlan, done func()) {
+	c.busyMu.Lock()
+	defer c.busyMu.Unlock()
+	obs.Pending = c.pendingLocked()
+	plan = decide.Attach(obs, c.cfg.Driver, bindTranslator(c.tr, klog.FromContext(ctx)))
+	if !plan.Publish {
+		return plan, func() {}
+	}
+	p := publicationOf(obs.VA, plan, nil, true)
+	c.publishing[p.name] = p
+	return plan, func() {
+		c.busyMu.Lock()
+		defer c.busyMu.Unlock()
+		if q, ok := c.publishing[p.name]; ok && q.same(p) {
+			delete(c.publishing, p.name)
+		}
+	}
+}
+
+// pending returns what pendingLocked does.
 func (c *Controller) pending() []decide.Orphan {
 	c.busyMu.Lock()
 	defer c.busyMu.Unlock()
-	if len(c.orphans) == 0 && len(c.suspects) == 0 {
+	return c.pendingLocked()
+}
+
+// pendingLocked returns every orphan not yet unpublished, every suspect
+// and every publish in flight, by VolumeAttachment name, for
+// decide.PublishBlockedByOrphan. The caller holds busyMu.
+func (c *Controller) pendingLocked() []decide.Orphan {
+	if len(c.orphans) == 0 && len(c.suspects) == 0 && len(c.publishing) == 0 {
 		return nil
 	}
 	var out []decide.Orphan
@@ -239,6 +273,11 @@ func (c *Controller) pending() []decide.Orphan {
 	for _, name := range slices.Sorted(maps.Keys(c.suspects)) {
 		f := c.suspects[name].facts()
 		f.Suspect = true
+		out = append(out, f)
+	}
+	for _, name := range slices.Sorted(maps.Keys(c.publishing)) {
+		f := c.publishing[name].facts()
+		f.Publishing = true
 		out = append(out, f)
 	}
 	return out
@@ -380,11 +419,14 @@ func (c *Controller) showOrphanWait(ctx context.Context, va *storagev1.VolumeAtt
 	if va == nil || va.UID == o.uid || va.DeletionTimestamp != nil {
 		return
 	}
-	msg := fmt.Sprintf("waiting for the publication of volume %q on node ID %q, left by a deleted VolumeAttachment of the same name (uid %s), to be unpublished; last unpublish error: %v",
-		o.handle, o.nodeID, o.uid, cause)
+	msg := fmt.Sprintf("waiting for the publication of volume %q on node ID %q, left by a deleted VolumeAttachment of the same name (uid %s), to be unpublished",
+		o.handle, o.nodeID, o.uid)
 	if o.recordErr != "" {
+		// Before the driver's error, which may be long: a message over
+		// the API server's limit is cut at its end.
 		msg += "; it is tracked in memory only, and lost if csi-attacher restarts before the unpublish succeeds: " + o.recordErr
 	}
+	msg += fmt.Sprintf("; last unpublish error: %v", cause)
 	if err := c.exec.recordError(ctx, va, true, msg, nil); err != nil {
 		klog.FromContext(ctx).Error(err, "Could not show on the VolumeAttachment that it waits for an orphaned publication",
 			"volumeAttachment", klog.KObj(va), "volumeHandle", o.handle, "nodeID", o.nodeID)

@@ -41,8 +41,8 @@ func (c *Controller) syncAttach(ctx context.Context, name string) (runner.Result
 	// finalizer (decide.OwnerOnceRecorded).
 	pending := c.hasOrphan(name)
 	res, err := c.owned(ctx, attachDir, va, func(ctx context.Context, obs decide.Observed) (runner.Result, error) {
-		obs.Pending = c.pending()
-		plan := decide.Attach(obs, c.cfg.Driver, bindTranslator(c.tr, klog.FromContext(ctx)))
+		plan, published := c.decideAttach(ctx, obs)
+		defer published()
 		return c.exec.runAttach(ctx, va, obs.PV, plan)
 	})
 	if pending && err == nil && c.hasOrphan(name) {

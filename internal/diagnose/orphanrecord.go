@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"regexp"
 	"strings"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 
@@ -52,7 +53,8 @@ func (w *walker) explainOrphanRecord(l *coordLease, driver string) {
 		return
 	case available != nil && !eventTime(available).Before(eventTime(failed)):
 		return
-	case l.Spec.AcquireTime != nil && eventTime(failed).Before(l.Spec.AcquireTime.Time):
+	case l.Spec.AcquireTime != nil && eventTime(failed).Before(l.Spec.AcquireTime.Truncate(time.Second)):
+		// An event's time has whole seconds, the Lease's finer ones.
 		return
 	}
 	w.add(Finding{Check: "attacher.orphanRecord", Object: "ConfigMap " + key(l.Namespace, kube.OrphanRecordName(driver)), Status: StatusProblem,

@@ -35,6 +35,9 @@ type Orphan struct {
 	// publish failed for a reason that does not tell whether the
 	// VolumeAttachment still exists; a live read of it decides.
 	Suspect bool
+	// Publishing: a ControllerPublish for it is in flight; its outcome,
+	// and whether its VolumeAttachment is still there, are not known yet.
+	Publishing bool
 	// FromRecord: read from the ConfigMap record, not witnessed by this
 	// process. Such an entry is a claim anyone who may write ConfigMaps in
 	// the attacher's namespace can make: it is acted on only as far as

@@ -19,10 +19,12 @@ func SingleNode(modes []v1.PersistentVolumeAccessMode) bool {
 
 // PublishBlockedByOrphan says why a ControllerPublish of vol to nodeID must
 // wait, or returns nil. It must wait while a publication of the same
-// volume handle to another node ID is still to be undone (an orphan:
-// its VolumeAttachment was deleted, without a detach, while the driver
-// published it) or may be (a suspect), when the volume may be on one node
-// only: its access modes now, or those of the orphan's publish, say so.
+// volume handle to another node ID is still to be undone (an orphan: its
+// VolumeAttachment was deleted, without a detach, while the driver
+// published it) or may be (a suspect, or a publish in flight whose
+// VolumeAttachment may be force-deleted meanwhile), when the volume may be
+// on one node only: its access modes now, or those of the orphan's
+// publish, say so.
 // The attach/detach controller cannot see such a publication (no
 // VolumeAttachment stands for it) and attaches the volume elsewhere at
 // once; publishing it there would put a single-node volume on two nodes.
@@ -45,15 +47,18 @@ func orphanElsewhereMessage(vol Volume, nodeID string, o Orphan) string {
 		where = fmt.Sprintf("node %q (node ID %q)", o.NodeName, o.NodeID)
 	}
 	why := "which was deleted or replaced while the driver published it, so no detach will undo it; csi-attacher unpublishes it itself"
-	if o.Suspect {
+	switch {
+	case o.Suspect:
 		why = "whose status write failed after the publish; whether that VolumeAttachment still exists is being checked"
+	case o.Publishing:
+		why = "whose ControllerPublish is in flight; it ends attached, or as a publication csi-attacher unpublishes itself"
 	}
 	modes := "its access modes"
 	if len(vol.AccessModes) > 0 {
 		modes = fmt.Sprintf("access modes %v", vol.AccessModes)
 	}
 	state := "is still published"
-	if o.Uncertain || o.Suspect {
+	if o.Uncertain || o.Suspect || o.Publishing {
 		state = "may still be published"
 	}
 	return fmt.Sprintf("volume %q may be published to one node only (%s) and %s to %s for VolumeAttachment %q (uid %s), %s; ControllerPublish to node ID %q waits until that publication is unpublished",

@@ -66,6 +66,10 @@ type envOptions struct {
 	logger *klog.Logger
 	// retryStart overrides the suite's quick --retry-interval-start.
 	retryStart time.Duration
+	// skipSingleNodeCheck: the mock driver publishes a single-node volume
+	// to a second node instead of refusing (csimock.Config), so a test
+	// sees what the attacher alone lets through.
+	skipSingleNodeCheck bool
 }
 
 // newEnv starts a mock driver with a driver name unique to the test
@@ -105,6 +109,7 @@ func newEnv(t *testing.T, o envOptions) *env {
 			if o.caps != nil {
 				cfg.Capabilities = *o.caps
 			}
+			cfg.SkipSingleNodeCheck = o.skipSingleNodeCheck
 		},
 	})
 	if err != nil {
