@@ -7,6 +7,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/latchcsi/latch/internal/kube/kubenames"
 )
@@ -66,6 +67,28 @@ func fuzzObserved(bits uint32, pvName, handle, nodeID, annHandle, annNodeID stri
 	if bit(13) {
 		va.Spec.NodeName = ""
 	}
+	if bit(17) {
+		spec.AccessModes = []v1.PersistentVolumeAccessMode{v1.ReadWriteMany}
+		if obs.PV != nil {
+			obs.PV.Spec.AccessModes = spec.AccessModes
+		}
+		if va.Spec.Source.InlineVolumeSpec != nil {
+			va.Spec.Source.InlineVolumeSpec.AccessModes = spec.AccessModes
+		}
+	}
+	// Publications to undo (orphans, suspects, publishes in flight) of
+	// the volume, on another node ID and on this one.
+	pending := Orphan{Handle: handle, VA: "va-gone", SingleNode: bit(16), Suspect: bit(18), Publishing: bit(19)}
+	if bit(14) {
+		o := pending
+		o.NodeID = "other-" + nodeID
+		obs.Pending = append(obs.Pending, o)
+	}
+	if bit(15) {
+		o := pending
+		o.NodeID = nodeID
+		obs.Pending = append(obs.Pending, o)
+	}
 	return obs
 }
 
@@ -73,13 +96,17 @@ func addFuzzSeeds(f *testing.F) {
 	for _, bits := range []uint32{
 		0,
 		1<<3 | 1<<5 | 1<<8 | 1<<9, // new VA, everything present
-		1<<3 | 1<<5 | 1<<7 | 1<<8 | 1<<9 | 1<<10 | 1<<11 | 1<<12, // attached and recorded
-		1<<3 | 1<<8 | 1<<9 | 1<<10 | 1<<11,                       // PV gone, annotations left
-		1<<4 | 1<<8 | 1<<9,                                       // inline
-		1<<3 | 1<<4 | 1<<5,                                       // both sources
-		1<<0 | 1<<3 | 1<<5 | 1<<8 | 1<<9,                         // PV of another driver
-		1<<3 | 1<<5 | 1<<6 | 1<<10,                               // PV deleting
-		1<<3 | 1<<5 | 1<<8 | 1<<10 | 1<<13,                       // CSINode without the driver, empty node name
+		1<<3 | 1<<5 | 1<<7 | 1<<8 | 1<<9 | 1<<10 | 1<<11 | 1<<12,  // attached and recorded
+		1<<3 | 1<<8 | 1<<9 | 1<<10 | 1<<11,                        // PV gone, annotations left
+		1<<4 | 1<<8 | 1<<9,                                        // inline
+		1<<3 | 1<<4 | 1<<5,                                        // both sources
+		1<<0 | 1<<3 | 1<<5 | 1<<8 | 1<<9,                          // PV of another driver
+		1<<3 | 1<<5 | 1<<6 | 1<<10,                                // PV deleting
+		1<<3 | 1<<5 | 1<<8 | 1<<10 | 1<<13,                        // CSINode without the driver, empty node name
+		1<<3 | 1<<5 | 1<<8 | 1<<9 | 1<<14,                         // an orphan of the volume on another node ID
+		1<<3 | 1<<5 | 1<<8 | 1<<9 | 1<<14 | 1<<17,                 // the same, ReadWriteMany
+		1<<3 | 1<<5 | 1<<8 | 1<<9 | 1<<14 | 1<<16 | 1<<17 | 1<<19, // a single-node publish in flight elsewhere, ReadWriteMany now
+		1<<3 | 1<<5 | 1<<8 | 1<<9 | 1<<15,                         // an orphan on this very node ID
 	} {
 		f.Add(bits, "pv-1", "vol-1", "node-1-id", "vol-1", "node-1-id")
 		f.Add(bits, "pv-1", "", "", "", "")
@@ -92,7 +119,9 @@ func addFuzzSeeds(f *testing.F) {
 // can always find them; a PV source gets the PV finalizer first; a
 // recorded node ID is never overwritten without unpublishing it first; only
 // an attached=true latch believes (finalizer and node ID recorded) skips
-// the publish.
+// the publish; a volume that may be on one node only is never published to
+// a node ID while a publication of it to another node ID is pending (an
+// orphan, a suspect or a publish in flight).
 func FuzzAttach(f *testing.F) {
 	addFuzzSeeds(f)
 	f.Fuzz(func(t *testing.T, bits uint32, pvName, handle, nodeID, annHandle, annNodeID string) {
@@ -135,6 +164,11 @@ func FuzzAttach(f *testing.F) {
 		}
 		if p.Volume.Handle == "" || p.NodeID == "" {
 			t.Fatalf("publish plan without a handle or node ID: %+v", p)
+		}
+		for _, o := range obs.Pending {
+			if o.Handle == p.Volume.Handle && o.NodeID != p.NodeID && (SingleNode(p.Volume.AccessModes) || o.SingleNode) {
+				t.Fatalf("plan publishes single-node volume %q to %q while a publication of it to %q is pending: %+v", p.Volume.Handle, p.NodeID, o.NodeID, o)
+			}
 		}
 		finalizer := slices.Contains(va.Finalizers, kubenames.AttacherFinalizer(testDriver))
 		annotations := map[string]string{}
@@ -211,4 +245,41 @@ func FuzzDetach(f *testing.F) {
 
 func equalVA(a, b *storagev1.VolumeAttachment) bool {
 	return slices.Equal(a.Finalizers, b.Finalizers) && len(a.Annotations) == len(b.Annotations) && a.Status.Attached == b.Status.Attached
+}
+
+// FuzzSettleOrphan checks what may come of a pending orphan: it is never
+// unpublished while a VolumeAttachment with our finalizer claims its
+// publication, nor while one will once its finalizer lands; an entry read
+// from the record without a node name (or VolumeAttachment, uid) is never
+// unpublished; and an entry the driver could list but has not shown is
+// never unpublished either.
+func FuzzSettleOrphan(f *testing.F) {
+	for _, bits := range []uint8{0, 1, 1 | 2, 1 | 4 | 8, 1 | 4 | 8 | 16, 1 | 32, 1 | 64, 32, 64, 1 | 4 | 128} {
+		f.Add(bits, "vol-1", "n1-id", "n1", "va-1", "u1")
+		f.Add(bits, "vol-1", "n1-id", "", "va-1", "u1")
+	}
+	f.Fuzz(func(t *testing.T, bits uint8, handle, nodeID, nodeName, va, uid string) {
+		bit := func(i int) bool { return bits&(1<<i) != 0 }
+		o := Orphan{Handle: handle, NodeID: nodeID, NodeName: nodeName, VA: va, UID: types.UID(uid),
+			FromRecord: bit(0), Uncertain: bit(1), SingleNode: bit(7)}
+		c := Corroboration{CanList: bit(2), Listed: bit(3) && !bit(4)}
+		switch {
+		case bit(5):
+			c.Claim = Owner
+		case bit(6):
+			c.Claim = OwnerOnceRecorded
+		}
+		got := SettleOrphan(o, c)
+		if got != OrphanUnpublish {
+			return
+		}
+		switch {
+		case c.Claim != NotOwner:
+			t.Fatalf("orphan %+v unpublished although a VolumeAttachment claims it (%v)", o, c.Claim)
+		case o.FromRecord && (o.NodeName == "" || o.VA == "" || o.UID == "" || o.Handle == "" || o.NodeID == ""):
+			t.Fatalf("entry %+v of the record without everything csi-attacher writes is unpublished", o)
+		case o.FromRecord && c.CanList && !c.Listed:
+			t.Fatalf("entry %+v of the record unpublished before a listing showed it", o)
+		}
+	})
 }
