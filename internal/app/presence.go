@@ -13,7 +13,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/component-base/metrics"
 	"k8s.io/component-base/metrics/legacyregistry"
@@ -335,10 +334,9 @@ func runWithPresence(ctx context.Context, client kubernetes.Interface, cfg Leade
 	if p.gauge == nil {
 		p.gauge = defaultCompetingGauge()
 	}
-	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
-	broadcaster.StartRecordingToSink(kube.NewEventSink(ctx, client))
-	defer broadcaster.Shutdown()
-	p.rec = broadcaster.NewRecorder(scheme.Scheme, v1.EventSource{Component: cfg.Presence.Component})
+	events := kube.StartEvents(ctx, client)
+	defer events.Stop()
+	p.rec = events.NewRecorder(v1.EventSource{Component: cfg.Presence.Component})
 	p.gauge.Set(0)
 
 	// Before work: wait until this process holds the Lease.

@@ -10,10 +10,8 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/leaderelection"
-	"k8s.io/client-go/tools/record"
 	"k8s.io/component-base/metrics/legacyregistry"
 	csitrans "k8s.io/csi-translation-lib"
 	"k8s.io/klog/v2"
@@ -124,18 +122,20 @@ func RunSidecar(ctx context.Context, cfg SidecarConfig) error {
 		if cfg.Leader.Identity == "" {
 			cfg.Leader.Identity = app.DefaultIdentity()
 		}
-		leaderEvents := record.NewBroadcaster(record.WithContext(ctx))
-		leaderEvents.StartRecordingToSink(kube.NewEventSink(ctx, client))
-		defer leaderEvents.Shutdown()
-		cfg.Leader.Recorder = leaderEvents.NewRecorder(scheme.Scheme, v1.EventSource{Component: "external-attacher-leader-" + facts.Info.Name + "/" + cfg.Leader.Identity})
+		// It outlives ctx: the elector records "stopped leading" when it
+		// releases the Lease, after ctx is done and the workers drained.
+		leaderEvents := kube.StartEvents(ctx, client)
+		defer leaderEvents.Stop()
+		cfg.Leader.Recorder = leaderEvents.NewRecorder(v1.EventSource{Component: "external-attacher-leader-" + facts.Info.Name + "/" + cfg.Leader.Identity})
 	}
 
 	run := func(ctx context.Context) error {
 		factory := NewInformerFactory(client, cfg.Resync, facts.Info.Name)
-		broadcaster := record.NewBroadcaster(record.WithContext(ctx))
-		broadcaster.StartRecordingToSink(kube.NewEventSink(ctx, client))
-		defer broadcaster.Shutdown()
-		recorder := broadcaster.NewRecorder(scheme.Scheme, v1.EventSource{Component: "csi-attacher " + facts.Info.Name})
+		// Stopped after ctrl.Run returned: the work that drains after ctx
+		// is done still records events.
+		events := kube.StartEvents(ctx, client)
+		defer events.Stop()
+		recorder := events.NewRecorder(v1.EventSource{Component: "csi-attacher " + facts.Info.Name})
 		ctrl, err := New(ctrlCfg, client, factory, client0, csitrans.New(), recorder, metrics)
 		if err != nil {
 			return err

@@ -101,40 +101,16 @@ func TestDashboardQueriesOnlyMetricsTheBinariesExport(t *testing.T) {
 	defer cancel()
 	client := cluster.Client()
 	const driver = "dashboard.csi.latch.dev"
-	dir, err := os.MkdirTemp("", "ldash")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	kubeconfig := filepath.Join(dir, "kubeconfig")
-	if err := cluster.WriteKubeconfig(kubeconfig); err != nil {
-		t.Fatal(err)
-	}
-	socket := filepath.Join(dir, "csi.sock")
 	nodes := map[string]string{"dash-node-1": "dash-node-1-id", "dash-node-2": "dash-node-2-id"}
-
 	// Only node 1 exists in the backend: publishing to node 2 is NotFound.
-	startProcess(t, dir, "csi-mock-driver", "--csi-address="+socket, "--driver-name="+driver,
-		"--node-service=false", "--auto-create-volumes=true", "--known-nodes="+nodes["dash-node-1"])
-	waitFor(ctx, t, "the mock driver's socket", func() (bool, error) { _, err := os.Stat(socket); return err == nil, nil })
+	dir, kubeconfig, socket := startMockDriver(ctx, t, driver, "--known-nodes="+nodes["dash-node-1"])
 	attacherAddr, controllerAddr := testsupport.FreeAddr(t), testsupport.FreeAddr(t)
 	startProcess(t, dir, "csi-attacher", "--kubeconfig="+kubeconfig, "--csi-address="+socket,
 		"--http-endpoint="+attacherAddr, "--reconcile-sync=1s", "--retry-interval-start=200ms", "--v=4")
 	startProcess(t, dir, "attachdetach-controller", "--kubeconfig="+kubeconfig, "--leader-elect=false",
 		"--http-endpoint="+controllerAddr, "--v=4")
 
-	if _, err := client.StorageV1().CSIDrivers().Create(ctx, localcluster.NewCSIDriver(driver, nil), metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	kubelet := localcluster.NewKubelet(client)
-	kubeletCtx, stopKubelet := context.WithCancel(ctx)
-	defer stopKubelet()
-	go kubelet.Run(kubeletCtx, 2)
-	for node, id := range nodes {
-		if err := kubelet.AddNode(ctx, localcluster.NodeConfig{Name: node, Drivers: map[string]string{driver: id}}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	kubelet, stopKubelet := startNodes(ctx, t, driver, nodes)
 	for _, name := range []string{"dash-ok", "dash-fail"} {
 		if _, _, err := localcluster.CreateBoundVolume(ctx, client, localcluster.VolumeSpec{Namespace: "default", Name: name, Driver: driver}); err != nil {
 			t.Fatal(err)

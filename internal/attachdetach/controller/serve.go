@@ -8,7 +8,6 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/record"
@@ -40,13 +39,14 @@ type ServeConfig struct {
 }
 
 // NewEventRecorder returns a recorder that sends events to the API
-// server as EventComponent, and a function that stops it (flushing what
-// is queued).
+// server as EventComponent, and a function that stops it once nothing
+// records any more (sending what is queued; see kube.Events). The
+// recorder outlives ctx: the workers drain and the Lease is released
+// after ctx is done, and both still record events.
 func NewEventRecorder(ctx context.Context, client kubernetes.Interface) (record.EventRecorder, func()) {
-	b := record.NewBroadcaster(record.WithContext(ctx))
-	b.StartStructuredLogging(3)
-	b.StartRecordingToSink(kube.NewEventSink(ctx, client))
-	return b.NewRecorder(scheme.Scheme, v1.EventSource{Component: EventComponent}), b.Shutdown
+	ev := kube.StartEvents(ctx, client)
+	ev.LogEvents(3)
+	return ev.NewRecorder(v1.EventSource{Component: EventComponent}), ev.Stop
 }
 
 // Serve runs the controller process: metrics and health endpoint, events,
