@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"path/filepath"
 	"slices"
 	"sort"
 	"strconv"
@@ -14,6 +15,8 @@ import (
 	"google.golang.org/grpc/codes"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
+	"k8s.io/klog/v2/textlogger"
 
 	"github.com/latchcsi/latch/internal/attachdetach/controller"
 	"github.com/latchcsi/latch/internal/csimock"
@@ -59,6 +62,35 @@ func chaosSeed(t *testing.T, run string) uint64 {
 	return seed
 }
 
+// chaosLogger is the controllers' logger of a chaos run: nil (klog's
+// global logger) unless LATCH_CHAOS_LOG names a directory, where both
+// controllers then log at -v=LATCH_CHAOS_V (default 4: every key's
+// decision) to chaos-<seed>.log, to read what led to a failure.
+func chaosLogger(t *testing.T, seed uint64) *klog.Logger {
+	dir := os.Getenv("LATCH_CHAOS_LOG")
+	if dir == "" {
+		return nil
+	}
+	v := 4
+	if s := os.Getenv("LATCH_CHAOS_V"); s != "" {
+		var err error
+		if v, err = strconv.Atoi(s); err != nil {
+			t.Fatalf("LATCH_CHAOS_V=%q: %v", s, err)
+		}
+	}
+	path := filepath.Join(dir, fmt.Sprintf("chaos-%d.log", seed))
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Closed after the env's cleanup (registered later, run earlier) has
+	// stopped the controllers. An *os.File takes concurrent writes whole.
+	t.Cleanup(func() { _ = f.Close() })
+	t.Logf("controller logs at -v=%d in %s", v, path)
+	logger := textlogger.NewLogger(textlogger.NewConfig(textlogger.Verbosity(v), textlogger.Output(f)))
+	return &logger
+}
+
 // chaos is one run's bookkeeping.
 type chaos struct {
 	e      *env
@@ -81,7 +113,7 @@ func TestChaos_seededRandomFaults_invariantsHold(t *testing.T) {
 	seed := chaosSeed(t, "chaos")
 	start := time.Now()
 
-	e := newEnv(t, options{ctrl: controller.Config{Workers: 8, MaxWaitForUnmount: 3 * time.Second}})
+	e := newEnv(t, options{ctrl: controller.Config{Workers: 8, MaxWaitForUnmount: 3 * time.Second}, logger: chaosLogger(t, seed)})
 	c := &chaos{e: e, rng: rand.New(rand.NewPCG(seed, seed^0x5eed)), faults: map[string]int{}, sick: map[string]time.Time{}}
 	for i := range size.nodes {
 		c.nodes = append(c.nodes, e.addNode(fmt.Sprintf("n%d", i)))

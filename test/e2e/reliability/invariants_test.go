@@ -12,8 +12,12 @@ import (
 	v1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 
+	"github.com/latchcsi/latch/internal/attachdetach/controller"
+	"github.com/latchcsi/latch/internal/attachdetach/decide"
 	"github.com/latchcsi/latch/internal/kube/kubenames"
 	"github.com/latchcsi/latch/internal/localcluster"
 )
@@ -34,14 +38,19 @@ import (
 //     invalid (400, 403, 413, 422): such a write fails the same way on
 //     every retry, so what it should have shown (an attachError, a
 //     status) would never be seen.
+//  7. Every running Pod whose volume is not attached on its node at rest
+//     says why: a FailedAttachVolume event of the attach/detach
+//     controller on the Pod (the Multi-Attach error, a refused create, an
+//     attach error), or an attachError on its VolumeAttachment there. A
+//     wait nothing explains is a silent stall.
 //
 // Volumes are judged by their volume handle (the unique volume), not by
 // the PV that names them: two PVs may name one handle, and invariant 3
 // holds across them.
 //
-// 1, 2 and 5 are level conditions: checkInvariants waits for the world to
-// come to rest, then reports every one that does not hold. 3, 4 and 6 are
-// judged on the history.
+// 1, 2, 5 and 7 are level conditions: checkInvariants waits for the world
+// to come to rest, then reports every one that does not hold. 3, 4 and 6
+// are judged on the history.
 
 // pair is one volume (by volume handle) on one node.
 type pair struct{ pv, node string }
@@ -61,6 +70,18 @@ type world struct {
 	handle map[string]string
 	// published maps pair to true for every publication in the driver.
 	published map[pair]bool
+	// podVolumes are the volumes (by PV) of the running Pods counted in
+	// wanted, one entry per Pod and PV.
+	podVolumes []podVolume
+	// toldWhy holds the UIDs of the Pods that carry a FailedAttachVolume
+	// event of the attach/detach controller.
+	toldWhy map[types.UID]bool
+}
+
+// podVolume is one PV a running Pod uses on its node.
+type podVolume struct {
+	pod, pv, node string
+	uid           types.UID
 }
 
 func (e *env) vas() []storagev1.VolumeAttachment {
@@ -78,7 +99,8 @@ func (e *env) vas() []storagev1.VolumeAttachment {
 }
 
 func (e *env) read() (*world, error) {
-	w := &world{nodes: map[string]*v1.Node{}, wanted: map[string][]string{}, unsure: map[string]bool{}, published: map[pair]bool{}, handle: map[string]string{}}
+	w := &world{nodes: map[string]*v1.Node{}, wanted: map[string][]string{}, unsure: map[string]bool{}, published: map[pair]bool{}, handle: map[string]string{},
+		toldWhy: map[types.UID]bool{}}
 	w.vas = e.vas()
 	for _, name := range e.nodes {
 		n, err := e.client.CoreV1().Nodes().Get(e.ctx, name, metav1.GetOptions{})
@@ -119,10 +141,24 @@ func (e *env) read() (*world, error) {
 			if vol.PersistentVolumeClaim == nil {
 				continue
 			}
-			if pv := claimPV[vol.PersistentVolumeClaim.ClaimName]; pv != "" && !slices.Contains(w.wanted[pv], p.Spec.NodeName) {
+			pv := claimPV[vol.PersistentVolumeClaim.ClaimName]
+			if pv == "" {
+				continue
+			}
+			w.podVolumes = append(w.podVolumes, podVolume{pod: p.Name, uid: p.UID, pv: pv, node: p.Spec.NodeName})
+			if !slices.Contains(w.wanted[pv], p.Spec.NodeName) {
 				w.wanted[pv] = append(w.wanted[pv], p.Spec.NodeName)
 			}
 		}
+	}
+	events, err := e.client.CoreV1().Events(e.ns).List(e.ctx, metav1.ListOptions{FieldSelector: fields.Set{
+		"reason": decide.ReasonFailedAttachVolume, "source": controller.EventComponent, "involvedObject.kind": "Pod",
+	}.AsSelector().String()})
+	if err != nil {
+		return nil, err
+	}
+	for _, ev := range events.Items {
+		w.toldWhy[ev.InvolvedObject.UID] = true
 	}
 	pvs, err := e.client.CoreV1().PersistentVolumes().List(e.ctx, metav1.ListOptions{})
 	if err != nil {
@@ -146,7 +182,7 @@ func (e *env) read() (*world, error) {
 	return w, nil
 }
 
-// restProblems lists every level invariant (1, 2, 5) that does not hold.
+// restProblems lists every level invariant (1, 2, 5, 7) that does not hold.
 func (e *env) restProblems(w *world) []string {
 	var out []string
 	fail := func(format string, args ...any) { out = append(out, fmt.Sprintf(format, args...)) }
@@ -172,11 +208,17 @@ func (e *env) restProblems(w *world) []string {
 		}
 	}
 	hasVA := map[pair]bool{}
+	// explained: the VolumeAttachment of the pair is attached, or says
+	// why not (attachError).
+	explained := map[pair]bool{}
 	attached := map[string][]v1.UniqueVolumeName{}
 	for _, va := range w.vas {
 		pv := ptrStr(va.Spec.Source.PersistentVolumeName)
 		node := va.Spec.NodeName
 		hasVA[pair{handleOf(pv), node}] = true
+		if va.DeletionTimestamp == nil && (va.Status.Attached || va.Status.AttachError != nil) {
+			explained[pair{handleOf(pv), node}] = true
+		}
 		if w.unsure[node] {
 			continue
 		}
@@ -211,6 +253,13 @@ func (e *env) restProblems(w *world) []string {
 	for h, nodes := range wantedOn {
 		if !slices.ContainsFunc(nodes, func(n string) bool { return hasVA[pair{h, n}] }) {
 			fail("invariant 1: volume handle %s is wanted on %v but has no VolumeAttachment there", h, nodes)
+		}
+	}
+	// 7: a Pod whose volume is not attached on its node is told why.
+	for _, pw := range w.podVolumes {
+		if !explained[pair{handleOf(pw.pv), pw.node}] && !w.toldWhy[pw.uid] {
+			fail("invariant 7: Pod %s wants %s on %s, where it is not attached, and neither a %s event on the Pod nor an attachError says why",
+				pw.pod, pw.pv, pw.node, decide.ReasonFailedAttachVolume)
 		}
 	}
 	// 2: the driver has nothing published that no VolumeAttachment asks for.
