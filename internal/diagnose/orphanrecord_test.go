@@ -63,7 +63,7 @@ func TestExplainOrphanRecordUnavailable(t *testing.T) {
 			name: "VolumeAttachment waits for an orphan that cannot be recorded → its attachError's hint is the Role rule",
 			objs: edit(healthy(), "", func(va *storagev1.VolumeAttachment) {
 				va.Status.Attached = false
-				va.Status.AttachError = &storagev1.VolumeError{Time: ago(time.Minute), Message: `waiting for the publication of volume "vol-1234" on node ID "n", left by a deleted VolumeAttachment of the same name (uid u), to be unpublished; last unpublish error: rpc error: code = Unavailable; it is tracked in memory only, and lost if csi-attacher restarts before the unpublish succeeds: the orphan record, ConfigMap kube-system/external-attacher-orphans-csi-example-com, cannot be written: configmaps "external-attacher-orphans-csi-example-com" is forbidden`}
+				va.Status.AttachError = &storagev1.VolumeError{Time: ago(time.Minute), Message: `waiting for the publication of volume "vol-1234" on node ID "n", left by a deleted VolumeAttachment of the same name (uid u), to be unpublished; it is tracked in memory only, and lost if csi-attacher restarts before the unpublish succeeds: the orphan record, ConfigMap kube-system/external-attacher-orphans-csi-example-com, cannot be written: RBAC forbids it; add ` + rule + `; last unpublish error: rpc error: code = Unavailable`}
 			}),
 			target: Target{Kind: TargetVA, Name: kubenames.VolumeAttachmentName(handle, drv, nodeA)},
 			want:   []expect{{"va.attachError", StatusProblem, []string{"tracked in memory only", rule}}},

@@ -18,6 +18,7 @@ import (
 
 	"github.com/latchcsi/latch/internal/attacher"
 	"github.com/latchcsi/latch/internal/csimock"
+	"github.com/latchcsi/latch/internal/kube"
 	"github.com/latchcsi/latch/internal/testsupport"
 )
 
@@ -247,8 +248,8 @@ func TestOrphanRecordWriteFailureIsReportedAndKeptInMemory(t *testing.T) {
 	e.waitPublished(pv, e.nodeID)
 	e.forceDelete(vaName)
 	msg := e.eventMessage(vaName, attacher.EventOrphanRecordFailed)
-	if !strings.Contains(msg, pv) || !strings.Contains(msg, e.nodeID) || !strings.Contains(msg, "forbidden") {
-		t.Errorf("%s event %q does not name the volume, the node ID and the cause", attacher.EventOrphanRecordFailed, msg)
+	if !strings.Contains(msg, pv) || !strings.Contains(msg, e.nodeID) || !strings.Contains(msg, "RBAC forbids it") || !strings.Contains(msg, kube.OrphanRecordRule("default", e.name)) {
+		t.Errorf("%s event %q does not name the volume, the node ID, the cause and the Role rule", attacher.EventOrphanRecordFailed, msg)
 	}
 	e.eventually(30*time.Second, "the orphan unpublished from memory", func() (bool, error) {
 		return len(e.driver.Published(pv)) == 0, nil

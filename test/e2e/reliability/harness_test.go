@@ -92,6 +92,9 @@ type env struct {
 	// repeats counts, by disruption, the repeated successful publishes
 	// the last history check accepted because of it.
 	repeats map[string]int
+	// claims records which VolumeAttachment claimed which publication
+	// when (invariant 8).
+	claims *claimLog
 }
 
 type disruption struct {
@@ -145,6 +148,7 @@ func newEnv(t *testing.T, o options) *env {
 		t.Fatal(err)
 	}
 	e.stack, e.mock, e.kubelet, e.socket = s, s.Driver, s.Kubelet, s.Socket
+	e.claims = startClaimLog(ctx, client, e.driver)
 	// Cleanup runs last-registered first: e.cleanup tears down the world
 	// (the stack included) with the controllers still running.
 	t.Cleanup(e.cleanup)

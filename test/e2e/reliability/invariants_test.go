@@ -29,7 +29,8 @@ import (
 //  2. Every deleted VolumeAttachment was unpublished in the driver and is
 //     gone: no finalizer left behind, no PV held Terminating by us.
 //  3. No single-node volume was ever published to two nodes at once (the
-//     driver records every publication over the whole run).
+//     driver records every publication over the whole run, orphans
+//     included: publications whose VolumeAttachment is gone).
 //  4. One ControllerPublish per attachment; a repeat only where the
 //     previous call's outcome was unknown to the controllers (the call
 //     failed, or the test broke something in between).
@@ -43,14 +44,19 @@ import (
 //     controller on the Pod (the Multi-Attach error, a refused create, an
 //     attach error), or an attachError on its VolumeAttachment there. A
 //     wait nothing explains is a silent stall.
+//  8. No successful ControllerUnpublish of a (volume handle, node ID) that
+//     a VolumeAttachment claimed throughout the call (attached, not being
+//     deleted, with our finalizer and that handle and node ID recorded):
+//     an orphan, from memory or from the record, never takes a volume
+//     from the VolumeAttachment that stands for it (claims_test.go).
 //
 // Volumes are judged by their volume handle (the unique volume), not by
 // the PV that names them: two PVs may name one handle, and invariant 3
 // holds across them.
 //
 // 1, 2, 5 and 7 are level conditions: checkInvariants waits for the world
-// to come to rest, then reports every one that does not hold. 3, 4 and 6
-// are judged on the history.
+// to come to rest, then reports every one that does not hold. 3, 4, 6 and
+// 8 are judged on the history.
 
 // pair is one volume (by volume handle) on one node.
 type pair struct{ pv, node string }
@@ -324,13 +330,18 @@ func (e *env) checkInvariants(settle time.Duration) int {
 	return checks + e.checkHistory()
 }
 
-// checkHistory judges invariants 3, 4 and 6 on everything the driver and
+// checkHistory judges invariants 3, 4, 6 and 8 on everything the driver and
 // the API server saw.
 func (e *env) checkHistory() int {
 	e.t.Helper()
 	if n, rejected := e.apiWrites.problems(10); n > 0 {
 		e.t.Errorf("invariant 6: the API server rejected %d writes of the controllers as invalid; nothing a retry does changes that, so what they should have shown was lost:\n  %s",
 			n, strings.Join(rejected, "\n  "))
+	}
+	if e.claims != nil {
+		if bad := e.claims.claimedUnpublishes(e.mock.Calls(), e.disruptedBetween); len(bad) > 0 {
+			e.t.Errorf("invariant 8: %d unpublishes of a publication that an attached VolumeAttachment with our finalizer claimed:\n  %s", len(bad), strings.Join(bad, "\n  "))
+		}
 	}
 	stats := e.mock.Stats()
 	if p := stats.Publish; p.SingleNodeViolationsTotal != 0 || p.MaxSingleNodePublishedNodes > 1 {
