@@ -172,12 +172,7 @@ func TestClaimLogFlagsOnlyUnpublishesOfClaimedPublications(t *testing.T) {
 	driver := "claims.csi.latch.dev"
 	clock := time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
 	l := &claimLog{driver: driver, now: func() time.Time { return clock }, open: map[types.UID]claimSpan{}}
-	va := &storagev1.VolumeAttachment{
-		ObjectMeta: metav1.ObjectMeta{Name: "va-1", UID: "u1", Finalizers: []string{kubenames.AttacherFinalizer(driver)},
-			Annotations: map[string]string{attacher.AnnVolumeHandle: "vol-1", kubenames.VANodeIDAnnotation: "n1"}},
-		Spec:   storagev1.VolumeAttachmentSpec{Attacher: driver},
-		Status: storagev1.VolumeAttachmentStatus{Attached: true},
-	}
+	va := claimingVA(driver)
 	l.observe(va, false)
 	clock = clock.Add(3 * claimMargin)
 	call := func(at time.Time) csimock.Call {
@@ -214,12 +209,7 @@ func TestClaimLogJudgesNothingItCannotTime(t *testing.T) {
 	driver := "claims.csi.latch.dev"
 	clock := time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
 	l := &claimLog{driver: driver, now: func() time.Time { return clock }, open: map[types.UID]claimSpan{}}
-	va := &storagev1.VolumeAttachment{
-		ObjectMeta: metav1.ObjectMeta{Name: "va-1", UID: "u1", Finalizers: []string{kubenames.AttacherFinalizer(driver)},
-			Annotations: map[string]string{attacher.AnnVolumeHandle: "vol-1", kubenames.VANodeIDAnnotation: "n1"}},
-		Spec:   storagev1.VolumeAttachmentSpec{Attacher: driver},
-		Status: storagev1.VolumeAttachmentStatus{Attached: true},
-	}
+	va := claimingVA(driver)
 	l.observe(va, false)
 	unpublish := csimock.Call{Method: "ControllerUnpublishVolume", VolumeID: "vol-1", NodeID: "n1", Start: clock.Add(3 * time.Second), End: clock.Add(3*time.Second + time.Millisecond), Code: codes.OK}
 	clock = clock.Add(10 * time.Second)
@@ -229,5 +219,15 @@ func TestClaimLogJudgesNothingItCannotTime(t *testing.T) {
 	l.observe(cache.DeletedFinalStateUnknown{Key: "va-1", Obj: va}, true)
 	if bad := l.claimedUnpublishes([]csimock.Call{unpublish}, nil); len(bad) != 0 {
 		t.Errorf("claim whose end the watch missed: %v, want nothing flagged", bad)
+	}
+}
+
+// claimingVA is va-1, attached by driver with vol-1 on node ID n1.
+func claimingVA(driver string) *storagev1.VolumeAttachment {
+	return &storagev1.VolumeAttachment{
+		ObjectMeta: metav1.ObjectMeta{Name: "va-1", UID: "u1", Finalizers: []string{kubenames.AttacherFinalizer(driver)},
+			Annotations: map[string]string{attacher.AnnVolumeHandle: "vol-1", kubenames.VANodeIDAnnotation: "n1"}},
+		Spec:   storagev1.VolumeAttachmentSpec{Attacher: driver},
+		Status: storagev1.VolumeAttachmentStatus{Attached: true},
 	}
 }
