@@ -22,7 +22,7 @@ TEST_PACKAGES ?= ./test/interop/ ./test/e2e/... ./bench/ ./...
 # build with the same tag.
 BUILD_TAGS ?= grpcnotrace
 
-.PHONY: all build test lint fmt vet staticcheck demo up clean soak image bench bench-scale bench-objects upgrade-test
+.PHONY: all build test lint fmt vet staticcheck demo up clean soak image image-docker bench bench-scale bench-objects upgrade-test
 
 all: build
 
@@ -91,12 +91,18 @@ up:
 	@$(BUILD_PROGRESS)
 	@$(PROGRESS) build -label "make up" -o $(BIN_DIR)/latch-local ./cmd/latch-local -- $(BIN_DIR)/latch-local up
 
-## image: one container image per released binary (the targets of build/Dockerfile; needs docker with BuildKit)
+## image: OCI images of every released binary for linux/amd64 and linux/arm64, from Go modules alone (no container engine): an OCI image layout per binary in bin/images/<binary> (a multi-platform index, tagged IMAGE_TAG), an SPDX SBOM per platform beside it and attached to its image; prints each digest and size and the push command (docs/deploy.md, "Images")
 IMAGE_REGISTRY ?= ghcr.io/latchcsi
 # The release version, written once in internal/version/VERSION.
 IMAGE_TAG ?= $(shell cat internal/version/VERSION)
 IMAGE_BINARIES := $(shell sed -n 's/^FROM runtime AS //p' build/Dockerfile)
+IMAGE_PLATFORMS ?= linux/amd64,linux/arm64
+IMAGE_DIR ?= $(BIN_DIR)/images
 image:
+	$(GO) run ./hack/image -o $(IMAGE_DIR) -platforms $(IMAGE_PLATFORMS) -tags $(BUILD_TAGS) -tag $(IMAGE_TAG) -repository $(IMAGE_REGISTRY) $(IMAGE_BINARIES)
+
+## image-docker: the same binaries as images on distroless, built by Docker with BuildKit from build/Dockerfile into the local engine (its base is pinned by tag only: the image target is the reference)
+image-docker:
 	for b in $(IMAGE_BINARIES); do \
 		DOCKER_BUILDKIT=1 docker build -f build/Dockerfile --build-arg BINARY=$$b --target $$b \
 			-t $(IMAGE_REGISTRY)/$$b:$(IMAGE_TAG) . || exit 1; \

@@ -228,13 +228,13 @@ func TestDockerfilesBuildRealBinariesOnDistrolessNonroot(t *testing.T) {
 	if !slices.Equal(imaged, want) {
 		t.Errorf("build/Dockerfile has targets for %v, want one per released binary %v", imaged, want)
 	}
-	// make image builds each target with the same BINARY.
+	// make image-docker builds each target with the same BINARY.
 	makefile, err := os.ReadFile(filepath.Join(root, "Makefile"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !strings.Contains(string(makefile), "docker build -f build/Dockerfile --build-arg BINARY=$$b --target $$b ") {
-		t.Error("Makefile: make image does not build build/Dockerfile with --build-arg BINARY=$$b --target $$b")
+		t.Error("Makefile: make image-docker does not build build/Dockerfile with --build-arg BINARY=$$b --target $$b")
 	}
 
 	for _, bin := range imaged {
