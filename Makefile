@@ -22,7 +22,7 @@ TEST_PACKAGES ?= ./test/interop/ ./test/e2e/... ./bench/ ./...
 # build with the same tag.
 BUILD_TAGS ?= grpcnotrace
 
-.PHONY: all build test lint fmt vet staticcheck demo up clean soak image image-docker bench bench-scale bench-objects upgrade-test
+.PHONY: all build tools test lint fmt vet staticcheck demo up clean soak image image-docker bench bench-scale bench-objects upgrade-test
 
 all: build
 
@@ -41,11 +41,22 @@ PROGRESS := $(BIN_DIR)/buildprogress
 BUILD_PROGRESS := mkdir -p $(BIN_DIR) && $(GO) build -v -o $(PROGRESS) ./hack/buildprogress
 COLD := tens of minutes on 2 cores with an empty Go build cache, seconds when warm
 
+## tools: what the tests run besides Go: promtool and prometheus (the alert rules' unit tests, the dashboard and rules against latch-local), from Debian's prometheus package, installed with apt-get when missing
+tools:
+	@if ! command -v promtool >/dev/null || ! command -v prometheus >/dev/null; then \
+		echo "make tools: promtool or prometheus is missing; installing Debian's prometheus package (apt-get install prometheus)"; \
+		if [ "$$(id -u)" = 0 ]; then sudo=; else sudo="sudo -n"; fi; \
+		{ $$sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -qq --no-install-recommends prometheus >/dev/null; } || { \
+			echo "make tools: could not install Debian's prometheus package (needs root, or sudo without a password, and Debian's package archive). Install it yourself: apt-get update && apt-get install -y prometheus; the tests of the alert rules and the dashboard fail without promtool and prometheus." >&2; exit 1; }; \
+		command -v promtool >/dev/null && command -v prometheus >/dev/null || { echo "make tools: Debian's prometheus package is installed but promtool or prometheus is not on PATH" >&2; exit 1; }; \
+	fi
+
 ## test: the whole suite, unit and end-to-end, on an in-process control plane
 # The packages the tests import are compiled first with progress (go build:
 # no test binary is linked twice), then go test runs as before: its summary
 # lines on standard output, a heartbeat on standard error while it is silent.
-test:
+# make tools runs first: some tests run promtool and prometheus.
+test: tools
 	@echo "make test: a first run compiles every package and test binary (kube-apiserver in-process; kube-controller-manager, kube-scheduler and kubelet for the upstream tests): $(COLD); then the tests run for minutes (README: first run). Progress follows."
 	@$(BUILD_PROGRESS)
 	@$(PROGRESS) test -label "make test" -- $(GO) test -count=1 -p $(TEST_PARALLEL) -timeout $(TEST_TIMEOUT) $(TEST_PACKAGES)

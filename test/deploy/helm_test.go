@@ -126,6 +126,12 @@ var valueSets = []struct {
 		"csiAttacher":            map[string]any{"readSecrets": false, "loggingFormat": "json", "extraArgs": []any{"--default-fstype=ext4"}},
 		"driver":                 map[string]any{"enabled": true, "csiDriver": map[string]any{"name": "all.csi.latch.dev"}},
 	}},
+	{"Prometheus Operator: PodMonitors and PrometheusRule", "latch-helm-monitoring", map[string]any{
+		"metrics":                map[string]any{"podMonitor": map[string]any{"enabled": true}, "prometheusRule": map[string]any{"enabled": true}},
+		"attachdetachController": map[string]any{"httpEndpoint": true},
+		"csiAttacher":            map[string]any{"httpEndpoint": true},
+		"driver":                 map[string]any{"enabled": true},
+	}},
 	{"a real driver's container", "latch-helm-custom", map[string]any{
 		"attachdetachController": map[string]any{"enabled": false},
 		"driver": map[string]any{"enabled": true, "name": "example-controller", "csiDriver": map[string]any{"create": false},

@@ -103,10 +103,8 @@ func dryRunApply(ctx context.Context, t *testing.T, objs []*unstructured.Unstruc
 		t.Fatal(err)
 	}
 	var errs []error
-	if slices.ContainsFunc(objs, func(o *unstructured.Unstructured) bool { return o.GetKind() == "PodMonitor" }) {
-		if err := installPodMonitorCRD(ctx, t, client); err != nil {
-			t.Fatal(err)
-		}
+	if err := installOperatorCRDs(ctx, t, client, objs); err != nil {
+		t.Fatal(err)
 	}
 	for _, o := range objs {
 		if o.GetKind() != "Namespace" {

@@ -13,10 +13,11 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- end -}}
 
 {{/* Pod annotations: scrape annotations (metrics.podAnnotations, unless
-"scrape" is given and false) plus extra ones. */}}
+"scrape" is given and false, or a PodMonitor scrapes the Pods) plus extra
+ones. */}}
 {{- define "latch.podAnnotations" -}}
 {{- $a := dict -}}
-{{- if and .root.Values.metrics.podAnnotations (ternary (get . "scrape") true (hasKey . "scrape")) -}}
+{{- if and .root.Values.metrics.podAnnotations (not .root.Values.metrics.podMonitor.enabled) (ternary (get . "scrape") true (hasKey . "scrape")) -}}
 {{- $_ := set $a "prometheus.io/scrape" "true" -}}
 {{- $_ := set $a "prometheus.io/port" (toString .root.Values.httpPort) -}}
 {{- $_ := set $a "prometheus.io/path" "/metrics" -}}
