@@ -134,12 +134,30 @@ func TestOrphanRecordEntrySecretRefIsNeverRead(t *testing.T) {
 	}
 }
 
+// gatedListingCSI holds every ListVolumes until open is closed.
+type gatedListingCSI struct {
+	CSIClient
+	open chan struct{}
+}
+
+func (g *gatedListingCSI) ListVolumes(ctx context.Context, maxEntries int32) (map[string][]string, error) {
+	select {
+	case <-g.open:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	return g.CSIClient.ListVolumes(ctx, maxEntries)
+}
+
 // With a driver that lists publications, an entry of the record is
 // unpublished only once a listing shows its volume published on its node
-// ID; a listing that does not show it forgets it, with no unpublish.
+// ID; a listing that does not show it forgets it, with no unpublish. The
+// entries read at start are listed at once, not a --reconcile-sync later.
 func TestOrphanRecordEntryIsUnpublishedOnlyOnceAListingShowsIt(t *testing.T) {
 	f := newExecFixture(t, execCSINode())
-	f.ctrl.cfg.ReconcileSync = time.Hour // the driver lists; the test runs the listings
+	f.ctrl.cfg.ReconcileSync = time.Hour // the driver lists; no periodic listing comes in this test
+	gate := &gatedListingCSI{CSIClient: f.ctrl.exec.csi, open: make(chan struct{})}
+	f.ctrl.exec.csi = gate
 	store := withStore(f)
 	capability, err := csi.VolumeCapability(csi.CapabilityInput{AccessModes: []v1.PersistentVolumeAccessMode{v1.ReadWriteOnce}, FSType: "ext4"})
 	if err != nil {
@@ -157,12 +175,11 @@ func TestOrphanRecordEntryIsUnpublishedOnlyOnceAListingShowsIt(t *testing.T) {
 		}
 	}
 	f.requireCSICalls()
-	if err := f.ctrl.reconcileOnce(f.ctx); err != nil {
-		t.Fatalf("reconcileOnce: %v", err)
-	}
-	if left := f.ctrl.orphanSnapshot(); len(left) != 1 || !left["va-listed"].listed {
-		t.Fatalf("orphans after the listing = %+v, want only va-listed, marked listed", left)
-	}
+	close(gate.open) // the listing the adoption started answers
+	f.waitFor("the listing applied", func() bool {
+		left := f.ctrl.orphanSnapshot()
+		return len(left) == 1 && left["va-listed"].listed
+	})
 	if _, err := f.ctrl.syncAttach(f.ctx, "va-listed"); err != nil {
 		t.Fatalf("syncAttach va-listed after the listing: %v", err)
 	}

@@ -211,6 +211,7 @@ func (c *Controller) invalidEntries(ctx context.Context, invalid *invalidRecords
 // the record no longer holds are forgotten.
 func (c *Controller) adoptRecords(ctx context.Context, recs map[string]orphanRecord) {
 	var retry []orphanRecord
+	adopted := 0
 	for _, name := range slices.Sorted(maps.Keys(recs)) {
 		rec := recs[name]
 		o := fromRecord(rec)
@@ -234,6 +235,7 @@ func (c *Controller) adoptRecords(ctx context.Context, recs map[string]orphanRec
 		case why != "":
 			c.warnRecordEntry(ctx, name, o, why)
 		default:
+			adopted++
 			c.exec.metrics.orphanAdded()
 			klog.FromContext(ctx).Info("Orphaned publication recorded by an earlier attacher; settling it",
 				"volumeAttachment", klog.KRef("", name), "volumeHandle", rec.VolumeHandle, "nodeID", rec.NodeID, "uid", rec.UID)
@@ -247,6 +249,9 @@ func (c *Controller) adoptRecords(ctx context.Context, recs map[string]orphanRec
 		}
 	}
 	c.busyMu.Unlock()
+	if adopted > 0 && c.canList() {
+		go c.listRecorded(ctx)
+	}
 	for _, rec := range retry {
 		if err := c.records.Delete(ctx, rec); err != nil {
 			c.recordFailed("delete", err)
@@ -260,6 +265,28 @@ func (c *Controller) adoptRecords(ctx context.Context, recs map[string]orphanRec
 		}
 		c.busyMu.Unlock()
 	}
+}
+
+// listRecorded asks the driver at once which publications it has, for the
+// entries just adopted from the record: such an entry is unpublished only
+// once a listing shows it (decide.SettleOrphan), and a VolumeAttachment of
+// its name, or a publish of its volume to another node, waits for that;
+// the next ListVolumes reconcile may be a whole --reconcile-sync away. The
+// listing settles every orphan pending before it began, as the
+// reconcile's does (dropUnlisted). A failed listing is logged; the next
+// reconcile decides then.
+func (c *Controller) listRecorded(ctx context.Context) {
+	before := c.orphanSnapshot()
+	listCtx, cancel := context.WithTimeout(ctx, c.cfg.ReconcileTimeout)
+	published, err := c.exec.csi.ListVolumes(listCtx, int32(c.cfg.MaxEntries))
+	cancel()
+	if err != nil {
+		if ctx.Err() == nil {
+			klog.FromContext(ctx).Error(err, "ListVolumes for the entries read from the orphaned-publication record failed; the next ListVolumes reconcile settles them")
+		}
+		return
+	}
+	c.dropUnlisted(ctx, before, published)
 }
 
 // ignoreOrphan drops the orphan o of name from memory without an
