@@ -139,6 +139,7 @@ type Controller struct {
 	names       *state.Names
 	timing      *opTimes
 	waits       *migrationWaits
+	attachWaits *attachWaits
 	volumeLocks volumeLocks
 	returning   *returningNodes
 	// rebuilt is set once the rebuild recorded every Pod: from then on a
@@ -180,14 +181,15 @@ func New(cfg Config, client kubernetes.Interface, factory informers.SharedInform
 		resolver: volume.NewResolver(cfg.MigratedPlugins),
 		decide: decide.Config{MaxWaitForUnmount: cfg.MaxWaitForUnmount, DisableForceDetachOnTimeout: cfg.DisableForceDetachOnTimeout,
 			MigrationByNode: byNode},
-		dsw:       state.NewDesired(),
-		asw:       state.NewActual(),
-		status:    nodestatus.NewBook(),
-		podRec:    state.NewPods(),
-		names:     state.NewNames(),
-		timing:    newOpTimes(),
-		returning: newReturningNodes(),
-		waits:     newMigrationWaits(m.waitingForMigration),
+		dsw:         state.NewDesired(),
+		asw:         state.NewActual(),
+		status:      nodestatus.NewBook(),
+		podRec:      state.NewPods(),
+		names:       state.NewNames(),
+		timing:      newOpTimes(),
+		returning:   newReturningNodes(),
+		waits:       newMigrationWaits(m.waitingForMigration),
+		attachWaits: newAttachWaits(m.attachTimeouts),
 	}
 	core, storage := factory.Core().V1(), factory.Storage().V1()
 	c.pods = core.Pods().Informer()

@@ -58,6 +58,8 @@ type Metrics struct {
 	// createErrors counts failed VolumeAttachment creates by driver and
 	// the API server's reason.
 	createErrors *metrics.CounterVec
+	// attachTimeouts counts attach attempts that timed out (attachwaits.go).
+	attachTimeouts *metrics.CounterVec
 }
 
 // NewMetrics returns unregistered metrics.
@@ -105,6 +107,7 @@ func NewMetrics() *Metrics {
 			Help:           "VolumeAttachment creates of the attach/detach controller that failed, by driver and by the reason of the API server's answer (Invalid: a ValidatingAdmissionPolicy denied it, unless the policy names another reason; Forbidden: RBAC or an admission webhook refused it; Unknown: no answer, e.g. a timeout). Each is retried with backoff.",
 			StabilityLevel: metrics.ALPHA,
 		}, []string{"driver", "reason"}),
+		attachTimeouts: newAttachTimeoutsCounter(),
 		competing: &competingGauge{desc: metrics.NewDesc(CompetingControllersMetric,
 			"1 while another attach/detach controller (a field manager other than latch's) was seen creating VolumeAttachments or changing a node's status.volumesAttached within the last --coexistence-report-period, else 0.",
 			nil, nil, metrics.ALPHA, "")},
@@ -147,7 +150,7 @@ func (LegacyRegistry) CustomMustRegister(cs ...metrics.StableCollector) {
 
 // Register registers the metrics with r.
 func (m *Metrics) Register(r Registry) {
-	r.MustRegister(m.forcedDetaches[0], m.forcedDetaches[1], m.operationDuration, m.storageOperation, m.podVolumesAttached, m.waitingForMigration, m.createErrors)
+	r.MustRegister(m.forcedDetaches[0], m.forcedDetaches[1], m.operationDuration, m.storageOperation, m.podVolumesAttached, m.waitingForMigration, m.createErrors, m.attachTimeouts)
 	r.CustomMustRegister(m.totals, m.competing)
 }
 

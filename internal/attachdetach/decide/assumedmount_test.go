@@ -58,7 +58,7 @@ func TestDecide_assumedMount(t *testing.T) {
 		{
 			name: "volume still wanted, listed nowhere → no correction, it is being attached",
 			in:   decide.Input{Wanted: wants(rwo, podA), Actual: entry(state.StateAttaching, false, true), Node: ready, VA: vaPending, Listing: nothing},
-			want: &decide.Plan{Kind: decide.KindWait},
+			want: &decide.Plan{Kind: decide.KindWait, AttachWaiting: true, RequeueAfter: decide.AttachTimeout},
 		},
 	}
 	for _, tt := range tests {

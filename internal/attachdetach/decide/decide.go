@@ -160,6 +160,8 @@ func decideWanted(in Input) Plan {
 			return p
 		}
 		p.Kind, p.Why = KindWait, "waiting for the attacher to attach the VolumeAttachment"
+		p.AttachWaiting = true
+		attachTimeoutPlan(in, &p)
 		return p
 	}
 

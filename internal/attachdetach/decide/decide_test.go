@@ -154,12 +154,12 @@ func TestDecide(t *testing.T) {
 		{
 			name: "VolumeAttachment not attached yet → wait for the attacher",
 			in:   decide.Input{Wanted: wants(rwo, podA), Actual: entry(state.StateAttaching, false, true), Node: ready, VA: vaPending},
-			want: decide.Plan{Kind: decide.KindWait},
+			want: decide.Plan{Kind: decide.KindWait, AttachWaiting: true, RequeueAfter: decide.AttachTimeout},
 		},
 		{
 			name: "unknown VolumeAttachment, wanted, not attached → recorded uncertain, wait",
 			in:   decide.Input{Wanted: wants(rwo, podA), Node: ready, VA: vaPending},
-			want: decide.Plan{Kind: decide.KindWait, Actual: upd(state.StateUncertain, false, time.Time{}, &rwo)},
+			want: decide.Plan{Kind: decide.KindWait, AttachWaiting: true, RequeueAfter: decide.AttachTimeout, Actual: upd(state.StateUncertain, false, time.Time{}, &rwo)},
 		},
 		{
 			name: "attachError on the VolumeAttachment → FailedAttachVolume event with the upstream text",

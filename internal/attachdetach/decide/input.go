@@ -154,4 +154,9 @@ type Input struct {
 	Listing *NodeListing
 	Config  Config
 	Now     time.Time
+	// AttachWaitSince is when the wait for the attacher to attach the
+	// key's VolumeAttachment started (the create, the first pass that saw
+	// it unattached, or the last attach error); zero: it starts now. The
+	// attach timeouts are counted from it (see AttachTimeouts).
+	AttachWaitSince time.Time
 }

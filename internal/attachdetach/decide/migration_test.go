@@ -127,7 +127,7 @@ func TestDecide_migrationByNode(t *testing.T) {
 		{
 			name: "gate on, not migrated, pending VolumeAttachment → left to the attacher",
 			in:   decide.Input{Wanted: wants(gce, podA), Actual: entry(state.StateAttaching, false, true), Node: ready, CSINode: unlisted, Config: gated, VA: vaPending},
-			want: decide.Plan{Kind: decide.KindWait},
+			want: decide.Plan{Kind: decide.KindWait, AttachWaiting: true, RequeueAfter: decide.AttachTimeout},
 		},
 		{
 			name: "gate on, not migrated, wanted again while waiting for unmount → detach timer cleared, still attached",

@@ -126,6 +126,13 @@ type Plan struct {
 	// RequeueAfter > 0 asks to run the key again after this long even if
 	// nothing changes (the unmount timeout expiring).
 	RequeueAfter time.Duration
+	// AttachWaiting: the plan waits for the attacher to attach the key's
+	// VolumeAttachment (no attach error); AttachTimeouts is how many of
+	// kube-controller-manager's attach attempts have timed out in that
+	// wait (see AttachTimeouts). The executor keeps AttachWaitSince while
+	// a wait lasts and drops it otherwise.
+	AttachWaiting  bool
+	AttachTimeouts int
 	// WakeNodeStatus asks the executor to wake the node status updater
 	// of Key.Node even if Actual changes nothing (set by GateDetach).
 	WakeNodeStatus bool
