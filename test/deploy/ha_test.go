@@ -17,21 +17,28 @@ import (
 // takes the leader and its standby together.
 func checkControllerHA(t *testing.T, where string, objs []*unstructured.Unstructured) {
 	t.Helper()
+	d := checkReplicasHA(t, where, objs, "latch-attachdetach-controller")
+	if d.Spec.Template.Spec.PriorityClassName != "system-cluster-critical" {
+		t.Errorf("%s: priorityClassName = %q, want system-cluster-critical", where, d.Spec.Template.Spec.PriorityClassName)
+	}
+}
+
+// checkReplicasHA is checkControllerHA without the priority, for any
+// Deployment whose replicas elect a leader (a driver's, with csi-attacher).
+func checkReplicasHA(t *testing.T, where string, objs []*unstructured.Unstructured, name string) *appsv1.Deployment {
+	t.Helper()
 	var d *appsv1.Deployment
 	for _, x := range deployments(t, objs) {
-		if x.Name == "latch-attachdetach-controller" {
+		if x.Name == name {
 			d = x
 		}
 	}
 	if d == nil {
-		t.Fatalf("%s: no latch-attachdetach-controller Deployment", where)
+		t.Fatalf("%s: no %s Deployment", where, name)
 	}
 	podLabels := labels.Set(d.Spec.Template.Labels)
 	if d.Spec.Replicas == nil || *d.Spec.Replicas < 2 {
 		t.Errorf("%s: replicas = %v, want at least 2", where, d.Spec.Replicas)
-	}
-	if d.Spec.Template.Spec.PriorityClassName != "system-cluster-critical" {
-		t.Errorf("%s: priorityClassName = %q, want system-cluster-critical", where, d.Spec.Template.Spec.PriorityClassName)
 	}
 
 	apart := false
@@ -43,7 +50,7 @@ func checkControllerHA(t *testing.T, where string, objs []*unstructured.Unstruct
 		}
 	}
 	if !apart {
-		t.Errorf("%s: no pod anti-affinity on kubernetes.io/hostname selecting the controller's own Pods", where)
+		t.Errorf("%s: no pod anti-affinity on kubernetes.io/hostname selecting the Pods of %s", where, name)
 	}
 	spread := false
 	for _, c := range d.Spec.Template.Spec.TopologySpreadConstraints {
@@ -52,7 +59,7 @@ func checkControllerHA(t *testing.T, where string, objs []*unstructured.Unstruct
 		}
 	}
 	if !spread {
-		t.Errorf("%s: no topology spread over topology.kubernetes.io/zone selecting the controller's own Pods", where)
+		t.Errorf("%s: no topology spread over topology.kubernetes.io/zone selecting the Pods of %s", where, name)
 	}
 
 	var pdbs []*policyv1.PodDisruptionBudget
@@ -62,11 +69,12 @@ func checkControllerHA(t *testing.T, where string, objs []*unstructured.Unstruct
 		}
 	}
 	if len(pdbs) != 1 {
-		t.Fatalf("%s: %d PodDisruptionBudgets select the controller's Pods in %s, want 1", where, len(pdbs), d.Namespace)
+		t.Fatalf("%s: %d PodDisruptionBudgets select the Pods of %s in %s, want 1", where, len(pdbs), name, d.Namespace)
 	}
 	if m := pdbs[0].Spec.MinAvailable; m == nil || m.IntValue() != 1 {
 		t.Errorf("%s: PodDisruptionBudget minAvailable = %v, want 1 (one replica evicted at a time)", where, m)
 	}
+	return d
 }
 
 func selects(t *testing.T, ls *metav1.LabelSelector, podLabels labels.Set) bool {

@@ -32,23 +32,7 @@ const chartDir = "charts/latch"
 // it). Values are merged over values.yaml.
 func helmTemplate(t *testing.T, namespace string, vals map[string]any) ([]*unstructured.Unstructured, error) {
 	t.Helper()
-	ch, err := loader.Load(filepath.Join(repoRoot(t), chartDir))
-	if err != nil {
-		t.Fatalf("load chart: %v", err)
-	}
-	kubeVersion := serverVersion(t)
-	if !chartutil.IsCompatibleRange(ch.Metadata.KubeVersion, kubeVersion.Version) {
-		t.Fatalf("chart kubeVersion %q does not accept the API server's %s", ch.Metadata.KubeVersion, kubeVersion.Version)
-	}
-	caps := chartutil.DefaultCapabilities.Copy()
-	caps.KubeVersion = kubeVersion
-	rv, err := chartutil.ToRenderValues(ch, vals, chartutil.ReleaseOptions{Name: "latch", Namespace: namespace, Revision: 1, IsInstall: true}, caps)
-	if err != nil {
-		return nil, err
-	}
-	// Strict: a template that reads a value values.yaml does not define
-	// fails instead of rendering an empty string.
-	files, err := engine.Engine{Strict: true}.Render(ch, rv)
+	files, err := helmRender(t, namespace, vals)
 	if err != nil {
 		return nil, err
 	}
@@ -69,6 +53,33 @@ func helmTemplate(t *testing.T, namespace string, vals map[string]any) ([]*unstr
 		objs = append(objs, o...)
 	}
 	return objs, nil
+}
+
+// helmRender renders every template of the chart, as `helm install`
+// does: the values are checked against values.schema.json on the way
+// (chartutil.ToRenderValuesWithSchemaValidation, as the install action
+// calls it without --skip-schema-validation). It returns the rendered
+// files by name, NOTES.txt included.
+func helmRender(t *testing.T, namespace string, vals map[string]any) (map[string]string, error) {
+	t.Helper()
+	ch, err := loader.Load(filepath.Join(repoRoot(t), chartDir))
+	if err != nil {
+		t.Fatalf("load chart: %v", err)
+	}
+	kubeVersion := serverVersion(t)
+	if !chartutil.IsCompatibleRange(ch.Metadata.KubeVersion, kubeVersion.Version) {
+		t.Fatalf("chart kubeVersion %q does not accept the API server's %s", ch.Metadata.KubeVersion, kubeVersion.Version)
+	}
+	caps := chartutil.DefaultCapabilities.Copy()
+	caps.KubeVersion = kubeVersion
+	const skipSchemaValidation = false
+	rv, err := chartutil.ToRenderValuesWithSchemaValidation(ch, vals, chartutil.ReleaseOptions{Name: "latch", Namespace: namespace, Revision: 1, IsInstall: true}, caps, skipSchemaValidation)
+	if err != nil {
+		return nil, err
+	}
+	// Strict: a template that reads a value values.yaml does not define
+	// fails instead of rendering an empty string.
+	return engine.Engine{Strict: true}.Render(ch, rv)
 }
 
 // serverVersion is the in-process API server's Kubernetes version. A
@@ -317,10 +328,10 @@ func valueKeys(prefix string, m map[string]any) []string {
 	return out
 }
 
-// Every value values.yaml defines is documented in the chart's README.
-func TestEveryHelmValueIsDocumented(t *testing.T) {
-	dir := filepath.Join(repoRoot(t), chartDir)
-	raw, err := os.ReadFile(filepath.Join(dir, "values.yaml"))
+// chartValues is the chart's values.yaml.
+func chartValues(t *testing.T) map[string]any {
+	t.Helper()
+	raw, err := os.ReadFile(filepath.Join(repoRoot(t), chartDir, "values.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -328,6 +339,13 @@ func TestEveryHelmValueIsDocumented(t *testing.T) {
 	if err := yaml.Unmarshal(raw, &vals); err != nil {
 		t.Fatal(err)
 	}
+	return vals
+}
+
+// Every value values.yaml defines is documented in the chart's README.
+func TestEveryHelmValueIsDocumented(t *testing.T) {
+	dir := filepath.Join(repoRoot(t), chartDir)
+	vals := chartValues(t)
 	readme, err := os.ReadFile(filepath.Join(dir, "README.md"))
 	if err != nil {
 		t.Fatal(err)

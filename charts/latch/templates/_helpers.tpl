@@ -81,7 +81,9 @@ in driver.socketDir and, with csiAttacher.httpEndpoint, serves metrics and
     {{- end }}
   {{- if $a.httpEndpoint }}
   ports:
-    - name: http
+    # Not "http": the driver's other sidecars (csi-provisioner, ...) in
+    # the same Pod name their ports too, and names must be unique in a Pod.
+    - name: {{ include "latch.csiAttacher.portName" . }}
       containerPort: {{ .Values.httpPort }}
   {{- end }}
   env:
@@ -96,7 +98,7 @@ in driver.socketDir and, with csiAttacher.httpEndpoint, serves metrics and
   livenessProbe:
     httpGet:
       path: /healthz/leader-election
-      port: http
+      port: {{ include "latch.csiAttacher.portName" . }}
     periodSeconds: 20
   {{- end }}
   securityContext:
@@ -106,4 +108,47 @@ in driver.socketDir and, with csiAttacher.httpEndpoint, serves metrics and
   volumeMounts:
     - name: socket-dir
       mountPath: {{ .Values.driver.socketDir }}
+{{- end -}}
+
+{{/* Name of the csi-attacher sidecar's HTTP port (metrics, health). */}}
+{{- define "latch.csiAttacher.portName" -}}
+attacher-http
+{{- end -}}
+
+{{/*
+Scheduling fields of the driver Deployment: driver.nodeSelector,
+tolerations, affinity and topologySpreadConstraints, plus, with
+driver.spread and more than one replica, a preferred podAntiAffinity on
+the host name (unless affinity has a podAntiAffinity of its own) and a
+ScheduleAnyway spread over zones (unless topologySpreadConstraints is set).
+Rendered as YAML for latch.scheduling.
+*/}}
+{{- define "latch.driver.scheduling" -}}
+{{- $d := .Values.driver -}}
+{{- $s := pick $d "nodeSelector" "tolerations" "topologySpreadConstraints" -}}
+{{- $affinity := deepCopy (default dict $d.affinity) -}}
+{{- if and $d.spread (gt (int $d.replicas) 1) -}}
+{{- $selector := dict "matchLabels" (dict "app.kubernetes.io/name" $d.name "app.kubernetes.io/instance" .Release.Name) -}}
+{{- if not (hasKey $affinity "podAntiAffinity") -}}
+{{- $term := dict "weight" 100 "podAffinityTerm" (dict "topologyKey" "kubernetes.io/hostname" "labelSelector" $selector) -}}
+{{- $_ := set $affinity "podAntiAffinity" (dict "preferredDuringSchedulingIgnoredDuringExecution" (list $term)) -}}
+{{- end -}}
+{{- if not $d.topologySpreadConstraints -}}
+{{- $_ := set $s "topologySpreadConstraints" (list (dict "maxSkew" 1 "topologyKey" "topology.kubernetes.io/zone" "whenUnsatisfiable" "ScheduleAnyway" "labelSelector" $selector)) -}}
+{{- end -}}
+{{- end -}}
+{{- $_ := set $s "affinity" $affinity -}}
+{{- toYaml $s -}}
+{{- end -}}
+
+{{/*
+A CSI driver name as csi-attacher puts it in object names (the Lease
+external-attacher-leader-<this>, the ConfigMap external-attacher-orphans-<this>):
+every character outside [a-zA-Z0-9-] becomes "-", a trailing "-" gets an
+"X", and the result is lower-cased (kube.LeaseName).
+*/}}
+{{- define "latch.sanitizedDriver" -}}
+{{- $s := regexReplaceAll "[^a-zA-Z0-9-]" . "-" -}}
+{{- if or (eq $s "") (hasSuffix "-" $s) }}{{ $s = printf "%sX" $s }}{{ end -}}
+{{- lower $s -}}
 {{- end -}}
