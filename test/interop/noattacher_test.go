@@ -32,7 +32,7 @@ func TestNoAttacher_kcmAndLatchRecordTheSameTimeoutEvent(t *testing.T) {
 	for _, ad := range []adKind{kcmAD, latchAD} {
 		t.Run(string(ad), func(t *testing.T) {
 			t.Parallel()
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+			ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 			defer cancel()
 			var nodes []localcluster.NodeConfig
 			for _, n := range worldNodes {
@@ -89,7 +89,8 @@ func TestNoAttacher_kcmAndLatchRecordTheSameTimeoutEvent(t *testing.T) {
 	t.Cleanup(func() {
 		mu.Lock()
 		defer mu.Unlock()
-		if got[kcmAD] != "" && got[kcmAD] != got[latchAD] {
+		// Each subtest fails on its own when its event is missing.
+		if got[kcmAD] != "" && got[latchAD] != "" && got[kcmAD] != got[latchAD] {
 			t.Errorf("kube-controller-manager recorded %q, latch %q", got[kcmAD], got[latchAD])
 		}
 	})
