@@ -2,16 +2,20 @@ package attacher_test
 
 import (
 	"slices"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"google.golang.org/grpc/codes"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/yaml"
 
 	"github.com/latchcsi/latch/internal/csimock"
 	"github.com/latchcsi/latch/internal/kube"
 	"github.com/latchcsi/latch/internal/kube/kubenames"
+	"github.com/latchcsi/latch/internal/testsupport"
 )
 
 const (
@@ -147,7 +151,8 @@ func TestAttacherSIGTERMFinishesInFlightPublishExitsZeroAndReleasesLease(t *test
 	leader := e.startBinary("leader", le...)
 	e.eventually(time.Minute, "lease "+leaseName+" held", func() (bool, error) { return holder() != "", nil })
 	leaderID := holder()
-	e.startBinary("standby", le...)
+	// The standby's driver calls may outlast the drain bound.
+	standby := e.startBinary("standby", append(le, "--timeout=5m")...)
 
 	pv1, va1 := e.prefix+"-pv1", e.prefix+"-va1"
 	e.createPV(pv1)
@@ -183,4 +188,65 @@ func TestAttacherSIGTERMFinishesInFlightPublishExitsZeroAndReleasesLease(t *test
 	if got := len(e.callsFor(publishMethod, pv1)); got != 1 {
 		t.Errorf("publish calls for %s = %d after the handover, want 1", pv1, got)
 	}
+
+	// The new leader gets SIGTERM while a publish hangs past the drain
+	// bound: the publish is cancelled when the drain times out, and the
+	// Lease is still released, and the process gone, before the grace
+	// period the shipped manifests give the Pod ends, so the kubelet never
+	// SIGKILLs a holder and no standby waits out the lease duration.
+	grace := shippedGracePeriod(t)
+	pv3, va3 := e.prefix+"-pv3", e.prefix+"-va3"
+	e.createPV(pv3)
+	if _, err := e.driver.AddFault(csimock.Rule{Method: publishMethod, VolumeID: pv3, Hang: true, Once: true}); err != nil {
+		t.Fatal(err)
+	}
+	e.createVA(e.newVA(va3, pv3, e.node))
+	e.eventually(30*time.Second, "hanging publish in flight", func() (bool, error) { return e.inFlight(publishMethod, pv3), nil })
+	sent := time.Now()
+	standby.signal(syscall.SIGTERM)
+	e.eventually(grace+10*time.Second, "lease "+leaseName+" released", func() (bool, error) { return holder() == "", nil })
+	releasedAfter := time.Since(sent)
+	standby.exitCode(grace)
+	exitedAfter := time.Since(sent)
+	if releasedAfter >= grace || exitedAfter >= grace {
+		t.Errorf("with a publish hanging past the drain bound, the Lease was released %s and the process exited %s after SIGTERM; the manifests' grace period is %s, after which the kubelet SIGKILLs it",
+			releasedAfter.Round(time.Millisecond), exitedAfter.Round(time.Millisecond), grace)
+	}
+	t.Logf("hanging publish: Lease released %s, process exited %s after SIGTERM (grace period %s)", releasedAfter.Round(time.Millisecond), exitedAfter.Round(time.Millisecond), grace)
+	if calls := e.callsFor(publishMethod, pv3); len(calls) != 1 || !calls[0].Done() || calls[0].Code == codes.OK {
+		t.Errorf("publish calls for %s = %+v, want the hanging one, cancelled", pv3, calls)
+	}
+	if va := e.getVA(va3); va.Status.Attached {
+		t.Errorf("VA %s marked attached although its publish was cancelled", va3)
+	}
+}
+
+// shippedGracePeriod is the shortest terminationGracePeriodSeconds the
+// manifests that run csi-attacher give its Pod: the example driver
+// Deployment and the chart's driver.
+func shippedGracePeriod(t *testing.T) time.Duration {
+	t.Helper()
+	var grace time.Duration
+	for _, f := range []struct{ file, path string }{
+		{"deploy/examples/mock-driver/deployment.yaml", "spec.template.spec.terminationGracePeriodSeconds"},
+		{"charts/latch/values.yaml", "driver.terminationGracePeriodSeconds"},
+	} {
+		raw, err := testsupport.RepoFile(f.file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var doc map[string]any
+		if err := yaml.Unmarshal(raw, &doc); err != nil {
+			t.Fatalf("%s: %v", f.file, err)
+		}
+		v, _, _ := unstructured.NestedFieldNoCopy(doc, strings.Split(f.path, ".")...)
+		secs, ok := v.(float64) // YAML numbers decode as float64
+		if !ok {
+			t.Fatalf("%s has no number at %s", f.file, f.path)
+		}
+		if d := time.Duration(secs) * time.Second; grace == 0 || d < grace {
+			grace = d
+		}
+	}
+	return grace
 }
