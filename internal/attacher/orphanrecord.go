@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -332,9 +333,25 @@ func (c *Controller) recordFailed(op string, err error) string {
 		// is long and says less than the rule.
 		return msg + "RBAC forbids it; add " + kube.OrphanRecordRule(c.cfg.OrphanNamespace, c.cfg.Driver.Name)
 	case apierrors.IsInvalid(err):
-		return msg + err.Error() + "; the API server refuses the ConfigMap as it is (immutable, or a data key that is also a binaryData key): re-create it without immutable and binaryData, keeping its data"
+		return msg + "the API server refuses the ConfigMap as it is (" + invalidCauses(err) +
+			"): re-create it without immutable and binaryData, keeping its data"
 	}
 	return msg + err.Error()
+}
+
+// invalidCauses is what an Invalid answer says is wrong, field by field
+// ("data[va-1]: duplicate of key present in binaryData"), without the
+// object's name it repeats; its whole text when it carries no causes.
+func invalidCauses(err error) string {
+	var status apierrors.APIStatus
+	if !errors.As(err, &status) || status.Status().Details == nil || len(status.Status().Details.Causes) == 0 {
+		return err.Error()
+	}
+	var causes []string
+	for _, c := range status.Status().Details.Causes {
+		causes = append(causes, c.Field+": "+c.Message)
+	}
+	return strings.Join(causes, "; ")
 }
 
 // recordUnreadable reports that the record cannot be read for lack of
