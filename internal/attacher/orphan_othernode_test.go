@@ -194,3 +194,36 @@ func TestPublishInFlightOfSingleNodeVolumeBlocksAnotherNode(t *testing.T) {
 		}
 	}
 }
+
+// The orphan that holds node-2's publish back could not be recorded (RBAC
+// forbids the write): node-2's VolumeAttachment says that too, with the
+// ConfigMap and the Role rule, as every VolumeAttachment that waits for
+// an unrecorded orphan does.
+func TestOrphanOnAnotherNodeThatCannotBeRecordedSaysWhy(t *testing.T) {
+	f := newExecFixture(t, execPV("pv-a"), execVA("va-1", "pv-a"), execCSINode(), csiNodeOf("node-2", "node-2-id"))
+	f.ctrl.cfg.OrphanNamespace = "latch-system"
+	f.ctrl.records = &unwritableStore{memOrphanStore: &memOrphanStore{recs: map[string]orphanRecord{}}, putErr: unwritableShapes[2].err}
+	forceDeleteOnFirstStatusPatch(f, "va-1")
+	if _, err := f.driver.AddFault(csimock.Rule{Method: "ControllerUnpublishVolume", Code: codes.Unavailable, Message: "backend unreachable"}); err != nil {
+		t.Fatal(err)
+	}
+	_, _ = f.ctrl.syncAttach(f.ctx, "va-1")
+	va2 := execVA("va-2", "pv-a")
+	va2.Spec.NodeName = "node-2"
+	if err := f.tracker.Add(va2); err != nil {
+		t.Fatal(err)
+	}
+	f.waitFor("va-2 in the cache", func() bool { va, _ := LookupVA(f.vaStore, "va-2"); return va != nil })
+	if _, err := f.ctrl.syncAttach(f.ctx, "va-2"); err == nil {
+		t.Fatal("va-2 attached while the orphan on node-1 is published")
+	}
+	ae := f.va("va-2").Status.AttachError
+	for _, want := range []string{"one node only", "tracked in memory only", "latch-system/" + OrphanRecordName(execDriver), unwritableShapes[2].want} {
+		if ae == nil || !strings.Contains(ae.Message, want) {
+			t.Errorf("va-2 attachError = %+v, want it to say %q", ae, want)
+		}
+	}
+	if ae != nil && len(ae.Message) > maxVolumeErrorMessageBytes || ae != nil && strings.Contains(ae.Message, "truncated") {
+		t.Errorf("va-2 attachError is cut: %q", ae.Message)
+	}
+}

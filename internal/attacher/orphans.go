@@ -88,7 +88,7 @@ func (o orphan) same(p orphan) bool {
 // facts is what package decide's orphan decisions need of o.
 func (o orphan) facts() decide.Orphan {
 	return decide.Orphan{Handle: o.handle, NodeID: o.nodeID, VA: o.name, NodeName: o.nodeName, UID: o.uid,
-		PV: o.pvName, Uncertain: o.uncertain, SingleNode: o.singleNode, FromRecord: o.fromRecord}
+		PV: o.pvName, Uncertain: o.uncertain, SingleNode: o.singleNode, FromRecord: o.fromRecord, RecordProblem: o.recordErr}
 }
 
 // publicationOf is the publication made (or possibly made: uncertain) for

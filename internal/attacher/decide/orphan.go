@@ -38,6 +38,10 @@ type Orphan struct {
 	// Publishing: a ControllerPublish for it is in flight; its outcome,
 	// and whether its VolumeAttachment is still there, are not known yet.
 	Publishing bool
+	// RecordProblem says why the orphan is not in the ConfigMap record
+	// ("" when it is, or was not tried): a VolumeAttachment that waits for
+	// it says so too.
+	RecordProblem string
 	// FromRecord: read from the ConfigMap record, not witnessed by this
 	// process. Such an entry is a claim anyone who may write ConfigMaps in
 	// the attacher's namespace can make: it is acted on only as far as

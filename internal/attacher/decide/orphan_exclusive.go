@@ -61,6 +61,10 @@ func orphanElsewhereMessage(vol Volume, nodeID string, o Orphan) string {
 	if o.Uncertain || o.Suspect || o.Publishing {
 		state = "may still be published"
 	}
-	return fmt.Sprintf("volume %q may be published to one node only (%s) and %s to %s for VolumeAttachment %q (uid %s), %s; ControllerPublish to node ID %q waits until that publication is unpublished",
+	msg := fmt.Sprintf("volume %q may be published to one node only (%s) and %s to %s for VolumeAttachment %q (uid %s), %s; ControllerPublish to node ID %q waits until that publication is unpublished",
 		vol.Handle, modes, state, where, o.VA, o.UID, why, nodeID)
+	if o.RecordProblem != "" {
+		msg += "; that publication is tracked in memory only, and lost if csi-attacher restarts before it is unpublished: " + o.RecordProblem
+	}
+	return msg
 }
