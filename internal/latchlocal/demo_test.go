@@ -93,6 +93,14 @@ func applyExamples(t *testing.T, ctx context.Context, env *Env) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		applyManifest(t, ctx, env, f, data)
+	}
+}
+
+// applyManifest creates the PVs, PVCs and Pods of data (YAML, named f).
+func applyManifest(t *testing.T, ctx context.Context, env *Env, f string, data []byte) {
+	t.Helper()
+	{
 		dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
 		for {
 			var raw map[string]any

@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 
+	"github.com/latchcsi/latch/internal/app"
 	"github.com/latchcsi/latch/internal/attacher"
 	"github.com/latchcsi/latch/internal/csimock"
 	"github.com/latchcsi/latch/internal/localcluster"
@@ -38,6 +39,11 @@ type Options struct {
 	DataDir string
 	// NoAttachDetachController leaves the attach/detach controller out.
 	NoAttachDetachController bool
+	// AttacherMetricsAddress and ControllerMetricsAddress are where
+	// csi-attacher and the attach/detach controller serve their metrics
+	// (host:port; "" serves none). See metrics.go for what each serves.
+	AttacherMetricsAddress   string
+	ControllerMetricsAddress string
 	// EtcdLogOutput: see localcluster.Options.
 	EtcdLogOutput string
 	// RealNodes runs the real kube-scheduler, kube-controller-manager and
@@ -91,6 +97,9 @@ func Start(ctx context.Context, opts Options) (_ *Env, err error) {
 	if opts.Driver == "" {
 		opts.Driver = "mock.csi.latch.dev"
 	}
+	if err := checkMetricsAddresses(opts); err != nil {
+		return nil, err
+	}
 	e := &Env{Opts: opts}
 	defer func() {
 		if err != nil {
@@ -125,6 +134,7 @@ func Start(ctx context.Context, opts Options) (_ *Env, err error) {
 		NoController:     opts.NoAttachDetachController,
 		ControllerConfig: controllerConfig,
 	}
+	serveMetrics(opts, &so)
 	so.ControllerManager, so.ControlPlaneOutput = true, opts.ProcessOutput
 	if opts.RealNodes {
 		so.Nodes, so.NoKubelet = nil, true
@@ -153,6 +163,13 @@ func Start(ctx context.Context, opts Options) (_ *Env, err error) {
 // shorter wait for the driver (it is in the same process) and ext4 as the
 // default filesystem.
 func attacherConfig(_ int, c *attacher.SidecarConfig) {
+	// As the binary without --leader-election: hold the driver's Lease
+	// while working, so that latchctl (and a second attacher) sees that
+	// one runs.
+	c.Leader.Presence = &app.Presence{Component: "csi-attacher"}
+	if c.Leader.Namespace == "" {
+		c.Leader.Namespace = "default"
+	}
 	c.ConnectTimeout = 30 * time.Second
 	c.DefaultFSType = "ext4"
 	c.Controller.RetryIntervalStart = 500 * time.Millisecond
