@@ -110,7 +110,7 @@ IMAGE_BINARIES := $(shell sed -n 's/^FROM runtime AS //p' build/Dockerfile)
 IMAGE_PLATFORMS ?= linux/amd64,linux/arm64
 IMAGE_DIR ?= $(BIN_DIR)/images
 image:
-	$(GO) run ./hack/image -o $(IMAGE_DIR) -platforms $(IMAGE_PLATFORMS) -tags $(BUILD_TAGS) -tag $(IMAGE_TAG) -repository $(IMAGE_REGISTRY) $(IMAGE_BINARIES)
+	$(GO) run ./hack/image -o $(IMAGE_DIR) -platforms $(IMAGE_PLATFORMS) -tags "$(BUILD_TAGS)" -tag $(IMAGE_TAG) -repository $(IMAGE_REGISTRY) $(IMAGE_BINARIES)
 
 ## image-docker: the same binaries as images on distroless, built by Docker with BuildKit from build/Dockerfile into the local engine (its base is pinned by tag only: the image target is the reference)
 image-docker:

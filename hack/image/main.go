@@ -20,6 +20,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -134,7 +135,7 @@ func run(ctx context.Context, o options) error {
 
 // report prints what was built: the index digest to push, and each
 // platform's image digest and sizes.
-func report(w *os.File, o options, binary string, res layoutResult) {
+func report(w io.Writer, o options, binary string, res layoutResult) {
 	dir := filepath.Join(o.out, binary)
 	fmt.Fprintf(w, "%s %s  index %s  (%s, tag %s)\n", binary, version.Version, res.index, dir, o.tag)
 	for _, img := range res.images {

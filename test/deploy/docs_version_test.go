@@ -93,3 +93,114 @@ func TestDocsPinTheVersionInternalVersionHolds(t *testing.T) {
 		}
 	}
 }
+
+// The commands docs/deploy.md shows for building and pushing images are
+// the Makefile's and build/Dockerfile's: each make target and variable
+// exists, each docker build names a build arg and a target the Dockerfile
+// has, and the push commands read the layout where make image writes it.
+func TestDeployDocsImageCommandsMatchTheMakefileAndDockerfile(t *testing.T) {
+	root := repoRoot(t)
+	raw, err := os.ReadFile(filepath.Join(root, "docs", "deploy.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkImageCommands(t, root, raw)
+}
+
+// checkImageCommands checks the commands in the code blocks of doc.
+func checkImageCommands(t *testing.T, root string, doc []byte) {
+	t.Helper()
+	makefile, err := os.ReadFile(filepath.Join(root, "Makefile"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	global, stages := parseDockerfile(t, filepath.Join(root, "build", "Dockerfile"))
+	buildArgs := map[string]bool{}
+	for _, in := range append(slices.Clone(global), stages[0].instr...) {
+		if in.keyword == "ARG" {
+			name, _, _ := strings.Cut(in.args, "=")
+			buildArgs[name] = true
+		}
+	}
+	targets := map[string]bool{}
+	for _, st := range stages {
+		targets[st.name] = true
+	}
+	imageDir := strings.ReplaceAll(makefileVar(t, root, "IMAGE_DIR"), "$(BIN_DIR)", makefileVar(t, root, "BIN_DIR"))
+
+	var commands []string // code block lines, continuation lines joined
+	inBlock := false
+	var cur strings.Builder
+	for _, line := range strings.Split(string(doc), "\n") {
+		if strings.HasPrefix(line, "```") {
+			inBlock = !inBlock
+			continue
+		}
+		if !inBlock {
+			continue
+		}
+		if code, _, _ := strings.Cut(line, " #"); strings.HasSuffix(strings.TrimSpace(code), `\`) {
+			cur.WriteString(strings.TrimSuffix(strings.TrimSpace(code), `\`) + " ")
+			continue
+		}
+		cur.WriteString(line)
+		commands = append(commands, strings.TrimSpace(cur.String()))
+		cur.Reset()
+	}
+	seen := map[string]int{}
+	for _, c := range commands {
+		c, _, _ = strings.Cut(c, " #")
+		f := strings.Fields(c)
+		if len(f) < 2 {
+			continue
+		}
+		switch {
+		case f[0] == "make":
+			seen["make"]++
+			if !regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(f[1]) + `:`).Match(makefile) {
+				t.Errorf("docs/deploy.md: %q: the Makefile has no target %s", c, f[1])
+			}
+			for _, a := range f[2:] {
+				if name, _, ok := strings.Cut(a, "="); ok && !regexp.MustCompile(`(?m)^`+regexp.QuoteMeta(name)+` [?:]?=`).Match(makefile) {
+					t.Errorf("docs/deploy.md: %q: the Makefile has no variable %s", c, name)
+				}
+			}
+		case f[0] == "docker" && f[1] == "build":
+			seen["docker build"]++
+			for i, a := range f {
+				if i+1 >= len(f) {
+					break
+				}
+				switch a {
+				case "--build-arg":
+					if name, _, _ := strings.Cut(f[i+1], "="); !buildArgs[name] {
+						t.Errorf("docs/deploy.md: %q: build/Dockerfile's build stage has no ARG %s", c, name)
+					}
+				case "--target":
+					if !targets[f[i+1]] {
+						t.Errorf("docs/deploy.md: %q: build/Dockerfile has no stage %s", c, f[i+1])
+					}
+				case "-f":
+					if f[i+1] != "build/Dockerfile" {
+						t.Errorf("docs/deploy.md: %q: the Dockerfile is build/Dockerfile", c)
+					}
+				}
+			}
+		case f[0] == "crane" && f[1] == "push":
+			seen["crane push"]++
+			if len(f) != 4 || !strings.HasPrefix(f[2], imageDir+"/") {
+				t.Errorf("docs/deploy.md: %q: want crane push %s/<binary> <image>", c, imageDir)
+			}
+		case f[0] == "skopeo" && f[1] == "copy":
+			seen["skopeo copy"]++
+			if !slices.ContainsFunc(f, func(a string) bool { return strings.HasPrefix(a, "oci:"+imageDir+"/") }) {
+				t.Errorf("docs/deploy.md: %q: want the source oci:%s/<binary>:<tag>", c, imageDir)
+			}
+		}
+	}
+	for _, want := range []string{"make", "docker build", "crane push", "skopeo copy"} {
+		if seen[want] == 0 {
+			t.Errorf("docs/deploy.md shows no %s command", want)
+		}
+	}
+}
