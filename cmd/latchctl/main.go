@@ -33,6 +33,10 @@ const (
 	exitHealthy = 0
 	exitProblem = 1
 	exitError   = 2
+	// exitPendingTooLong: status --fail-pending-older found an attach or
+	// detach pending longer than that (it wins over exitProblem: the
+	// caller asked about exactly this).
+	exitPendingTooLong = 3
 )
 
 func main() {
@@ -54,8 +58,16 @@ func run(ctx context.Context, argv0 string, args []string, stdout, stderr io.Wri
 		fmt.Fprintf(stderr, "%s: %v\nRun '%s --help' for usage.\n", prog, err, prog)
 		return exitError
 	}
-	if cfg.Command == "version" {
+	switch cfg.Command {
+	case "version":
 		fmt.Fprintln(stdout, prog, version.Version)
+		return exitHealthy
+	case "completion":
+		// For the binary's own name: kubectl completes its plugins itself.
+		if err := writeCompletion(stdout, cfg.Shell, "latchctl"); err != nil {
+			fmt.Fprintf(stderr, "%s: %v\n", prog, err)
+			return exitError
+		}
 		return exitHealthy
 	}
 	if err := setUpLogging(cfg.Verbosity, stderr); err != nil {
@@ -108,8 +120,15 @@ func execute(ctx context.Context, cfg *Config, stdout io.Writer, now func() time
 			return exitError, err
 		}
 		findings := diagnose.StatusFindings(vas)
-		if err := render.StatusWithFindings(stdout, rows, findings, cfg.Output); err != nil {
+		var tooLong []diagnose.Finding
+		if cfg.FailPendingOlder > 0 {
+			tooLong = diagnose.PendingFindings(rows, cfg.FailPendingOlder)
+		}
+		if err := render.StatusWithFindings(stdout, rows, append(findings, tooLong...), cfg.Output); err != nil {
 			return exitError, err
+		}
+		if len(tooLong) > 0 {
+			return exitPendingTooLong, nil
 		}
 		if diagnose.Failing(rows) || (diagnose.Report{Findings: findings}).Problems() > 0 {
 			return exitProblem, nil

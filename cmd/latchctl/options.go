@@ -16,16 +16,21 @@ import (
 
 // Config is everything the command line decides.
 type Config struct {
-	Command string // "explain", "status" or "version"
+	Command string // "explain", "status", "completion" or "version"
+	// Shell is the shell whose completion script completion writes.
+	Shell string
 	// Target is what explain explains; its namespace may still be empty
 	// (then the kubeconfig context's namespace applies).
-	Target    diagnose.Target
-	Output    render.Format
-	SortBy    diagnose.SortKey
-	Driver    string
-	Kube      KubeConfig
-	Verbosity int
-	Timeout   time.Duration
+	Target diagnose.Target
+	Output render.Format
+	SortBy diagnose.SortKey
+	Driver string
+	// FailPendingOlder, when positive, makes status exit with
+	// exitPendingTooLong if an attach or detach has been pending longer.
+	FailPendingOlder time.Duration
+	Kube             KubeConfig
+	Verbosity        int
+	Timeout          time.Duration
 }
 
 // KubeConfig selects the cluster the standard kubectl way.
@@ -60,9 +65,11 @@ Usage:
   %[1]s explain pv NAME                 the same for a PersistentVolume
   %[1]s explain va NAME                 one VolumeAttachment (a unique name prefix is enough)
   %[1]s status                          table of VolumeAttachments
+  %[1]s completion bash|zsh|fish        shell completion script
   %[1]s version                         latchctl's version
 
-Exit codes: 0 no problem found, 1 a problem was found, 2 usage or API error.
+Exit codes: 0 no problem found, 1 a problem was found, 2 usage or API error,
+3 (status --fail-pending-older) an attach or detach pending longer than that.
 
 Flags:
 `, prog)
@@ -79,6 +86,7 @@ func newFlagSet(cfg *Config) *pflag.FlagSet {
 	fs.StringVarP((*string)(&cfg.Output), "output", "o", "", "output format: text|json|yaml for explain, table|wide|json|yaml for status")
 	fs.StringVar((*string)(&cfg.SortBy), "sort-by", string(diagnose.SortDriver), "status: order rows by driver|node|age|name")
 	fs.StringVar(&cfg.Driver, "driver", "", "status: only VolumeAttachments of this CSI driver")
+	fs.DurationVar(&cfg.FailPendingOlder, "fail-pending-older", 0, "status: exit 3, listing them, when an attach or detach has been pending longer than this (e.g. 5m)")
 	fs.DurationVar(&cfg.Timeout, "request-timeout", 30*time.Second, "give up on the API server after this long")
 	fs.IntVarP(&cfg.Verbosity, "v", "v", 0, "log verbosity (klog), to stderr")
 	fs.Bool("version", false, "print latchctl's version and exit (the same as the version command)")
@@ -109,8 +117,8 @@ func parseArgs(args []string, prog string, stderr io.Writer) (*Config, error) {
 	cfg.Command = pos[0]
 	switch cfg.Command {
 	case "explain":
-		if fs.Changed("sort-by") || fs.Changed("driver") {
-			return nil, fmt.Errorf("%w: --sort-by and --driver apply to status only", errUsage)
+		if fs.Changed("sort-by") || fs.Changed("driver") || fs.Changed("fail-pending-older") {
+			return nil, fmt.Errorf("%w: --sort-by, --driver and --fail-pending-older apply to status only", errUsage)
 		}
 		if cfg.Output == "" {
 			cfg.Output = render.Text
@@ -136,15 +144,23 @@ func parseArgs(args []string, prog string, stderr io.Writer) (*Config, error) {
 		if !slices.Contains(diagnose.SortKeys(), cfg.SortBy) {
 			return nil, fmt.Errorf("%w: --sort-by %s: want one of %v", errUsage, cfg.SortBy, diagnose.SortKeys())
 		}
+		if cfg.FailPendingOlder < 0 || (fs.Changed("fail-pending-older") && cfg.FailPendingOlder == 0) {
+			return nil, fmt.Errorf("%w: --fail-pending-older %s: want a positive duration", errUsage, cfg.FailPendingOlder)
+		}
 	case "version":
 		if len(pos) > 1 {
 			return nil, fmt.Errorf("%w: version takes no arguments, got %q", errUsage, pos[1:])
 		}
+	case "completion":
+		if len(pos) != 2 || !slices.Contains(completionShells, pos[1]) {
+			return nil, fmt.Errorf("%w: completion takes one of %v", errUsage, completionShells)
+		}
+		cfg.Shell = pos[1]
 	case "help":
 		usage(stderr, prog, fs)
 		return nil, pflag.ErrHelp
 	default:
-		return nil, fmt.Errorf("%w: unknown command %q (want explain or status)", errUsage, cfg.Command)
+		return nil, fmt.Errorf("%w: unknown command %q (want explain, status, completion or version)", errUsage, cfg.Command)
 	}
 	return cfg, nil
 }
