@@ -14,9 +14,12 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -34,6 +37,8 @@ type config struct {
 	verbosity  string
 	noColor    bool
 	kubeconfig string
+	// metricsPorts: csi-attacher's and the controller's metrics ports.
+	metricsPorts string
 }
 
 func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
@@ -61,6 +66,7 @@ func parse(args []string, stderr io.Writer) (*config, *flag.FlagSet, error) {
 	fs.StringVar(&c.logFile, "log-file", "", "Component logs go here (default: a file in the temporary directory).")
 	fs.StringVar(&c.verbosity, "v", "0", "Log verbosity of the components (klog -v).")
 	fs.BoolVar(&c.noColor, "no-color", false, "Never use colour.")
+	fs.StringVar(&c.metricsPorts, "metrics-ports", "18080,18081", "up: ports on 127.0.0.1 where csi-attacher and attachdetach-controller serve their Prometheus metrics (/metrics), as ATTACHER,CONTROLLER; empty serves none.")
 	fs.BoolVar(&c.opts.RealNodes, "real-nodes", true, "Run the real kube-scheduler, kube-controller-manager and one hollow kubelet (the real kubelet, fake container runtime and mounter) per node, built from test/upstream on first use; false runs latch-local's kubelet stand-in instead, with kube-controller-manager's PV binder alone (no scheduler: Pods must name their node).")
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
 		return nil, fs, flag.ErrHelp
@@ -69,7 +75,8 @@ func parse(args []string, stderr io.Writer) (*config, *flag.FlagSet, error) {
 	if c.command != "demo" && c.command != "up" {
 		return nil, fs, fmt.Errorf("unknown command %q (want demo or up)", c.command)
 	}
-	if err := fs.Parse(args[1:]); err != nil {
+	err := fs.Parse(args[1:])
+	if err != nil {
 		return nil, fs, err
 	}
 	if c.output != "text" && c.output != "json" {
@@ -77,6 +84,11 @@ func parse(args []string, stderr io.Writer) (*config, *flag.FlagSet, error) {
 	}
 	if c.command == "demo" && c.opts.Nodes < 2 {
 		return nil, fs, fmt.Errorf("the demo needs --nodes of at least 2, got %d", c.opts.Nodes)
+	}
+	if c.command == "up" {
+		if c.opts.AttacherMetricsAddress, c.opts.ControllerMetricsAddress, err = metricsAddresses(c.metricsPorts); err != nil {
+			return nil, fs, err
+		}
 	}
 	if c.command == "up" && c.kubeconfig == "" {
 		c.kubeconfig = "latch-local.kubeconfig"
@@ -160,7 +172,6 @@ func up(ctx context.Context, c *config, env *latchlocal.Env, term *terminal) int
   kubectl get pods,pvc,volumeattachments -o wide
   kubectl delete -f examples/statefulset.yaml
 
-Press Ctrl-C to stop.
 `, abs)
 	} else {
 		fmt.Fprintf(term.w, `
@@ -170,9 +181,10 @@ Press Ctrl-C to stop.
   kubectl get volumeattachments -w
   kubectl delete pod app-1
 
-Press Ctrl-C to stop.
 `, abs)
 	}
+	printMetrics(term.w, c.opts)
+	fmt.Fprintln(term.w, "Press Ctrl-C to stop.")
 	select {
 	case <-ctx.Done():
 		term.info("Stopping")
@@ -207,4 +219,40 @@ func setupLogging(c *config) (string, io.Writer, func(), error) {
 	}
 	klog.SetOutput(f)
 	return path, f, func() { klog.Flush(); f.Close() }, nil
+}
+
+// metricsAddresses turns --metrics-ports into the controllers' loopback
+// metrics addresses ("" for both when empty).
+func metricsAddresses(ports string) (attacher, controller string, err error) {
+	if ports == "" {
+		return "", "", nil
+	}
+	parts := strings.Split(ports, ",")
+	if len(parts) != 2 {
+		return "", "", fmt.Errorf("--metrics-ports must be two ports, csi-attacher's and attachdetach-controller's (e.g. 18080,18081), or empty; got %q", ports)
+	}
+	var addrs [2]string
+	for i, p := range parts {
+		n, err := strconv.Atoi(strings.TrimSpace(p))
+		if err != nil || n < 1 || n > 65535 {
+			return "", "", fmt.Errorf("--metrics-ports: %q is not a port (1-65535)", p)
+		}
+		addrs[i] = net.JoinHostPort("127.0.0.1", strconv.Itoa(n))
+	}
+	if addrs[0] == addrs[1] {
+		return "", "", fmt.Errorf("--metrics-ports: the two controllers need two ports, got %q", ports)
+	}
+	return addrs[0], addrs[1], nil
+}
+
+// printMetrics says where the controllers' metrics are (up).
+func printMetrics(w io.Writer, opts latchlocal.Options) {
+	if opts.AttacherMetricsAddress == "" {
+		return
+	}
+	fmt.Fprintf(w, `Metrics (Prometheus text format, on loopback only; --metrics-ports moves them):
+  csi-attacher             http://%s/metrics
+  attachdetach-controller  http://%s/metrics
+
+`, opts.AttacherMetricsAddress, opts.ControllerMetricsAddress)
 }

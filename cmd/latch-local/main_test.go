@@ -48,7 +48,8 @@ func TestDemoCommandWithJSONOutput(t *testing.T) {
 }
 
 func TestUsageErrorsExitTwo(t *testing.T) {
-	for _, args := range [][]string{{"bogus"}, {"demo", "--nodes", "1"}, {"demo", "--output", "xml"}} {
+	for _, args := range [][]string{{"bogus"}, {"demo", "--nodes", "1"}, {"demo", "--output", "xml"},
+		{"up", "--metrics-ports", "18080"}, {"up", "--metrics-ports", "18080,x"}, {"up", "--metrics-ports", "18080,18080"}} {
 		var stdout, stderr bytes.Buffer
 		if code := run(args, &stdout, &stderr); code != 2 {
 			t.Errorf("run(%q) = %d, want 2 (stderr %q)", args, code, stderr.String())

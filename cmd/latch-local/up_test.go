@@ -37,12 +37,14 @@ func TestMain(m *testing.M) { testsupport.RunTestMainAsCommand(m, main) }
 // examples applied through it get their Pod running (pod.yaml on its named
 // node; statefulset.yaml scheduled, bound and mounted by the real
 // scheduler, kube-controller-manager and kubelets, then deleted with every
-// volume detached), and Ctrl-C (SIGINT) stops every component and the API
-// server, exiting 0.
+// volume detached), each controller serves its own metrics where it says,
+// and Ctrl-C (SIGINT) stops every component and the API server, exiting 0.
 func TestUpServesKubeconfigAndStopsCleanlyOnCtrlC(t *testing.T) {
 	dir := t.TempDir()
 	kubeconfig := filepath.Join(dir, "kubeconfig")
-	cmd := testsupport.Command("up", "--kubeconfig", kubeconfig, "--log-file", filepath.Join(dir, "latch-local.log"))
+	attacherMetrics, controllerMetrics := testsupport.FreeAddr(t), testsupport.FreeAddr(t)
+	cmd := testsupport.Command("up", "--kubeconfig", kubeconfig, "--log-file", filepath.Join(dir, "latch-local.log"),
+		"--metrics-ports", port(t, attacherMetrics)+","+port(t, controllerMetrics))
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	stdoutPipe, err := cmd.StdoutPipe()
@@ -103,6 +105,7 @@ func TestUpServesKubeconfigAndStopsCleanlyOnCtrlC(t *testing.T) {
 	if err != nil || len(vas.Items) != 1 || !vas.Items[0].Status.Attached {
 		t.Fatalf("VolumeAttachments after the example Pod started: %+v, err %v; want one, attached", vas, err)
 	}
+	checkMetricsEndpoints(t, ctx, attacherMetrics, controllerMetrics)
 
 	// The instructions printed for the real nodes: the StatefulSet
 	// example runs (the scheduler places it, kube-controller-manager
@@ -156,6 +159,7 @@ func TestUpServesKubeconfigAndStopsCleanlyOnCtrlC(t *testing.T) {
 	if !strings.Contains(stdout.String(), "Stopping") {
 		t.Errorf("stdout does not say it is stopping:\n%s", stdout.String())
 	}
+	checkMetricsPrinted(t, stdout.String(), attacherMetrics, controllerMetrics)
 	u, err := url.Parse(cfg.Host)
 	if err != nil {
 		t.Fatal(err)

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -35,6 +36,11 @@ type SidecarConfig struct {
 	// Ready, when set, receives the HTTP endpoint's address once serving
 	// (nil when disabled); for tests.
 	Ready func(httpAddr net.Addr)
+	// MetricsGatherer is what the HTTP endpoint serves beside
+	// csi_sidecar_operations_seconds; nil: component-base's legacy
+	// registry, as the binary. latch-local, which runs both controllers
+	// and the API server in one process, serves the attacher's part only.
+	MetricsGatherer prometheus.Gatherer
 	// MaxGRPCLogLength caps each logged CSI request and answer
 	// (--max-grpc-log-length); 0 or less: no cap.
 	MaxGRPCLogLength int
@@ -55,7 +61,11 @@ func RunSidecar(ctx context.Context, cfg SidecarConfig) error {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 
-	metricsManager := newCSIOpsMetrics(legacyregistry.DefaultGatherer)
+	gatherer := cfg.MetricsGatherer
+	if gatherer == nil {
+		gatherer = legacyregistry.DefaultGatherer
+	}
+	metricsManager := newCSIOpsMetrics(gatherer)
 	client0, err := csi.Connect(ctx, csi.Options{
 		Address: cfg.CSIAddress, ConnectTimeout: cfg.ConnectTimeout,
 		CallTimeout: cfg.Controller.Timeout, MetricsManager: metricsManager,

@@ -65,29 +65,38 @@ func TestPromQLMetricNames(t *testing.T) {
 	}
 }
 
-// dashboardMetrics returns every metric the dashboard queries (panel
-// targets and template variable queries), with a panel title for each.
-func dashboardMetrics(t *testing.T) map[string]string {
+// grafanaDashboard is the part of the dashboard the tests read.
+type grafanaDashboard struct {
+	Panels []struct {
+		Title   string
+		Targets []struct{ Expr string }
+	}
+	Templating struct {
+		List []struct {
+			Name  string
+			Query json.RawMessage
+		}
+	}
+}
+
+func readDashboard(t *testing.T) grafanaDashboard {
 	t.Helper()
 	raw, err := os.ReadFile(filepath.Join(repoRoot(t), dashboardPath))
 	if err != nil {
 		t.Fatal(err)
 	}
-	var dash struct {
-		Panels []struct {
-			Title   string
-			Targets []struct{ Expr string }
-		}
-		Templating struct {
-			List []struct {
-				Name  string
-				Query json.RawMessage
-			}
-		}
-	}
+	var dash grafanaDashboard
 	if err := json.Unmarshal(raw, &dash); err != nil {
 		t.Fatalf("%s: %v", dashboardPath, err)
 	}
+	return dash
+}
+
+// dashboardMetrics returns every metric the dashboard queries (panel
+// targets and template variable queries), with a panel title for each.
+func dashboardMetrics(t *testing.T) map[string]string {
+	t.Helper()
+	dash := readDashboard(t)
 	out := map[string]string{}
 	for _, p := range dash.Panels {
 		for _, target := range p.Targets {

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/latchcsi/latch/internal/kube"
 	"github.com/latchcsi/latch/internal/kube/kubenames"
 	"github.com/latchcsi/latch/internal/testsupport"
 
@@ -85,9 +86,11 @@ func scrape(ctx context.Context, addr string) (map[string]bool, error) {
 
 // The dashboard queries only metrics the binaries really export. The
 // released binaries run against the in-process API server with the mock
-// driver, and go through what every panel shows: an attach, a driver that
-// lost an attachment (ListVolumes repair), a failing attach and a forced
-// detach (out-of-service taint). Then both /metrics endpoints are scraped.
+// driver, the controller with leader election, and go through what every
+// panel shows: an attach, a driver that lost an attachment (ListVolumes
+// repair), a failing attach, a forced detach (out-of-service taint), an
+// orphan record entry that is not a record and a VolumeAttachment create
+// an admission policy refuses. Then both /metrics endpoints are scraped.
 func TestDashboardQueriesOnlyMetricsTheBinariesExport(t *testing.T) {
 	queried := dashboardMetrics(t)
 	for _, want := range []string{"latch_attacher_attach_latency_seconds_bucket", "latch_attacher_csi_errors_total",
@@ -102,16 +105,30 @@ func TestDashboardQueriesOnlyMetricsTheBinariesExport(t *testing.T) {
 	client := cluster.Client()
 	const driver = "dashboard.csi.latch.dev"
 	nodes := map[string]string{"dash-node-1": "dash-node-1-id", "dash-node-2": "dash-node-2-id"}
+	// An orphan record entry that is not a record: a load error.
+	record := &v1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: kube.OrphanRecordName(driver)}, Data: map[string]string{"junk": "not a record"}}
+	if _, err := client.CoreV1().ConfigMaps("default").Create(ctx, record, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = client.CoreV1().ConfigMaps("default").Delete(context.Background(), record.Name, metav1.DeleteOptions{})
+	})
+	remove, err := testsupport.DenyVolumeAttachmentsOf(ctx, client, "dash-refused", "dash-freeze", "dash-freeze")
+	t.Cleanup(func() { remove(context.Background()) })
+	if err != nil {
+		t.Fatal(err)
+	}
+
 	// Only node 1 exists in the backend: publishing to node 2 is NotFound.
 	dir, kubeconfig, socket := startMockDriver(ctx, t, driver, "--known-nodes="+nodes["dash-node-1"])
 	attacherAddr, controllerAddr := testsupport.FreeAddr(t), testsupport.FreeAddr(t)
 	startProcess(t, dir, "csi-attacher", "--kubeconfig="+kubeconfig, "--csi-address="+socket,
 		"--http-endpoint="+attacherAddr, "--reconcile-sync=1s", "--retry-interval-start=200ms", "--v=4")
-	startProcess(t, dir, "attachdetach-controller", "--kubeconfig="+kubeconfig, "--leader-elect=false",
-		"--http-endpoint="+controllerAddr, "--v=4")
+	startProcess(t, dir, "attachdetach-controller", "--kubeconfig="+kubeconfig, "--leader-elect-resource-namespace=default",
+		"--leader-elect-resource-name=dashboard-attachdetach-controller", "--http-endpoint="+controllerAddr, "--v=4")
 
 	kubelet, stopKubelet := startNodes(ctx, t, driver, nodes)
-	for _, name := range []string{"dash-ok", "dash-fail"} {
+	for _, name := range []string{"dash-ok", "dash-fail", "dash-refused"} {
 		if _, _, err := localcluster.CreateBoundVolume(ctx, client, localcluster.VolumeSpec{Namespace: "default", Name: name, Driver: driver}); err != nil {
 			t.Fatal(err)
 		}
@@ -145,7 +162,16 @@ func TestDashboardQueriesOnlyMetricsTheBinariesExport(t *testing.T) {
 		return err == nil && va.Status.AttachError != nil, nil
 	})
 
-	// 4. Node 1 goes down with the volume in use and gets the
+	// 4. A VolumeAttachment create the policy refuses.
+	if _, err := client.CoreV1().Pods("default").Create(ctx, localcluster.NewPod("default", "dash-refused", "dash-node-1", "dash-refused"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(ctx, t, "a refused VolumeAttachment create counted", func() (bool, error) {
+		names, err := scrape(ctx, controllerAddr)
+		return err == nil && names["latch_attachdetach_volumeattachment_create_errors_total"], nil
+	})
+
+	// 5. Node 1 goes down with the volume in use and gets the
 	// out-of-service taint: a forced detach.
 	waitFor(ctx, t, "dash-node-1 reports the volume in use", func() (bool, error) {
 		n, err := client.CoreV1().Nodes().Get(ctx, "dash-node-1", metav1.GetOptions{})

@@ -82,13 +82,13 @@ func allRuleGroups(t *testing.T) []ruleGroup {
 	return out
 }
 
-// promtool returns promtool's path, failing the test (never skipping it)
-// when it is not installed.
-func promtool(t *testing.T) string {
+// debianPrometheusTool returns the path of promtool or prometheus, failing
+// the test (never skipping it) when it is not installed.
+func debianPrometheusTool(t *testing.T, name string) string {
 	t.Helper()
-	p, err := exec.LookPath("promtool")
+	p, err := exec.LookPath(name)
 	if err != nil {
-		t.Fatalf("promtool is not installed: %s", promtoolInstall)
+		t.Fatalf("%s is not installed: %s", name, promtoolInstall)
 	}
 	return p
 }
@@ -110,7 +110,7 @@ type promtoolTest struct {
 // and that test makes each alert of the group fire at least once and
 // checks it silent at least once.
 func TestPrometheusRulesPassPromtool(t *testing.T) {
-	bin := promtool(t)
+	bin := debianPrometheusTool(t, "promtool")
 	root := repoRoot(t)
 	var ruleArgs, testArgs []string
 	for _, f := range ruleFiles(t) {

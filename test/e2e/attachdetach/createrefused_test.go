@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	v1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -18,6 +17,7 @@ import (
 	"github.com/latchcsi/latch/internal/attachdetach/controller"
 	"github.com/latchcsi/latch/internal/diagnose"
 	"github.com/latchcsi/latch/internal/diagnose/fetch"
+	"github.com/latchcsi/latch/internal/testsupport"
 )
 
 // A ValidatingAdmissionPolicy (with its binding) denies the creates of one
@@ -122,41 +122,11 @@ func TestCreateRefused_admissionPolicyDeniesTheVolumeAttachment_podToldThenAttac
 // and deletes both when the test ends.
 func (e *env) denyVolumeAttachmentsOf(pv, policy, binding string) {
 	e.t.Helper()
-	fail := admissionregistrationv1.Fail
-	p := &admissionregistrationv1.ValidatingAdmissionPolicy{
-		ObjectMeta: metav1.ObjectMeta{Name: policy},
-		Spec: admissionregistrationv1.ValidatingAdmissionPolicySpec{
-			FailurePolicy: &fail,
-			MatchConstraints: &admissionregistrationv1.MatchResources{ResourceRules: []admissionregistrationv1.NamedRuleWithOperations{{
-				RuleWithOperations: admissionregistrationv1.RuleWithOperations{
-					Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create},
-					Rule: admissionregistrationv1.Rule{APIGroups: []string{"storage.k8s.io"}, APIVersions: []string{"v1"},
-						Resources: []string{"volumeattachments"}},
-				},
-			}}},
-			Validations: []admissionregistrationv1.Validation{{
-				Expression: fmt.Sprintf("!has(object.spec.source.persistentVolumeName) || object.spec.source.persistentVolumeName != %q", pv),
-				Message:    fmt.Sprintf("volume %s is frozen", pv),
-			}},
-		},
-	}
-	b := &admissionregistrationv1.ValidatingAdmissionPolicyBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: binding},
-		Spec: admissionregistrationv1.ValidatingAdmissionPolicyBindingSpec{PolicyName: policy,
-			ValidationActions: []admissionregistrationv1.ValidationAction{admissionregistrationv1.Deny}},
-	}
-	api := e.client.AdmissionregistrationV1()
-	if _, err := api.ValidatingAdmissionPolicies().Create(e.ctx, p, metav1.CreateOptions{}); err != nil {
+	remove, err := testsupport.DenyVolumeAttachmentsOf(e.ctx, e.client, pv, policy, binding)
+	e.t.Cleanup(func() { remove(context.WithoutCancel(e.ctx)) })
+	if err != nil {
 		e.t.Fatal(err)
 	}
-	if _, err := api.ValidatingAdmissionPolicyBindings().Create(e.ctx, b, metav1.CreateOptions{}); err != nil {
-		e.t.Fatal(err)
-	}
-	e.t.Cleanup(func() {
-		ctx := context.WithoutCancel(e.ctx)
-		_ = api.ValidatingAdmissionPolicyBindings().Delete(ctx, binding, metav1.DeleteOptions{})
-		_ = api.ValidatingAdmissionPolicies().Delete(ctx, policy, metav1.DeleteOptions{})
-	})
 }
 
 // refusedCreatesAt returns when the controllers' VolumeAttachment creates
