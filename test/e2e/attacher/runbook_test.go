@@ -2,6 +2,7 @@ package attacher_test
 
 import (
 	"bytes"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +13,7 @@ import (
 	"github.com/latchcsi/latch/internal/attacher"
 	"github.com/latchcsi/latch/internal/kube"
 	"github.com/latchcsi/latch/internal/localcluster"
+	"github.com/latchcsi/latch/internal/stack"
 	"github.com/latchcsi/latch/internal/testsupport"
 )
 
@@ -47,13 +49,15 @@ func runbookRBAC(t *testing.T, ns, serviceAccount, driver string) []byte {
 	return []byte(strings.NewReplacer("NAMESPACE", ns, "SERVICEACCOUNT", serviceAccount, "DRIVER", sanitized).Replace(string(block)))
 }
 
-// The migration runbook's RBAC, tested: a driver whose RBAC is what driver
-// charts ship (upstream external-attacher's ClusterRole and a Lease-only
-// Role, testdata/driver-chart-rbac.yaml) gets exactly the block
-// docs/migration.md tells the operator to apply, and latch's csi-attacher,
-// running as the driver's ServiceAccount with leader election, attaches
-// and detaches, and records an orphaned publication in its ConfigMap and
-// undoes it, with no OrphanRecordFailed warning.
+// The migration runbook's attacher swap, RBAC included: upstream's
+// external-attacher runs as a driver's ServiceAccount whose RBAC is what
+// driver charts ship (upstream's ClusterRole and a Lease-only Role,
+// testdata/driver-chart-rbac.yaml) and attaches a volume; then the block
+// docs/migration.md tells the operator to apply is applied as written, and
+// latch's csi-attacher replaces upstream's, as the same ServiceAccount with
+// leader election: it detaches upstream's attachment, attaches and
+// detaches, and records an orphaned publication in its ConfigMap and undoes
+// it, with no OrphanRecordFailed warning.
 func TestMigrationRunbook_driverChartRBACPlusTheDocumentedRulesAttachesAndRecordsOrphans(t *testing.T) {
 	e := newEnv(t, envOptions{noAttacher: true})
 	ns := e.prefix + "-ns"
@@ -65,15 +69,48 @@ func TestMigrationRunbook_driverChartRBACPlusTheDocumentedRulesAttachesAndRecord
 		t.Fatal(err)
 	}
 	chart = []byte(strings.NewReplacer("NAMESPACE", ns, "PREFIX", e.prefix).Replace(string(chart)))
-	if _, err := testsupport.ApplyRBAC(e.ctx, e.client, chart, runbookRBAC(t, ns, "csi-attacher", e.name)); err != nil {
+	if _, err := testsupport.ApplyRBAC(e.ctx, e.client, chart); err != nil {
 		t.Fatal(err)
 	}
 	cfg, err := cluster.ServiceAccountConfig(e.ctx, ns, "csi-attacher")
 	if err != nil {
 		t.Fatal(err)
 	}
+
+	// Before: upstream's external-attacher, with leader election, as the
+	// driver's ServiceAccount, attaches a volume.
+	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := localcluster.WriteKubeconfig(kubeconfig, cfg); err != nil {
+		t.Fatal(err)
+	}
+	up, err := stack.StartUpstreamAttacher(e.ctx, stack.UpstreamAttacherConfig{
+		CSIAddress: e.socket, Kubeconfig: kubeconfig, LeaderElection: true, LeaderElectionNamespace: ns,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pv0, va0 := e.prefix+"-pv0", e.prefix+"-va0"
+	e.createPV(pv0)
+	e.createVA(e.newVA(va0, pv0, e.node))
+	e.waitAttached(va0, 30*time.Second)
+
+	// The runbook: apply its RBAC block, swap the attacher.
+	if _, err := testsupport.ApplyRBAC(e.ctx, e.client, runbookRBAC(t, ns, "csi-attacher", e.name)); err != nil {
+		t.Fatal(err)
+	}
+	if err := up.Stop(); err != nil {
+		t.Errorf("external-attacher: %v", err)
+	}
 	stop := e.startAttacherAs(cfg, envOptions{leader: true}, "runbook", ns)
 	defer stop()
+
+	// The upstream attacher's attachment is detached by latch's (after
+	// upstream's Lease, which it does not release, expired).
+	e.deleteVA(va0)
+	e.waitGone(va0)
+	if got := e.driver.Published(pv0); len(got) != 0 {
+		t.Errorf("%s still published to %v after the detach", pv0, got)
+	}
 
 	// Attach and detach.
 	pv, va := e.prefix+"-pv", e.prefix+"-va"
