@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"strings"
 	"testing"
 	"time"
 
@@ -268,4 +269,41 @@ func (f *fixture) appOnNode(withDriver bool) (node string, pv *v1.PersistentVolu
 	pv = f.volume("data")
 	f.pod("app", node, pv.Name)
 	return node, pv
+}
+
+// The attach is done (VolumeAttachment attached, the node lists the
+// volume) but the kubelet cannot mount it: explain exits 1 with the
+// attached-not-mounted verdict, naming the kubelet on the node, and shows
+// the Pod's FailedMount event as the kubelet wrote it.
+func TestExplainAttachedButNotMountedNamesTheKubeletAndItsFailedMount(t *testing.T) {
+	f := newFixture(t, "mount")
+	node := f.node("a", true)
+	pv := f.volume("data")
+	f.pod("web", node, pv.Name)
+	va := f.va(pv, node, storagev1.VolumeAttachmentStatus{Attached: true})
+	f.nodeVolumes(node, pv, true, true)
+	f.lease(f.ns, 0)
+	ev := &v1.Event{
+		ObjectMeta:     metav1.ObjectMeta{Namespace: f.ns, Name: "web.failedmount"},
+		InvolvedObject: v1.ObjectReference{Kind: "Pod", Namespace: f.ns, Name: "web"},
+		Type:           v1.EventTypeWarning, Reason: "FailedMount", Count: 4,
+		Message:       `MountVolume.MountDevice failed for volume "` + pv.Name + `" : rpc error: code = Internal desc = format of disk failed`,
+		Source:        v1.EventSource{Component: "kubelet", Host: node},
+		LastTimestamp: metav1.Now(),
+	}
+	if _, err := f.client.CoreV1().Events(f.ns).Create(f.ctx, ev, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	out, code := f.latchctl("explain", "pod", f.ns+"/web")
+	if code != exitProblem {
+		t.Errorf("exit code %d, want %d: the Pod cannot start although its volume is attached", code, exitProblem)
+	}
+	mustLine(t, out, "OK", va.Name, "attached")
+	mustLine(t, out, "PROBLEM", "Pod "+f.ns+"/web", "the attach side is done", "the kubelet on node "+node+" has not mounted", "FailedMount")
+	mustSay(t, out, "next: look at the kubelet on node "+node)
+	mustLine(t, out, "INFO", "Warning FailedMount x4", "format of disk failed")
+	if strings.Contains(out, "no problem found") {
+		t.Error(`explain says "no problem found"`)
+	}
 }

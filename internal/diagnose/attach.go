@@ -19,6 +19,8 @@ type attachment struct {
 	va       *storagev1.VolumeAttachment
 	vaName   string   // expected (or actual) VolumeAttachment name
 	wantedBy []string // "ns/pod" of Pods on the node that use the volume
+	// wantedPods are those Pods, in the order of wantedBy.
+	wantedPods []*v1.Pod
 	// wantKnown is false when the Pods using the volume cannot be known
 	// (a PV without a PVC).
 	wantKnown bool
@@ -52,9 +54,12 @@ func (w *walker) explainAttachment(vol *volume, node string, va *storagev1.Volum
 	if a.va != nil {
 		a.vaName = a.va.Name
 	}
-	for _, pod := range w.users(vol) {
+	users := w.users(vol)
+	slices.SortFunc(users, func(x, y *v1.Pod) int { return strings.Compare(key(x.Namespace, x.Name), key(y.Namespace, y.Name)) })
+	for _, pod := range users {
 		if pod.Spec.NodeName == node {
 			a.wantedBy = append(a.wantedBy, key(pod.Namespace, pod.Name))
+			a.wantedPods = append(a.wantedPods, pod)
 		}
 	}
 	a.nodeObj = w.node(node)
@@ -69,6 +74,7 @@ func (w *walker) explainAttachment(vol *volume, node string, va *storagev1.Volum
 	w.explainVAState(a, conflict)
 	w.explainLease(vol.driver, a.pending() || (a.va == nil && a.wanted()), !a.detachBlockedByKubelet())
 	w.explainNodeVolumes(a)
+	w.explainMount(a)
 	if a.va != nil {
 		w.explainEvents(RefVA, "", a.va.Name, "VolumeAttachment "+a.va.Name, nil)
 	}

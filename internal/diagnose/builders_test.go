@@ -34,11 +34,13 @@ func agoPtr(d time.Duration) *metav1.Time {
 	return &t
 }
 
+// newPod is a Pod whose container runs: its volumes are mounted.
 func newPod(name, node string, claims ...string) *v1.Pod {
 	p := &v1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, UID: types.UID("uid-" + name)},
-		Spec:       v1.PodSpec{NodeName: node},
-		Status:     v1.PodStatus{Phase: v1.PodPending},
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, UID: types.UID("uid-" + name), CreationTimestamp: ago(time.Hour)},
+		Spec:       v1.PodSpec{NodeName: node, Containers: []v1.Container{{Name: "app"}}},
+		Status: v1.PodStatus{Phase: v1.PodRunning, ContainerStatuses: []v1.ContainerStatus{{Name: "app", Ready: true,
+			State: v1.ContainerState{Running: &v1.ContainerStateRunning{StartedAt: ago(time.Hour)}}}}},
 	}
 	for _, c := range claims {
 		p.Spec.Volumes = append(p.Spec.Volumes, v1.Volume{Name: "v-" + c,

@@ -250,7 +250,7 @@ func (w *walker) explainNodeVolumes(a *attachment) {
 // podEventReasons are the kubelet's and the attach/detach controller's
 // volume warnings on Pods.
 func podEventReasons() []string {
-	return []string{"FailedAttachVolume", "FailedMount", "FailedMapVolume"}
+	return append([]string{"FailedAttachVolume"}, kubeletVolumeWarnings()...)
 }
 
 const maxEvents = 3
