@@ -100,37 +100,35 @@ func applyExamples(t *testing.T, ctx context.Context, env *Env) {
 // applyManifest creates the PVs, PVCs and Pods of data (YAML, named f).
 func applyManifest(t *testing.T, ctx context.Context, env *Env, f string, data []byte) {
 	t.Helper()
-	{
-		dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
-		for {
-			var raw map[string]any
-			if err := dec.Decode(&raw); err != nil {
-				break
-			}
-			if raw == nil {
-				continue
-			}
-			b, _ := yaml.Marshal(raw)
-			var err error
-			switch raw["kind"] {
-			case "PersistentVolume":
-				var o v1.PersistentVolume
-				_ = yaml.Unmarshal(b, &o)
-				_, err = env.Client.CoreV1().PersistentVolumes().Create(ctx, &o, metav1.CreateOptions{})
-			case "PersistentVolumeClaim":
-				var o v1.PersistentVolumeClaim
-				_ = yaml.Unmarshal(b, &o)
-				_, err = env.Client.CoreV1().PersistentVolumeClaims(o.Namespace).Create(ctx, &o, metav1.CreateOptions{})
-			case "Pod":
-				var o v1.Pod
-				_ = yaml.Unmarshal(b, &o)
-				_, err = env.Client.CoreV1().Pods(o.Namespace).Create(ctx, &o, metav1.CreateOptions{})
-			default:
-				t.Fatalf("unexpected kind %v in %s", raw["kind"], f)
-			}
-			if err != nil {
-				t.Fatalf("apply %s: %v", f, err)
-			}
+	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
+	for {
+		var raw map[string]any
+		if err := dec.Decode(&raw); err != nil {
+			break
+		}
+		if raw == nil {
+			continue
+		}
+		b, _ := yaml.Marshal(raw)
+		var err error
+		switch raw["kind"] {
+		case "PersistentVolume":
+			var o v1.PersistentVolume
+			_ = yaml.Unmarshal(b, &o)
+			_, err = env.Client.CoreV1().PersistentVolumes().Create(ctx, &o, metav1.CreateOptions{})
+		case "PersistentVolumeClaim":
+			var o v1.PersistentVolumeClaim
+			_ = yaml.Unmarshal(b, &o)
+			_, err = env.Client.CoreV1().PersistentVolumeClaims(o.Namespace).Create(ctx, &o, metav1.CreateOptions{})
+		case "Pod":
+			var o v1.Pod
+			_ = yaml.Unmarshal(b, &o)
+			_, err = env.Client.CoreV1().Pods(o.Namespace).Create(ctx, &o, metav1.CreateOptions{})
+		default:
+			t.Fatalf("unexpected kind %v in %s", raw["kind"], f)
+		}
+		if err != nil {
+			t.Fatalf("apply %s: %v", f, err)
 		}
 	}
 }
