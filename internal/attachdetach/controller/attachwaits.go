@@ -54,22 +54,25 @@ func (a *attachWaits) since(key state.Key) time.Time {
 	return a.waits[key].since
 }
 
-// record notes the plan of a pass of key decided at now.
-func (a *attachWaits) record(plan decide.Plan, now time.Time) {
+// record notes the plan of a pass of key decided at now and returns how
+// many timeouts it counted that no earlier pass had.
+func (a *attachWaits) record(plan decide.Plan, now time.Time) int {
 	key := plan.Key
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if !plan.AttachWaiting {
 		delete(a.waits, key)
-		return
+		return 0
 	}
 	w, ok := a.waits[key]
 	if !ok {
 		w = attachWait{since: now}
 	}
-	if plan.AttachTimeouts > w.counted {
-		a.counter.WithLabelValues(driverOf(key.Volume)).Add(float64(plan.AttachTimeouts - w.counted))
+	n := plan.AttachTimeouts - w.counted
+	if n > 0 {
+		a.counter.WithLabelValues(driverOf(key.Volume)).Add(float64(n))
 		w.counted = plan.AttachTimeouts
 	}
 	a.waits[key] = w
+	return max(n, 0)
 }

@@ -70,6 +70,12 @@ func TestAttachTimeout_noAttacher_kcmEventAtKcmTimes(t *testing.T) {
 	if n := timeouts(); n != 3 {
 		t.Errorf("%s{driver=%s} = %v, want 3", AttachTimeoutsMetric, testDriver, n)
 	}
+	// kube-controller-manager counts each timed-out attempt as a failed
+	// operation.
+	failed := map[string]string{"operation_name": "volume_attach", "status": "fail-unknown"}
+	if n := w.histogramCount(StorageOperationDurationMetric, failed); n != 3 {
+		t.Errorf("%s{volume_attach,fail-unknown} count = %d, want 3", StorageOperationDurationMetric, n)
+	}
 
 	// Attached: the success event, and no timeout any more.
 	w.attach(name)

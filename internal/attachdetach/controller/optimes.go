@@ -75,6 +75,28 @@ func (o *opTimes) attachFailed(key state.Key, now time.Time, m *Metrics) {
 	}
 }
 
+// attachTimedOut records n attempts of the attach at key that timed out
+// waiting for the attacher (decide.AttachTimeouts), as kube-controller-
+// manager records each: storage_operation_duration_seconds with status
+// fail-unknown, each attempt timed from the end of the one before. The
+// next attempt is timed from now.
+func (o *opTimes) attachTimedOut(key state.Key, n int, now time.Time, m *Metrics) {
+	o.mu.Lock()
+	a, ok := o.attach[key]
+	if ok {
+		o.attach[key] = attachStart{created: a.created, attempt: now, failed: a.failed}
+	}
+	o.mu.Unlock()
+	if !ok || n <= 0 {
+		return
+	}
+	h := m.storageOperation.WithLabelValues(pluginName(key.Volume), "volume_attach", "fail-unknown", strconv.FormatBool(o.migrated(key)))
+	each := now.Sub(a.attempt).Seconds() / float64(n)
+	for range n {
+		h.Observe(each)
+	}
+}
+
 func (o *opTimes) attachDone(key state.Key, now time.Time, m *Metrics) {
 	o.mu.Lock()
 	a, ok := o.attach[key]

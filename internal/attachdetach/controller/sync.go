@@ -63,7 +63,9 @@ func (c *Controller) syncKey(ctx context.Context, key state.Key) (runner.Result,
 	in.Listing = c.nodeListing(key, node)
 	in.AttachWaitSince = c.attachWaits.since(key)
 	plan := decide.Decide(in)
-	c.attachWaits.record(plan, in.Now)
+	if n := c.attachWaits.record(plan, in.Now); n > 0 {
+		c.timing.attachTimedOut(key, n, in.Now, c.metrics)
+	}
 	if logger := klog.FromContext(ctx).V(4); logger.Enabled() {
 		logger.Info("Decided", "volume", key.Volume, "node", klog.KRef("", key.Node), "plan", plan.Kind, "why", plan.Why,
 			"wantedBy", wantedBy(in.Wanted), "actual", actualState(in.Actual), "va", vaState(in.VA), "peers", peerStates(in.Peers))
