@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 )
@@ -60,4 +61,19 @@ func ComponentConfig(base *rest.Config, userAgent string) *rest.Config {
 		cfg.AcceptContentTypes = runtime.ContentTypeProtobuf + "," + runtime.ContentTypeJSON
 	}
 	return cfg
+}
+
+// LeaseClient is the API client of a component's leader election or
+// presence Lease: the component's config with a rate limiter of its own
+// (user agent "<component>/leader-election", as kube-controller-manager
+// names its leader election client). A renewal sent through the client
+// that does the work would queue behind that work's writes in the
+// client-side rate limiter: a burst of a few hundred VolumeAttachments at
+// the default QPS holds it back for longer than the renew deadline, and
+// the component would stop working in the middle of the burst for a
+// Lease nobody else wanted.
+func LeaseClient(base *rest.Config, component string) (kubernetes.Interface, error) {
+	cfg := ComponentConfig(base, component+"/leader-election")
+	cfg.RateLimiter = nil // never share the work client's limiter
+	return kubernetes.NewForConfig(cfg)
 }

@@ -94,6 +94,10 @@ func RunSidecar(ctx context.Context, cfg SidecarConfig) error {
 	if err != nil {
 		return fmt.Errorf("create API client: %w", err)
 	}
+	leaseClient, err := app.LeaseClient(cfg.RESTConfig, "csi-attacher")
+	if err != nil {
+		return fmt.Errorf("create API client: %w", err)
+	}
 
 	metrics := processMetrics()
 
@@ -159,7 +163,7 @@ func RunSidecar(ctx context.Context, cfg SidecarConfig) error {
 		defer factory.Shutdown()
 		return ctrl.Run(ctx)
 	}
-	err = app.RunAsLeader(ctx, client, cfg.Leader, watchdog, run)
+	err = app.RunAsLeader(ctx, leaseClient, cfg.Leader, watchdog, run)
 	if cause := context.Cause(ctx); errors.Is(cause, ErrDriverConnectionLost) {
 		return cause
 	}

@@ -46,10 +46,14 @@ func QuickAttacher(c *attacher.SidecarConfig) {
 	c.Controller.SecretRetryInterval = 500 * time.Millisecond
 }
 
-// QuickLease makes leader election hand over within seconds: a 2s Lease,
-// renewed within 1.5s, tried every 200ms.
+// QuickLease makes leader election hand over within seconds: a 4s Lease,
+// renewed within 3s, tried every 200ms. The renew deadline is a hard stop
+// (presence mode stops its work when no renewal has come back within it,
+// however the renewal fails or hangs), so it leaves a loaded test machine,
+// whose API server may take a second or more to answer one renewal, room
+// to renew.
 func QuickLease(l *app.LeaderElection) {
-	l.LeaseDuration, l.RenewDeadline, l.RetryPeriod = 2*time.Second, 1500*time.Millisecond, 200*time.Millisecond
+	l.LeaseDuration, l.RenewDeadline, l.RetryPeriod = 4*time.Second, 3*time.Second, 200*time.Millisecond
 }
 
 // RestartingAttacher is Attacher under a supervisor that restarts

@@ -58,6 +58,10 @@ func Serve(ctx context.Context, cfg ServeConfig) error {
 	if err != nil {
 		return fmt.Errorf("build API client: %w", err)
 	}
+	leaseClient, err := app.LeaseClient(cfg.RESTConfig, EventComponent)
+	if err != nil {
+		return fmt.Errorf("build API client: %w", err)
+	}
 	m := NewMetrics()
 	if cfg.Registry != nil {
 		m.Register(cfg.Registry)
@@ -79,7 +83,7 @@ func Serve(ctx context.Context, cfg ServeConfig) error {
 	if cfg.Leader.Enabled {
 		cfg.Leader.Recorder = recorder
 	}
-	return app.RunAsLeader(ctx, client, cfg.Leader, watchdog, func(ctx context.Context) error {
+	return app.RunAsLeader(ctx, leaseClient, cfg.Leader, watchdog, func(ctx context.Context) error {
 		// Resync 0: the controller is event-driven; the verify pass is
 		// the safety net.
 		factory := informers.NewSharedInformerFactory(client, 0)

@@ -77,8 +77,8 @@ type wake struct {
 	heldVAs  map[string]struct{}
 
 	// lose, set by tests before the controller runs, swallows the key
-	// wake-ups it returns true for: lost wake-ups, which the verify pass
-	// must make good.
+	// wake-ups it returns true for, held ones released after the rebuild
+	// included: lost wake-ups, which the verify pass must make good.
 	lose func(state.Key) bool
 }
 
@@ -214,6 +214,9 @@ func (w *wake) releaseKeys(settled func(state.Key) bool) (urgent, later int) {
 	w.held = nil
 	w.heldMu.Unlock()
 	for k := range held {
+		if w.lose != nil && w.lose(k) {
+			continue
+		}
 		if settled(k) {
 			w.keys.EnqueueLater(k)
 			later++
