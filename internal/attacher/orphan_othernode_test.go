@@ -26,6 +26,19 @@ func csiNodeOf(node, nodeID string) *storagev1.CSINode {
 	}
 }
 
+// addVA2OnNode2 creates va-2, of pv-a on node-2 (the attach/detach
+// controller's VolumeAttachment after the Pod moved), and waits until the
+// controller's cache has it.
+func addVA2OnNode2(t *testing.T, f *execFixture) {
+	t.Helper()
+	va2 := execVA("va-2", "pv-a")
+	va2.Spec.NodeName = "node-2"
+	if err := f.tracker.Add(va2); err != nil {
+		t.Fatal(err)
+	}
+	f.waitFor("va-2 in the cache", func() bool { va, _ := LookupVA(f.vaStore, "va-2"); return va != nil })
+}
+
 // forceDeleteOnFirstStatusPatch deletes the VolumeAttachment name at its
 // first status write and answers NotFound, as for a VolumeAttachment whose
 // finalizers were stripped while its ControllerPublish was in flight;
@@ -66,12 +79,7 @@ func TestOrphanOfSingleNodeVolumeBlocksPublishToAnotherNode(t *testing.T) {
 	}
 	f.waitFor("va-1 gone from the cache", func() bool { _, exists, _ := f.vaStore.GetByKey("va-1"); return !exists })
 
-	va2 := execVA("va-2", "pv-a")
-	va2.Spec.NodeName = "node-2"
-	if err := f.tracker.Add(va2); err != nil {
-		t.Fatal(err)
-	}
-	f.waitFor("va-2 in the cache", func() bool { va, _ := LookupVA(f.vaStore, "va-2"); return va != nil })
+	addVA2OnNode2(t, f)
 	drainEvents(f.recorder)
 	for i := range 3 {
 		_, err := f.ctrl.syncAttach(f.ctx, "va-2")
@@ -135,12 +143,7 @@ func TestOrphanOfMultiNodeVolumeDoesNotBlockAnotherNode(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, _ = f.ctrl.syncAttach(f.ctx, "va-1")
-	va2 := execVA("va-2", "pv-a")
-	va2.Spec.NodeName = "node-2"
-	if err := f.tracker.Add(va2); err != nil {
-		t.Fatal(err)
-	}
-	f.waitFor("va-2 in the cache", func() bool { va, _ := LookupVA(f.vaStore, "va-2"); return va != nil })
+	addVA2OnNode2(t, f)
 	if _, err := f.ctrl.syncAttach(f.ctx, "va-2"); err != nil {
 		t.Fatalf("va-2: %v", err)
 	}
@@ -208,12 +211,7 @@ func TestOrphanOnAnotherNodeThatCannotBeRecordedSaysWhy(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, _ = f.ctrl.syncAttach(f.ctx, "va-1")
-	va2 := execVA("va-2", "pv-a")
-	va2.Spec.NodeName = "node-2"
-	if err := f.tracker.Add(va2); err != nil {
-		t.Fatal(err)
-	}
-	f.waitFor("va-2 in the cache", func() bool { va, _ := LookupVA(f.vaStore, "va-2"); return va != nil })
+	addVA2OnNode2(t, f)
 	if _, err := f.ctrl.syncAttach(f.ctx, "va-2"); err == nil {
 		t.Fatal("va-2 attached while the orphan on node-1 is published")
 	}
