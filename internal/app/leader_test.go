@@ -191,10 +191,13 @@ func TestRunAsLeaderLosingTheLeaseStopsRunAndReturnsErrLostLease(t *testing.T) {
 	}
 	intruder, duration, now := "intruder", int32(60), metav1.NewMicroTime(time.Now())
 	lease.Spec.HolderIdentity, lease.Spec.LeaseDurationSeconds, lease.Spec.RenewTime, lease.Spec.AcquireTime = &intruder, &duration, &now, &now
+	// Refuse a's writes before the intruder's lands: a renewal of a's
+	// between the two would overwrite the intruder (the fake clientset
+	// checks no resourceVersion).
+	intruded.Store(true)
 	if _, err := client.CoordinationV1().Leases("default").Update(ctx, lease, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	intruded.Store(true)
 	if err := within(t, result, "RunAsLeader did not notice the lost lease"); !errors.Is(err, ErrLostLease) {
 		t.Fatalf("RunAsLeader = %v, want ErrLostLease", err)
 	}
