@@ -61,11 +61,18 @@ func changed(in Input, u state.Update) *state.Update {
 		}
 		return &u
 	}
-	if cur != nil && (u.Spec == nil || cur.Spec != nil) && cur.State == u.State &&
+	if cur != nil && !specChanges(cur.Spec, u.Spec) && cur.State == u.State &&
 		cur.ReportedInNodeStatus == u.ReportedInNodeStatus && cur.DetachRequestedAt.Equal(u.DetachRequestedAt) {
 		return nil
 	}
 	return &u
+}
+
+// specChanges reports whether recording spec next over cur changes what
+// the actual state knows of the volume: a first spec, or one that makes
+// the attachment exclusive (or shareable).
+func specChanges(cur, next *volume.Attachable) bool {
+	return next != nil && (cur == nil || cur.MultiAttachAllowed() != next.MultiAttachAllowed())
 }
 
 // changedIfRecorded is changed for a key the actual state has an entry
@@ -83,7 +90,12 @@ func decideWanted(in Input) Plan {
 	u := entry(in, state.StateAttaching)
 	// Wanted again: the unmount timer of an earlier detach request stops.
 	u.DetachRequestedAt = time.Time{}
-	if in.Actual == nil || in.Actual.Spec == nil {
+	// The spec is recorded once, except that a spec that makes the
+	// attachment exclusive replaces a shareable one: a Pod's volumes may
+	// resolve one after another (a claim bound later), and an attachment
+	// one of its Pods ever named through a single-node PV stays
+	// exclusive until it is detached, even after that Pod is gone.
+	if in.Actual == nil || in.Actual.Spec == nil || in.Actual.Spec.MultiAttachAllowed() && !spec.MultiAttachAllowed() {
 		u.Spec = &spec
 	}
 

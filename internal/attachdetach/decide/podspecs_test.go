@@ -67,6 +67,47 @@ func TestScenarioOnePodNamingOneHandleThroughRWXAndRWOPVs_exclusiveInEitherOrder
 	}
 }
 
+// The Pod's RWO PV resolves only after the volume was attached through
+// its RWX PV (the claim was not yet bound in the controller's cache when
+// the Pod first passed). The attachment becomes exclusive once the Pod
+// names the RWO PV: after the Pod is gone, a Pod on node B that uses the
+// RWX PV still waits for node A's detach. Without that, node A's entry
+// keeps the RWX spec it was attached with, the volume counts as
+// shareable, and node B gets it while node A still has it.
+func TestScenarioRWOSpecResolvedAfterTheAttachMakesTheAttachmentExclusive(t *testing.T) {
+	rwx := alias(v1.ReadWriteMany) // pv2
+	w := newWorld(t, nodeA, nodeB)
+	vol := rwo.UniqueName
+	if _, ok := w.dsw.AddPod(podA, nodeA, podSpecs(rwx)); !ok {
+		t.Fatal("pod not added")
+	}
+	w.sync(vol)
+	w.expectWrites("create VA on " + nodeA)
+	w.attach(nodeA)
+	w.sync(vol)
+	w.expectWrites("node " + nodeA + " volumesAttached=1")
+	w.expectEvents(`web-0: AttachVolume.Attach succeeded for volume "pv2" `)
+	w.asw.SetVolumesInUse(nodeA, []v1.UniqueVolumeName{vol})
+
+	// The Pod's next pass resolves both PVs.
+	w.dsw.AddPod(podA, nodeA, podSpecs(rwo, rwx))
+	w.sync(vol)
+	w.expectWrites()
+	if a, ok := w.asw.Get(keyOn(nodeA)); !ok || a.Spec == nil || a.Spec.MultiAttachAllowed() {
+		t.Fatalf("actual state of node A = %+v, want the exclusive spec recorded", a)
+	}
+
+	w.dsw.DeletePod(podA.UID)
+	w.sync(vol)
+	w.addPod(podB, nodeB, rwx)
+	for range 2 {
+		w.sync(vol)
+	}
+	w.expectWrites()
+	w.expectEvents(`web-1: Multi-Attach error for volume "pv2" Volume is already exclusively attached to one node and can't be attached to another`)
+	w.movesOnceUnmounted(vol, nodeA, nodeB)
+}
+
 // FuzzDecideOnePodSpecOrder builds the desired and actual state of one
 // volume handle from Pods that each name it through a few specs (PVs of
 // several access modes, repeated or not, in any order), as the Pod pass

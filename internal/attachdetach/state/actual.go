@@ -214,7 +214,8 @@ func (a *Actual) Apply(key Key, u Update) bool {
 		e.Spec = &s
 	}
 	return !ok || before.State != e.State || before.ReportedInNodeStatus != e.ReportedInNodeStatus ||
-		!before.DetachRequestedAt.Equal(e.DetachRequestedAt) || u.Spec != nil && before.Spec == nil
+		!before.DetachRequestedAt.Equal(e.DetachRequestedAt) || u.Spec != nil && (before.Spec == nil ||
+		before.Spec.MultiAttachAllowed() != e.Spec.MultiAttachAllowed())
 }
 
 func (a *Actual) insertLocked(e *Attachment) {
