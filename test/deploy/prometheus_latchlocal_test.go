@@ -48,6 +48,7 @@ var (
 		"LatchQueueBacklog":                   "a handful of volumes",
 		"LatchDetachErrors":                   "every unpublish succeeds",
 		"LatchAttachSlow":                     "attaches take seconds",
+		"LatchVolumeWaitingForMultiAttach":    "no Pod wants an exclusive volume attached to another node",
 	}
 	alertsNotJudged = map[string]string{
 		"LatchForcedDetaches":     "no forced detach, so no series of its counter",
@@ -61,6 +62,7 @@ var (
 	metricsNotExported = map[string]string{
 		"attach_detach_controller_attachdetach_controller_forced_detaches": "no forced detach",
 		"latch_attacher_competing_instances":                               "exported by csi-attacher only while it runs without leader election and watches its Lease",
+		"latch_attachdetach_volumes_waiting_for_multi_attach":              "a driver's series appears once one of its volumes waits for Multi-Attach; none does here",
 	}
 )
 

@@ -130,7 +130,9 @@ type Controller struct {
 	//   names        VolumeAttachment name → key (state.Names)
 	//   timing       when attaches and detaches started (opTimes, optimes.go)
 	//   waits        the keys waiting for their node's CSI migration
-	//                (migrationWaits, migrationwaits.go)
+	//                (waitGauge, waitgauge.go)
+	//   multiAttach  the keys waiting for another node to let their
+	//                exclusive volume go (waitGauge, waitgauge.go)
 	//   volumeLocks  one pass at a time per volume (volumelocks.go)
 	//   returning    the Pods of nodes that came back, not yet recorded
 	//                again (returningNodes, returning.go)
@@ -138,7 +140,8 @@ type Controller struct {
 	podRec      *state.Pods
 	names       *state.Names
 	timing      *opTimes
-	waits       *migrationWaits
+	waits       *waitGauge
+	multiAttach *waitGauge
 	attachWaits *attachWaits
 	volumeLocks volumeLocks
 	returning   *returningNodes
@@ -188,7 +191,8 @@ func New(cfg Config, client kubernetes.Interface, factory informers.SharedInform
 		names:       state.NewNames(),
 		timing:      newOpTimes(),
 		returning:   newReturningNodes(),
-		waits:       newMigrationWaits(m.waitingForMigration),
+		waits:       newWaitGauge(m.waitingForMigration),
+		multiAttach: newWaitGauge(m.waitingForMultiAttach),
 		attachWaits: newAttachWaits(m.attachTimeouts),
 	}
 	core, storage := factory.Core().V1(), factory.Storage().V1()

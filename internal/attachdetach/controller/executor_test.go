@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"maps"
 	"slices"
 	"testing"
 	"time"
@@ -187,6 +188,9 @@ func TestExecutor_multiAttachConflict_oneEventThenAttachAfterRelease(t *testing.
 	if evs := w.recorded(); !slices.Equal(evs, []string{conflict}) {
 		t.Fatalf("events during the conflict = %q, want exactly one %q", evs, conflict)
 	}
+	if got := w.waitingForMultiAttach(); !maps.Equal(got, map[string]float64{testDriver: 1}) {
+		t.Errorf("%s during the conflict = %v, want 1 for %s", MultiAttachWaitingMetric, got, testDriver)
+	}
 
 	w.deletePod("first")
 	w.setInUse("node-a")
@@ -210,6 +214,22 @@ func TestExecutor_multiAttachConflict_oneEventThenAttachAfterRelease(t *testing.
 	if key, ok := w.c.names.Get(nameB); !ok || key.Node != "node-b" {
 		t.Errorf("name book entry of %s = %v, %v", nameB, key, ok)
 	}
+	if got := w.waitingForMultiAttach(); len(got) != 0 {
+		t.Errorf("%s after the release = %v, want none", MultiAttachWaitingMetric, got)
+	}
+}
+
+// waitingForMultiAttach is the Multi-Attach waiting gauge by driver
+// (zero values left out).
+func (w *fakeWorld) waitingForMultiAttach() map[string]float64 {
+	w.t.Helper()
+	out := map[string]float64{}
+	for _, s := range w.gaugeSamples(MultiAttachWaitingMetric) {
+		if d, ok := s.labels["driver"]; ok && s.value != 0 {
+			out[d] = s.value
+		}
+	}
+	return out
 }
 
 // driftWorld attaches vol-1 to node-a and returns the world and the

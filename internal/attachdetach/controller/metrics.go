@@ -38,6 +38,10 @@ const (
 	// controller was seen writing within the last
 	// --coexistence-report-period (coexist.go).
 	CompetingControllersMetric = "latch_attachdetach_competing_controllers"
+	// MultiAttachWaitingMetric is the number of (volume, node) keys whose
+	// attach waits because their exclusive volume is attached to, or
+	// being detached from, another node (the Multi-Attach error).
+	MultiAttachWaitingMetric = "latch_attachdetach_volumes_waiting_for_multi_attach"
 	// CreateErrorsMetric counts the VolumeAttachment creates that failed
 	// (createrefused.go).
 	CreateErrorsMetric = "latch_attachdetach_volumeattachment_create_errors_total"
@@ -53,8 +57,11 @@ type Metrics struct {
 	// waitingForMigration counts the (volume, node) keys waiting for their
 	// node to migrate the volume's in-tree plugin (Config.MigrationByNode).
 	waitingForMigration *metrics.GaugeVec
-	totals              *totalsCollector
-	competing           *competingGauge
+	// waitingForMultiAttach counts the (volume, node) keys whose attach
+	// waits for another node to let an exclusive volume go.
+	waitingForMultiAttach *metrics.GaugeVec
+	totals                *totalsCollector
+	competing             *competingGauge
 	// createErrors counts failed VolumeAttachment creates by driver and
 	// the API server's reason.
 	createErrors *metrics.CounterVec
@@ -96,6 +103,11 @@ func NewMetrics() *Metrics {
 			Help:           "Number of (volume, node) pairs not attached because the node's CSINode does not list the volume's in-tree plugin in its migrated-plugins annotation (--csi-migration-by-node).",
 			StabilityLevel: metrics.ALPHA,
 		}, []string{"plugin"}),
+		waitingForMultiAttach: metrics.NewGaugeVec(&metrics.GaugeOpts{
+			Name:           MultiAttachWaitingMetric,
+			Help:           "Number of (volume, node) pairs wanted by a Pod but not attached because the volume is exclusive (ReadWriteOnce, ReadWriteOncePod or a single-node CSI capability) and attached to, or still being detached from, another node: the Pods got kube-controller-manager's Multi-Attach error.",
+			StabilityLevel: metrics.ALPHA,
+		}, []string{"driver"}),
 		totals: &totalsCollector{
 			desc: metrics.NewDesc(TotalVolumesMetric, "Number of volumes in A/D Controller",
 				[]string{"plugin_name", "state"}, nil, metrics.ALPHA, ""),
@@ -150,7 +162,7 @@ func (LegacyRegistry) CustomMustRegister(cs ...metrics.StableCollector) {
 
 // Register registers the metrics with r.
 func (m *Metrics) Register(r Registry) {
-	r.MustRegister(m.forcedDetaches[0], m.forcedDetaches[1], m.operationDuration, m.storageOperation, m.podVolumesAttached, m.waitingForMigration, m.createErrors, m.attachTimeouts)
+	r.MustRegister(m.forcedDetaches[0], m.forcedDetaches[1], m.operationDuration, m.storageOperation, m.podVolumesAttached, m.waitingForMigration, m.waitingForMultiAttach, m.createErrors, m.attachTimeouts)
 	r.CustomMustRegister(m.totals, m.competing)
 }
 

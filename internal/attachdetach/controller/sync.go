@@ -75,6 +75,7 @@ func (c *Controller) syncKey(ctx context.Context, key state.Key) (runner.Result,
 	} else {
 		c.waits.record(key, "", false)
 	}
+	c.multiAttach.record(key, driverOf(key.Volume), plan.Kind == decide.KindConflict)
 	result, err := c.execute(ctx, plan, va)
 	c.forgetNameIfUnused(name, key)
 	if err == nil && settleErr != nil {

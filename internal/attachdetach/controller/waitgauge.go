@@ -8,32 +8,35 @@ import (
 	"github.com/latchcsi/latch/internal/attachdetach/state"
 )
 
-// migrationWaits tracks the keys whose last pass waited for their node to
-// migrate the volume's in-tree plugin (Config.MigrationByNode), for the
-// waiting gauge: the gauge of a plugin is the number of its keys here. A
-// key leaves on its next pass that decides anything else (attached, no
-// longer wanted, node deleted: each of these runs a pass). One lock
-// guards the set and its gauge updates, so the two never disagree.
-type migrationWaits struct {
+// waitGauge tracks the keys whose last pass waited for one reason, for a
+// gauge with one label: the gauge of a label value is the number of its
+// keys here. Two instances exist: the keys waiting for their node to
+// migrate the volume's in-tree plugin (Config.MigrationByNode; label: the
+// plugin) and the keys waiting for another node to let an exclusive volume
+// go (Multi-Attach; label: the driver). A key leaves on its next pass that
+// decides anything else (attached, no longer wanted, node deleted: each of
+// these runs a pass). One lock guards the set and its gauge updates, so
+// the two never disagree.
+type waitGauge struct {
 	mu    sync.Mutex
-	keys  map[state.Key]string // → in-tree plugin
-	gauge *metrics.GaugeVec    // by plugin
+	keys  map[state.Key]string // → label value
+	gauge *metrics.GaugeVec
 }
 
-func newMigrationWaits(gauge *metrics.GaugeVec) *migrationWaits {
-	return &migrationWaits{keys: map[state.Key]string{}, gauge: gauge}
+func newWaitGauge(gauge *metrics.GaugeVec) *waitGauge {
+	return &waitGauge{keys: map[state.Key]string{}, gauge: gauge}
 }
 
-// record notes the outcome of a pass of key; plugin is the in-tree plugin
-// of the key's volume ("" for native CSI volumes or unknown).
-func (m *migrationWaits) record(key state.Key, plugin string, waiting bool) {
+// record notes the outcome of a pass of key: whether it waited, and the
+// label value it counts under while it does.
+func (m *waitGauge) record(key state.Key, label string, waiting bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	prev, was := m.keys[key]
 	switch {
 	case waiting && !was:
-		m.keys[key] = plugin
-		m.gauge.WithLabelValues(plugin).Inc()
+		m.keys[key] = label
+		m.gauge.WithLabelValues(label).Inc()
 	case !waiting && was:
 		delete(m.keys, key)
 		m.gauge.WithLabelValues(prev).Dec()

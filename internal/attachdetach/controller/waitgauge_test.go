@@ -12,10 +12,10 @@ import (
 // A key counts once however many passes wait, and leaves the count of the
 // plugin it waited for even when its last pass no longer knows the plugin
 // (the Pod is gone: plugin "").
-func TestMigrationWaits_gaugeCountsEachWaitingKeyOncePerPlugin(t *testing.T) {
+func TestWaitGauge_countsEachWaitingKeyOncePerLabel(t *testing.T) {
 	gauge := metrics.NewGaugeVec(&metrics.GaugeOpts{Name: "test_waiting"}, []string{"plugin"})
 	metrics.NewKubeRegistry().MustRegister(gauge)
-	w := newMigrationWaits(gauge)
+	w := newWaitGauge(gauge)
 	const gce, ebs = "kubernetes.io/gce-pd", "kubernetes.io/aws-ebs"
 	a, b, c := state.Key{Volume: "vol-a", Node: "n1"}, state.Key{Volume: "vol-b", Node: "n1"}, state.Key{Volume: "vol-c", Node: "n2"}
 	never := state.Key{Volume: "vol-d", Node: "n2"}

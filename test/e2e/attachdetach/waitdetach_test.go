@@ -61,6 +61,10 @@ func TestMultiAttach_podWaitingForAFailingDetachElsewhereGetsTheMultiAttachEvent
 		t.Errorf("FailedAttachVolume events on the waiting pod = %+v, want exactly one Multi-Attach warning", evs)
 	}
 
+	if got := multiAttachWaiting(t, e); got != 1 {
+		t.Errorf("%s{driver=%q} while the Pod waits = %v, want 1", controller.MultiAttachWaitingMetric, e.driver, got)
+	}
+
 	if !drv.RemoveFault(fault) {
 		t.Fatal("fault rule not found")
 	}
@@ -75,6 +79,32 @@ func TestMultiAttach_podWaitingForAFailingDetachElsewhereGetsTheMultiAttachEvent
 	if evs := e.events("second", "FailedAttachVolume"); len(evs) != 1 || evs[0].Count > 1 {
 		t.Errorf("FailedAttachVolume events on the pod once attached = %+v, want the one Multi-Attach warning", evs)
 	}
+	if got := multiAttachWaiting(t, e); got != 0 {
+		t.Errorf("%s{driver=%q} once attached = %v, want 0", controller.MultiAttachWaitingMetric, e.driver, got)
+	}
+}
+
+// multiAttachWaiting reads the controller's Multi-Attach waiting gauge of
+// the world's driver (0 when it has no sample).
+func multiAttachWaiting(t *testing.T, e *env) float64 {
+	t.Helper()
+	families, err := e.registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() != controller.MultiAttachWaitingMetric {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "driver" && l.GetValue() == e.driver {
+					return m.GetGauge().GetValue()
+				}
+			}
+		}
+	}
+	return 0
 }
 
 // failedUnpublishes returns the driver's failed ControllerUnpublishVolume
