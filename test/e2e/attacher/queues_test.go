@@ -101,7 +101,10 @@ func TestAttachPassesPrepareWhileCSISlotsAreFull(t *testing.T) {
 	const volumes = 25
 	e := newEnv(t, envOptions{})
 	name := func(i int) string { return fmt.Sprintf("%s-%02d", e.prefix, i) }
-	if _, err := e.driver.AddFault(csimock.Rule{Method: publishMethod, Latency: 2 * time.Second}); err != nil {
+	// The publishes hang until every VA is prepared (a fixed latency
+	// let a publish finish first on a loaded machine).
+	hang, err := e.driver.AddFault(csimock.Rule{Method: publishMethod, Hang: true})
+	if err != nil {
 		t.Fatal(err)
 	}
 	for i := range volumes {
@@ -125,6 +128,12 @@ func TestAttachPassesPrepareWhileCSISlotsAreFull(t *testing.T) {
 		}
 		return prepared == volumes, nil
 	})
+	if got := len(e.driver.CallsTo(publishMethod)); got != 10 {
+		t.Errorf("publishes started while the driver holds them = %d, want the 10 worker threads", got)
+	}
+	if !e.driver.ReleaseHang(hang) {
+		t.Fatal("hang rule not found")
+	}
 	for i := range volumes {
 		e.waitAttached(name(i), time.Minute)
 	}
