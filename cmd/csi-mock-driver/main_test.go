@@ -103,9 +103,40 @@ func TestParseFlags(t *testing.T) {
 		"all-interfaces endpoint":    {"--http-endpoint=:8080"},
 		"latency without duration":   {"--latency=Probe"},
 		"stray argument":             {"extra"},
+		"unknown backend profile":    {"--backend=tape-library"},
+		"both backend flags":         {"--backend=fast-san", "--backend-file=backend.yaml"},
+		"missing backend file":       {"--backend-file=" + filepath.Join(t.TempDir(), "none.yaml")},
 	} {
 		if _, err := parseFlags(args, io.Discard); err == nil {
 			t.Errorf("%s: accepted %v", name, args)
 		}
+	}
+}
+
+// --backend picks a built-in profile; --backend-file describes one.
+func TestParseFlagsBackend(t *testing.T) {
+	o, err := parseFlags([]string{"--backend=slow-cloud"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b := o.driver.Backend; b == nil || b.Profile != "slow-cloud" || b.Capacity != 16 || b.Rate != 10 {
+		t.Errorf("--backend=slow-cloud gave %+v", b)
+	}
+	file := filepath.Join(t.TempDir(), "backend.yaml")
+	if err := os.WriteFile(file, []byte("latency: 300ms\ncapacity: 5\nrate: 2\nthrottleCode: Unavailable\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	o, err = parseFlags([]string{"--backend-file=" + file}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b := o.driver.Backend; b == nil || time.Duration(b.Latency) != 300*time.Millisecond || b.Capacity != 5 || b.Rate != 2 || codes.Code(b.ThrottleCode) != codes.Unavailable {
+		t.Errorf("--backend-file gave %+v", b)
+	}
+	if err := os.WriteFile(file, []byte("latency: 300ms\ncapcity: 5\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := parseFlags([]string{"--backend-file=" + file}, io.Discard); err == nil || !strings.Contains(err.Error(), "capcity") {
+		t.Errorf("a mistyped field = %v, want an error naming it", err)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"strings"
 	"time"
 
@@ -65,6 +66,8 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 		return err
 	})
 
+	backendProfile := fs.String("backend", "", "Model a storage backend behind ControllerPublishVolume and ControllerUnpublishVolume: a built-in profile ("+strings.Join(csimock.ProfileNames(), ", ")+"). Latency, capacity and request limit as docs/csi-mock-driver.md describes; empty answers at once with unlimited capacity.")
+	backendFile := fs.String("backend-file", "", "YAML or JSON file describing the backend model field by field (or {profile: NAME}); exclusive with --backend.")
 	fs.Func("node-endpoint", "Serve a node plugin for one node on a socket of its own: node-id=ID,socket=PATH[,registration-dir=DIR]; repeatable, one per node. With registration-dir (a kubelet's <root-dir>/plugins_registry) the kubelet plugin-registration service is served there as <driver-name>-reg.sock, so that kubelet registers the driver.", func(s string) error {
 		n, err := parseNodeEndpoint(s)
 		o.nodes = append(o.nodes, n)
@@ -76,6 +79,26 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	}
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected arguments: %v", fs.Args())
+	}
+	switch {
+	case *backendProfile != "" && *backendFile != "":
+		return nil, fmt.Errorf("--backend and --backend-file are exclusive")
+	case *backendProfile != "":
+		b, err := csimock.ProfileBackend(*backendProfile)
+		if err != nil {
+			return nil, fmt.Errorf("--backend: %w", err)
+		}
+		c.Backend = &b
+	case *backendFile != "":
+		data, err := os.ReadFile(*backendFile)
+		if err != nil {
+			return nil, fmt.Errorf("--backend-file: %w", err)
+		}
+		b, err := csimock.ParseBackend(data)
+		if err != nil {
+			return nil, fmt.Errorf("--backend-file %s: %w", *backendFile, err)
+		}
+		c.Backend = &b
 	}
 	if *knownNodes != "" {
 		c.KnownNodes = strings.Split(*knownNodes, ",")

@@ -37,12 +37,18 @@ type Stats struct {
 	// DroppedCalls counts calls that fell out of the bounded call log.
 	DroppedCalls int64        `json:"droppedCalls"`
 	Publish      PublishStats `json:"publish"`
+	// Backend is the backend model's counters; nil when none is set.
+	Backend *BackendStats `json:"backend,omitempty"`
 }
 
 // Stats returns the driver's counters.
 func (d *Driver) Stats() Stats {
 	methods, dropped := d.calls.methodStats()
-	return Stats{Methods: methods, DroppedCalls: dropped, Publish: d.state.publishStats()}
+	s := Stats{Methods: methods, DroppedCalls: dropped, Publish: d.state.publishStats()}
+	if b, ok := d.BackendStats(); ok {
+		s.Backend = &b
+	}
+	return s
 }
 
 // PublishCount is the number of successful ControllerPublishVolume calls

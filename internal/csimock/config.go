@@ -86,6 +86,12 @@ type Config struct {
 	// New (measured on Clock). SetReady overrides it.
 	ProbeNotReadyFor time.Duration
 
+	// Backend, when set, models the storage system behind
+	// ControllerPublishVolume and ControllerUnpublishVolume: latency,
+	// capacity and request limit (backend.go; Profiles for built-in ones).
+	// SetBackend replaces it at run time.
+	Backend *Backend
+
 	// Faults are installed at construction, as if added with AddFault.
 	Faults []Rule
 
@@ -130,6 +136,11 @@ func (c *Config) validate() error {
 	}
 	if c.ProbeNotReadyFor < 0 {
 		return fmt.Errorf("probe not-ready duration must not be negative, got %s", c.ProbeNotReadyFor)
+	}
+	if c.Backend != nil {
+		if err := c.Backend.validate(); err != nil {
+			return err
+		}
 	}
 	for i := range c.Faults {
 		if err := c.Faults[i].validate(); err != nil {

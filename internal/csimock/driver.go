@@ -34,6 +34,9 @@ type Driver struct {
 	// extraPublishContext is added to every ControllerPublishVolume
 	// response (SetExtraPublishContext).
 	extraPublishContext atomic.Pointer[map[string]string]
+	// backend is the storage backend model of the controller calls
+	// (backend.go); nil answers at once.
+	backend atomic.Pointer[backendModel]
 	// endlessTokens numbers the tokens of NextTokenFresh faults.
 	endlessTokens atomic.Uint64
 
@@ -82,6 +85,9 @@ func New(cfg Config) (*Driver, error) {
 		if _, err := d.faults.add(r); err != nil {
 			return nil, fmt.Errorf("invalid csimock config: %w", err)
 		}
+	}
+	if err := d.SetBackend(cfg.Backend); err != nil {
+		return nil, fmt.Errorf("invalid csimock config: %w", err)
 	}
 	return d, nil
 }

@@ -22,6 +22,9 @@ const maxBodyBytes = 1 << 20
 //	POST   /faults            add rules (one rule, a list, or {"rules": [...]}; JSON or YAML)
 //	DELETE /faults            remove every rule
 //	DELETE /faults/{id}       remove one rule
+//	GET    /backend           the backend model's counters (404 when none is set)
+//	PUT    /backend           set the backend model ({"profile": NAME} or every field; JSON or YAML)
+//	DELETE /backend           remove the backend model (calls answer at once)
 //	POST   /ready?ready=B     override Probe readiness
 //	POST   /crash?keepState=B crash the gRPC server (see Crash)
 //	POST   /restart           serve again after a crash
@@ -64,6 +67,34 @@ func (d *Driver) HTTPHandler() http.Handler {
 			writeError(w, http.StatusNotFound, fmt.Errorf("no fault rule %q", r.PathValue("id")))
 			return
 		}
+		w.WriteHeader(http.StatusNoContent)
+	})
+	mux.HandleFunc("GET /backend", func(w http.ResponseWriter, r *http.Request) {
+		b, ok := d.BackendStats()
+		if !ok {
+			writeError(w, http.StatusNotFound, fmt.Errorf("no backend model is set"))
+			return
+		}
+		writeJSON(w, http.StatusOK, b)
+	})
+	mux.HandleFunc("PUT /backend", func(w http.ResponseWriter, r *http.Request) {
+		body, err := io.ReadAll(io.LimitReader(r.Body, maxBodyBytes))
+		if err != nil {
+			writeError(w, http.StatusBadRequest, err)
+			return
+		}
+		b, err := ParseBackend(body)
+		if err == nil {
+			err = d.SetBackend(&b)
+		}
+		if err != nil {
+			writeError(w, http.StatusBadRequest, err)
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+	})
+	mux.HandleFunc("DELETE /backend", func(w http.ResponseWriter, r *http.Request) {
+		_ = d.SetBackend(nil)
 		w.WriteHeader(http.StatusNoContent)
 	})
 	mux.HandleFunc("POST /ready", withBoolParam("ready", true, func(w http.ResponseWriter, ready bool) {

@@ -78,7 +78,7 @@ func (d *Driver) runWithFaults(ctx context.Context, inst instance, call *Call, r
 		return nil, fired, err
 	}
 	req = d.endlessListRequest(req)
-	resp, err := handler(ctx, req)
+	resp, err := d.throughBackend(ctx, inst, call.Method, func() (any, error) { return handler(ctx, req) })
 	if err != nil {
 		return nil, fired, err
 	}
