@@ -25,6 +25,7 @@ import (
 
 	"k8s.io/klog/v2"
 
+	"github.com/latchcsi/latch/internal/csimock"
 	"github.com/latchcsi/latch/internal/latchlocal"
 	"github.com/latchcsi/latch/internal/testsupport"
 )
@@ -59,6 +60,11 @@ func parse(args []string, stderr io.Writer) (*config, *flag.FlagSet, error) {
 	fs.StringVar(&c.opts.Driver, "driver", "mock.csi.latch.dev", "CSI driver name of the mock driver.")
 	fs.DurationVar(&c.opts.PublishLatency, "publish-latency", 20*time.Millisecond, "Latency the mock driver adds to ControllerPublishVolume.")
 	fs.DurationVar(&c.opts.UnpublishLatency, "unpublish-latency", 20*time.Millisecond, "Latency the mock driver adds to ControllerUnpublishVolume.")
+	fs.Func("backend", "Model a storage backend behind the mock driver's ControllerPublishVolume and ControllerUnpublishVolume: "+strings.Join(csimock.ProfileNames(), ", ")+" (docs/csi-mock-driver.md, Backend model). Its latency adds to --publish-latency and --unpublish-latency.", func(s string) error {
+		b, err := csimock.ProfileBackend(s)
+		c.opts.Backend = &b
+		return err
+	})
 	fs.Int64Var(&c.opts.PublishFailures, "publish-failures", 0, "Fail the first N ControllerPublishVolume calls with Unavailable (watch the retry).")
 	fs.StringVar(&c.output, "output", "text", "Output format of demo: text or json.")
 	fs.StringVar(&c.kubeconfig, "kubeconfig", "", "Where to write the admin kubeconfig (up: default ./latch-local.kubeconfig).")

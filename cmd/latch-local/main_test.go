@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"io"
 	"encoding/json"
 	"maps"
 	"strings"
@@ -49,10 +50,24 @@ func TestDemoCommandWithJSONOutput(t *testing.T) {
 
 func TestUsageErrorsExitTwo(t *testing.T) {
 	for _, args := range [][]string{{"bogus"}, {"demo", "--nodes", "1"}, {"demo", "--output", "xml"},
-		{"up", "--metrics-ports", "18080"}, {"up", "--metrics-ports", "18080,x"}, {"up", "--metrics-ports", "18080,18080"}} {
+		{"up", "--metrics-ports", "18080"}, {"up", "--metrics-ports", "18080,x"}, {"up", "--metrics-ports", "18080,18080"}, {"up", "--backend", "tape-library"}} {
 		var stdout, stderr bytes.Buffer
 		if code := run(args, &stdout, &stderr); code != 2 {
 			t.Errorf("run(%q) = %d, want 2 (stderr %q)", args, code, stderr.String())
 		}
+	}
+}
+
+// --backend hands a built-in backend profile to latch-local's mock driver.
+func TestBackendFlagPicksAProfile(t *testing.T) {
+	c, _, err := parse([]string{"up", "--backend", "throttling-api"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b := c.opts.Backend; b == nil || b.Profile != "throttling-api" || len(b.Phases) != 2 {
+		t.Errorf("--backend throttling-api gave %+v", b)
+	}
+	if c, _, err = parse([]string{"up"}, io.Discard); err != nil || c.opts.Backend != nil {
+		t.Errorf("without --backend: backend %+v, err %v; want none", c.opts.Backend, err)
 	}
 }

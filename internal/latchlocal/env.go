@@ -30,6 +30,9 @@ type Options struct {
 	// PublishLatency / UnpublishLatency delay the mock driver's calls.
 	PublishLatency   time.Duration
 	UnpublishLatency time.Duration
+	// Backend, when set, models a storage backend behind the mock
+	// driver's publish and unpublish (csimock.Backend).
+	Backend *csimock.Backend
 	// PublishFailures makes the first N ControllerPublish calls fail with
 	// Unavailable, to watch the retry path.
 	PublishFailures int64
@@ -129,7 +132,7 @@ func Start(ctx context.Context, opts Options) (_ *Env, err error) {
 		Cluster:          cluster,
 		Driver:           opts.Driver,
 		Nodes:            nodes,
-		Mock:             func(c *csimock.Config) { c.Faults = faultRules(opts) },
+		Mock:             mockConfig(opts),
 		AttacherConfig:   attacherConfig,
 		NoController:     opts.NoAttachDetachController,
 		ControllerConfig: controllerConfig,
@@ -174,6 +177,14 @@ func attacherConfig(_ int, c *attacher.SidecarConfig) {
 	c.DefaultFSType = "ext4"
 	c.Controller.RetryIntervalStart = 500 * time.Millisecond
 	c.Controller.RetryIntervalMax = 30 * time.Second
+}
+
+// mockConfig adjusts the mock driver's configuration to opts.
+func mockConfig(opts Options) func(*csimock.Config) {
+	return func(c *csimock.Config) {
+		c.Faults = faultRules(opts)
+		c.Backend = opts.Backend
+	}
 }
 
 func faultRules(opts Options) []csimock.Rule {
