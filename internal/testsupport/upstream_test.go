@@ -2,8 +2,11 @@ package testsupport
 
 import (
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
+
+	"github.com/latchcsi/latch/internal/testsupport/gomodule"
 )
 
 func TestUpstreamBinaryNamesTheKnownComponentsWhenAskedForAnother(t *testing.T) {
@@ -22,5 +25,65 @@ func TestUpstreamExternalAttacherBuildsAndRuns(t *testing.T) {
 		if !strings.Contains(string(out), want) {
 			t.Errorf("upstream csi-attacher --help lacks %q:\n%s", want, out)
 		}
+	}
+}
+
+// Every dependency an upstream module shares with latch is at latch's
+// version, but those keepOwnVersion keeps (and those must still differ,
+// else the exception is stale): a package compiled for latch-local or the
+// tests is never compiled again for kube-controller-manager, the
+// scheduler, the hollow kubelet or the external-attacher.
+func TestUpstreamModulesBuildWithLatchsVersions(t *testing.T) {
+	for _, name := range UpstreamModuleDirs() {
+		drift, err := UpstreamVersionDrift(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		kept := map[string]bool{}
+		for _, d := range drift {
+			if d.KeepOwn {
+				kept[d.Path] = true
+				continue
+			}
+			t.Errorf("%s: it and every package above it compile twice on a cold machine; run make upstream-mods", d)
+		}
+		for path := range keepOwnVersion[name] {
+			if !kept[path] {
+				t.Errorf("test/upstream/%s builds %s at latch's version, yet keepOwnVersion keeps its own: drop the exception", name, path)
+			}
+		}
+	}
+}
+
+// The drift check can fail: two modules that require one dependency at
+// different versions (local replacements, no download) drift on it, and
+// only on it, and a kept module is marked so.
+func TestVersionDriftFindsADependencyAtAnotherVersion(t *testing.T) {
+	dep := func(version string) map[string]string {
+		return map[string]string{
+			"go.mod":      "module example.com/app\n\ngo 1.26\n\nrequire (\n\texample.com/dep " + version + "\n\texample.com/same v1.0.0\n)\n\nreplace example.com/dep => ./dep\n\nreplace example.com/same => ./same\n",
+			"dep/go.mod":  "module example.com/dep\n\ngo 1.26\n",
+			"same/go.mod": "module example.com/same\n\ngo 1.26\n",
+		}
+	}
+	latch := gomodule.Write(t, "example.com/app", dep("v1.1.0"))
+	theirs := gomodule.Write(t, "example.com/app", dep("v1.0.0"))
+	drift, err := versionDrift("app", latch, theirs, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []VersionDrift{{Module: "app", Path: "example.com/dep", Theirs: "v1.0.0", Latch: "v1.1.0"}}
+	if !slices.Equal(drift, want) {
+		t.Fatalf("drift = %v, want %v", drift, want)
+	}
+	if s := drift[0].String(); s != "test/upstream/app builds example.com/dep v1.0.0, latch v1.1.0" {
+		t.Errorf("String() = %q", s)
+	}
+	drift, err = versionDrift("app", latch, theirs, map[string]string{"example.com/dep": "because"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(drift) != 1 || !drift[0].KeepOwn || drift[0].Reason != "because" {
+		t.Fatalf("drift = %+v, want example.com/dep kept for its reason", drift)
 	}
 }

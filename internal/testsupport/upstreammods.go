@@ -1,0 +1,193 @@
+package testsupport
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+)
+
+// The modules under test/upstream build their components with latch's
+// dependency versions: every module latch's own build also uses is
+// replaced by latch's version of it. The go command keys each compiled
+// package by its source and the compiled packages it imports, so a
+// package at the same version as in latch's build is compiled once and
+// shared: kube-controller-manager then compiles the few hundred packages
+// latch-local does not link, not 1,928 of its 2,410 again, and the
+// external-attacher 8 of its 1,263, not 976 (README, "Measured figures").
+//
+// keepOwnVersion lists, per module directory, the modules that must stay
+// at the component's own version, and why (a module listed here, and
+// everything above it, is compiled twice).
+var keepOwnVersion = map[string]map[string]string{
+	"kubernetes": {
+		// k8s.io/kubernetes/pkg/volume/csi (the kubelet's and
+		// kube-controller-manager's CSI volume plugin) uses the
+		// VOLUME_CONDITION node capability and
+		// NodeGetVolumeStatsResponse.VolumeCondition, which the Go
+		// bindings of spec v1.13 (latch's) no longer have. Only the spec
+		// package and three github.com/golang/protobuf shims above it are
+		// compiled twice.
+		"github.com/container-storage-interface/spec": "Kubernetes v1.36.3's CSI volume plugin is written for the CSI spec v1.9 (v1.13 dropped VOLUME_CONDITION)",
+	},
+	"external-attacher": {},
+}
+
+// UpstreamModuleDirs are the module directories under test/upstream, by
+// name.
+func UpstreamModuleDirs() []string {
+	names := make([]string, 0, len(keepOwnVersion))
+	for n := range keepOwnVersion {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	return names
+}
+
+// A VersionDrift is a module an upstream module builds at another version
+// than latch does.
+type VersionDrift struct {
+	Module        string // the upstream module's directory name under test/upstream
+	Path          string // the dependency's module path
+	Theirs, Latch string
+	// KeepOwn is set when keepOwnVersion lists it, for Reason.
+	KeepOwn bool
+	Reason  string
+}
+
+func (d VersionDrift) String() string {
+	return fmt.Sprintf("test/upstream/%s builds %s %s, latch %s", d.Module, d.Path, d.Theirs, d.Latch)
+}
+
+// UpstreamVersionDrift lists the modules the upstream module name (a
+// directory under test/upstream) builds at another version than latch's
+// own module, those keepOwnVersion lists included (KeepOwn set).
+func UpstreamVersionDrift(name string) ([]VersionDrift, error) {
+	keep, ok := keepOwnVersion[name]
+	if !ok {
+		return nil, fmt.Errorf("no upstream module %q (known: %s)", name, strings.Join(UpstreamModuleDirs(), ", "))
+	}
+	root, err := moduleRoot()
+	if err != nil {
+		return nil, err
+	}
+	return versionDrift(name, root, filepath.Join(upstreamRoot(), name), keep)
+}
+
+// versionDrift compares the build lists of the modules in latchDir and
+// theirDir (the upstream module name).
+func versionDrift(name, latchDir, theirDir string, keep map[string]string) ([]VersionDrift, error) {
+	latch, err := buildList(latchDir)
+	if err != nil {
+		return nil, err
+	}
+	theirs, err := buildList(theirDir)
+	if err != nil {
+		return nil, err
+	}
+	var drift []VersionDrift
+	for _, path := range sortedKeys(theirs) {
+		lv, ok := latch[path]
+		if !ok || lv == theirs[path] {
+			continue
+		}
+		d := VersionDrift{Module: name, Path: path, Theirs: theirs[path], Latch: lv}
+		if reason, ok := keep[path]; ok {
+			d.KeepOwn, d.Reason = true, reason
+		}
+		drift = append(drift, d)
+	}
+	return drift, nil
+}
+
+// AlignUpstreamModule replaces, in the upstream module name, every
+// dependency latch also uses by latch's version of it (but those
+// keepOwnVersion lists), then tidies it; again until nothing drifts (a
+// replaced version can bring modules of its own). log receives each go
+// command run.
+func AlignUpstreamModule(name string, log io.Writer) error {
+	dir := filepath.Join(upstreamRoot(), name)
+	for range 5 {
+		drift, err := UpstreamVersionDrift(name)
+		if err != nil {
+			return err
+		}
+		args := []string{"mod", "edit"}
+		for _, d := range drift {
+			if !d.KeepOwn {
+				args = append(args, "-replace="+d.Path+"="+d.Path+"@"+d.Latch)
+			}
+		}
+		if len(args) == 2 {
+			return nil
+		}
+		for _, a := range [][]string{args, {"mod", "tidy"}} {
+			fmt.Fprintf(log, "test/upstream/%s: go %s\n", name, shorten(a))
+			cmd := exec.Command("go", a...)
+			cmd.Dir = dir
+			if out, err := cmd.CombinedOutput(); err != nil {
+				return fmt.Errorf("go %s (in test/upstream/%s): %v\n%s", shorten(a), name, err, out)
+			}
+		}
+	}
+	return fmt.Errorf("test/upstream/%s: versions still drift from latch's after five rounds of replace and tidy", name)
+}
+
+// buildList is the module path -> version (the replacement's, where
+// replaced) of every module in the build list of the module in dir.
+func buildList(dir string) (map[string]string, error) {
+	cmd := exec.Command("go", "list", "-m", "-json", "all")
+	cmd.Dir = dir
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return nil, fmt.Errorf("go list -m -json all (in %s): %v\n%s", dir, err, stderr.String())
+	}
+	type module struct {
+		Path, Version string
+		Main          bool
+		Replace       *module
+	}
+	mods := map[string]string{}
+	dec := json.NewDecoder(bytes.NewReader(out))
+	for {
+		var m module
+		if err := dec.Decode(&m); errors.Is(err, io.EOF) {
+			return mods, nil
+		} else if err != nil {
+			return nil, fmt.Errorf("go list -m -json all (in %s): %w", dir, err)
+		}
+		if m.Main {
+			continue
+		}
+		v := m.Version
+		if m.Replace != nil && m.Replace.Version != "" {
+			v = m.Replace.Version
+		}
+		mods[m.Path] = v
+	}
+}
+
+func sortedKeys(m map[string]string) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}
+
+// shorten is a go command line for a message: the first arguments, then
+// how many more.
+func shorten(args []string) string {
+	if len(args) <= 6 {
+		return strings.Join(args, " ")
+	}
+	return fmt.Sprintf("%s ... (%d more)", strings.Join(args[:6], " "), len(args)-6)
+}
