@@ -26,11 +26,12 @@ BUILD_TAGS ?= grpcnotrace
 
 all: build
 
-## build: compile every binary into ./bin, and bin/kubectl-latch (latchctl as a kubectl plugin)
+## build: compile every binary into ./bin, and bin/kubectl-latch (latchctl as a kubectl plugin) with bin/kubectl_complete-latch (what kubectl runs to complete `kubectl latch`)
 build:
 	@mkdir -p $(BIN_DIR)
 	$(GO) build -tags $(BUILD_TAGS) -o $(BIN_DIR)/ ./cmd/...
 	cp $(BIN_DIR)/latchctl $(BIN_DIR)/kubectl-latch
+	cp $(BIN_DIR)/latchctl $(BIN_DIR)/kubectl_complete-latch
 
 # demo, up and test compile a lot on a first run (the in-process
 # kube-apiserver, and the real kube-scheduler, kube-controller-manager and

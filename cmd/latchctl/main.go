@@ -49,6 +49,13 @@ func main() {
 // run executes one command and returns the exit code. now is the clock
 // ages are measured with (tests pin it).
 func run(ctx context.Context, argv0 string, args []string, stdout, stderr io.Writer, now func() time.Time) int {
+	if words, ok := completionRequest(argv0, args); ok {
+		// A shell waits for the answer: errors mean no completions.
+		if err := writeCompletions(ctx, stdout, words, apiNames); err != nil {
+			return exitError
+		}
+		return exitHealthy
+	}
 	prog := programName(argv0)
 	cfg, err := parseArgs(args, prog, stderr)
 	if errors.Is(err, pflag.ErrHelp) {
