@@ -107,35 +107,5 @@ func TestGettingStartedStep4_explainOutputIsTheDocs(t *testing.T) {
 	if !errors.As(err, &exit) || exit.ExitCode() != 1 {
 		t.Errorf("latchctl explain: %v, want exit code 1 (a problem was found, as the doc says)", err)
 	}
-	out := stdout.String()
-	flat := ago.ReplaceAllString(strings.Join(strings.Fields(out), " "), "N ago")
-	doc := docBlock(t, "kubectl latch explain pod default/app-2\n")
-	// Each finding the doc shows (a line and its indented continuation)
-	// is in the output.
-	var finding []string
-	check := func() {
-		if len(finding) == 0 {
-			return
-		}
-		if f := strings.Join(strings.Fields(strings.Join(finding, " ")), " "); !shownIn(f, flat) {
-			t.Errorf("the doc shows\n  %s\nwhich latchctl does not print:\n%s", f, out)
-		}
-		finding = nil
-	}
-	for _, l := range doc {
-		switch {
-		case l == "" || l == "...":
-			check()
-		case strings.HasPrefix(l, " "):
-			finding = append(finding, l)
-		default:
-			check()
-			finding = append(finding, l)
-		}
-	}
-	check()
-	outLines := strings.Split(strings.TrimRight(out, "\n"), "\n")
-	if got, want := outLines[len(outLines)-1], doc[len(doc)-1]; got != want {
-		t.Errorf("summary line: latchctl prints %q, the doc shows %q; output:\n%s", got, want, out)
-	}
+	checkExplainShown(t, docBlock(t, "kubectl latch explain pod default/app-2\n"), stdout.String())
 }
