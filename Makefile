@@ -22,7 +22,7 @@ TEST_PACKAGES ?= ./test/interop/ ./test/e2e/... ./bench/ ./...
 # build with the same tag.
 BUILD_TAGS ?= grpcnotrace
 
-.PHONY: all build tools test lint fmt vet staticcheck demo up clean soak image image-docker bench bench-scale bench-objects upgrade-test
+.PHONY: all build tools test lint fmt vet staticcheck demo up clean soak image image-docker bench bench-scale bench-objects upgrade-test upstream-mods
 
 all: build
 
@@ -86,6 +86,10 @@ soak:
 UPGRADE_FROM ?= 0c7ab01
 upgrade-test:
 	LATCH_UPGRADE_FROM=$(UPGRADE_FROM) $(GO) test -count=1 -timeout 20m -tags upgrade -run '^TestUpgrade' -v ./test/interop/
+
+## upstream-mods: build the upstream components under test/upstream (kube-controller-manager, kube-scheduler, the hollow kubelet, external-attacher) with latch's dependency versions again after a change to go.mod: every shared dependency replaced by latch's version, each module tidied (test/upstream/README.md)
+upstream-mods:
+	$(GO) run ./hack/upstreammods
 
 ## demo: the whole attach/detach path in one process (latch-local demo)
 # latch-local is built into $(BIN_DIR) with progress and run from there; it
