@@ -1,0 +1,89 @@
+package bench
+
+import (
+	"fmt"
+
+	"github.com/latchcsi/latch/internal/testsupport"
+)
+
+// PeerContenderOptions choose bench-peers' contenders.
+type PeerContenderOptions struct {
+	// LatchAttacher and LatchController are this checkout's csi-attacher
+	// and attachdetach-controller binaries (BuildComponents).
+	LatchAttacher, LatchController string
+	// Previous is the git revision of latch's previous release (empty: no
+	// previous release), built with testsupport.BinaryAt; PreviousName
+	// names it in the report ("latch v0.1.0").
+	Previous, PreviousName string
+	// Upstream adds external-attacher v4.13 tuned (100 workers, client
+	// limits 2000/2000) and at 10 workers (same client limits);
+	// KCM adds kube-controller-manager v1.36.3 running only its
+	// attachdetach controller.
+	Upstream, KCM bool
+}
+
+// The upstream external-attacher's flags of each upstream contender
+// (external-attacher v4.13: --worker-threads, and csi-lib-utils'
+// standard flags --kube-api-qps and --kube-api-burst, defaults 10, 5 and
+// 10). Both get the same client limits, so the worker count is all that
+// differs between them: at upstream's default of 5 QPS the client's rate
+// limiter, not the workers, would set the pace (docs/performance.md).
+var (
+	UpstreamTunedArgs = []string{"--worker-threads=100", "--kube-api-qps=2000", "--kube-api-burst=2000"}
+	Upstream10Args    = []string{"--worker-threads=10", "--kube-api-qps=2000", "--kube-api-burst=2000"}
+	// KCMArgs raise kube-controller-manager's client limits (default 20
+	// QPS, 30 burst) as latch-scale does, so that they are not what is
+	// measured.
+	KCMArgs = []string{"--kube-api-qps=1000", "--kube-api-burst=2000"}
+)
+
+// PeerContenders builds (or finds) every contender's binary. A previous
+// release that cannot be built from the git history (a shallow clone, an
+// unknown revision) is skipped with the reason in skipped; any other
+// build failure is an error. Adaptive driver concurrency, when it comes,
+// is one more attacher entry: latch's binary with its flag, Latch,
+// Latency and Backends set.
+func PeerContenders(o PeerContenderOptions) (attachers []PeerAttacher, controllers []PeerController, skipped []string, err error) {
+	attachers = append(attachers, PeerAttacher{Name: PeerLatchFixed, Binary: o.LatchAttacher, Latch: true, Latency: true, Backends: true})
+	controllers = append(controllers, PeerController{Name: PeerLatchController, Binary: o.LatchController, Latch: true})
+	if o.Previous != "" {
+		name := o.PreviousName
+		if name == "" {
+			name = "latch " + o.Previous
+		}
+		att, aerr := testsupport.BinaryAt(o.Previous, "cmd/csi-attacher")
+		ctrl, cerr := testsupport.BinaryAt(o.Previous, "cmd/attachdetach-controller")
+		if aerr == nil && cerr == nil {
+			attachers = append(attachers, PeerAttacher{Name: name, Binary: att, Latch: true, Latency: true})
+			controllers = append(controllers, PeerController{Name: name, Binary: ctrl, Latch: true})
+		} else {
+			skipped = append(skipped, fmt.Sprintf("%s (git revision %s): cannot be built from this checkout's history: %v", name, o.Previous, firstErr(aerr, cerr)))
+		}
+	}
+	if o.Upstream {
+		bin, err := testsupport.UpstreamBinary("external-attacher")
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		attachers = append(attachers,
+			PeerAttacher{Name: "upstream tuned", Binary: bin, Args: UpstreamTunedArgs, Latency: true, Backends: true},
+			PeerAttacher{Name: "upstream 10", Binary: bin, Args: Upstream10Args, Backends: true})
+	}
+	if o.KCM {
+		bin, err := testsupport.UpstreamBinary("kube-controller-manager")
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		controllers = append(controllers, PeerController{Name: "kube-controller-manager", Binary: bin, KCM: true, Args: KCMArgs})
+	}
+	return attachers, controllers, skipped, nil
+}
+
+func firstErr(errs ...error) error {
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}

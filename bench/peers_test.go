@@ -1,0 +1,221 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/latchcsi/latch/internal/testsupport"
+)
+
+// The small bench-peers run make test keeps: one round of latch's
+// csi-attacher beside the upstream external-attacher (tuned) on every
+// workload and backend profile, and latch's attachdetach-controller
+// beside kube-controller-manager's. It checks that everything ran and
+// latch's correctness counts, and that the JSON report is written; never
+// a timing (the machine may be busy).
+func TestBenchPeersSmallRoundRunsEveryContenderAndLatchAttachesEachVolumeWithOnePublish(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts upstream binaries")
+	}
+	dir := t.TempDir()
+	kubeconfig := filepath.Join(dir, "kubeconfig")
+	if err := cluster.WriteKubeconfig(kubeconfig); err != nil {
+		t.Fatal(err)
+	}
+	attachers, controllers, skipped, err := PeerContenders(PeerContenderOptions{
+		LatchAttacher:   testsupport.MustBinary(t, "cmd/csi-attacher"),
+		LatchController: testsupport.MustBinary(t, "cmd/attachdetach-controller"),
+		Upstream:        true, KCM: true,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(skipped) > 0 {
+		t.Fatalf("skipped %v with no previous release asked for", skipped)
+	}
+	// upstream 10 runs only the backend profiles, as upstream tuned does
+	// too: the small run keeps one upstream attacher.
+	attachers = slices.DeleteFunc(attachers, func(a PeerAttacher) bool { return a.Name == "upstream 10" })
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	var out bytes.Buffer
+	rep, err := RunPeers(ctx, PeersConfig{
+		Cluster: cluster, Scale: Small, Rounds: 1, Attachers: attachers, Controllers: controllers,
+		Kubeconfig: kubeconfig, LogDir: dir, Out: &out,
+	})
+	rep.PrintTable(&out)
+	t.Logf("\n%s", out.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range rep.Failed(false) {
+		t.Error(f)
+	}
+	if got, want := len(rep.Runs), len(attachers)+len(controllers); got != want {
+		t.Fatalf("%d runs, want one per contender (%d)", got, want)
+	}
+	sz := rep.Sizes
+	for _, run := range rep.Runs {
+		if !run.latch {
+			continue
+		}
+		switch run.Kind {
+		case "attacher":
+			// Every VolumeAttachment of the paced and saturated
+			// workloads attached with exactly one publish and gone,
+			// and every backend profile's burst too.
+			if got := run.Figures["publishes_per_va"]; got != 1 {
+				t.Errorf("latch fixed: publishes per VolumeAttachment = %v, want 1.000", got)
+			}
+			want := []string{"VolumeAttachments attached", "VolumeAttachments gone after their delete", "ControllerPublish calls per VolumeAttachment", "no single-node volume on two nodes at once"}
+			for _, p := range PeerBackendProfiles {
+				want = append(want, p+": VolumeAttachments attached", p+": VolumeAttachments gone after their delete")
+				if _, ok := run.Figures["backend_"+p+"_capacity_percent"]; !ok {
+					t.Errorf("latch fixed: no share of %s's capacity (figures %v)", p, run.Figures)
+				}
+				if _, ok := run.Figures["backend_"+p+"_throttled_percent"]; !ok {
+					t.Errorf("latch fixed: no throttled share for %s (figures %v)", p, run.Figures)
+				}
+			}
+			checksNamed(t, run, want...)
+			checkValue(t, run, "VolumeAttachments attached", itoa(sz.Paced+sz.Saturated))
+		case "controller":
+			checksNamed(t, run, "Pods' volumes in node status", "Pods Running", "VolumeAttachments gone after their Pod",
+				"ControllerPublish calls per VolumeAttachment (latch's csi-attacher)", "no single-node volume on two nodes at once")
+			checkValue(t, run, "VolumeAttachments gone after their Pod", itoa(sz.Pods))
+		}
+	}
+	// The upstream contenders ran their workloads (their checks are
+	// findings, not failures of the run).
+	for _, name := range []string{"attacher/upstream tuned", "controller/kube-controller-manager"} {
+		if rep.Medians[name] == nil || rep.Ratios[name] == nil {
+			t.Errorf("no medians or ratios for %s: %v", name, rep.Medians)
+		}
+	}
+	if !strings.Contains(out.String(), "Pod deleted → VA gone p99 ms") || !strings.Contains(out.String(), "attach p99 ms, saturated") {
+		t.Errorf("the table lacks its rows:\n%s", out.String())
+	}
+	path := DefaultPeersOut(filepath.Join(dir, "results"), rep.Scale, rep.Started)
+	if err := rep.WriteJSON(path); err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back PeersReport
+	if err := json.Unmarshal(data, &back); err != nil {
+		t.Fatal(err)
+	}
+	if len(back.Runs) != len(rep.Runs) || back.Medians["attacher/latch fixed"]["publishes_per_va"] != 1 || !strings.HasPrefix(filepath.Base(path), "bench-peers-small-") {
+		t.Errorf("JSON report %s: %d runs, medians %v", path, len(back.Runs), back.Medians["attacher/latch fixed"])
+	}
+}
+
+func checksNamed(t *testing.T, run *PeerRun, names ...string) {
+	t.Helper()
+	for _, n := range names {
+		if !slices.ContainsFunc(run.Checks, func(c Check) bool { return c.Name == n }) {
+			t.Errorf("%s %s has no %q check (checks: %+v)", run.Kind, run.Contender, n, run.Checks)
+		}
+	}
+}
+
+func checkValue(t *testing.T, run *PeerRun, name, want string) {
+	t.Helper()
+	for _, c := range run.Checks {
+		if c.Name == name && c.Value != want {
+			t.Errorf("%s %s: %s = %s, want %s", run.Kind, run.Contender, name, c.Value, want)
+		}
+	}
+}
+
+func itoa(n int) string { return fmt.Sprint(n) }
+
+func TestBenchPeersRoundsRotateTheOrderSoEachContenderRunsFirstOnce(t *testing.T) {
+	list := []string{"a", "b", "c"}
+	firsts := map[string]bool{}
+	for round := range 3 {
+		got := rotated(list, round)
+		if len(got) != 3 || !slices.Contains(got, "a") || !slices.Contains(got, "b") || !slices.Contains(got, "c") {
+			t.Fatalf("round %d order %v is not every contender once", round, got)
+		}
+		firsts[got[0]] = true
+	}
+	if len(firsts) != 3 {
+		t.Errorf("first contenders over three rounds: %v, want each of a, b, c once", firsts)
+	}
+	if got := rotated(list, 4); !slices.Equal(got, []string{"b", "c", "a"}) {
+		t.Errorf("round 5's order = %v, want [b c a]", got)
+	}
+}
+
+func TestBenchPeersMediansAreOverRoundsAndRatiosAreAgainstLatch(t *testing.T) {
+	rep := &PeersReport{}
+	for i, v := range []float64{300, 100, 200} {
+		rep.Runs = append(rep.Runs,
+			&PeerRun{Round: i + 1, Kind: "attacher", Contender: PeerLatchFixed, Figures: map[string]float64{"attach_paced_p99_ms": v}},
+			&PeerRun{Round: i + 1, Kind: "attacher", Contender: "upstream tuned", Figures: map[string]float64{"attach_paced_p99_ms": 4 * v}},
+			&PeerRun{Round: i + 1, Kind: "controller", Contender: PeerLatchController, Figures: map[string]float64{"controller_cpu_s": v / 100}},
+			&PeerRun{Round: i + 1, Kind: "controller", Contender: "kube-controller-manager", Figures: map[string]float64{"controller_cpu_s": v / 50}})
+	}
+	rep.summarize()
+	if got := rep.Medians["attacher/latch fixed"]["attach_paced_p99_ms"]; got != 200 {
+		t.Errorf("latch fixed's median = %v, want 200", got)
+	}
+	if got := rep.Ratios["attacher/upstream tuned"]["attach_paced_p99_ms"]; got != 4 {
+		t.Errorf("upstream's ratio = %v, want 4", got)
+	}
+	if got := rep.Ratios["controller/kube-controller-manager"]["controller_cpu_s"]; got != 2 {
+		t.Errorf("kcm's CPU ratio = %v, want 2 (against latch's controller, not the attacher)", got)
+	}
+	if _, ok := rep.Ratios["attacher/latch fixed"]; ok {
+		t.Errorf("the reference has a ratio to itself")
+	}
+	if got := median([]float64{1, 4, 2, 3}); got != 2.5 {
+		t.Errorf("median of an even count = %v, want 2.5", got)
+	}
+}
+
+func TestBenchPeersFailedListsOnlyLatchsFailuresUnlessAskedForAll(t *testing.T) {
+	rep := &PeersReport{Runs: []*PeerRun{
+		{Round: 1, Kind: "attacher", Contender: "upstream tuned", Checks: []Check{{Name: "x", Pass: false}}},
+		{Round: 1, Kind: "attacher", Contender: PeerLatchFixed, latch: true, Checks: []Check{{Name: "y", Pass: true}}},
+	}}
+	if got := rep.Failed(false); len(got) != 0 {
+		t.Errorf("Failed(false) = %v, want none (upstream's failed check is a finding)", got)
+	}
+	if got := rep.Failed(true); len(got) != 1 || !strings.Contains(got[0], "upstream tuned") {
+		t.Errorf("Failed(true) = %v, want upstream's check", got)
+	}
+}
+
+func TestBenchPeersPacedCallsKeepTheirScheduleWhenCallsAreSlow(t *testing.T) {
+	start := time.Now()
+	var mu sync.Mutex
+	var at []time.Duration
+	err := paced(context.Background(), 5, 50, func(context.Context, int) error {
+		mu.Lock()
+		at = append(at, time.Since(start))
+		mu.Unlock()
+		time.Sleep(200 * time.Millisecond) // slower than the 20 ms between calls
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// An open arrival process: the fifth call starts about 80 ms in, not
+	// after the four before it returned (800 ms).
+	if len(at) != 5 || slices.Max(at) >= 600*time.Millisecond {
+		t.Errorf("call starts %v, want all 5 within the schedule (the last about 80 ms in)", at)
+	}
+}
