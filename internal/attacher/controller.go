@@ -102,9 +102,9 @@ type Controller struct {
 	detach *runner.Runner[string]
 	pvs    *runner.Runner[string]
 
-	// claims makes one pass at a time (attach or detach) the owner of a
-	// VA's work; a pass that finds it owned is woken by the release.
-	claims *claims
+	// route makes one pass at a time, in one lane (attach or detach), the
+	// owner of a VA's work (route.go).
+	route *route
 	// busyMu guards orphans and suspects.
 	busyMu sync.Mutex
 	// orphans holds publications whose VolumeAttachment was deleted while
@@ -226,7 +226,7 @@ func New(cfg Config, client kubernetes.Interface, factory informers.SharedInform
 		orphaned: c.publishedForGone, suspect: c.suspectPublished,
 	}
 	c.attach = runner.New[string](runner.ReconcilerFunc[string](c.syncAttach), opts(AttachQueueName, apiWorkers))
-	c.claims = newClaims(c.enqueue)
+	c.route = newRoute(c.enqueue)
 	c.detach = runner.New[string](runner.ReconcilerFunc[string](c.syncDetach), opts(DetachQueueName, apiWorkers))
 	c.pvs = runner.New[string](runner.ReconcilerFunc[string](c.syncPV), opts(PVQueueName, cfg.Workers))
 
@@ -308,15 +308,12 @@ func (c *Controller) vaChanged(oldObj, obj any) {
 		// everything that followed from it.
 		return
 	}
-	c.route(va)
+	c.send(va)
 }
 
-func (c *Controller) route(va *storagev1.VolumeAttachment) {
-	if va.DeletionTimestamp != nil {
-		c.detach.Enqueue(va.Name)
-	} else {
-		c.attach.Enqueue(va.Name)
-	}
+// send enqueues va in the lane its state calls for.
+func (c *Controller) send(va *storagev1.VolumeAttachment) {
+	c.enqueue(laneOf(va.DeletionTimestamp != nil), va.Name)
 }
 
 func (c *Controller) vaDeleted(obj any) {

@@ -1,7 +1,6 @@
 package attacher
 
 import (
-	"context"
 	"encoding/json"
 	"slices"
 	"strings"
@@ -15,13 +14,10 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	clienttesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/record"
-	"k8s.io/klog/v2"
 
-	"github.com/latchcsi/latch/internal/attacher/decide"
 	"github.com/latchcsi/latch/internal/csi"
 	"github.com/latchcsi/latch/internal/csimock"
 	"github.com/latchcsi/latch/internal/kube/kubenames"
-	"github.com/latchcsi/latch/internal/runner"
 )
 
 func TestExecutorDetachUnpublishesThenRemovesFinalizerThenWritesStatus(t *testing.T) {
@@ -298,38 +294,31 @@ func TestReconcileDoesNotRepublishAVolumeAttachmentDeletedDuringTheListing(t *te
 	}
 }
 
-// An attach pass reads its VolumeAttachment before it claims it; a detach
-// pass may run to its end in between: it unpublished, removed our
-// finalizer, and the object is gone. The attach pass must decide on what
-// is there under its claim, not on its earlier read: publishing for the
-// gone object would leave a publication nothing detaches while the
-// attach/detach controller, seeing the object gone, attaches the volume
-// to another node.
-func TestAttachPass_objectGoneBetweenItsReadAndItsClaim_decidesNothingAndPublishesNothing(t *testing.T) {
+// A detach pass may run to its end while an attach pass of the same name
+// is due: it unpublished, removed our finalizer, and the object is gone.
+// The attach pass must decide on what is there once it owns the name, not
+// on a read made before: publishing for the gone object would leave a
+// publication nothing detaches while the attach/detach controller, seeing
+// the object gone, attaches the volume to another node. The pass reads
+// only once it owns the name; while the detach owns it, the pass does
+// nothing and the release wakes it.
+func TestAttachPass_objectGoneWhileTheDetachOwnedIt_decidesNothingAndPublishesNothing(t *testing.T) {
 	pending := attachedVA("va-r", "pv-r")
 	pending.Status = storagev1.VolumeAttachmentStatus{} // metadata written, publish not yet confirmed
 	f := newExecFixture(t, execPV("pv-r"), pending, execCSINode())
-	read, err := f.ctrl.getVA("va-r")
-	if err != nil || read == nil {
-		t.Fatalf("getVA = %v, %v", read, err)
+	if !f.ctrl.route.take(detachDir, "va-r") {
+		t.Fatal("the detach lane cannot take va-r")
 	}
+	if _, err := f.ctrl.syncAttach(f.ctx, "va-r"); err != nil {
+		t.Fatalf("syncAttach while the detach owns va-r: %v", err)
+	}
+	f.requireCSICalls()
 	if err := f.tracker.Delete(vaGVR, "", "va-r"); err != nil {
 		t.Fatal(err)
 	}
 	f.waitFor("VA gone from the cache", func() bool { _, exists, _ := f.vaStore.GetByKey("va-r"); return !exists })
+	f.ctrl.route.release("va-r", nowhere)
 
-	decided := false
-	if _, err := f.ctrl.owned(f.ctx, attachDir, read, func(ctx context.Context, obs decide.Observed) (runner.Result, error) {
-		decided = true
-		plan := decide.Attach(obs, f.ctrl.cfg.Driver, bindTranslator(f.ctrl.tr, klog.FromContext(ctx)))
-		return f.ctrl.exec.runAttach(ctx, read, obs.PV, plan)
-	}); err != nil {
-		t.Fatalf("owned: %v", err)
-	}
-	if decided {
-		t.Error("the pass decided on the object as read before its claim")
-	}
-	f.requireCSICalls()
 	// The key runs again from a fresh read: the object is gone and nothing
 	// was published, so that pass does nothing either.
 	if _, err := f.ctrl.syncAttach(f.ctx, "va-r"); err != nil {

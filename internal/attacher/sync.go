@@ -14,37 +14,86 @@ import (
 	"github.com/latchcsi/latch/internal/runner"
 )
 
-// The passes: read the VolumeAttachment, settle what an orphan needs,
-// claim it, observe, decide, and hand the plan to the executor.
+// The passes: take the VolumeAttachment's name (route), read it, settle
+// what an orphan needs, observe, decide, and hand the plan to the
+// executor. A pass that finds the object belongs to the other lane says
+// so in its answer; the route moves it there.
 
-// syncAttach is one level-based attach pass for the VolumeAttachment name.
+// syncAttach is one level-based pass of the attach lane for the
+// VolumeAttachment name.
 func (c *Controller) syncAttach(ctx context.Context, name string) (runner.Result, error) {
+	return c.pass(ctx, attachDir, name)
+}
+
+// syncDetach is one level-based pass of the detach lane for the
+// VolumeAttachment name.
+func (c *Controller) syncDetach(ctx context.Context, name string) (runner.Result, error) {
+	return c.pass(ctx, detachDir, name)
+}
+
+// pass runs one pass of lane for name while it owns name's work: when the
+// other lane holds it, the pass returns and the release wakes it. The
+// object is read under ownership, so no pass of the other lane can change
+// it between the read and the decision.
+func (c *Controller) pass(ctx context.Context, lane direction, name string) (runner.Result, error) {
+	if !c.route.take(lane, name) {
+		return runner.Result{}, nil
+	}
+	res, next, err := c.sync(ctx, lane, name)
+	c.route.release(name, next)
+	return res, err
+}
+
+// sync is the pass of lane for name; next is the lane the name belongs in
+// now when it is not lane (nowhere otherwise).
+func (c *Controller) sync(ctx context.Context, lane direction, name string) (res runner.Result, next direction, err error) {
 	va, err := c.getVA(name)
 	if err != nil {
-		return runner.Result{}, err
+		return runner.Result{}, nowhere, err
+	}
+	if lane == detachDir {
+		switch {
+		case va == nil:
+			return runner.Result{}, nowhere, nil
+		case va.DeletionTimestamp == nil:
+			return runner.Result{}, attachDir, nil
+		}
+		res, err := c.detachVA(ctx, va)
+		return res, nowhere, err
 	}
 	if va == nil {
 		// Gone: only a publication it left behind may need undoing.
 		_, res, err := c.settleOrphan(ctx, name, nil)
-		return res, err
+		return res, nowhere, err
 	}
 	// A publication left by an earlier VolumeAttachment of this name is
 	// undone (or handed over to this one) before this one is worked on.
 	if cont, res, err := c.settleOrphan(ctx, name, va); !cont {
-		return res, err
+		return res, nowhere, err
 	}
 	if va.DeletionTimestamp != nil {
-		c.detach.Enqueue(name)
-		return runner.Result{}, nil
+		return runner.Result{}, detachDir, nil
 	}
+	res, err = c.attachVA(ctx, va)
+	return res, nowhere, err
+}
+
+// attachVA decides and runs the attach of va.
+func (c *Controller) attachVA(ctx context.Context, va *storagev1.VolumeAttachment) (runner.Result, error) {
+	name := va.Name
 	// Still pending although settleOrphan let va go on: it waits for va's
 	// finalizer (decide.OwnerOnceRecorded).
 	pending := c.hasOrphan(name)
-	res, err := c.owned(ctx, attachDir, va, func(ctx context.Context, obs decide.Observed) (runner.Result, error) {
-		plan, published := c.decideAttach(ctx, obs)
+	ctx = withVA(ctx, va)
+	obs, err := c.observe(va)
+	if err != nil {
+		return runner.Result{}, err
+	}
+	plan, published := c.decideAttach(ctx, obs)
+	res, err := func() (runner.Result, error) {
 		defer published()
 		return c.exec.runAttach(ctx, va, obs.PV, plan)
-	})
+	}()
 	if pending && err == nil && c.hasOrphan(name) {
 		// Now that va's pass wrote our finalizer, va takes the
 		// publication over. Had the write failed, the error's retry would
@@ -61,58 +110,25 @@ func (c *Controller) syncAttach(ctx context.Context, name string) (runner.Result
 	return res, err
 }
 
-// syncDetach is one level-based detach pass for the VolumeAttachment name.
-func (c *Controller) syncDetach(ctx context.Context, name string) (runner.Result, error) {
-	va, err := c.getVA(name)
-	if err != nil || va == nil {
-		return runner.Result{}, err
-	}
-	if va.DeletionTimestamp == nil {
-		c.attach.Enqueue(name)
-		return runner.Result{}, nil
-	}
-	return c.owned(ctx, detachDir, va, func(ctx context.Context, obs decide.Observed) (runner.Result, error) {
-		obs.StillPublished = c.stillPublished.has(va)
-		plan := decide.Detach(obs, c.cfg.Driver, bindTranslator(c.tr, klog.FromContext(ctx)))
-		res, err := c.exec.runDetach(ctx, va, plan)
-		if err == nil && obs.StillPublished {
-			c.stillPublished.done(va)
-		}
-		return res, err
-	})
-}
-
-// owned runs decideAndRun on what is observed of va while this pass (dir)
-// owns va's work; when the other queue owns it, the pass returns and that
-// queue's release wakes this key.
-func (c *Controller) owned(ctx context.Context, dir direction, va *storagev1.VolumeAttachment,
-	decideAndRun func(context.Context, decide.Observed) (runner.Result, error)) (runner.Result, error) {
-	if !c.claims.claim(dir, va.Name) {
-		return runner.Result{}, nil
-	}
-	defer c.claims.release(va.Name)
-	// Decide on the object as it is under the claim. The caller read va
-	// before claiming it, and the other direction's pass may have run to
-	// its end in between: a detach that unpublished and removed our
-	// finalizer leaves the object gone, and an attach decided on the
-	// earlier read would publish again for a VolumeAttachment nothing will
-	// ever detach, while the attach/detach controller, seeing it gone,
-	// attaches the volume elsewhere. When the object changed, the key runs
-	// again from a fresh read.
-	cur, err := c.getVA(va.Name)
-	if err != nil {
-		return runner.Result{}, err
-	}
-	if cur == nil || cur.UID != va.UID || cur.ResourceVersion != va.ResourceVersion {
-		c.enqueue(dir, va.Name)
-		return runner.Result{}, nil
-	}
-	ctx = klog.NewContext(ctx, klog.FromContext(ctx).WithValues("volumeAttachment", klog.KObj(va), "node", klog.KRef("", va.Spec.NodeName)))
+// detachVA decides and runs the detach of va, which is being deleted.
+func (c *Controller) detachVA(ctx context.Context, va *storagev1.VolumeAttachment) (runner.Result, error) {
+	ctx = withVA(ctx, va)
 	obs, err := c.observe(va)
 	if err != nil {
 		return runner.Result{}, err
 	}
-	return decideAndRun(ctx, obs)
+	obs.StillPublished = c.stillPublished.has(va)
+	plan := decide.Detach(obs, c.cfg.Driver, bindTranslator(c.tr, klog.FromContext(ctx)))
+	res, err := c.exec.runDetach(ctx, va, plan)
+	if err == nil && obs.StillPublished {
+		c.stillPublished.done(va)
+	}
+	return res, err
+}
+
+// withVA adds va and its node to ctx's logger.
+func withVA(ctx context.Context, va *storagev1.VolumeAttachment) context.Context {
+	return klog.NewContext(ctx, klog.FromContext(ctx).WithValues("volumeAttachment", klog.KObj(va), "node", klog.KRef("", va.Spec.NodeName)))
 }
 
 // syncPV removes our finalizer from a PV that no longer needs it (see

@@ -1,0 +1,67 @@
+package attacher
+
+import (
+	"slices"
+	"testing"
+)
+
+type wakeLog struct{ woken []string }
+
+func (w *wakeLog) wake(dir direction, name string) {
+	w.woken = append(w.woken, map[direction]string{attachDir: "attach/", detachDir: "detach/"}[dir]+name)
+}
+
+func TestRoute_aBlockedPassIsWokenByTheRelease(t *testing.T) {
+	var log wakeLog
+	r := newRoute(log.wake)
+	if !r.take(detachDir, "va-1") {
+		t.Fatal("first take of va-1 refused")
+	}
+	if r.take(attachDir, "va-1") {
+		t.Fatal("attach took va-1 while the detach owns it")
+	}
+	if !r.take(attachDir, "va-2") {
+		t.Fatal("another VolumeAttachment is not held by va-1's owner")
+	}
+	if len(log.woken) != 0 {
+		t.Fatalf("woken before any release: %v", log.woken)
+	}
+	r.release("va-1", nowhere)
+	if want := []string{"attach/va-1"}; !slices.Equal(log.woken, want) {
+		t.Fatalf("woken %v, want %v", log.woken, want)
+	}
+	// The waiter runs now and owns it; a second release wakes nobody.
+	if !r.take(attachDir, "va-1") {
+		t.Fatal("the woken attach cannot take va-1")
+	}
+	r.release("va-1", nowhere)
+	r.release("va-2", nowhere)
+	if len(log.woken) != 1 {
+		t.Fatalf("woken %v, want only the one waiter", log.woken)
+	}
+}
+
+func TestRoute_bothDirectionsWaitingAreBothWoken(t *testing.T) {
+	var log wakeLog
+	r := newRoute(log.wake)
+	r.take(attachDir, "va")
+	r.take(attachDir, "va") // the same key again (a resync)
+	r.take(detachDir, "va")
+	r.release("va", nowhere)
+	if want := []string{"attach/va", "detach/va"}; !slices.Equal(log.woken, want) {
+		t.Fatalf("woken %v, want %v", log.woken, want)
+	}
+}
+
+// A pass that finds its object belongs to the other lane does no work and
+// says so; the release, not the pass, moves the name, once.
+func TestRoute_thePassNamesTheNextLaneAndTheReleaseMovesTheName(t *testing.T) {
+	var log wakeLog
+	r := newRoute(log.wake)
+	r.take(attachDir, "va")
+	r.take(detachDir, "va") // the delete's event while the attach runs
+	r.release("va", detachDir)
+	if want := []string{"detach/va"}; !slices.Equal(log.woken, want) {
+		t.Fatalf("woken %v, want %v (once)", log.woken, want)
+	}
+}
