@@ -1,0 +1,335 @@
+// Package adaptive bounds how many calls to a storage backend are in flight
+// with a limit that follows what the backend can take: it grows while the
+// calls' latency stays flat and backs off when the backend throttles or
+// its latency rises. csi-attacher bounds its ControllerPublishVolume and
+// ControllerUnpublishVolume calls with it (docs/performance.md, "Adaptive
+// driver concurrency").
+//
+// The rule (Control) is pure: latency samples and outcomes in, a limit
+// out, on the caller's clock. The Limiter around it hands out slots to two
+// directions (attach and detach) so that neither starves the other.
+//
+// The algorithm works in periods of one mean call latency (TCP's "once per
+// round trip"), in the family of TCP Vegas and Netflix's concurrency-limits
+// gradient, with TCP's multiplicative decrease on throttling:
+//
+//   - the baseline is the lowest mean latency of a period within the last
+//     BaselineWindow: the backend's latency when it is not queueing;
+//   - each period compares its mean latency with the baseline. Below
+//     Grow × baseline the backend is not queueing our calls and the limit
+//     grows (doubling per period at first, "slow start"; then by √limit);
+//     above Shrink × baseline it is, and the limit shrinks in proportion
+//     (never below half); in between it holds;
+//   - the limit grows only while it is in use (at least half of it in
+//     flight during the period): an idle backend does not push it up;
+//   - a throttled answer (the backend's request limit: ResourceExhausted
+//     or Unavailable) cuts the limit by Backoff, at most once per period,
+//     and remembers where: growth near that point slows to a creep, so a
+//     request limit is approached carefully instead of hit every period.
+//     The Limiter keeps a throttled call's slot for one period, so that
+//     refused calls do not come back faster than real ones;
+//   - once every half BaselineWindow the limit is halved until the calls
+//     started after that have answered: their latency is a fresh baseline
+//     candidate (a load that never lets up would otherwise make the
+//     baseline a loaded latency, and the limit would creep up with it);
+//   - the limit stays within [Min, Max].
+package adaptive
+
+import (
+	"math"
+	"time"
+)
+
+// Outcome is what a call's answer says about the backend.
+type Outcome int
+
+const (
+	// Served: the backend did the work (or refused it for the volume's own
+	// reasons: not found, invalid); its latency is a sample of the
+	// backend's load.
+	Served Outcome = iota
+	// Throttled: the backend refused the call for load (its request
+	// limit, or unavailable): the limit backs off.
+	Throttled
+	// Ignored: the call says nothing about the backend's load (it timed
+	// out on our side, the caller gave up, the connection broke); no
+	// sample.
+	Ignored
+)
+
+// Config tunes Control. Zero fields take the defaults of DefaultConfig.
+type Config struct {
+	// Initial is the limit to start with.
+	Initial int
+	// Min and Max bound the limit.
+	Min, Max int
+	// Grow and Shrink are the latency ratios (a period's mean over the
+	// baseline) below which the limit grows and above which it shrinks.
+	Grow, Shrink float64
+	// Backoff multiplies the limit on a throttled answer.
+	Backoff float64
+	// BaselineWindow is how long the lowest period latency counts as the
+	// baseline.
+	BaselineWindow time.Duration
+}
+
+// DefaultConfig is the configuration csi-attacher uses; maxLimit is its
+// bound (--worker-threads, or the default bound when the flag is unset).
+func DefaultConfig(maxLimit int) Config {
+	maxLimit = max(maxLimit, 1)
+	return Config{
+		Initial:        min(10, maxLimit),
+		Min:            min(2, maxLimit),
+		Max:            maxLimit,
+		Grow:           1.25,
+		Shrink:         1.5,
+		Backoff:        0.7,
+		BaselineWindow: 10 * time.Minute,
+	}
+}
+
+func (c Config) withDefaults() Config {
+	d := DefaultConfig(c.Max)
+	if c.Max <= 0 {
+		c.Max = d.Max
+	}
+	if c.Min <= 0 {
+		c.Min = min(d.Min, c.Max)
+	}
+	c.Min = min(c.Min, c.Max)
+	if c.Initial <= 0 {
+		c.Initial = d.Initial
+	}
+	c.Initial = max(c.Min, min(c.Initial, c.Max))
+	if c.Grow <= 1 {
+		c.Grow = d.Grow
+	}
+	if c.Shrink <= c.Grow {
+		c.Shrink = max(d.Shrink, c.Grow*1.2)
+	}
+	if c.Backoff <= 0 || c.Backoff >= 1 {
+		c.Backoff = d.Backoff
+	}
+	if c.BaselineWindow <= 0 {
+		c.BaselineWindow = d.BaselineWindow
+	}
+	return c
+}
+
+// minPeriodSamples is the fewest answers a period judges the backend by.
+const minPeriodSamples = 4
+
+// Control is the limit rule. It is not safe for concurrent use: the
+// Limiter serializes it.
+type Control struct {
+	cfg   Config
+	limit float64
+	// slowStart lasts until the first sign of queueing or throttling.
+	slowStart bool
+	// settling: the limit changed at the end of the last period, so the
+	// next one is not judged.
+	settling bool
+	// The current period: when it ends, the sum and count of its
+	// latencies, and the most calls in flight during it.
+	periodEnd  time.Time
+	sum        time.Duration
+	n          int
+	busiest    int
+	lastPeriod time.Duration
+	smoothed   ewma
+	baseline   windowMin
+	// lastCut is when a throttled answer last cut the limit, cutAt the
+	// limit it cut.
+	lastCut time.Time
+	cutAt   float64
+	// The baseline probe (probe): whether one runs, since when, the
+	// limit it will restore, and the latencies of the calls started
+	// during it; lastProbe is when the last one ended.
+	probing    bool
+	probeStart time.Time
+	// probePeriod is the period when the probe began.
+	probePeriod time.Duration
+	probeSaved  float64
+	probeSum    time.Duration
+	probeN      int
+	lastProbe   time.Time
+	// throttled counts throttled answers (each one, cut or not).
+	throttled int64
+}
+
+// NewControl returns a Control at cfg.Initial.
+func NewControl(cfg Config) *Control {
+	cfg = cfg.withDefaults()
+	return &Control{cfg: cfg, limit: float64(cfg.Initial), slowStart: true,
+		smoothed: ewma{alpha: 0.3}, baseline: windowMin{window: cfg.BaselineWindow}}
+}
+
+// Limit is the current limit, rounded down, within [Min, Max].
+func (c *Control) Limit() int { return int(c.limit) }
+
+// Throttled is the number of throttled answers seen.
+func (c *Control) Throttled() int64 { return c.throttled }
+
+// Config is the configuration in force (defaults filled in).
+func (c *Control) Config() Config { return c.cfg }
+
+// Period is the mean latency of the last period: how long the Limiter
+// keeps a throttled call's slot.
+func (c *Control) Period() time.Duration { return c.lastPeriod }
+
+// Sample takes one call's answer: its outcome, its latency, and how many
+// calls were in flight when it ended (itself included). now is when it
+// ended; samples come in the order calls end.
+func (c *Control) Sample(now time.Time, outcome Outcome, latency time.Duration, inFlight int) {
+	switch outcome {
+	case Ignored:
+		return
+	case Throttled:
+		c.throttled++
+		if !c.lastCut.IsZero() && now.Sub(c.lastCut) < c.lastPeriod {
+			return
+		}
+		c.lastCut, c.cutAt, c.slowStart = now, c.limit, false
+		c.setLimit(math.Floor(c.limit * c.cfg.Backoff))
+		if c.probing {
+			c.cutAt = c.probeSaved
+			c.probeSaved = math.Max(float64(c.cfg.Min), math.Floor(c.probeSaved*c.cfg.Backoff))
+		}
+		return
+	}
+	latency = max(latency, time.Microsecond)
+	if c.probe(now, latency) {
+		return
+	}
+	c.sum += latency
+	c.n++
+	c.busiest = max(c.busiest, inFlight)
+	if c.periodEnd.IsZero() {
+		c.periodEnd, c.lastPeriod = now.Add(latency), latency
+	}
+	if now.Before(c.periodEnd) || c.n < minPeriodSamples {
+		return
+	}
+	mean := c.sum / time.Duration(c.n)
+	inUse := float64(c.busiest) >= c.limit/2
+	c.sum, c.n, c.busiest, c.lastPeriod, c.periodEnd = 0, 0, 0, mean, now.Add(mean)
+	// The baseline takes the period means smoothed over a few periods: the
+	// minimum of raw means would follow their noise (a few calls per
+	// period on a slow backend) instead of the backend.
+	c.smoothed.add(float64(mean))
+	base := c.baseline.add(now, time.Duration(c.smoothed.value))
+	if c.limit <= float64(c.cfg.Min) {
+		// At the floor the latency is the backend's own: it is the
+		// baseline, whatever came before (the backend got slower).
+		base = c.baseline.reset(now, time.Duration(c.smoothed.value))
+	}
+	if c.settling {
+		// This period's calls started under the limit before the last
+		// change: they cannot show its effect yet.
+		c.settling = false
+		return
+	}
+	ratio := float64(mean) / float64(base)
+	before := c.limit
+	defer func() { c.settling = c.limit != before }()
+	switch {
+	case ratio > c.cfg.Shrink:
+		c.slowStart = false
+		c.setLimit(c.limit * math.Max(0.5, c.cfg.Grow/ratio))
+	case ratio < c.cfg.Grow && inUse:
+		step := math.Sqrt(c.limit)
+		if c.slowStart {
+			step = c.limit
+		}
+		if c.cutAt > 0 && c.limit+step > c.cutAt*0.9 {
+			// Near where the backend throttled last: creep.
+			step = math.Min(step, math.Max(0.1*step, 0.05*c.limit))
+		}
+		c.setLimit(c.limit + step)
+	}
+}
+
+// probe measures the baseline again, once every half BaselineWindow:
+// under a load that never lets up the lowest period latency would only
+// ever be a loaded one, and the baseline would creep up with the limit.
+// The probe halves the limit for three periods; the calls that start in
+// its first period run at half the load, and their mean latency (taken
+// once all of them can have answered, so that the slow ones count too)
+// becomes the baseline. Then the limit is restored. It reports whether the
+// sample belonged to the probe.
+func (c *Control) probe(now time.Time, latency time.Duration) bool {
+	if c.lastProbe.IsZero() {
+		c.lastProbe = now
+	}
+	if !c.probing {
+		if c.slowStart || c.lastPeriod <= 0 || now.Sub(c.lastProbe) < c.cfg.BaselineWindow/2 {
+			return false
+		}
+		c.probing, c.probeStart, c.probePeriod, c.probeSaved, c.probeSum, c.probeN = true, now, c.lastPeriod, c.limit, 0, 0
+		c.setLimit(c.limit / 2)
+		return true
+	}
+	if started := now.Add(-latency); !started.Before(c.probeStart) && started.Before(c.probeStart.Add(c.probePeriod)) {
+		c.probeSum += latency
+		c.probeN++
+	}
+	if now.Sub(c.probeStart) < 3*c.probePeriod {
+		return true
+	}
+	if c.probeN >= 3 {
+		// The probe's mean replaces the baseline.
+		c.baseline.reset(now, c.probeSum/time.Duration(c.probeN))
+	}
+	c.probing, c.lastProbe = false, now
+	c.setLimit(c.probeSaved)
+	c.sum, c.n, c.busiest, c.periodEnd = 0, 0, 0, now.Add(c.lastPeriod)
+	return true
+}
+
+func (c *Control) setLimit(l float64) {
+	c.limit = math.Max(float64(c.cfg.Min), math.Min(float64(c.cfg.Max), l))
+}
+
+// windowMin is the minimum of the values added within the last window.
+type windowMin struct {
+	window time.Duration
+	// entries hold increasing values with increasing times: the first is
+	// the minimum.
+	entries []timedValue
+}
+
+type timedValue struct {
+	at time.Time
+	v  time.Duration
+}
+
+func (w *windowMin) add(now time.Time, v time.Duration) time.Duration {
+	for len(w.entries) > 0 && w.entries[len(w.entries)-1].v >= v {
+		w.entries = w.entries[:len(w.entries)-1]
+	}
+	w.entries = append(w.entries, timedValue{now, v})
+	for now.Sub(w.entries[0].at) > w.window {
+		w.entries = w.entries[1:]
+	}
+	return w.entries[0].v
+}
+
+func (w *windowMin) reset(now time.Time, v time.Duration) time.Duration {
+	w.entries = append(w.entries[:0], timedValue{now, v})
+	return v
+}
+
+// ewma is an exponentially weighted moving average.
+type ewma struct {
+	alpha float64
+	value float64
+	set   bool
+}
+
+func (e *ewma) add(x float64) {
+	if !e.set {
+		e.value, e.set = x, true
+		return
+	}
+	e.value += e.alpha * (x - e.value)
+}
