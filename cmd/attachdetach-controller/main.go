@@ -17,6 +17,8 @@ import (
 	"k8s.io/component-base/logs"
 	logsapi "k8s.io/component-base/logs/api/v1"
 	_ "k8s.io/component-base/logs/json/register" // --logging-format=json
+	"k8s.io/component-base/metrics"
+	"k8s.io/component-base/metrics/legacyregistry"
 	"k8s.io/klog/v2"
 
 	"github.com/latchcsi/latch/internal/app"
@@ -72,7 +74,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		Leader:        opts.Leader,
 		HTTP:          app.HTTPConfig{Address: opts.httpEndpoint, MetricsPath: opts.MetricsPath},
 		HealthAddress: opts.healthEndpoint,
-		Registry:      controller.LegacyRegistry{},
+		Registry:      legacyRegistry{},
 	})
 	if err != nil {
 		logger.Error(err, "attachdetach-controller failed")
@@ -80,4 +82,17 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	logger.Info("attachdetach-controller stopped")
 	return 0
+}
+
+// legacyRegistry registers the controller's metrics in component-base's
+// global registry, which the binary's HTTP endpoint serves: the binary
+// decides where metrics go, the controller package registers nothing.
+type legacyRegistry struct{}
+
+var _ controller.Registry = legacyRegistry{}
+
+func (legacyRegistry) MustRegister(ms ...metrics.Registerable) { legacyregistry.MustRegister(ms...) }
+
+func (legacyRegistry) CustomMustRegister(cs ...metrics.StableCollector) {
+	legacyregistry.CustomMustRegister(cs...)
 }

@@ -57,7 +57,9 @@ type coexistence struct {
 	// attached is a digest of each node's status.volumesAttached as last
 	// seen, to tell a change of the list from any other node write.
 	attached map[string]uint64
-	logger   klog.Logger
+	// logger is Run's, from prime on; before, nothing is logged (the
+	// initial lists only make history), and the zero Logger discards.
+	logger klog.Logger
 	// reported is when the last error line and event went out.
 	reported time.Time
 }
@@ -66,7 +68,7 @@ func newCoexistence(period time.Duration, clk clock.PassiveClock, recorder recor
 	gauge.setPeriod(period, clk)
 	return &coexistence{
 		period: period, clock: clk, recorder: recorder, gauge: gauge, nodeManaged: nodeManaged,
-		attached: map[string]uint64{}, logger: klog.Background(),
+		attached: map[string]uint64{},
 	}
 }
 

@@ -26,12 +26,12 @@ import (
 	storagelisters "k8s.io/client-go/listers/storage/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/util/workqueue"
 	"k8s.io/component-base/metrics"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
 	"github.com/latchcsi/latch/internal/attachdetach/decide"
-	"github.com/latchcsi/latch/internal/attachdetach/nodestatus"
 	"github.com/latchcsi/latch/internal/attachdetach/state"
 	"github.com/latchcsi/latch/internal/attachdetach/volume"
 	"github.com/latchcsi/latch/internal/kube"
@@ -83,6 +83,9 @@ type Config struct {
 	// logged and evented (coexist.go); 0 disables the check.
 	CoexistencePeriod time.Duration
 	Clock             clock.WithTicker
+	// QueueMetrics receives the workqueue_* metrics of the four queues;
+	// nil means client-go's global provider (runner.Options).
+	QueueMetrics workqueue.MetricsProvider
 }
 
 // Controller is the attach/detach controller.
@@ -98,7 +101,10 @@ type Controller struct {
 	dsw *state.Desired
 	asw *state.Actual
 
+	// pods is the Pod informer, for its handlers and indexes; its store
+	// holds cachedPods and is read through podStore only.
 	pods       cache.SharedIndexInformer
+	podStore   podStore
 	nodeLister corelisters.NodeLister
 	pvcLister  corelisters.PersistentVolumeClaimLister
 	pvs        cache.SharedIndexInformer
@@ -116,16 +122,16 @@ type Controller struct {
 	// wake owns the four queues and every wake-up (see wake.go).
 	wake *wake
 
-	// The bookkeeping, each piece a type that owns its lock and locks only
-	// inside its own methods. Where one lock is held across another's
-	// calls, the order is volumeLocks (a whole key pass) → status (runs
-	// the pass's actual state change, and reads it for a node status
-	// write, under its lock: ApplyAndCheck, Snapshot) → the states' own
-	// locks.
+	// The bookkeeping, each piece a type that owns its lock, locks only
+	// inside its own methods and calls nothing else while it holds it: no
+	// lock is ever taken under another one's, so there is no order to
+	// keep, except that a key pass holds its volume's lock (volumeLocks,
+	// taken first, in syncKey) while it calls the others.
+	//   asw          the actual state, with what each node's
+	//                status.volumesAttached holds and the write in flight
+	//                (state.Actual, state/nodelists.go)
 	//   vaCache      our VolumeAttachment creates and deletes the informer
 	//                has not shown (kube.OverlaidStore, above)
-	//   status       what each node's status.volumesAttached holds and the
-	//                write in flight (nodestatus.Book)
 	//   podRec       the Pods recorded in the desired state (state.Pods)
 	//   names        VolumeAttachment name → key (state.Names)
 	//   timing       when attaches and detaches started (opTimes, optimes.go)
@@ -136,7 +142,6 @@ type Controller struct {
 	//   volumeLocks  one pass at a time per volume (volumelocks.go)
 	//   returning    the Pods of nodes that came back, not yet recorded
 	//                again (returningNodes, returning.go)
-	status      *nodestatus.Book
 	podRec      *state.Pods
 	names       *state.Names
 	timing      *opTimes
@@ -148,6 +153,10 @@ type Controller struct {
 	// rebuilt is set once the rebuild recorded every Pod: from then on a
 	// node that becomes managed has come back (nodeChanged).
 	rebuilt atomic.Bool
+	// handlerLogger is Run's logger, for the event handlers, which get no
+	// context. Run sets it before the rebuild sets rebuilt, and handlers
+	// log only once rebuilt is set.
+	handlerLogger klog.Logger
 
 	// coexist watches for another attach/detach controller (coexist.go).
 	coexist *coexistence
@@ -186,7 +195,6 @@ func New(cfg Config, client kubernetes.Interface, factory informers.SharedInform
 			MigrationByNode: byNode},
 		dsw:         state.NewDesired(),
 		asw:         state.NewActual(),
-		status:      nodestatus.NewBook(),
 		podRec:      state.NewPods(),
 		names:       state.NewNames(),
 		timing:      newOpTimes(),
@@ -197,11 +205,12 @@ func New(cfg Config, client kubernetes.Interface, factory informers.SharedInform
 	}
 	core, storage := factory.Core().V1(), factory.Storage().V1()
 	c.pods = core.Pods().Informer()
+	c.podStore = podStore{indexer: c.pods.GetIndexer()}
 	c.pvs = core.PersistentVolumes().Informer()
 	nodes, pvcs := core.Nodes().Informer(), core.PersistentVolumeClaims().Informer()
 	drivers, vas := storage.CSIDrivers().Informer(), storage.VolumeAttachments().Informer()
 	csiNodes := storage.CSINodes().Informer()
-	// No Pod lister: the Pod informer holds cachedPods (getPod, listPods).
+	// No Pod lister: the Pod informer holds cachedPods (podStore).
 	c.nodeLister, c.pvcLister = core.Nodes().Lister(), core.PersistentVolumeClaims().Lister()
 	c.pvLister, c.drvLister = core.PersistentVolumes().Lister(), storage.CSIDrivers().Lister()
 	c.vaCache = kube.NewOverlaidStore(vas.GetStore(), kube.Typed[*storagev1.VolumeAttachment])
@@ -241,6 +250,7 @@ func New(cfg Config, client kubernetes.Interface, factory informers.SharedInform
 		return runner.Options{
 			Name: name, Workers: workers, Clock: cfg.Clock,
 			RetryIntervalStart: cfg.RetryIntervalStart, RetryIntervalMax: cfg.RetryIntervalMax,
+			MetricsProvider: cfg.QueueMetrics,
 		}
 	}
 	c.wake = &wake{
@@ -251,7 +261,7 @@ func New(cfg Config, client kubernetes.Interface, factory informers.SharedInform
 		dsw:             c.dsw,
 		asw:             c.asw,
 		names:           c.names,
-		podIndex:        c.pods.GetIndexer(),
+		podStore:        c.podStore,
 		pvIndex:         c.pvs.GetIndexer(),
 		migrationByNode: byNode,
 		// Every key woken before the rebuild ends (by the informers'
@@ -286,6 +296,7 @@ func (c *Controller) Run(ctx context.Context) error {
 	if !cache.WaitForNamedCacheSync("attachdetach-controller", ctx.Done(), c.synced...) {
 		return fmt.Errorf("attachdetach-controller: caches did not sync: %w", ctx.Err())
 	}
+	c.handlerLogger = logger
 	c.coexist.prime(logger)
 	c.rebuild(ctx)
 	logger.Info("Attach/detach controller started", "workers", c.cfg.Workers,

@@ -181,19 +181,17 @@ func (c *Controller) nodeChanged(oldObj, obj any) {
 // nodeCameBack notes the Pods on node that must be recorded again before
 // anything on it is detached.
 func (c *Controller) nodeCameBack(node string) {
-	objs, err := c.pods.GetIndexer().ByIndex(podByNodeIndex, node)
+	pods, err := c.podStore.byIndex(podByNodeIndex, node)
 	if err != nil {
 		return
 	}
-	keys := make([]string, 0, len(objs))
-	for _, obj := range objs {
-		if pod := asCachedPod(obj); pod != nil {
-			keys = append(keys, state.PodKey(pod.namespace, pod.name))
-		}
+	keys := make([]string, 0, len(pods))
+	for _, pod := range pods {
+		keys = append(keys, state.PodKey(pod.namespace, pod.name))
 	}
 	c.returning.start(node, keys)
 	if len(keys) > 0 {
-		klog.Background().Info("Node came back; its volumes are not detached until its Pods are recorded again", "node", klog.KRef("", node), "pods", len(keys))
+		c.handlerLogger.Info("Node came back; its volumes are not detached until its Pods are recorded again", "node", klog.KRef("", node), "pods", len(keys))
 	}
 }
 

@@ -7,7 +7,6 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/component-base/metrics"
-	"k8s.io/component-base/metrics/legacyregistry"
 	"k8s.io/utils/clock"
 
 	"github.com/latchcsi/latch/internal/attachdetach/state"
@@ -142,22 +141,12 @@ func (b bothCounters) Inc() {
 	b[1].Inc()
 }
 
-// Registry is where metrics go: a metrics.KubeRegistry, or
-// LegacyRegistry for component-base's global one.
+// Registry is where metrics go: a metrics.KubeRegistry of the rig, or
+// the binary's adapter of component-base's global registry. This package
+// registers nothing anywhere by itself.
 type Registry interface {
 	MustRegister(...metrics.Registerable)
 	CustomMustRegister(...metrics.StableCollector)
-}
-
-// LegacyRegistry adapts component-base's legacyregistry to Registry.
-type LegacyRegistry struct{}
-
-// MustRegister calls legacyregistry.MustRegister.
-func (LegacyRegistry) MustRegister(ms ...metrics.Registerable) { legacyregistry.MustRegister(ms...) }
-
-// CustomMustRegister calls legacyregistry.CustomMustRegister.
-func (LegacyRegistry) CustomMustRegister(cs ...metrics.StableCollector) {
-	legacyregistry.CustomMustRegister(cs...)
 }
 
 // Register registers the metrics with r.

@@ -18,11 +18,12 @@ import (
 // struct is 1,192: PodSpec 568, PodStatus 360, ObjectMeta 232), and there
 // is one Pod per volume; this record is 144 bytes before its volumes.
 //
-// Like the attacher's placeholders it is not a runtime.Object: client-go's
-// key function and store read its name, namespace and resourceVersion
-// through GetObjectMeta, and nothing else reads the Pod informer's store
-// but this package (no generated lister: it would panic on this type).
-// Nothing in it may be written once it is in the store.
+// It is not a runtime.Object: client-go's key function and store read its
+// name, namespace and resourceVersion through GetObjectMeta. The store is
+// read only through podStore, whose typed accessors are the one place that
+// knows what it holds: nothing gets the informer's indexer to read *v1.Pods
+// from it (a generated lister would panic on this type). Nothing in it may
+// be written once it is in the store.
 type cachedPod struct {
 	namespace, name string
 	uid             types.UID
@@ -106,19 +107,32 @@ func scheduledAt(pod *v1.Pod) time.Time {
 	return pod.CreationTimestamp.Time
 }
 
-// getPod reads Pod "namespace/name" from the informer's store; nil when
-// it is not there.
-func (c *Controller) getPod(key string) (*cachedPod, error) {
-	obj, exists, err := c.pods.GetIndexer().GetByKey(key)
+// podStore is the Pod informer's store read as what it holds: typed
+// accessors for cachedPods. It is the only reader of that store.
+type podStore struct{ indexer cache.Indexer }
+
+// get reads Pod "namespace/name"; nil when it is not there.
+func (s podStore) get(key string) (*cachedPod, error) {
+	obj, exists, err := s.indexer.GetByKey(key)
 	if err != nil || !exists {
 		return nil, err
 	}
 	return asCachedPod(obj), nil
 }
 
-// listPods lists every Pod of the informer's store.
-func (c *Controller) listPods() []*cachedPod {
-	objs := c.pods.GetIndexer().List()
+// list lists every Pod.
+func (s podStore) list() []*cachedPod { return cachedPods(s.indexer.List()) }
+
+// byIndex lists the Pods the index (indexes.go) files under value.
+func (s podStore) byIndex(index, value string) ([]*cachedPod, error) {
+	objs, err := s.indexer.ByIndex(index, value)
+	if err != nil {
+		return nil, err
+	}
+	return cachedPods(objs), nil
+}
+
+func cachedPods(objs []any) []*cachedPod {
 	out := make([]*cachedPod, 0, len(objs))
 	for _, obj := range objs {
 		if p := asCachedPod(obj); p != nil {
@@ -127,6 +141,13 @@ func (c *Controller) listPods() []*cachedPod {
 	}
 	return out
 }
+
+// getPod reads Pod "namespace/name" from the informer's store; nil when
+// it is not there.
+func (c *Controller) getPod(key string) (*cachedPod, error) { return c.podStore.get(key) }
+
+// listPods lists every Pod of the informer's store.
+func (c *Controller) listPods() []*cachedPod { return c.podStore.list() }
 
 // asCachedPod is obj as the Pod informer's store holds it; a *v1.Pod that
 // did not go through the transform (a store filled by hand) is trimmed.

@@ -32,7 +32,7 @@ type ServeConfig struct {
 	// kubelet's probes while HTTP stays on loopback.
 	HealthAddress string
 	// Registry receives the controller's metrics and queue backlog
-	// collectors: LegacyRegistry{} in the binary (HTTP serves the legacy
+	// collectors: the global registry in the binary (HTTP serves the legacy
 	// registry), a private metrics.KubeRegistry in tests, since a registry
 	// refuses a second registration of the same metric.
 	Registry Registry

@@ -61,6 +61,11 @@ func (c *Controller) syncKey(ctx context.Context, key state.Key) (runner.Result,
 	in.Config = c.decide
 	in.Now = c.clock.Now()
 	in.Listing = c.nodeListing(key, node)
+	var informerList []v1.AttachedVolume
+	if node != nil {
+		informerList = node.Status.VolumesAttached
+	}
+	in.NodeStatusMayList = c.asw.NodeStatusMayList(key.Node, key.Volume, informerList)
 	in.AttachWaitSince = c.attachWaits.since(key)
 	plan := decide.Decide(in)
 	if n := c.attachWaits.record(plan, in.Now); n > 0 {
@@ -110,13 +115,7 @@ func (c *Controller) forgetNameIfUnused(name string, key state.Key) {
 // the decision saw (nil when absent).
 func (c *Controller) execute(ctx context.Context, plan decide.Plan, va *storagev1.VolumeAttachment) (runner.Result, error) {
 	key := plan.Key
-	changed := false
-	listed := c.status.ApplyAndCheck(key.Node, key.Volume, func() {
-		if plan.Actual != nil {
-			changed = c.asw.Apply(key, *plan.Actual)
-		}
-	}, func() []v1.AttachedVolume { return c.nodeVolumesAttached(key.Node) })
-	plan = decide.GateDetach(plan, listed)
+	changed := plan.Actual != nil && c.asw.Apply(key, *plan.Actual)
 	c.wake.Plan(plan, changed)
 
 	var result runner.Result
@@ -144,14 +143,6 @@ func (c *Controller) execute(ctx context.Context, plan decide.Plan, va *storagev
 	}
 	c.emit(plan.Events)
 	return result, nil
-}
-
-func (c *Controller) nodeVolumesAttached(name string) []v1.AttachedVolume {
-	node, err := c.nodeLister.Get(name)
-	if err != nil {
-		return nil
-	}
-	return node.Status.VolumesAttached
 }
 
 func (c *Controller) createVA(ctx context.Context, plan decide.Plan) error {
@@ -277,7 +268,7 @@ func (c *Controller) nodeListing(key state.Key, node *v1.Node) *decide.NodeListi
 	return &decide.NodeListing{
 		InUse:    slices.Contains(node.Status.VolumesInUse, key.Volume),
 		Attached: slices.ContainsFunc(node.Status.VolumesAttached, func(av v1.AttachedVolume) bool { return av.Name == key.Volume }),
-		Written:  c.status.MayBeListed(key.Node, key.Volume),
+		Written:  c.asw.NodeStatusWritten(key.Node, key.Volume),
 	}
 }
 

@@ -57,8 +57,9 @@ type wake struct {
 	dsw   *state.Desired
 	asw   *state.Actual
 	names *state.Names
-	// podIndex and pvIndex are the informer indexers (see indexes.go).
-	podIndex, pvIndex cache.Indexer
+	// podStore and pvIndex read the informers' indexes (indexes.go).
+	podStore podStore
+	pvIndex  cache.Indexer
 	// migrationByNode is decide.Config.MigrationByNode.
 	migrationByNode map[string]bool
 
@@ -148,14 +149,12 @@ func (w *wake) releaseHeld() {
 // changed CSIDriver (podByInlineDriverIndex), or sit on a node that just
 // became managed (podByNodeIndex).
 func (w *wake) PodsBy(index, value string) {
-	objs, err := w.podIndex.ByIndex(index, value)
+	pods, err := w.podStore.byIndex(index, value)
 	if err != nil {
 		return
 	}
-	for _, obj := range objs {
-		if pod, ok := obj.(*cachedPod); ok {
-			w.Pod(pod.namespace, pod.name)
-		}
+	for _, pod := range pods {
+		w.Pod(pod.namespace, pod.name)
 	}
 }
 
@@ -302,7 +301,7 @@ func (w *wake) migrationKeys(node string) []state.Key {
 // actual state change applied, every key of the volume (other nodes
 // decide on this one) and the node status (it follows
 // ReportedInNodeStatus); the node status alone for a detach held back by
-// decide.GateDetach.
+// Decide (KindWaitForNodeStatus).
 func (w *wake) Plan(p decide.Plan, applied bool) {
 	wk := p.Wakes(applied)
 	if wk.Volume {

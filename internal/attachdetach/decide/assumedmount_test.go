@@ -77,36 +77,50 @@ func TestDecide_assumedMount(t *testing.T) {
 	}
 }
 
-// TestGateDetach covers the rule that a VolumeAttachment is deleted only
-// once the node's status.volumesAttached no longer lists its volume.
-func TestGateDetach(t *testing.T) {
-	detach := decide.Plan{Kind: decide.KindDetach, Key: keyOn(nodeA), Why: "volume is no longer wanted on the node",
-		Actual: upd(state.StateDetaching, false, t0, nil), Detach: &decide.Detach{Name: vaName, Reason: decide.DetachUnmounted, NodeStatusFirst: true}}
-	create := decide.Plan{Kind: decide.KindCreate, Key: keyOn(nodeA), Create: rwo.VolumeAttachment(nodeA)}
+// TestDetachWaitsForNodeStatus covers the rule that a VolumeAttachment
+// is deleted only once the node's status.volumesAttached no longer lists
+// its volume.
+func TestDetachWaitsForNodeStatus(t *testing.T) {
+	unlisted := decide.Input{Key: keyOn(nodeA), Actual: requested(entry(state.StateDetaching, false, false), t0), Node: ready, VA: vaAttached,
+		Config: decide.DefaultConfig(), Now: t0}
+	listed := unlisted
+	listed.NodeStatusMayList = true
+	reported := unlisted
+	reported.Actual = requested(entry(state.StateAttached, true, false), t0)
+	wantCreate := decide.Input{Key: keyOn(nodeA), Wanted: wants(rwo, podA), Node: ready, Config: decide.DefaultConfig(), Now: t0, NodeStatusMayList: true}
 	tests := []struct {
-		name   string
-		plan   decide.Plan
-		listed bool
-		want   decide.Plan
+		name string
+		in   decide.Input
+		want decide.Plan
 	}{
 		{
 			name: "detach, node status still lists the volume → no delete, wake the node status updater",
-			plan: detach, listed: true,
+			in:   listed,
 			want: decide.Plan{Kind: decide.KindWaitForNodeStatus, Key: keyOn(nodeA), Why: "waiting for the node status to drop the volume before detaching",
-				Actual: detach.Actual, WakeNodeStatus: true},
+				WakeNodeStatus: true},
+		},
+		{
+			name: "detach, volume still reported by the actual state → out of the node status first, no delete",
+			in:   reported,
+			want: decide.Plan{Kind: decide.KindWaitForNodeStatus, Key: keyOn(nodeA), Why: "waiting for the node status to drop the volume before detaching",
+				Actual: upd(state.StateDetaching, false, t0, nil), WakeNodeStatus: true},
 		},
 		{
 			name: "detach, volume off the list → delete the VolumeAttachment",
-			plan: detach, listed: false, want: detach,
+			in:   unlisted,
+			want: decide.Plan{Kind: decide.KindDetach, Key: keyOn(nodeA), Why: "volume is no longer wanted on the node",
+				Detach: &decide.Detach{Name: vaName, Reason: decide.DetachUnmounted}},
 		},
 		{
 			name: "create while the volume is listed → untouched, only detaches wait",
-			plan: create, listed: true, want: create,
+			in:   wantCreate,
+			want: decide.Plan{Kind: decide.KindCreate, Key: keyOn(nodeA), Why: "volume is wanted and has no VolumeAttachment",
+				Create: rwo.VolumeAttachment(nodeA), Actual: &state.Update{State: state.StateAttaching, Spec: &rwo}},
 		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if diff := cmp.Diff(tt.want, decide.GateDetach(tt.plan, tt.listed)); diff != "" {
+			if diff := cmp.Diff(tt.want, decide.Decide(tt.in)); diff != "" {
 				t.Errorf("plan (-want +got):\n%s", diff)
 			}
 		})
@@ -116,8 +130,8 @@ func TestGateDetach(t *testing.T) {
 // FuzzNodeListing checks the invariants of the two node-status rules on
 // random inputs: a Listing that lists the volume anywhere never changes
 // the decision; an empty one decides exactly as an entry not mounted
-// would (only for entries never reported and not wanted); GateDetach
-// never lets a detach through while the volume is listed, and changes
+// would (only for entries never reported and not wanted); a node status
+// that may list the volume never lets a detach through, and changes
 // nothing else.
 func FuzzNodeListing(f *testing.F) {
 	f.Add([]byte{0, 0, 0, 1, 1, 0, 0, 0, 0, 0, 0, 0, 2, 0, 1}, byte(0))
@@ -143,16 +157,19 @@ func FuzzNodeListing(f *testing.F) {
 			t.Fatalf("listing %+v: got %v, want %v", *listing, p.Kind, want.Kind)
 		}
 		checkInvariants(t, ref, p)
-		for _, gated := range []bool{false, true} {
-			g := decide.GateDetach(p, gated)
-			switch {
-			case gated && p.Kind == decide.KindDetach:
-				if g.Kind != decide.KindWaitForNodeStatus || g.Detach != nil || g.Events != nil || !g.WakeNodeStatus || g.Actual != p.Actual {
-					t.Fatalf("gated detach %+v", g)
-				}
-			case !reflect.DeepEqual(g, p):
-				t.Fatalf("GateDetach changed a %v plan (listed %v)", p.Kind, gated)
+		// The same input with the node status listing the volume: a
+		// detach waits for the node status, with the same actual state
+		// change; every other plan stays as it is.
+		gatedIn := in
+		gatedIn.NodeStatusMayList = true
+		g := decide.Decide(gatedIn)
+		switch {
+		case p.Kind == decide.KindDetach:
+			if g.Kind != decide.KindWaitForNodeStatus || g.Detach != nil || g.Events != nil || !g.WakeNodeStatus || !reflect.DeepEqual(g.Actual, p.Actual) {
+				t.Fatalf("detach while listed %+v", g)
 			}
+		case !reflect.DeepEqual(g, p):
+			t.Fatalf("the node status listing changed a %v plan into %v", p.Kind, g.Kind)
 		}
 	})
 }

@@ -28,7 +28,9 @@ import (
 //     taint, or is not Ready and MaxWaitForUnmount has passed since the
 //     detach was first wanted (unless force detach is disabled). The
 //     volume leaves the node's volumesAttached before the VolumeAttachment
-//     is deleted.
+//     is deleted: while the actual state reports it there, or the node's
+//     status may still list it (Input.NodeStatusMayList), the detach
+//     waits for the node status (KindWaitForNodeStatus).
 //   - An entry assumed mounted that the kubelet cannot have mounted (see
 //     correctAssumedMount) counts as unmounted.
 func Decide(in Input) Plan {
@@ -328,10 +330,17 @@ func decideUnwanted(in Input) Plan {
 		p.Kind, p.Why = KindNothing, "cannot derive the VolumeAttachment name: "+err.Error()
 		return p
 	}
-	nodeStatusFirst := in.Actual != nil && in.Actual.ReportedInNodeStatus
 	u.State, u.ReportedInNodeStatus = state.StateDetaching, false
-	p.Kind, p.Why = KindDetach, "volume is no longer wanted on the node"
 	p.Actual = changed(in, u)
-	p.Detach = &Detach{Name: name, Reason: reason, NodeStatusFirst: nodeStatusFirst}
+	if in.Actual != nil && in.Actual.ReportedInNodeStatus || in.NodeStatusMayList {
+		// The kubelet may still see the volume as attached: it leaves
+		// the node's volumesAttached first (Actual stops reporting it;
+		// the node status updater writes the list and wakes the key).
+		p.Kind, p.Why = KindWaitForNodeStatus, "waiting for the node status to drop the volume before detaching"
+		p.WakeNodeStatus = true
+		return p
+	}
+	p.Kind, p.Why = KindDetach, "volume is no longer wanted on the node"
+	p.Detach = &Detach{Name: name, Reason: reason}
 	return p
 }

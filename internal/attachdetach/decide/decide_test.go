@@ -92,6 +92,10 @@ type planCase struct {
 	name string
 	in   decide.Input
 	want decide.Plan
+	// then, when set, is the plan of the next pass: want.Actual applied
+	// to the entry and the node status written without the volume (a
+	// detach held back for the node status goes ahead then).
+	then *decide.Plan
 }
 
 // checkPlans runs Decide on each case's input, completed by fill, and
@@ -112,6 +116,19 @@ func checkPlans(t *testing.T, cases []planCase, fill func(*decide.Input)) {
 			}
 			if diff := cmp.Diff(tc.want, got, cmpopts.IgnoreFields(decide.Plan{}, "Key", "Why"), cmpopts.EquateEmpty()); diff != "" {
 				t.Errorf("plan mismatch (-want +got):\n%s", diff)
+			}
+			if tc.then == nil {
+				return
+			}
+			next := in
+			if u := got.Actual; u != nil && in.Actual != nil {
+				a := *in.Actual
+				a.State, a.ReportedInNodeStatus, a.DetachRequestedAt = u.State, u.ReportedInNodeStatus, u.DetachRequestedAt
+				next.Actual = &a
+			}
+			next.NodeStatusMayList = false
+			if diff := cmp.Diff(*tc.then, decide.Decide(next), cmpopts.IgnoreFields(decide.Plan{}, "Key", "Why"), cmpopts.EquateEmpty()); diff != "" {
+				t.Errorf("next pass, node status written: plan mismatch (-want +got):\n%s", diff)
 			}
 		})
 	}
@@ -276,14 +293,20 @@ func TestDecide(t *testing.T) {
 		{
 			name: "pod deleted, node no longer uses the volume → out of node status first, then delete the VA",
 			in:   decide.Input{Actual: entry(state.StateAttached, true, false), Node: ready, VA: vaAttached},
-			want: decide.Plan{Kind: decide.KindDetach, Actual: upd(state.StateDetaching, false, t0, nil),
-				Detach: &decide.Detach{Name: vaName, Reason: decide.DetachUnmounted, NodeStatusFirst: true}},
+			want: decide.Plan{Kind: decide.KindWaitForNodeStatus, Actual: upd(state.StateDetaching, false, t0, nil), WakeNodeStatus: true},
+			then: &decide.Plan{Kind: decide.KindDetach, Detach: &decide.Detach{Name: vaName, Reason: decide.DetachUnmounted}},
 		},
 		{
 			name: "uncertain attach (VA exists, not attached, not wanted) → detach without node status write",
 			in:   decide.Input{Actual: entry(state.StateUncertain, false, false), Node: ready, VA: vaPending},
 			want: decide.Plan{Kind: decide.KindDetach, Actual: upd(state.StateDetaching, false, t0, nil),
 				Detach: &decide.Detach{Name: vaName, Reason: decide.DetachUnmounted}},
+		},
+		{
+			name: "detaching, no longer reported, but the node status may still list the volume (a write in flight) → wait for the node status",
+			in:   decide.Input{Actual: requested(entry(state.StateDetaching, false, false), t0.Add(-time.Second)), Node: ready, VA: vaAttached, NodeStatusMayList: true},
+			want: decide.Plan{Kind: decide.KindWaitForNodeStatus, WakeNodeStatus: true},
+			then: &decide.Plan{Kind: decide.KindDetach, Detach: &decide.Detach{Name: vaName, Reason: decide.DetachUnmounted}},
 		},
 		{
 			name: "VolumeAttachment unknown to the ASW and not wanted → recorded uncertain (assumed mounted), wait",
@@ -303,14 +326,14 @@ func TestDecide(t *testing.T) {
 		{
 			name: "NotReady node and the unmount timeout elapsed → forced detach, reason timeout",
 			in:   decide.Input{Actual: requested(entry(state.StateAttached, true, true), t0.Add(-7*time.Minute)), Node: notReady, VA: vaAttached},
-			want: decide.Plan{Kind: decide.KindDetach, Actual: upd(state.StateDetaching, false, t0.Add(-7*time.Minute), nil),
-				Detach: &decide.Detach{Name: vaName, Reason: decide.DetachForcedTimeout, NodeStatusFirst: true}},
+			want: decide.Plan{Kind: decide.KindWaitForNodeStatus, Actual: upd(state.StateDetaching, false, t0.Add(-7*time.Minute), nil), WakeNodeStatus: true},
+			then: &decide.Plan{Kind: decide.KindDetach, Detach: &decide.Detach{Name: vaName, Reason: decide.DetachForcedTimeout}},
 		},
 		{
 			name: "NotReady node, timer fires exactly at the deadline → forced detach",
 			in:   decide.Input{Actual: requested(entry(state.StateAttached, true, true), t0.Add(-6*time.Minute)), Node: notReady, VA: vaAttached},
-			want: decide.Plan{Kind: decide.KindDetach, Actual: upd(state.StateDetaching, false, t0.Add(-6*time.Minute), nil),
-				Detach: &decide.Detach{Name: vaName, Reason: decide.DetachForcedTimeout, NodeStatusFirst: true}},
+			want: decide.Plan{Kind: decide.KindWaitForNodeStatus, Actual: upd(state.StateDetaching, false, t0.Add(-6*time.Minute), nil), WakeNodeStatus: true},
+			then: &decide.Plan{Kind: decide.KindDetach, Detach: &decide.Detach{Name: vaName, Reason: decide.DetachForcedTimeout}},
 		},
 		{
 			name: "Ready node keeps the volume in use past the timeout → no forced detach",
@@ -326,22 +349,22 @@ func TestDecide(t *testing.T) {
 			name: "out-of-service taint → immediate detach though mounted and Ready",
 			in: decide.Input{Actual: entry(state.StateAttached, true, true), VA: vaAttached,
 				Node: decide.NodeFacts{Exists: true, Managed: true, Ready: true, OutOfService: true}},
-			want: decide.Plan{Kind: decide.KindDetach, Actual: upd(state.StateDetaching, false, t0, nil),
-				Detach: &decide.Detach{Name: vaName, Reason: decide.DetachOutOfService, NodeStatusFirst: true}},
+			want: decide.Plan{Kind: decide.KindWaitForNodeStatus, Actual: upd(state.StateDetaching, false, t0, nil), WakeNodeStatus: true},
+			then: &decide.Plan{Kind: decide.KindDetach, Detach: &decide.Detach{Name: vaName, Reason: decide.DetachOutOfService}},
 		},
 		{
 			name: "out-of-service taint with force detach on timeout disabled → still immediate",
 			in: decide.Input{Actual: entry(state.StateAttached, true, true), VA: vaAttached, Config: noForce,
 				Node: decide.NodeFacts{Exists: true, Managed: true, OutOfService: true}},
-			want: decide.Plan{Kind: decide.KindDetach, Actual: upd(state.StateDetaching, false, t0, nil),
-				Detach: &decide.Detach{Name: vaName, Reason: decide.DetachOutOfService, NodeStatusFirst: true}},
+			want: decide.Plan{Kind: decide.KindWaitForNodeStatus, Actual: upd(state.StateDetaching, false, t0, nil), WakeNodeStatus: true},
+			then: &decide.Plan{Kind: decide.KindDetach, Detach: &decide.Detach{Name: vaName, Reason: decide.DetachOutOfService}},
 		},
 		{
 			name: "out-of-service taint on a NotReady node past the timeout → reason timeout (upstream's precedence)",
 			in: decide.Input{Actual: requested(entry(state.StateAttached, true, true), t0.Add(-time.Hour)), VA: vaAttached,
 				Node: decide.NodeFacts{Exists: true, Managed: true, OutOfService: true}},
-			want: decide.Plan{Kind: decide.KindDetach, Actual: upd(state.StateDetaching, false, t0.Add(-time.Hour), nil),
-				Detach: &decide.Detach{Name: vaName, Reason: decide.DetachForcedTimeout, NodeStatusFirst: true}},
+			want: decide.Plan{Kind: decide.KindWaitForNodeStatus, Actual: upd(state.StateDetaching, false, t0.Add(-time.Hour), nil), WakeNodeStatus: true},
+			then: &decide.Plan{Kind: decide.KindDetach, Detach: &decide.Detach{Name: vaName, Reason: decide.DetachForcedTimeout}},
 		},
 		{
 			name: "node came back (re-created), its Pods not all recorded again, volume not in its volumesInUse → wait, no timer",
@@ -358,14 +381,14 @@ func TestDecide(t *testing.T) {
 		{
 			name: "node deleted, volume not in its last volumesInUse → detach",
 			in:   decide.Input{Actual: entry(state.StateAttached, true, false), Node: gone, VA: vaAttached},
-			want: decide.Plan{Kind: decide.KindDetach, Actual: upd(state.StateDetaching, false, t0, nil),
-				Detach: &decide.Detach{Name: vaName, Reason: decide.DetachUnmounted, NodeStatusFirst: true}},
+			want: decide.Plan{Kind: decide.KindWaitForNodeStatus, Actual: upd(state.StateDetaching, false, t0, nil), WakeNodeStatus: true},
+			then: &decide.Plan{Kind: decide.KindDetach, Detach: &decide.Detach{Name: vaName, Reason: decide.DetachUnmounted}},
 		},
 		{
 			name: "node deleted while pods still want the volume there → detach anyway",
 			in:   decide.Input{Wanted: wants(rwo, podA), Actual: entry(state.StateAttached, true, false), Node: gone, VA: vaAttached},
-			want: decide.Plan{Kind: decide.KindDetach, Actual: upd(state.StateDetaching, false, t0, nil),
-				Detach: &decide.Detach{Name: vaName, Reason: decide.DetachUnmounted, NodeStatusFirst: true}},
+			want: decide.Plan{Kind: decide.KindWaitForNodeStatus, Actual: upd(state.StateDetaching, false, t0, nil), WakeNodeStatus: true},
+			then: &decide.Plan{Kind: decide.KindDetach, Detach: &decide.Detach{Name: vaName, Reason: decide.DetachUnmounted}},
 		},
 		{
 			name: "node deleted, volume in its last volumesInUse → wait for the unmount timeout",
@@ -375,8 +398,8 @@ func TestDecide(t *testing.T) {
 		{
 			name: "node deleted, volume in its last volumesInUse, timeout elapsed → forced detach",
 			in:   decide.Input{Actual: requested(entry(state.StateAttached, true, true), t0.Add(-6*time.Minute)), Node: gone, VA: vaAttached},
-			want: decide.Plan{Kind: decide.KindDetach, Actual: upd(state.StateDetaching, false, t0.Add(-6*time.Minute), nil),
-				Detach: &decide.Detach{Name: vaName, Reason: decide.DetachForcedTimeout, NodeStatusFirst: true}},
+			want: decide.Plan{Kind: decide.KindWaitForNodeStatus, Actual: upd(state.StateDetaching, false, t0.Add(-6*time.Minute), nil), WakeNodeStatus: true},
+			then: &decide.Plan{Kind: decide.KindDetach, Detach: &decide.Detach{Name: vaName, Reason: decide.DetachForcedTimeout}},
 		},
 		{
 			name: "VolumeAttachment being deleted, not wanted → wait for csi-attacher",

@@ -242,8 +242,8 @@ func checkInvariants(t *testing.T, in decide.Input, p decide.Plan) {
 				t.Fatalf("detach of a mounted volume with reason %q", p.Detach.Reason)
 			}
 		}
-		if p.Detach.NodeStatusFirst != (in.Actual != nil && in.Actual.ReportedInNodeStatus) {
-			t.Fatalf("NodeStatusFirst = %v with %+v", p.Detach.NodeStatusFirst, in.Actual)
+		if in.Actual != nil && in.Actual.ReportedInNodeStatus || in.NodeStatusMayList {
+			t.Fatalf("detach while the node status may list the volume: entry %+v, listed %v", in.Actual, in.NodeStatusMayList)
 		}
 		if p.Actual == nil && in.Actual.ReportedInNodeStatus {
 			t.Fatal("detach keeps the volume in node status")

@@ -152,8 +152,16 @@ type Input struct {
 	// the Node does not exist or was not read. Only the correction of an
 	// assumed mount looks at it (see correctAssumedMount).
 	Listing *NodeListing
-	Config  Config
-	Now     time.Time
+	// NodeStatusMayList: the Node's status.volumesAttached on the API
+	// server may still list the volume: the controller's last successful
+	// write of it lists the volume, or a write in flight does, or, before
+	// the first write of this process, the informer's Node does. False
+	// once the Node is known gone. state.Actual.NodeStatusMayList gives
+	// it; together with the entry's ReportedInNodeStatus it holds a detach
+	// back until the kubelet can no longer see the volume as attached.
+	NodeStatusMayList bool
+	Config            Config
+	Now               time.Time
 	// AttachWaitSince is when the wait for the attacher to attach the
 	// key's VolumeAttachment started (the create, the first pass that saw
 	// it unattached, or the last attach error); zero: it starts now. The

@@ -137,8 +137,8 @@ func TestDecide_migrationByNode(t *testing.T) {
 		{
 			name: "gate on, not migrated, no pod wants the volume any more → detached as usual",
 			in:   decide.Input{Actual: entry(state.StateAttached, true, false), Node: ready, CSINode: unlisted, Config: gated, VA: vaAttached},
-			want: decide.Plan{Kind: decide.KindDetach, Actual: upd(state.StateDetaching, false, t0, nil),
-				Detach: &decide.Detach{Name: vaName, Reason: decide.DetachUnmounted, NodeStatusFirst: true}},
+			want: decide.Plan{Kind: decide.KindWaitForNodeStatus, Actual: upd(state.StateDetaching, false, t0, nil), WakeNodeStatus: true},
+			then: &decide.Plan{Kind: decide.KindDetach, Detach: &decide.Detach{Name: vaName, Reason: decide.DetachUnmounted}},
 		},
 		{
 			name: "gate on, not migrated, node not controller-managed → nothing, no event",

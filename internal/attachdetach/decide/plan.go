@@ -34,9 +34,10 @@ const (
 	// Multi-Attach error, each once per Pod, see Event.DedupeKey) and
 	// wait.
 	KindConflict
-	// KindDetach: first write the node's status.volumesAttached without
-	// the volume (when Detach.NodeStatusFirst), then delete the
-	// VolumeAttachment Detach.Name. NotFound counts as success.
+	// KindDetach: delete the VolumeAttachment Detach.Name. NotFound
+	// counts as success. Decide returns it only once the node's
+	// status.volumesAttached cannot list the volume any more (see
+	// KindWaitForNodeStatus).
 	KindDetach
 	// KindForget: the VolumeAttachment is gone; Plan.Actual removes the
 	// entry (and with it the node status line, written asynchronously).
@@ -46,11 +47,13 @@ const (
 	// list that plugin as migrated; emit Plan.Events (each once) and wait.
 	// A change of the node's CSINode wakes the key.
 	KindNodeNotMigrated
-	// KindWaitForNodeStatus: a KindDetach that GateDetach held back
-	// because the node's status.volumesAttached may still list the
-	// volume. Decide never returns it. Nothing is deleted and no event is
-	// emitted; WakeNodeStatus is set, and the node status updater wakes
-	// the key once the list is written without the volume.
+	// KindWaitForNodeStatus: the volume is to be detached, but the
+	// kubelet may still see it attached: the actual state reports it in
+	// the node's status.volumesAttached, or the node's status may still
+	// list it (Input.NodeStatusMayList). Plan.Actual stops reporting it;
+	// nothing is deleted and no event is emitted; WakeNodeStatus is set,
+	// and the node status updater wakes the key once the list is written
+	// without the volume.
 	KindWaitForNodeStatus
 )
 
@@ -86,12 +89,6 @@ type Detach struct {
 	// Name of the VolumeAttachment to delete.
 	Name   string
 	Reason DetachReason
-	// NodeStatusFirst: the volume was in the node's volumesAttached; the
-	// executor must have written the node status without it (ASW already
-	// updated by Plan.Actual) before deleting the VolumeAttachment, so the
-	// kubelet never starts a mount of a volume being detached. If that
-	// write fails, do not delete: return an error and retry.
-	NodeStatusFirst bool
 }
 
 // Event is a Kubernetes event to record on a pod.
@@ -134,7 +131,7 @@ type Plan struct {
 	AttachWaiting  bool
 	AttachTimeouts int
 	// WakeNodeStatus asks the executor to wake the node status updater
-	// of Key.Node even if Actual changes nothing (set by GateDetach).
+	// of Key.Node even if Actual changes nothing (KindWaitForNodeStatus).
 	WakeNodeStatus bool
 }
 

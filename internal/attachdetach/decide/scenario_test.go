@@ -15,10 +15,13 @@ import (
 	"github.com/latchcsi/latch/internal/attachdetach/volume"
 )
 
-// world is a minimal stand-in for the executor and the API server: it
-// applies plans to the real state caches and records the ordered API
-// writes and events, so multi-step stories can be told with the real
-// Decide. csi-attacher is played by the test (attach, finishDetach).
+// world is a minimal stand-in for the API server and the controller's
+// I/O: it applies plans to the real state caches (the actual state's node
+// lists included, which give Decide its NodeStatusMayList as they do in
+// the controller) and records the ordered API writes and events, so
+// multi-step stories can be told with the real Decide. Every rule of a
+// pass is Decide's; the world only carries the plan out. csi-attacher is
+// played by the test (attach, finishDetach).
 type world struct {
 	t      *testing.T
 	dsw    *state.Desired
@@ -92,6 +95,7 @@ func (w *world) step(k state.Key) bool {
 	}
 	in.Config = decide.DefaultConfig()
 	in.Now = w.now
+	in.NodeStatusMayList = w.asw.NodeStatusMayList(k.Node, k.Volume, w.status[k.Node])
 	p := decide.Decide(in)
 	changed := false
 	if p.Actual != nil {
@@ -105,9 +109,6 @@ func (w *world) step(k state.Key) bool {
 			changed = true
 		}
 	case decide.KindDetach:
-		if p.Detach.NodeStatusFirst {
-			w.writeNodeStatus(k.Node)
-		}
 		if va := w.vas[p.Detach.Name]; va != nil && !va.Deleting {
 			va.Deleting = true
 			w.writes = append(w.writes, fmt.Sprintf("delete VA on %s (%s)", k.Node, p.Detach.Reason))
@@ -119,19 +120,23 @@ func (w *world) step(k state.Key) bool {
 			w.events = append(w.events, e.Pod.Name+": "+e.Message)
 		}
 	}
-	// The node status updater runs after every pass, batched per node.
+	// The node status updater runs after every pass, batched per node;
+	// a write wakes the keys waiting for it.
 	for n := range w.nodes {
-		w.writeNodeStatus(n)
+		changed = w.writeNodeStatus(n) || changed
 	}
 	return changed
 }
 
-func (w *world) writeNodeStatus(node string) {
+func (w *world) writeNodeStatus(node string) bool {
 	cur := &v1.Node{Status: v1.NodeStatus{VolumesAttached: w.status[node]}}
-	if want, needed := nodestatus.ForNode(cur, w.asw.ForNode(node)); needed {
+	want, needed := nodestatus.ForNode(cur, w.asw.BeginNodeStatusWrite(node))
+	if needed {
 		w.status[node] = want
 		w.writes = append(w.writes, fmt.Sprintf("node %s volumesAttached=%d", node, len(want)))
 	}
+	w.asw.FinishNodeStatusWrite(node, w.status[node], true, "")
+	return needed
 }
 
 func (w *world) attach(node string) { w.vas[rwo.AttachmentName(node)].Attached = true }

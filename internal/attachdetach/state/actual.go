@@ -77,7 +77,9 @@ type Update struct {
 	Spec *volume.Attachable
 }
 
-// Actual is the actual state of the world.
+// Actual is the actual state of the world, and what each node's
+// status.volumesAttached holds (nodelists.go). One lock guards both; no
+// method calls out of the package while holding it.
 type Actual struct {
 	mu      sync.RWMutex
 	entries map[Key]*Attachment
@@ -90,6 +92,9 @@ type Actual struct {
 	inUse map[string]map[v1.UniqueVolumeName]struct{}
 	// deletedNodes drop their inUse set once their last entry goes.
 	deletedNodes map[string]struct{}
+	// lists is what each node's status.volumesAttached holds or is being
+	// written with (nodelists.go).
+	lists nodeLists
 }
 
 // NewActual returns an empty actual state.
@@ -100,6 +105,7 @@ func NewActual() *Actual {
 		byNode:       map[string]map[v1.UniqueVolumeName]struct{}{},
 		inUse:        map[string]map[v1.UniqueVolumeName]struct{}{},
 		deletedNodes: map[string]struct{}{},
+		lists:        newNodeLists(),
 	}
 }
 
@@ -127,6 +133,10 @@ func (a *Actual) ForVolume(vol v1.UniqueVolumeName) []Attachment {
 func (a *Actual) ForNode(node string) []Attachment {
 	a.mu.RLock()
 	defer a.mu.RUnlock()
+	return a.forNodeLocked(node)
+}
+
+func (a *Actual) forNodeLocked(node string) []Attachment {
 	return sortedViewsLocked(a, maps.Keys(a.byNode[node]),
 		func(vol v1.UniqueVolumeName) Key { return Key{Volume: vol, Node: node} },
 		func(x Attachment) string { return string(x.Volume) })
