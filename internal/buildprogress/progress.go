@@ -11,10 +11,12 @@ import (
 	"time"
 )
 
-// Defaults of Progress's intervals.
+// Defaults of Progress's intervals. The runners tick once a second, so a
+// heartbeat of 9 s means a line at most 10 s after the last one, the most
+// a newcomer's first run may stay silent.
 const (
 	DefaultEvery     = 5 * time.Second
-	DefaultHeartbeat = 10 * time.Second
+	DefaultHeartbeat = 9 * time.Second
 )
 
 // Progress counts the packages a go build -v run reports and decides when

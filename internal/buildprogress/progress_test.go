@@ -76,12 +76,12 @@ func TestProgressThrottlesAndBeats(t *testing.T) {
 		t.Fatalf("Tick at 16 s = %q, %v; want %q", l, ok, want)
 	}
 	// Nothing new (the link): silent until Heartbeat, then a heartbeat.
-	if l, ok := p.Tick(at(25 * time.Second)); ok {
-		t.Fatalf("Tick at 25 s printed %q although nothing changed since 16 s", l)
+	if l, ok := p.Tick(at(24 * time.Second)); ok {
+		t.Fatalf("Tick at 24 s printed %q although nothing changed since 16 s", l)
 	}
-	l, ok = p.Tick(at(26 * time.Second))
-	if want := "make demo: [101/120 packages] compiling and linking example.com/cmd/app, 26s"; !ok || l != want {
-		t.Fatalf("heartbeat at 26 s = %q, %v; want %q", l, ok, want)
+	l, ok = p.Tick(at(25 * time.Second))
+	if want := "make demo: [101/120 packages] compiling and linking example.com/cmd/app, 25s"; !ok || l != want {
+		t.Fatalf("heartbeat at 25 s = %q, %v; want %q", l, ok, want)
 	}
 	if got, want := p.Done(at(30*time.Second), nil), "make demo: done in 30s (101 compiled, the rest from the Go build cache)"; got != want {
 		t.Errorf("Done = %q, want %q", got, want)
@@ -92,7 +92,7 @@ func TestProgressWarmAndFailed(t *testing.T) {
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	p := &Progress{Label: "kube-scheduler"}
 	p.Start(t0, "building")
-	if l, ok := p.Tick(t0.Add(10 * time.Second)); !ok || l != "kube-scheduler: [0 packages] checking the Go build cache / linking, 10s" {
+	if l, ok := p.Tick(t0.Add(9 * time.Second)); !ok || l != "kube-scheduler: [0 packages] checking the Go build cache / linking, 9s" {
 		t.Errorf("heartbeat with nothing compiled = %q, %v", l, ok)
 	}
 	if got := p.Done(t0.Add(12*time.Second), nil); got != "kube-scheduler: done in 12s (no package to compile: all in the Go build cache)" {
@@ -120,18 +120,48 @@ func TestResults(t *testing.T) {
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	r := &Results{Label: "make test", Total: 40}
 	r.Start(t0)
-	if l, ok := r.Tick(t0.Add(9 * time.Second)); ok {
-		t.Fatalf("heartbeat after 9 s: %q", l)
+	if l, ok := r.Tick(t0.Add(8 * time.Second)); ok {
+		t.Fatalf("heartbeat after 8 s: %q", l)
 	}
-	if l, ok := r.Tick(t0.Add(10 * time.Second)); !ok || l != "make test: [0/40 packages reported] go test compiling and running, 10s" {
-		t.Fatalf("heartbeat at 10 s = %q, %v", l, ok)
+	if l, ok := r.Tick(t0.Add(9 * time.Second)); !ok || l != "make test: [0/40 packages reported] go test compiling and running, 9s" {
+		t.Fatalf("heartbeat at 9 s = %q, %v", l, ok)
 	}
 	r.Line(t0.Add(12*time.Second), "ok  \tgithub.com/latchcsi/latch/internal/csi\t1.2s")
 	r.Line(t0.Add(15*time.Second), "=== RUN TestX")
-	if l, ok := r.Tick(t0.Add(24 * time.Second)); ok {
-		t.Fatalf("heartbeat 9 s after output: %q", l)
+	if l, ok := r.Tick(t0.Add(23 * time.Second)); ok {
+		t.Fatalf("heartbeat 8 s after output: %q", l)
 	}
-	if l, ok := r.Tick(t0.Add(25 * time.Second)); !ok || l != "make test: [1/40 packages reported] go test compiling and running, 25s" {
-		t.Fatalf("heartbeat at 25 s = %q, %v", l, ok)
+	if l, ok := r.Tick(t0.Add(24 * time.Second)); !ok || l != "make test: [1/40 packages reported] go test compiling and running, 24s" {
+		t.Fatalf("heartbeat at 24 s = %q, %v", l, ok)
+	}
+}
+
+// Ticked once a second as the runners do, a silent build (a long link)
+// and a silent go test print a line at least every 10 s.
+func TestNoSilenceLongerThanTenSecondsAtOneTickASecond(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	p := &Progress{Label: "make demo"}
+	p.Start(t0, "go build ./cmd/app")
+	r := &Results{Label: "make test"}
+	r.Start(t0)
+	// Ticks land anywhere within a second: start them 0.999 s late.
+	lastP, lastR := t0, t0
+	for ms := 999; ms <= 120_000; ms += 1000 {
+		now := t0.Add(time.Duration(ms) * time.Millisecond)
+		if _, ok := p.Tick(now); ok {
+			if gap := now.Sub(lastP); gap > 10*time.Second {
+				t.Fatalf("build: %s without a line", gap)
+			}
+			lastP = now
+		}
+		if _, ok := r.Tick(now); ok {
+			if gap := now.Sub(lastR); gap > 10*time.Second {
+				t.Fatalf("go test: %s without a line", gap)
+			}
+			lastR = now
+		}
+	}
+	if lastP.Before(t0.Add(110*time.Second)) || lastR.Before(t0.Add(110*time.Second)) {
+		t.Fatalf("last lines at %s and %s of 120 s", lastP.Sub(t0), lastR.Sub(t0))
 	}
 }
