@@ -111,7 +111,7 @@ func PeerSizesFor(s Scale) (PeerSizes, error) {
 		// 1,500 attaches and detaches span both changes at full size.
 		Backend: map[string]int{
 			"slow-cloud":     n(80, 16),
-			"fast-san":       n(1000, 100),
+			"fast-san":       n(600, 100),
 			"throttling-api": n(1500, 100),
 		},
 		Pods: n(500, 20), PodNodes: n(50, 4),
@@ -167,6 +167,8 @@ type PeersReport struct {
 	// fixed for attachers, latch for controllers).
 	Medians map[string]map[string]float64 `json:"medians"`
 	Ratios  map[string]map[string]float64 `json:"ratios"`
+	// runID is in every object name of the run.
+	runID string
 }
 
 // PeerRun is one contender's run in one round.
@@ -248,7 +250,7 @@ func RunPeers(ctx context.Context, cfg PeersConfig) (*PeersReport, error) {
 	rep := &PeersReport{
 		Started: time.Now().UTC(), Scale: cfg.Scale, CPUs: runtime.NumCPU(), GOMAXPROCS: runtime.GOMAXPROCS(0),
 		GoVersion: runtime.Version(), Rounds: cfg.Rounds, Sizes: cfg.Sizes, Profiles: cfg.Profiles,
-		Attachers: cfg.Attachers, Controllers: cfg.Controllers, Skipped: cfg.Skipped,
+		Attachers: cfg.Attachers, Controllers: cfg.Controllers, Skipped: cfg.Skipped, runID: cfg.RunID,
 	}
 	client, writes, admin, err := harnessClients(cfg.Cluster, "latch-bench-peers")
 	if err != nil {

@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	"github.com/latchcsi/latch/internal/testsupport"
 )
 
@@ -104,6 +106,9 @@ func TestBenchPeersSmallRoundRunsEveryContenderAndLatchAttachesEachVolumeWithOne
 	if !strings.Contains(out.String(), "Pod deleted → VA gone p99 ms") || !strings.Contains(out.String(), "attach p99 ms, saturated") {
 		t.Errorf("the table lacks its rows:\n%s", out.String())
 	}
+	// Each run removed its objects: the next contender's caches hold only
+	// its own.
+	noPeerObjectsLeft(t, rep)
 	path := DefaultPeersOut(filepath.Join(dir, "results"), rep.Scale, rep.Started)
 	if err := rep.WriteJSON(path); err != nil {
 		t.Fatal(err)
@@ -118,6 +123,54 @@ func TestBenchPeersSmallRoundRunsEveryContenderAndLatchAttachesEachVolumeWithOne
 	}
 	if len(back.Runs) != len(rep.Runs) || back.Medians["attacher/latch fixed"]["publishes_per_va"] != 1 || !strings.HasPrefix(filepath.Base(path), "bench-peers-small-") {
 		t.Errorf("JSON report %s: %d runs, medians %v", path, len(back.Runs), back.Medians["attacher/latch fixed"])
+	}
+}
+
+// noPeerObjectsLeft fails when a run left a VolumeAttachment, PV, Node or
+// CSINode of its own behind (their names, or drivers, start with "pa" or
+// "pc", the round and the run's ID).
+func noPeerObjectsLeft(t *testing.T, rep *PeersReport) {
+	t.Helper()
+	ctx := context.Background()
+	client := cluster.Client()
+	ours := func(name string) bool {
+		return (strings.HasPrefix(name, "pa") || strings.HasPrefix(name, "pc")) && strings.Contains(name, "-"+rep.runID)
+	}
+	vas, err := client.StorageV1().VolumeAttachments().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, va := range vas.Items {
+		if ours(va.Spec.Attacher) {
+			t.Errorf("VolumeAttachment %s of %s left behind", va.Name, va.Spec.Attacher)
+		}
+	}
+	pvs, err := client.CoreV1().PersistentVolumes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, pv := range pvs.Items {
+		if ours(pv.Name) {
+			t.Errorf("PersistentVolume %s left behind", pv.Name)
+		}
+	}
+	nodes, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range nodes.Items {
+		if ours(n.Name) {
+			t.Errorf("Node %s left behind", n.Name)
+		}
+	}
+	csiNodes, err := client.StorageV1().CSINodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range csiNodes.Items {
+		if ours(n.Name) {
+			t.Errorf("CSINode %s left behind", n.Name)
+		}
 	}
 }
 
@@ -217,5 +270,26 @@ func TestBenchPeersPacedCallsKeepTheirScheduleWhenCallsAreSlow(t *testing.T) {
 	// after the four before it returned (800 ms).
 	if len(at) != 5 || slices.Max(at) >= 600*time.Millisecond {
 		t.Errorf("call starts %v, want all 5 within the schedule (the last about 80 ms in)", at)
+	}
+}
+
+func TestBenchPeersPreviousReleaseMissingFromTheHistoryIsSkippedWithTheReason(t *testing.T) {
+	attachers, controllers, skipped, err := PeerContenders(PeerContenderOptions{
+		LatchAttacher: "/bin/latch-attacher", LatchController: "/bin/latch-controller",
+		Previous: "v0.0.0-not-a-revision", PreviousName: "latch v0.0.0",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(attachers) != 1 || attachers[0].Name != PeerLatchFixed || len(controllers) != 1 || controllers[0].Name != PeerLatchController {
+		t.Errorf("contenders %+v / %+v, want latch's alone", attachers, controllers)
+	}
+	if len(skipped) != 1 || !strings.Contains(skipped[0], "latch v0.0.0") || !strings.Contains(skipped[0], "v0.0.0-not-a-revision") || !strings.Contains(skipped[0], "not found") {
+		t.Errorf("skipped = %q, want one line naming the release, its revision and that git does not have it", skipped)
+	}
+	var out bytes.Buffer
+	(&PeersReport{Skipped: skipped}).PrintTable(&out)
+	if !strings.Contains(out.String(), "SKIPPED latch v0.0.0") {
+		t.Errorf("the table does not say what was skipped:\n%s", out.String())
 	}
 }
