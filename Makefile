@@ -22,7 +22,7 @@ TEST_PACKAGES ?= ./test/interop/ ./test/e2e/... ./bench/ ./...
 # build with the same tag.
 BUILD_TAGS ?= grpcnotrace
 
-.PHONY: all build tools test lint fmt vet staticcheck demo up clean soak image image-docker bench bench-scale bench-objects upgrade-test upstream-mods
+.PHONY: all build tools test lint fmt vet staticcheck demo up clean soak image image-docker bench bench-scale bench-objects bench-peers upgrade-test upstream-mods
 
 all: build
 
