@@ -125,8 +125,11 @@ func tableLines(s string) []string {
 	return out
 }
 
-// getting-started's steps 4 (its end) and 5 as a new operator runs them
-// on `latch-local up` (real nodes, the default): after app-1 is deleted,
+// getting-started's steps 2 (its smaller examples) to 5 as a new operator
+// runs them on `latch-local up` (real nodes, the default): step 3's
+// manifests applied and its `auth can-i` answers as shown (their Pods run
+// on the hollow nodes, as the doc says); in step 4, app-2's explain
+// prints what the doc shows and, after app-1 is deleted,
 // app-2's explain finds no problem (exit 0); then a PV of a driver that is
 // not installed, and a Pod using it: what `kubectl latch explain pod
 // default/app-3` and `kubectl latch status -o wide` print is what the doc
@@ -135,7 +138,7 @@ func tableLines(s string) []string {
 // 2 minutes later is the text latch's controller records then
 // (decide.AttachTimeoutMessage; its timing is TestNoAttacher_… in
 // test/interop).
-func TestGettingStartedStep5_noAttacherOutputIsTheDocs(t *testing.T) {
+func TestGettingStartedWalk_steps2To5AsTheDocsShow(t *testing.T) {
 	logs := &testsupport.SyncBuffer{}
 	ctx, env := startEnv(t, 4*time.Minute, Options{Nodes: 2, RealNodes: true, ProcessOutput: logs})
 	t.Cleanup(func() {
@@ -164,14 +167,20 @@ func TestGettingStartedStep5_noAttacherOutputIsTheDocs(t *testing.T) {
 		}
 	}
 
-	// Step 2's smaller examples, then step 4.
+	// Step 2's smaller examples, step 3, then step 4.
 	applyExamples(t, ctx, env)
 	testsupport.Eventually(t, ctx, 2*time.Minute, "example-volume attached to node-1", attachedTo("example-volume", "node-1"))
+	gettingStartedStep3(t, ctx, env)
 	applyManifest(t, ctx, env, "pod.yaml (app-2)", sed(t, "pod.yaml", sedSub{"app-1", "app-2", false}, sedSub{"node-1", "node-2", false}))
 	testsupport.Eventually(t, ctx, time.Minute, "the Multi-Attach event on app-2", func(ctx context.Context) (bool, error) {
 		evs, err := env.Client.CoreV1().Events("default").List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=app-2,reason=FailedAttachVolume"})
 		return err == nil && len(evs.Items) > 0, err
 	})
+	out, code := latchctl(t, ctx, env, "explain", "pod", "default/app-2")
+	if code != 1 {
+		t.Errorf("latchctl explain pod default/app-2: exit %d, want 1 (a problem was found, as the doc says)", code)
+	}
+	checkExplainShown(t, docBlock(t, "kubectl latch explain pod default/app-2\n"), out)
 	// kubectl delete pod app-1 (kubectl waits until it is gone).
 	if err := env.Client.CoreV1().Pods("default").Delete(ctx, "app-1", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
@@ -203,7 +212,7 @@ func TestGettingStartedStep5_noAttacherOutputIsTheDocs(t *testing.T) {
 		return false, nil
 	})
 
-	out, code := latchctl(t, ctx, env, "explain", "pod", "default/app-3")
+	out, code = latchctl(t, ctx, env, "explain", "pod", "default/app-3")
 	if code != 1 {
 		t.Errorf("latchctl explain pod default/app-3: exit %d, want 1 (a problem was found, as the doc says)", code)
 	}
