@@ -121,9 +121,6 @@ type Controller struct {
 	// exists, by VA name, until the next pass of that name reads it
 	// (confirmSuspect; guarded by busyMu).
 	suspects map[string]orphan
-	// records keeps the orphans where a restart finds them; nil when
-	// Config.OrphanNamespace is empty.
-	records orphanStore
 	// finished holds the entries of the record the Controller is done
 	// with, by name, so that reading the record again adopts none of them
 	// a second time (orphanrecord.go; guarded by busyMu).
@@ -162,9 +159,6 @@ func New(cfg Config, client kubernetes.Interface, factory informers.SharedInform
 		cfg: cfg, tr: tr, clock: cfg.Clock,
 		orphans: map[string]orphan{}, suspects: map[string]orphan{}, finished: map[string]finishedEntry{},
 		publishing: map[string]orphan{},
-	}
-	if cfg.OrphanNamespace != "" && !cfg.Trivial {
-		c.records = newConfigMapOrphanStore(client, cfg.OrphanNamespace, cfg.Driver.Name)
 	}
 	vas := factory.Storage().V1().VolumeAttachments()
 	pvs := factory.Core().V1().PersistentVolumes()
@@ -223,7 +217,9 @@ func New(cfg Config, client kubernetes.Interface, factory informers.SharedInform
 		client: client, csi: csiClient, vaCache: c.vaCache, pvCache: c.pvCache,
 		attachSlots: newCallSlots(cfg.Workers), detachSlots: newCallSlots(cfg.Workers),
 		recorder: recorder, metrics: metrics, clock: cfg.Clock,
-		orphaned: c.publishedForGone, suspect: c.suspectPublished,
+	}
+	if cfg.OrphanNamespace != "" && !cfg.Trivial {
+		c.exec.records = newConfigMapOrphanStore(client, cfg.OrphanNamespace, cfg.Driver.Name)
 	}
 	c.attach = runner.New[string](runner.ReconcilerFunc[string](c.syncAttach), opts(AttachQueueName, apiWorkers))
 	c.route = newRoute(c.enqueue)

@@ -29,8 +29,9 @@ const (
 // every CSI call an attach or detach makes goes through it, one method a
 // step (addPVFinalizer, setMetadata, publish, unpublish, writeStatus,
 // recordError), and runAttach / runDetach (executor_run.go) carry out a
-// whole plan in order. It holds no informer and no queue: the Controller
-// observes, decides and hands it the plan.
+// whole plan in order and return what happened (attachOutcome). It holds
+// no informer and no queue and calls nothing back: the Controller
+// observes, decides, hands it the plan and settles the outcome.
 type executor struct {
 	driver DriverInfo
 	// timeout bounds one ControllerPublish/Unpublish call (not the wait
@@ -50,16 +51,38 @@ type executor struct {
 	recorder                 record.EventRecorder
 	metrics                  *Metrics
 	clock                    clock.Clock
+	// records keeps the orphans where a restart finds them (the
+	// ConfigMap, orphanstore.go); nil when Config.OrphanNamespace is empty.
+	records orphanStore
+}
 
-	// orphaned takes over a publication made, or possibly made, for a
-	// VolumeAttachment that is gone or replaced (the Controller's orphan
-	// bookkeeping, orphans.go): uncertain when the publish failed with an
-	// unknown outcome.
-	orphaned orphanedFunc
-	// suspect remembers a publication whose VolumeAttachment's status
-	// write failed for a reason that does not tell whether the object is
-	// gone (the Controller's suspects, orphans.go).
-	suspect suspectFunc
+// readVA reads the VolumeAttachment name from the API server, not the
+// cache (nil when it is gone).
+func (e *executor) readVA(ctx context.Context, name string) (*storagev1.VolumeAttachment, error) {
+	live, err := e.client.StorageV1().VolumeAttachments().Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil, nil
+	}
+	return live, err
+}
+
+// listVolumes asks the driver which nodes each volume is published to
+// (ListVolumes, every page of at most maxEntries), within timeout.
+func (e *executor) listVolumes(ctx context.Context, timeout time.Duration, maxEntries int) (map[string][]string, error) {
+	listCtx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	return e.csi.ListVolumes(listCtx, int32(maxEntries))
+}
+
+// recordOrphan writes rec to the durable record of orphans.
+func (e *executor) recordOrphan(ctx context.Context, rec orphanRecord) error {
+	return e.records.Put(ctx, rec)
+}
+
+// unrecordOrphan removes rec from the durable record of orphans (only
+// while the record holds that very publication).
+func (e *executor) unrecordOrphan(ctx context.Context, rec orphanRecord) error {
+	return e.records.Delete(ctx, rec)
 }
 
 // patchVA sends patch for va (a subresource when given) through the
@@ -203,7 +226,7 @@ const (
 	vaGone
 	// vaUnknown: the write failed for a reason that tells neither, and
 	// nothing read the object since: the next pass of its name decides
-	// (the suspect hook).
+	// (a suspect, attachOutcome).
 	vaUnknown
 )
 
@@ -227,11 +250,8 @@ func (e *executor) vaFateAfter(ctx context.Context, va *storagev1.VolumeAttachme
 // vaLiveFate reads va's object from the API server (a failed read:
 // vaUnknown).
 func (e *executor) vaLiveFate(ctx context.Context, va *storagev1.VolumeAttachment) vaFate {
-	live, gerr := e.client.StorageV1().VolumeAttachments().Get(ctx, va.Name, metav1.GetOptions{})
-	switch {
-	case apierrors.IsNotFound(gerr):
-		live = nil
-	case gerr != nil:
+	live, gerr := e.readVA(ctx, va.Name)
+	if gerr != nil {
 		return vaUnknown
 	}
 	if decide.PublishedForGone(live, va.UID, e.driver.Name) {

@@ -16,14 +16,44 @@ import (
 	"github.com/latchcsi/latch/internal/runner"
 )
 
-// orphanedFunc takes over a publication made, or possibly made (uncertain),
-// for a VolumeAttachment that is gone or replaced.
-type orphanedFunc func(ctx context.Context, va *storagev1.VolumeAttachment, plan decide.AttachPlan, secrets map[string]string, cause error, uncertain bool) (runner.Result, error)
+// attachOutcome is what came of running an attach plan, as a value: the
+// pass's result and error, and the publication the driver made (or may
+// have made) for a VolumeAttachment whose fate needs the orphan
+// bookkeeping. The executor calls nothing back; the pass hands published
+// to the orphans (Controller.afterAttach).
+type attachOutcome struct {
+	res runner.Result
+	err error
+	// published is set when the VolumeAttachment the driver published for
+	// is gone, replaced or deleting without our finalizer (gone), or when
+	// the write that would have told failed for another reason (a
+	// suspect: the next pass of its name reads it).
+	published *publication
+}
 
-// suspectFunc remembers a publication made, or possibly made (uncertain),
-// for a VolumeAttachment whose status write failed for a reason that does
-// not tell whether it still exists; the next pass of its name settles it.
-type suspectFunc func(ctx context.Context, va *storagev1.VolumeAttachment, plan decide.AttachPlan, secrets map[string]string, cause error, uncertain bool)
+// publication is a publication made, or possibly made (o.uncertain), for a
+// VolumeAttachment, with what showed that its fate matters.
+type publication struct {
+	o     orphan
+	cause error
+	// gone: an orphan; otherwise a suspect.
+	gone bool
+}
+
+// outcome is an attachOutcome without a publication to settle.
+func outcome(res runner.Result, err error) attachOutcome { return attachOutcome{res: res, err: err} }
+
+// orphaned is the outcome of a publication for va, which is gone or
+// replaced: the pass makes it an orphan and its result is the orphan's.
+func orphaned(va *storagev1.VolumeAttachment, plan decide.AttachPlan, secrets map[string]string, cause error, uncertain bool) attachOutcome {
+	return attachOutcome{published: &publication{o: publicationOf(va, plan, secrets, uncertain), cause: cause, gone: true}}
+}
+
+// suspected is the outcome of a publication for va whose fate is not
+// known, with the pass's result res and err.
+func suspected(va *storagev1.VolumeAttachment, plan decide.AttachPlan, secrets map[string]string, cause error, uncertain bool, res runner.Result, err error) attachOutcome {
+	return attachOutcome{res: res, err: err, published: &publication{o: publicationOf(va, plan, secrets, uncertain), cause: cause}}
+}
 
 // removePVFinalizer takes our finalizer off pv (a PV already gone is
 // fine).
@@ -48,26 +78,26 @@ func (e *executor) removePVFinalizer(ctx context.Context, pv *v1.PersistentVolum
 // an old node ID, the VA's finalizer and annotations, ControllerPublish
 // and the status; a failure is recorded in status.attachError with its
 // class deciding the retry.
-func (e *executor) runAttach(ctx context.Context, va *storagev1.VolumeAttachment, pv *v1.PersistentVolume, plan decide.AttachPlan) (runner.Result, error) {
+func (e *executor) runAttach(ctx context.Context, va *storagev1.VolumeAttachment, pv *v1.PersistentVolume, plan decide.AttachPlan) attachOutcome {
 	switch {
 	case plan.Trivial:
-		return runner.Result{}, e.writeStatus(ctx, va, storagev1.VolumeAttachmentStatus{Attached: true, AttachmentMetadata: va.Status.AttachmentMetadata})
+		return outcome(runner.Result{}, e.writeStatus(ctx, va, storagev1.VolumeAttachmentStatus{Attached: true, AttachmentMetadata: va.Status.AttachmentMetadata}))
 	case plan.Done:
-		return runner.Result{}, nil
+		return outcome(runner.Result{}, nil)
 	case plan.Blocked != nil:
-		return e.attachFailed(ctx, va, plan.Blocked, nil)
+		return outcome(e.attachFailed(ctx, va, plan.Blocked, nil))
 	}
 
 	if plan.AddPVFinalizer != "" {
 		if err := e.addPVFinalizer(ctx, pv); err != nil {
-			return e.writeFailed(ctx, va, true, err)
+			return outcome(e.writeFailed(ctx, va, true, err))
 		}
 	}
 	if plan.UnpublishFirst != nil {
 		// The node ID is about to be rewritten: undo the publication
 		// recorded under the old one while the record still names it.
 		if res, err := e.unpublishRecorded(ctx, va, plan); err != nil || res.RequeueAfter > 0 {
-			return res, err
+			return outcome(res, err)
 		}
 	}
 	if plan.Metadata != nil {
@@ -75,17 +105,17 @@ func (e *executor) runAttach(ctx context.Context, va *storagev1.VolumeAttachment
 		// once a publish may have happened, a delete must wait for us.
 		updated, err := e.setMetadata(ctx, va, plan.Metadata)
 		if err != nil {
-			return e.writeFailed(ctx, va, true, err)
+			return outcome(e.writeFailed(ctx, va, true, err))
 		}
 		va = updated
 	}
 	if !plan.Publish {
-		return runner.Result{}, nil
+		return outcome(runner.Result{}, nil)
 	}
 
 	publishContext, res, err := e.publish(ctx, plan)
 	if stop, r, err := e.notMade(ctx, va, true, res, err); stop {
-		return r, err
+		return outcome(r, err)
 	}
 	switch {
 	case res.callErr != nil && !csi.IsFinalError(res.callErr):
@@ -94,7 +124,7 @@ func (e *executor) runAttach(ctx context.Context, va *storagev1.VolumeAttachment
 		return e.publishFailed(ctx, va, plan, res.secrets, nil, res.callErr)
 	case res.callErr != nil:
 		// A final code: nothing was published, whatever became of va.
-		return e.attachFailed(ctx, va, nil, res.callErr)
+		return outcome(e.attachFailed(ctx, va, nil, res.callErr))
 	}
 	if blocked := decide.CheckPublishContext(publishContext); blocked != nil {
 		// The API server would refuse the status write: retrying would
@@ -110,26 +140,26 @@ func (e *executor) runAttach(ctx context.Context, va *storagev1.VolumeAttachment
 			// object of the same name) while the driver published it:
 			// nothing will ever detach that publication, so undo it now
 			// (and retry until it is undone).
-			return e.orphaned(ctx, va, plan, res.secrets, err, false)
+			return orphaned(va, plan, res.secrets, err, false)
 		case vaUnknown:
 			// The retry this error leads to may find the object gone from
 			// the cache: remember the publication until a read tells.
-			e.suspect(ctx, va, plan, res.secrets, err, false)
+			return suspected(va, plan, res.secrets, err, false, runner.Result{}, err)
 		}
-		return runner.Result{}, err
+		return outcome(runner.Result{}, err)
 	}
 	if !sent {
 		// The VA already showed this status, one we did not believe (no
 		// finalizer or node-id annotation of ours), so nothing was sent
 		// and no UID precondition checked: a live read tells whether va
 		// went away, or was replaced, while the driver published.
-		if settled, res, err := e.publishedUnwritten(ctx, va, plan, res.secrets); settled {
-			return res, err
+		if settled, out := e.publishedUnwritten(ctx, va, plan, res.secrets); settled {
+			return out
 		}
 	}
 	e.metrics.attached(va.CreationTimestamp.Time, e.clock.Now())
 	klog.FromContext(ctx).V(2).Info("Volume attached", "volumeHandle", plan.Volume.Handle)
-	return runner.Result{}, nil
+	return outcome(runner.Result{}, nil)
 }
 
 // publishedUnwritten settles a successful publish for va whose status
@@ -137,17 +167,15 @@ func (e *executor) runAttach(ctx context.Context, va *storagev1.VolumeAttachment
 // or deleting without our finalizer: the publication is an orphan; not
 // readable: a suspect, and the error's retry decides. settled is false
 // when va is still there, and the attach is done.
-func (e *executor) publishedUnwritten(ctx context.Context, va *storagev1.VolumeAttachment, plan decide.AttachPlan, secrets map[string]string) (settled bool, res runner.Result, err error) {
+func (e *executor) publishedUnwritten(ctx context.Context, va *storagev1.VolumeAttachment, plan decide.AttachPlan, secrets map[string]string) (settled bool, out attachOutcome) {
 	switch e.vaLiveFate(ctx, va) {
 	case vaGone:
-		res, err = e.orphaned(ctx, va, plan, secrets, fmt.Errorf("VolumeAttachment %q (uid %s) is gone, replaced or deleting without our finalizer", va.Name, va.UID), false)
-		return true, res, err
+		return true, orphaned(va, plan, secrets, fmt.Errorf("VolumeAttachment %q (uid %s) is gone, replaced or deleting without our finalizer", va.Name, va.UID), false)
 	case vaUnknown:
-		err = fmt.Errorf("VolumeAttachment %q (uid %s) could not be read after its volume was published", va.Name, va.UID)
-		e.suspect(ctx, va, plan, secrets, err, false)
-		return true, runner.Result{}, err
+		err := fmt.Errorf("VolumeAttachment %q (uid %s) could not be read after its volume was published", va.Name, va.UID)
+		return true, suspected(va, plan, secrets, err, false, runner.Result{}, err)
 	}
-	return false, runner.Result{}, nil
+	return false, attachOutcome{}
 }
 
 // runDetach carries out plan for va, which is being deleted:
@@ -264,7 +292,7 @@ func attachFailure(ctx context.Context, va *storagev1.VolumeAttachment, blocked 
 // cannot be stored. When the status write, which carries va's UID, shows
 // that va is gone or replaced — or no write was needed and a live read
 // shows it — that publication is an orphan, as after a successful publish.
-func (e *executor) publishFailed(ctx context.Context, va *storagev1.VolumeAttachment, plan decide.AttachPlan, secrets map[string]string, blocked *Blocked, callErr error) (runner.Result, error) {
+func (e *executor) publishFailed(ctx context.Context, va *storagev1.VolumeAttachment, plan decide.AttachPlan, secrets map[string]string, blocked *Blocked, callErr error) attachOutcome {
 	msg, code := failure(blocked, callErr)
 	unchanged := va.Status.AttachError != nil && va.Status.AttachError.Message == fitMessage(msg, code, maxVolumeErrorMessageBytes)
 	werr := e.recordError(ctx, va, true, msg, code)
@@ -287,24 +315,25 @@ func (e *executor) publishFailed(ctx context.Context, va *storagev1.VolumeAttach
 			cause = fmt.Errorf("VolumeAttachment %q (uid %s) is gone, replaced or deleting without our finalizer", va.Name, va.UID)
 		}
 		klog.FromContext(ctx).V(2).Info("Attach failed after a possible publication for a VolumeAttachment that is gone", "reason", reasonOf(blocked), "err", msg)
-		return e.orphaned(ctx, va, plan, secrets, fmt.Errorf("%s; then: %w", msg, cause), callErr != nil)
+		return orphaned(va, plan, secrets, fmt.Errorf("%s; then: %w", msg, cause), callErr != nil)
 	case vaUnknown:
 		cause := werr
 		if cause == nil {
 			cause = fmt.Errorf("VolumeAttachment %q (uid %s) could not be read", va.Name, va.UID)
 		}
-		e.suspect(ctx, va, plan, secrets, fmt.Errorf("%s; then: %w", msg, cause), callErr != nil)
+		cause = fmt.Errorf("%s; then: %w", msg, cause)
 		if werr == nil {
 			// The failure itself is recorded. Not terminal, whatever the
 			// reason: the retry settles the suspect first.
 			klog.FromContext(ctx).V(2).Info("Attach failed", "reason", reasonOf(blocked), "err", msg)
-			return runner.Result{}, fmt.Errorf("attach VolumeAttachment %q: %s", va.Name, msg)
+			return suspected(va, plan, secrets, cause, callErr != nil, runner.Result{}, fmt.Errorf("attach VolumeAttachment %q: %s", va.Name, msg))
 		}
+		return suspected(va, plan, secrets, cause, callErr != nil, runner.Result{}, werr)
 	}
 	if werr != nil {
-		return runner.Result{}, werr
+		return outcome(runner.Result{}, werr)
 	}
-	return attachFailure(ctx, va, blocked, msg)
+	return outcome(attachFailure(ctx, va, blocked, msg))
 }
 
 // detachBlocked records why a detach cannot go on (decided by

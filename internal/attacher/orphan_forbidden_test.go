@@ -43,7 +43,7 @@ func TestOrphanRecordForbiddenAttachesAnywayAndSaysWhy(t *testing.T) {
 	forbidden := apierrors.NewForbidden(v1.Resource("configmaps"), OrphanRecordName(execDriver),
 		errors.New(`User "system:serviceaccount:latch-system:csi-attacher" cannot get resource "configmaps" in API group "" in the namespace "latch-system"`))
 	store := &failingLoadStore{memOrphanStore: mem, err: forbidden, failures: 1 << 30}
-	f.ctrl.records = store
+	f.ctrl.exec.records = store
 
 	defer f.run()()
 	f.waitFor("va-a attached although the record cannot be read", func() bool { return f.va("va-a").Status.Attached })

@@ -205,7 +205,7 @@ func TestPublishInFlightOfSingleNodeVolumeBlocksAnotherNode(t *testing.T) {
 func TestOrphanOnAnotherNodeThatCannotBeRecordedSaysWhy(t *testing.T) {
 	f := newExecFixture(t, execPV("pv-a"), execVA("va-1", "pv-a"), execCSINode(), csiNodeOf("node-2", "node-2-id"))
 	f.ctrl.cfg.OrphanNamespace = "latch-system"
-	f.ctrl.records = &unwritableStore{memOrphanStore: &memOrphanStore{recs: map[string]orphanRecord{}}, putErr: unwritableShapes[2].err}
+	f.ctrl.exec.records = &unwritableStore{memOrphanStore: &memOrphanStore{recs: map[string]orphanRecord{}}, putErr: unwritableShapes[2].err}
 	forceDeleteOnFirstStatusPatch(f, "va-1")
 	if _, err := f.driver.AddFault(csimock.Rule{Method: "ControllerUnpublishVolume", Code: codes.Unavailable, Message: "backend unreachable"}); err != nil {
 		t.Fatal(err)

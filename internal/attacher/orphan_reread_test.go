@@ -21,7 +21,7 @@ func TestOrphanRecordWrittenAfterStartIsSeenAndUnpublished(t *testing.T) {
 	f := newExecFixture(t, execCSINode())
 	const ns = "latch-system"
 	f.ctrl.cfg.OrphanNamespace = ns
-	f.ctrl.records = newConfigMapOrphanStore(f.client, ns, execDriver)
+	f.ctrl.exec.records = newConfigMapOrphanStore(f.client, ns, execDriver)
 	capability, err := csi.VolumeCapability(csi.CapabilityInput{AccessModes: []v1.PersistentVolumeAccessMode{v1.ReadWriteOnce}, FSType: "ext4"})
 	if err != nil {
 		t.Fatal(err)

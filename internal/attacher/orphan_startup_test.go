@@ -79,7 +79,7 @@ func TestOrphanRecordReadFailingAtStartDelaysAttachesUntilItsOrphansAreKnown(t *
 		}
 		return len(f.driver.CallsTo("ControllerPublishVolume")) > 0 || time.Since(first) > 300*time.Millisecond
 	}}
-	f.ctrl.records = store
+	f.ctrl.exec.records = store
 	f.ctrl.cfg.RetryIntervalStart, f.ctrl.cfg.RetryIntervalMax = 10*time.Millisecond, 50*time.Millisecond
 	deleteOnStatusPatch(f, "va-a")
 	// When our finalizer leaves pv-old, is its volume still published?

@@ -83,7 +83,7 @@ func TestOrphanRecordThatCannotBeWrittenHoldsNothingForever(t *testing.T) {
 				} else {
 					store.deleteErr = shape.err
 				}
-				f.ctrl.records = store
+				f.ctrl.exec.records = store
 				forceDeleteOnFirstStatusPatch(f, "va-a")
 				if _, err := f.driver.AddFault(csimock.Rule{Method: "ControllerUnpublishVolume", Times: 2, Code: codes.Unavailable, Message: "backend unreachable"}); err != nil {
 					t.Fatal(err)

@@ -48,10 +48,10 @@ func (c *Controller) persistOrphan(ctx context.Context, name string) {
 	c.busyMu.Lock()
 	o, ok := c.orphans[name]
 	c.busyMu.Unlock()
-	if !ok || o.recorded || o.unpublished || c.records == nil {
+	if !ok || o.recorded || o.unpublished || c.exec.records == nil {
 		return
 	}
-	if err := c.records.Put(ctx, recordOf(name, o)); err != nil {
+	if err := c.exec.recordOrphan(ctx, recordOf(name, o)); err != nil {
 		why := c.recordFailed("put", err)
 		klog.FromContext(ctx).Error(err, "Could not record the orphaned publication; it is kept in memory only and is lost if the attacher restarts before it is unpublished",
 			"volumeAttachment", klog.KRef("", name), "volumeHandle", o.handle, "nodeID", o.nodeID)
@@ -78,8 +78,8 @@ func (c *Controller) persistOrphan(ctx context.Context, name string) {
 // claims is never made).
 func (c *Controller) dropOrphan(ctx context.Context, name string, o orphan) {
 	removeFailed := false
-	if o.recorded && c.records != nil {
-		if err := c.records.Delete(ctx, recordOf(name, o)); err != nil {
+	if o.recorded && c.exec.records != nil {
+		if err := c.exec.unrecordOrphan(ctx, recordOf(name, o)); err != nil {
 			removeFailed = true
 			why := c.recordFailed("delete", err)
 			klog.FromContext(ctx).Error(err, "Could not remove a settled orphaned publication from the record; it is forgotten all the same",
@@ -114,7 +114,7 @@ func (c *Controller) dropOrphan(ctx context.Context, name string, o orphan) {
 // the background. It then keeps the record read again whenever it changes
 // (watchRecord). false only when ctx is done first.
 func (c *Controller) loadOrphans(ctx context.Context) bool {
-	if c.records == nil {
+	if c.exec.records == nil {
 		return true
 	}
 	delay := c.retryStart()
@@ -180,7 +180,7 @@ func (c *Controller) retryNext(delay time.Duration) time.Duration {
 // holds. Entries that are not valid records are reported and left out;
 // the valid ones load.
 func (c *Controller) loadOrphansOnce(ctx context.Context) error {
-	recs, err := c.records.Load(ctx)
+	recs, err := c.exec.records.Load(ctx)
 	var invalid *invalidRecordsError
 	if errors.As(err, &invalid) {
 		c.invalidEntries(ctx, invalid)
@@ -254,7 +254,7 @@ func (c *Controller) adoptRecords(ctx context.Context, recs map[string]orphanRec
 		go c.listRecorded(ctx)
 	}
 	for _, rec := range retry {
-		if err := c.records.Delete(ctx, rec); err != nil {
+		if err := c.exec.unrecordOrphan(ctx, rec); err != nil {
 			c.recordFailed("delete", err)
 			klog.FromContext(ctx).V(2).Info("Removing a settled entry of the orphaned-publication record failed again", "entry", rec.VolumeAttachment, "err", err)
 			continue
@@ -278,9 +278,7 @@ func (c *Controller) adoptRecords(ctx context.Context, recs map[string]orphanRec
 // reconcile decides then.
 func (c *Controller) listRecorded(ctx context.Context) {
 	before := c.orphanSnapshot()
-	listCtx, cancel := context.WithTimeout(ctx, c.cfg.ReconcileTimeout)
-	published, err := c.exec.csi.ListVolumes(listCtx, int32(c.cfg.MaxEntries))
-	cancel()
+	published, err := c.exec.listVolumes(ctx, c.cfg.ReconcileTimeout, c.cfg.MaxEntries)
 	if err != nil {
 		if ctx.Err() == nil {
 			klog.FromContext(ctx).Error(err, "ListVolumes for the entries read from the orphaned-publication record failed; the next ListVolumes reconcile settles them")

@@ -9,7 +9,6 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
@@ -103,18 +102,32 @@ func publicationOf(va *storagev1.VolumeAttachment, plan decide.AttachPlan, secre
 	return o
 }
 
-// publishedForGone makes the publication (uncertain: possible publication)
-// made for va, which is gone or replaced, an orphan and tries to undo it
-// at once; while that fails, the attach queue retries it under va's name
-// before any VolumeAttachment of that name is worked on. It is the
-// executor's orphaned hook.
-func (c *Controller) publishedForGone(ctx context.Context, va *storagev1.VolumeAttachment, plan decide.AttachPlan, secrets map[string]string, cause error, uncertain bool) (runner.Result, error) {
-	c.orphanPublished(ctx, va.Name, publicationOf(va, plan, secrets, uncertain), cause)
-	cur, err := c.getVA(va.Name)
+// afterAttach settles what the executor's attach left for the orphan
+// bookkeeping (out.published) and returns the pass's result.
+func (c *Controller) afterAttach(ctx context.Context, out attachOutcome) (runner.Result, error) {
+	p := out.published
+	switch {
+	case p == nil:
+		return out.res, out.err
+	case p.gone:
+		return c.publishedForGone(ctx, p.o, p.cause)
+	}
+	c.suspectPublished(ctx, p.o, p.cause)
+	return out.res, out.err
+}
+
+// publishedForGone makes the publication o (o.uncertain: possible
+// publication), made for a VolumeAttachment that is gone or replaced, an
+// orphan and tries to undo it at once; while that fails, the attach lane
+// retries it under the VolumeAttachment's name before any VolumeAttachment
+// of that name is worked on.
+func (c *Controller) publishedForGone(ctx context.Context, o orphan, cause error) (runner.Result, error) {
+	c.orphanPublished(ctx, o.name, o, cause)
+	cur, err := c.getVA(o.name)
 	if err != nil {
 		return runner.Result{}, err
 	}
-	_, res, err := c.settleOrphan(ctx, va.Name, cur)
+	_, res, err := c.settleOrphan(ctx, o.name, cur)
 	return res, err
 }
 
@@ -147,19 +160,19 @@ func (c *Controller) orphanPublished(ctx context.Context, name string, o orphan,
 	c.persistOrphan(ctx, name)
 }
 
-// suspectPublished remembers the publication made (or possibly made) for
-// va after the status write that would have told whether va still exists
-// failed for another reason (a 500, a timeout): the executor's suspect
-// hook. The next pass of va's name (the failed write sends it to the
-// runner's backoff) settles it from a live read (confirmSuspect) before
-// anything else: if va is gone by then, the publication is an orphan,
-// although va's key may find nothing left in the cache.
-func (c *Controller) suspectPublished(ctx context.Context, va *storagev1.VolumeAttachment, plan decide.AttachPlan, secrets map[string]string, cause error, uncertain bool) {
+// suspectPublished remembers the publication o made (or possibly made)
+// for a VolumeAttachment after the status write that would have told
+// whether it still exists failed for another reason (a 500, a timeout).
+// The next pass of its name (the failed write sends it to the runner's
+// backoff) settles it from a live read (confirmSuspect) before anything
+// else: if the object is gone by then, the publication is an orphan,
+// although the key may find nothing left in the cache.
+func (c *Controller) suspectPublished(ctx context.Context, o orphan, cause error) {
 	c.busyMu.Lock()
-	c.suspects[va.Name] = publicationOf(va, plan, secrets, uncertain)
+	c.suspects[o.name] = o
 	c.busyMu.Unlock()
 	klog.FromContext(ctx).Info("Status write after ControllerPublish failed; whether the VolumeAttachment still exists is checked on the next pass",
-		"volumeHandle", plan.Volume.Handle, "nodeID", plan.NodeID, "uid", va.UID, "uncertain", uncertain, "cause", cause)
+		"volumeHandle", o.handle, "nodeID", o.nodeID, "uid", o.uid, "uncertain", o.uncertain, "cause", cause)
 }
 
 // confirmSuspect settles the publication remembered under name by
@@ -174,11 +187,8 @@ func (c *Controller) confirmSuspect(ctx context.Context, name string) error {
 	if !ok {
 		return nil
 	}
-	live, err := c.exec.client.StorageV1().VolumeAttachments().Get(ctx, name, metav1.GetOptions{})
-	switch {
-	case apierrors.IsNotFound(err):
-		live = nil
-	case err != nil:
+	live, err := c.exec.readVA(ctx, name)
+	if err != nil {
 		return fmt.Errorf("read VolumeAttachment %q to learn whether volume %q published to node ID %q for it (uid %s) is orphaned: %w", name, s.handle, s.nodeID, s.uid, err)
 	}
 	c.busyMu.Lock()

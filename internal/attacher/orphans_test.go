@@ -66,7 +66,7 @@ func (s *memOrphanStore) operations() []string {
 
 func withStore(f *execFixture) *memOrphanStore {
 	s := &memOrphanStore{recs: map[string]orphanRecord{}}
-	f.ctrl.records = s
+	f.ctrl.exec.records = s
 	return s
 }
 
@@ -201,7 +201,7 @@ func TestOrphanRecordReadIsRetriedUntilItSucceeds(t *testing.T) {
 		"va-old": {VolumeAttachment: "va-old", UID: "u1", VolumeHandle: "handle-old", NodeID: "node-1-id", NodeName: "node-1"},
 	}}
 	store := &failingLoadStore{memOrphanStore: mem, failures: 2, err: apierrors.NewServiceUnavailable("the API server is not ready")}
-	f.ctrl.records = store
+	f.ctrl.exec.records = store
 	f.ctrl.cfg.RetryIntervalStart, f.ctrl.cfg.RetryIntervalMax = time.Millisecond, 10*time.Millisecond
 	if f.ctrl.loadOrphansOnce(f.ctx) == nil {
 		t.Fatal("loadOrphansOnce reported success for a failed read")

@@ -31,7 +31,7 @@ import (
 // informer with its own backoff; the record still works for what get and
 // update allow.
 func (c *Controller) watchRecord(ctx context.Context) {
-	store, ok := c.records.(*configMapOrphanStore)
+	store, ok := c.exec.records.(*configMapOrphanStore)
 	if !ok {
 		return
 	}
@@ -83,7 +83,7 @@ func (c *Controller) watchRecord(ctx context.Context) {
 
 // recordChanged adopts what the record holds now (adoptRecords).
 func (c *Controller) recordChanged(ctx context.Context, cm *v1.ConfigMap) {
-	recs, invalid := parseRecords(cm, c.records.(*configMapOrphanStore).String())
+	recs, invalid := parseRecords(cm, c.exec.records.(*configMapOrphanStore).String())
 	if invalid != nil {
 		c.invalidEntries(ctx, invalid)
 	}

@@ -39,9 +39,7 @@ func (c *Controller) reconcileOnce(ctx context.Context) error {
 		}
 	}
 	orphans := c.orphanSnapshot()
-	listCtx, cancel := context.WithTimeout(ctx, c.cfg.ReconcileTimeout)
-	published, err := c.exec.csi.ListVolumes(listCtx, int32(c.cfg.MaxEntries))
-	cancel()
+	published, err := c.exec.listVolumes(ctx, c.cfg.ReconcileTimeout, c.cfg.MaxEntries)
 	if err != nil {
 		var aborted *csi.ListVolumesAbortedError
 		if errors.As(err, &aborted) {

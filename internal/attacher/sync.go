@@ -91,8 +91,11 @@ func (c *Controller) attachVA(ctx context.Context, va *storagev1.VolumeAttachmen
 	}
 	plan, published := c.decideAttach(ctx, obs)
 	res, err := func() (runner.Result, error) {
+		// The outcome is settled before the publish is unregistered: a
+		// publication whose VolumeAttachment is gone is an orphan before
+		// another pass can miss it (decideAttach).
 		defer published()
-		return c.exec.runAttach(ctx, va, obs.PV, plan)
+		return c.afterAttach(ctx, c.exec.runAttach(ctx, va, obs.PV, plan))
 	}()
 	if pending && err == nil && c.hasOrphan(name) {
 		// Now that va's pass wrote our finalizer, va takes the
