@@ -37,6 +37,9 @@ type PeerAttacher struct {
 	// VolumeAttachment is a correctness check (for upstream it is a
 	// figure).
 	Latch bool `json:"latch"`
+	// Previous marks an earlier release of latch: its failed checks are
+	// findings, like upstream's, not failures of the run.
+	Previous bool `json:"previous,omitempty"`
 	// Latency runs the paced and saturating workloads (latency, writes,
 	// CPU, RSS); Backends the backend profiles (throughput against the
 	// backend's capacity, throttled calls).
@@ -54,8 +57,9 @@ type PeerController struct {
 	// KCM starts Binary as kube-controller-manager
 	// (stack.KubeControllerManagerArgs, --controllers=attachdetach), with
 	// Args after its own.
-	KCM   bool `json:"kcm"`
-	Latch bool `json:"latch"`
+	KCM      bool `json:"kcm"`
+	Latch    bool `json:"latch"`
+	Previous bool `json:"previous,omitempty"`
 }
 
 // The reference contenders: ratios are every other contender's median
@@ -188,9 +192,10 @@ func (r *PeerRun) check(name, target, value string, pass bool) {
 	r.Checks = append(r.Checks, Check{Name: name, Target: target, Value: value, Pass: pass, Correctness: true})
 }
 
-// Failed lists the failed correctness checks and errors of latch's
-// contenders; upstream's are findings, printed but not failures of the
-// run. all lists every contender's.
+// Failed lists the failed correctness checks and errors of this
+// checkout's latch contenders; upstream's and the previous release's are
+// findings, printed but not failures of the run. all lists every
+// contender's.
 func (r *PeersReport) Failed(all bool) []string {
 	var out []string
 	for _, run := range r.Runs {
@@ -262,7 +267,7 @@ func RunPeers(ctx context.Context, cfg PeersConfig) (*PeersReport, error) {
 	}
 	for round := 1; round <= cfg.Rounds; round++ {
 		for _, a := range rotated(cfg.Attachers, round-1) {
-			run := &PeerRun{Round: round, Kind: "attacher", Contender: a.Name, latch: a.Latch, Figures: map[string]float64{}, Started: time.Now().UTC()}
+			run := &PeerRun{Round: round, Kind: "attacher", Contender: a.Name, latch: a.Latch && !a.Previous, Figures: map[string]float64{}, Started: time.Now().UTC()}
 			e := peerEnv(&cfg, client, writes, admin)
 			if err := runPeerAttacher(ctx, e, &cfg, a, run, fmt.Sprintf("pa%d-%s", round, slug(a.Name))); err != nil {
 				run.Error = err.Error()
@@ -274,7 +279,7 @@ func RunPeers(ctx context.Context, cfg PeersConfig) (*PeersReport, error) {
 			}
 		}
 		for _, c := range rotated(cfg.Controllers, round-1) {
-			run := &PeerRun{Round: round, Kind: "controller", Contender: c.Name, latch: c.Latch, Figures: map[string]float64{}, Started: time.Now().UTC()}
+			run := &PeerRun{Round: round, Kind: "controller", Contender: c.Name, latch: c.Latch && !c.Previous, Figures: map[string]float64{}, Started: time.Now().UTC()}
 			e := peerEnv(&cfg, client, writes, admin)
 			if err := runPeerController(ctx, e, &cfg, c, run, fmt.Sprintf("pc%d-%s", round, slug(c.Name))); err != nil {
 				run.Error = err.Error()

@@ -54,8 +54,8 @@ func PeerContenders(o PeerContenderOptions) (attachers []PeerAttacher, controlle
 		att, aerr := testsupport.BinaryAt(o.Previous, "cmd/csi-attacher")
 		ctrl, cerr := testsupport.BinaryAt(o.Previous, "cmd/attachdetach-controller")
 		if aerr == nil && cerr == nil {
-			attachers = append(attachers, PeerAttacher{Name: name, Binary: att, Latch: true, Latency: true})
-			controllers = append(controllers, PeerController{Name: name, Binary: ctrl, Latch: true})
+			attachers = append(attachers, PeerAttacher{Name: name, Binary: att, Latch: true, Previous: true, Latency: true})
+			controllers = append(controllers, PeerController{Name: name, Binary: ctrl, Latch: true, Previous: true})
 		} else {
 			skipped = append(skipped, fmt.Sprintf("%s (git revision %s): cannot be built from this checkout's history: %v", name, o.Previous, firstErr(aerr, cerr)))
 		}

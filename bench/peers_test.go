@@ -239,16 +239,28 @@ func TestBenchPeersMediansAreOverRoundsAndRatiosAreAgainstLatch(t *testing.T) {
 	}
 }
 
-func TestBenchPeersFailedListsOnlyLatchsFailuresUnlessAskedForAll(t *testing.T) {
+func TestBenchPeersFailedListsOnlyThisCheckoutsFailuresUnlessAskedForAll(t *testing.T) {
 	rep := &PeersReport{Runs: []*PeerRun{
 		{Round: 1, Kind: "attacher", Contender: "upstream tuned", Checks: []Check{{Name: "x", Pass: false}}},
 		{Round: 1, Kind: "attacher", Contender: PeerLatchFixed, latch: true, Checks: []Check{{Name: "y", Pass: true}}},
+		{Round: 1, Kind: "controller", Contender: "latch v0.1.0", Checks: []Check{{Name: "z", Pass: false}}},
 	}}
 	if got := rep.Failed(false); len(got) != 0 {
-		t.Errorf("Failed(false) = %v, want none (upstream's failed check is a finding)", got)
+		t.Errorf("Failed(false) = %v, want none (upstream's and the previous release's failed checks are findings)", got)
 	}
-	if got := rep.Failed(true); len(got) != 1 || !strings.Contains(got[0], "upstream tuned") {
-		t.Errorf("Failed(true) = %v, want upstream's check", got)
+	if got := rep.Failed(true); len(got) != 2 || !strings.Contains(got[0], "upstream tuned") || !strings.Contains(got[1], "latch v0.1.0") {
+		t.Errorf("Failed(true) = %v, want upstream's and the previous release's checks", got)
+	}
+	rep.Runs[1].Checks[0].Pass = false
+	if got := rep.Failed(false); len(got) != 1 || !strings.Contains(got[0], PeerLatchFixed) {
+		t.Errorf("Failed(false) = %v, want latch fixed's failed check", got)
+	}
+	var out bytes.Buffer
+	for _, run := range rep.Runs {
+		printPeerRun(&out, run)
+	}
+	if got := out.String(); strings.Count(got, "FINDING") != 2 || strings.Count(got, "FAIL ") != 1 {
+		t.Errorf("printed runs:\n%s\nwant two FINDING lines (upstream, previous release) and one FAIL (latch fixed)", got)
 	}
 }
 
