@@ -95,25 +95,62 @@ func keptBuild(key string, out func(binDir string) (string, error)) (*build, err
 // with the go command run in dir ("" = the current directory, i.e. inside
 // latch's module) and returns the binary's path.
 func buildOnce(dir, importPath string, flags ...string) (string, error) {
-	key := strings.Join(append([]string{dir, importPath}, flags...), " ")
-	b, err := keptBuild(key, func(binDir string) (string, error) { return outputPath(binDir, dir, importPath, flags) })
+	return buildKept(path.Base(importPath), dir, []string{importPath}, flags)
+}
+
+// buildTogether builds the main packages importPaths of the module in dir
+// in one go build once per process, into one directory, and returns the
+// binaries' paths by import path. One go command compiles each package
+// once for all of them (no two builds compiling the same package at the
+// same time) and links them side by side on the machine's cores. label
+// starts its progress lines.
+func buildTogether(label, dir string, importPaths []string, flags ...string) (map[string]string, error) {
+	out, err := buildKept(label, dir, importPaths, flags)
 	if err != nil {
-		return "", fmt.Errorf("build %s: %w", importPath, err)
+		return nil, err
+	}
+	bins := make(map[string]string, len(importPaths))
+	for _, p := range importPaths {
+		bins[p] = filepath.Join(out, path.Base(p))
+	}
+	return bins, nil
+}
+
+// buildKept builds importPaths once per process: one package into a file,
+// several into a directory (go build -o dir/). It returns the file or the
+// directory. label starts its progress lines.
+func buildKept(label, dir string, importPaths []string, flags []string) (string, error) {
+	what := strings.Join(importPaths, ", ")
+	key := strings.Join(append([]string{dir, strings.Join(importPaths, " ")}, flags...), " ")
+	b, err := keptBuild(key, func(binDir string) (string, error) {
+		out, err := outputPath(binDir, dir, strings.Join(importPaths, " "), flags)
+		if len(importPaths) > 1 {
+			out = filepath.Dir(out)
+		}
+		return out, err
+	})
+	if err != nil {
+		return "", fmt.Errorf("build %s: %w", what, err)
 	}
 	builds.mu.Lock()
 	progress := builds.progress
 	builds.mu.Unlock()
 	b.once.Do(func() {
-		unlock, err := lockOutput(b.out)
+		out, lock := b.out, b.out
+		if len(importPaths) > 1 {
+			// go build -o dir/ writes one binary per main package into dir.
+			out, lock = b.out+string(filepath.Separator), filepath.Join(b.out, "all")
+		}
+		unlock, err := lockOutput(lock)
 		if err != nil {
-			b.err = fmt.Errorf("build %s: %w", importPath, err)
+			b.err = fmt.Errorf("build %s: %w", what, err)
 			return
 		}
 		defer unlock()
 		if progress != nil {
-			b.err = buildWithProgress(progress, dir, importPath, b.out, flags)
+			b.err = buildWithProgress(progress, label, dir, importPaths, out, flags)
 		} else {
-			b.err = buildSilently(dir, importPath, b.out, flags)
+			b.err = buildSilently(dir, importPaths, out, flags)
 		}
 		if b.err == nil {
 			b.path = b.out
@@ -202,9 +239,10 @@ func lockOutput(out string) (unlock func(), err error) {
 	}, nil
 }
 
-func buildSilently(dir, importPath, out string, flags []string) error {
+func buildSilently(dir string, importPaths []string, out string, flags []string) error {
 	args := append([]string{"build"}, flags...)
-	args = append(args, "-o", out, importPath)
+	args = append(args, "-o", out)
+	args = append(args, importPaths...)
 	cmd := exec.Command("go", args...)
 	cmd.Dir = dir
 	if msg, err := cmd.CombinedOutput(); err != nil {
@@ -215,7 +253,7 @@ func buildSilently(dir, importPath, out string, flags []string) error {
 
 // buildWithProgress is go build -v with progress lines on w; what go build
 // printed besides package names (errors) goes into the error.
-func buildWithProgress(w io.Writer, dir, importPath, out string, flags []string) error {
+func buildWithProgress(w io.Writer, label, dir string, importPaths []string, out string, flags []string) error {
 	where := "latch's module"
 	if dir != "" {
 		where = dir
@@ -223,15 +261,23 @@ func buildWithProgress(w io.Writer, dir, importPath, out string, flags []string)
 			where = rel
 		}
 	}
+	names := make([]string, len(importPaths))
+	for i, p := range importPaths {
+		names[i] = path.Base(p)
+	}
+	what := fmt.Sprintf("building %s from %s", importPaths[0], where)
+	if len(importPaths) > 1 {
+		what = fmt.Sprintf("building %s together from %s, in one go build", strings.Join(names, ", "), where)
+	}
 	var msg bytes.Buffer
 	b := buildprogress.Build{
-		Label:       path.Base(importPath),
-		What:        fmt.Sprintf("building %s from %s (a cold build takes minutes on two cores, later ones come from the Go build cache)", importPath, where),
+		Label:       label,
+		What:        what + " (a cold build takes minutes on two cores, later ones come from the Go build cache)",
 		Dir:         dir,
 		Flags:       flags,
 		Output:      out,
-		Packages:    []string{importPath},
-		Mains:       []string{importPath},
+		Packages:    importPaths,
+		Mains:       importPaths,
 		Progress:    w,
 		Passthrough: downloadsTo{w, &msg},
 	}

@@ -1,10 +1,16 @@
 package testsupport
 
 import (
+	"bytes"
 	"fmt"
 	"os"
+	"os/exec"
+	"path"
+	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/latchcsi/latch/internal/testsupport/gomodule"
 )
 
 func TestBinaryBuildsOncePerProcess(t *testing.T) {
@@ -96,5 +102,53 @@ func TestBinaryDirOffIsTemporary(t *testing.T) {
 	RemoveBinaries()
 	if _, err := os.Stat(p); !os.IsNotExist(err) {
 		t.Errorf("binary %s still there after RemoveBinaries: %v", p, err)
+	}
+}
+
+// Several main packages built together: one go build into one directory,
+// a binary per package named as go names it, each runnable; kept between
+// processes like a single binary (not relinked).
+func TestBuildTogetherBuildsEveryMainIntoOneDirectory(t *testing.T) {
+	root := isolateBinaries(t)
+	mod := gomodule.Write(t, "example.com/two", map[string]string{
+		"one/main.go": "package main\n\nfunc main() { println(\"one\") }\n",
+		"two/main.go": "package main\n\nfunc main() { println(\"two\") }\n",
+	})
+	paths := []string{"example.com/two/one", "example.com/two/two"}
+	var progress bytes.Buffer
+	SetBuildProgress(&progress)
+	defer SetBuildProgress(nil)
+	bins, err := buildTogether("one+two", mod, paths)
+	if err != nil {
+		t.Fatal(err)
+	}
+	SetBuildProgress(nil)
+	if want := "one+two: building one, two together from " + mod + ", in one go build ("; !strings.HasPrefix(progress.String(), want) {
+		t.Errorf("progress %q, want it to start with %q", progress.String(), want)
+	}
+	if len(bins) != 2 || filepath.Dir(bins[paths[0]]) != filepath.Dir(bins[paths[1]]) || !strings.HasPrefix(bins[paths[0]], root+string(os.PathSeparator)) {
+		t.Fatalf("binaries %v, want two in one directory under %s", bins, root)
+	}
+	for _, p := range paths {
+		out, err := exec.Command(bins[p]).CombinedOutput()
+		if want := path.Base(p) + "\n"; err != nil || string(out) != want {
+			t.Errorf("%s printed %q (%v), want %q", bins[p], out, err, want)
+		}
+	}
+	before, err := os.Stat(bins[paths[0]])
+	if err != nil {
+		t.Fatal(err)
+	}
+	RemoveBinaries()
+	again, err := buildTogether("one+two", mod, paths)
+	if err != nil || again[paths[0]] != bins[paths[0]] {
+		t.Fatalf("second process's build = %v %v, want %v", again, err, bins)
+	}
+	after, err := os.Stat(again[paths[0]])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !os.SameFile(before, after) {
+		t.Errorf("binary relinked: file %v before, %v after", before.Sys(), after.Sys())
 	}
 }

@@ -2,6 +2,7 @@ package testsupport
 
 import (
 	"fmt"
+	"maps"
 	"path/filepath"
 	"runtime"
 	"slices"
@@ -19,6 +20,11 @@ import (
 type upstream struct {
 	module     string // directory under test/upstream
 	importPath string
+	// together: built in one go build with the other components of its
+	// module that set it (latch-local and the end-to-end tests run them
+	// side by side; built apart, a cold machine linked them one after the
+	// other and ran three go commands over the same packages).
+	together bool
 }
 
 // The upstream components tests can build, by the name their docs use.
@@ -26,25 +32,27 @@ var upstreamComponents = map[string]upstream{
 	// external-attacher v4.13.0: the CSI external-attacher sidecar that
 	// csi-attacher replaces (its code as released, built with latch's
 	// client-go v0.36 where its release uses v0.37).
-	"external-attacher": {"external-attacher", "github.com/kubernetes-csi/external-attacher/v4/cmd/csi-attacher"},
+	"external-attacher": {"external-attacher", "github.com/kubernetes-csi/external-attacher/v4/cmd/csi-attacher", false},
 	// kube-controller-manager v1.36.3: its attach/detach controller is the
 	// one attachdetach-controller replaces.
-	"kube-controller-manager": {"kubernetes", "k8s.io/kubernetes/cmd/kube-controller-manager"},
-	"kube-scheduler":          {"kubernetes", "k8s.io/kubernetes/cmd/kube-scheduler"},
+	"kube-controller-manager": {"kubernetes", "k8s.io/kubernetes/cmd/kube-controller-manager", true},
+	"kube-scheduler":          {"kubernetes", "k8s.io/kubernetes/cmd/kube-scheduler", true},
 	// kubemark: kubemark's hollow node as released (its kubelet attaches
 	// volumes itself: EnableControllerAttachDetach is off).
-	"kubemark": {"kubernetes", "k8s.io/kubernetes/cmd/kubemark"},
+	"kubemark": {"kubernetes", "k8s.io/kubernetes/cmd/kubemark", false},
 	// hollow-kubelet: the real kubelet code of v1.36.3 with kubemark's fake
 	// container runtime and mounter, started by a small program of ours
 	// (test/upstream/kubernetes/hollowkubelet) that keeps attach/detach
 	// controller-managed, serves on loopback and takes a root directory.
-	"hollow-kubelet": {"kubernetes", "github.com/latchcsi/latch/test/upstream/kubernetes/hollowkubelet"},
+	"hollow-kubelet": {"kubernetes", "github.com/latchcsi/latch/test/upstream/kubernetes/hollowkubelet", true},
 }
 
 // UpstreamBinary builds an upstream component (a key of the list above, e.g.
 // "external-attacher" or "kube-controller-manager") once per test process
-// and returns its path. A cold build takes minutes (kube-controller-manager
-// links most of Kubernetes); later ones come from the Go build cache.
+// and returns its path; kube-controller-manager, kube-scheduler and the
+// hollow kubelet are built together, whichever is asked for first. A cold
+// build takes minutes (kube-controller-manager links most of Kubernetes);
+// later ones come from the Go build cache.
 func UpstreamBinary(component string) (string, error) {
 	u, ok := upstreamComponents[component]
 	if !ok {
@@ -55,7 +63,33 @@ func UpstreamBinary(component string) (string, error) {
 		slices.Sort(names)
 		return "", fmt.Errorf("no upstream component %q (known: %s)", component, strings.Join(names, ", "))
 	}
-	return buildOnce(filepath.Join(upstreamRoot(), u.module), u.importPath)
+	label, paths := upstreamBuild(component)
+	dir := filepath.Join(upstreamRoot(), u.module)
+	if len(paths) == 1 {
+		return buildOnce(dir, u.importPath)
+	}
+	bins, err := buildTogether(label, dir, paths)
+	if err != nil {
+		return "", err
+	}
+	return bins[u.importPath], nil
+}
+
+// upstreamBuild is what building component builds: its own import path,
+// or those of every component of its module built together with it (by
+// name), and the label of its progress lines.
+func upstreamBuild(component string) (label string, importPaths []string) {
+	u := upstreamComponents[component]
+	if !u.together {
+		return component, []string{u.importPath}
+	}
+	var names []string
+	for _, name := range slices.Sorted(maps.Keys(upstreamComponents)) {
+		if c := upstreamComponents[name]; c.together && c.module == u.module {
+			importPaths, names = append(importPaths, c.importPath), append(names, name)
+		}
+	}
+	return strings.Join(names, "+"), importPaths
 }
 
 // MustUpstreamBinary is UpstreamBinary that fails the test.

@@ -87,3 +87,28 @@ func TestVersionDriftFindsADependencyAtAnotherVersion(t *testing.T) {
 		t.Fatalf("drift = %+v, want example.com/dep kept for its reason", drift)
 	}
 }
+
+// kube-controller-manager, kube-scheduler and the hollow kubelet (what
+// latch-local and the end-to-end tests run side by side) are one go build,
+// whichever is asked for first; the others are built alone.
+func TestKubernetesComponentsAreBuiltTogether(t *testing.T) {
+	together := []string{
+		"github.com/latchcsi/latch/test/upstream/kubernetes/hollowkubelet",
+		"k8s.io/kubernetes/cmd/kube-controller-manager",
+		"k8s.io/kubernetes/cmd/kube-scheduler",
+	}
+	for _, c := range []string{"kube-controller-manager", "kube-scheduler", "hollow-kubelet"} {
+		label, paths := upstreamBuild(c)
+		if label != "hollow-kubelet+kube-controller-manager+kube-scheduler" || !slices.Equal(paths, together) {
+			t.Errorf("%s builds %q as %v, want %v", c, label, paths, together)
+		}
+	}
+	for c, want := range map[string]string{
+		"kubemark":          "k8s.io/kubernetes/cmd/kubemark",
+		"external-attacher": "github.com/kubernetes-csi/external-attacher/v4/cmd/csi-attacher",
+	} {
+		if label, paths := upstreamBuild(c); label != c || !slices.Equal(paths, []string{want}) {
+			t.Errorf("%s builds %q as %v, want itself alone", c, label, paths)
+		}
+	}
+}
