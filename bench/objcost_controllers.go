@@ -61,10 +61,10 @@ func startObjAttacher(_ context.Context, client kubernetes.Interface, driver str
 	}, nil
 }
 
-func startObjController(_ context.Context, client kubernetes.Interface, _ string) (*objRun, error) {
+func startObjController(ctx context.Context, client kubernetes.Interface, _ string) (*objRun, error) {
 	factory := informers.NewSharedInformerFactory(client, 0)
 	cfg := controller.DefaultConfig()
-	c, err := controller.New(cfg, client, factory, &record.FakeRecorder{}, nil)
+	c, err := controller.New(ctx, cfg, client, factory, &record.FakeRecorder{}, nil)
 	if err != nil {
 		return nil, err
 	}

@@ -140,6 +140,7 @@ type Controller struct {
 	//   multiAttach  the keys waiting for another node to let their
 	//                exclusive volume go (waitGauge, waitgauge.go)
 	//   volumeLocks  one pass at a time per volume (volumelocks.go)
+	//   podLocks     one recording at a time per Pod (volumelocks.go)
 	//   returning    the Pods of nodes that came back, not yet recorded
 	//                again (returningNodes, returning.go)
 	podRec      *state.Pods
@@ -149,6 +150,7 @@ type Controller struct {
 	multiAttach *waitGauge
 	attachWaits *attachWaits
 	volumeLocks volumeLocks
+	podLocks    podLocks
 	returning   *returningNodes
 	// rebuilt is set once the rebuild recorded every Pod: from then on a
 	// node that becomes managed has come back (nodeChanged).
@@ -164,8 +166,10 @@ type Controller struct {
 
 // New wires the controller to the informers of factory (which the caller
 // starts after New) and returns it. recorder receives the Pod events;
-// metrics may be nil (nothing is recorded then).
-func New(cfg Config, client kubernetes.Interface, factory informers.SharedInformerFactory, recorder record.EventRecorder, m *Metrics) (*Controller, error) {
+// metrics may be nil (nothing is recorded then). ctx is the context of
+// the Pod informer's handler, which records Pods in the desired state
+// (handlers.go); it should be the one Run is given.
+func New(ctx context.Context, cfg Config, client kubernetes.Interface, factory informers.SharedInformerFactory, recorder record.EventRecorder, m *Metrics) (*Controller, error) {
 	if cfg.Workers <= 0 {
 		cfg.Workers = 50
 	}
@@ -272,7 +276,7 @@ func New(cfg Config, client kubernetes.Interface, factory informers.SharedInform
 		heldVAs:  map[string]struct{}{},
 	}
 
-	if err := c.addHandlers(nodes, pvcs, drivers, vas, csiNodes); err != nil {
+	if err := c.addHandlers(ctx, nodes, pvcs, drivers, vas, csiNodes); err != nil {
 		return nil, err
 	}
 	m.setSource(c)

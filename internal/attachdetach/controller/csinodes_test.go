@@ -230,7 +230,7 @@ func TestNew_migrationByNode_rejectsUnknownOrUntranslatedPlugins(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			client := fake.NewClientset()
-			_, err := New(tc.cfg, client, informers.NewSharedInformerFactory(client, 0), record.NewFakeRecorder(1), nil)
+			_, err := New(t.Context(), tc.cfg, client, informers.NewSharedInformerFactory(client, 0), record.NewFakeRecorder(1), nil)
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("New() error = %v, want one containing %q", err, tc.want)
 			}

@@ -170,7 +170,7 @@ func newFakeWorldWith(t testing.TB, cfg Config, beforeStart func(*fakeWorld), ob
 	m := NewMetrics()
 	w.registry = metrics.NewKubeRegistry()
 	m.Register(w.registry)
-	c, err := New(cfg, w.client, factory, w.events, m)
+	c, err := New(ctx, cfg, w.client, factory, w.events, m)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"context"
 	"fmt"
 	"slices"
 
@@ -16,18 +17,21 @@ import (
 	"github.com/latchcsi/latch/internal/kube/kubenames"
 )
 
-// Event handlers. They never call the API server and never resolve
-// volumes: they update the in-memory state where the change is a plain
-// observation (a node's volumesInUse, a node appearing) and wake (wake.go)
-// the keys, Pods or nodes the change affects. Everything that needs a context
-// (resolving volumes, API writes) happens in a worker.
+// Event handlers. They never call the API server: they update the
+// in-memory state where the change is a plain observation (a node's
+// volumesInUse, a node appearing) and wake (wake.go) the keys, Pods or
+// nodes the change affects. The one exception to "wake, do not work" is
+// the Pod handler: it records the Pod in the desired state at once
+// (syncPod: resolving its volumes reads only listers), so a new Pod's
+// first queue pass is that of its key, which creates the VolumeAttachment.
+// Everything that calls the API server happens in a worker.
 
-func (c *Controller) addHandlers(nodes, pvcs, drivers, vas, csiNodes cache.SharedIndexInformer) error {
+func (c *Controller) addHandlers(ctx context.Context, nodes, pvcs, drivers, vas, csiNodes cache.SharedIndexInformer) error {
 	handlers := []struct {
 		inf cache.SharedIndexInformer
 		h   cache.ResourceEventHandler
 	}{
-		{c.pods, kube.ChangeHandlers(c.podChanged, onDelete(c.podDeleted))},
+		{c.pods, kube.ChangeHandlers(func(old, obj any) { c.podChanged(ctx, old, obj) }, onDelete(func(pod *cachedPod) { c.podDeleted(ctx, pod) }))},
 		{nodes, kube.ChangeHandlers(c.nodeChanged, onDelete(c.nodeDeleted))},
 		{pvcs, kube.ChangeHandlers(c.pvcChanged, deleteAsChange(c.pvcChanged))},
 		{c.pvs, kube.ChangeHandlers(c.pvChanged, deleteAsChange(c.pvChanged))},
@@ -75,7 +79,7 @@ func tombstone(obj any) any {
 
 // --- Pods ---
 
-func (c *Controller) podChanged(oldObj, obj any) {
+func (c *Controller) podChanged(ctx context.Context, oldObj, obj any) {
 	pod, ok := obj.(*cachedPod)
 	if !ok || pod.nodeName == "" {
 		return
@@ -85,7 +89,22 @@ func (c *Controller) podChanged(oldObj, obj any) {
 		// looks at; spec.volumes and spec.nodeName are immutable.
 		return
 	}
-	c.wake.Pod(pod.namespace, pod.name)
+	c.recordPod(ctx, pod.namespace, pod.name)
+}
+
+// recordPod records the Pod namespace/name in the desired state now (a
+// Pod pass run by the informer's handler), unless wakes are held while the
+// controller rebuilds its state at start. A pass that fails goes to the
+// Pod queue, which retries it with backoff.
+func (c *Controller) recordPod(ctx context.Context, namespace, name string) {
+	key := state.PodKey(namespace, name)
+	if c.wake.HoldPod(key) {
+		return
+	}
+	if _, err := c.syncPod(ctx, key); err != nil {
+		klog.FromContext(ctx).V(2).Info("Recording a Pod failed; the Pod queue retries it", "pod", klog.KRef(namespace, name), "err", err)
+		c.wake.Pod(namespace, name)
+	}
 }
 
 // podVolumesUnchanged: only whether the pod still needs its volumes can
@@ -94,8 +113,8 @@ func podVolumesUnchanged(old, pod *cachedPod) bool {
 	return old.nodeName == pod.nodeName && old.needsVolumes() == pod.needsVolumes()
 }
 
-func (c *Controller) podDeleted(pod *cachedPod) {
-	c.wake.Pod(pod.namespace, pod.name)
+func (c *Controller) podDeleted(ctx context.Context, pod *cachedPod) {
+	c.recordPod(ctx, pod.namespace, pod.name)
 }
 
 // --- PVCs, PVs, CSIDrivers: re-resolve the Pods that use them ---
@@ -216,7 +235,7 @@ func (c *Controller) vaChanged(oldObj, obj any) {
 		// the decision looks at.
 		return
 	}
-	c.wake.VolumeAttachment(va.Name)
+	c.wake.VolumeAttachmentChanged(va.Name, state.VersionOf(string(va.UID), va.ResourceVersion))
 }
 
 func (c *Controller) vaDeleted(va *storagev1.VolumeAttachment) {

@@ -16,7 +16,12 @@ import (
 
 // syncPod records the volumes the Pod "namespace/name" wants in the
 // desired state and enqueues the keys that changed.
+//
+// The Pod handler runs it for a changed Pod (handlers.go), a Pod queue
+// pass for a Pod whose claim, PV, CSIDriver or node changed, or whose
+// recording failed; podLocks keeps the two from recording one Pod at once.
 func (c *Controller) syncPod(ctx context.Context, key string) (res runner.Result, err error) {
+	defer c.podLocks.lock(key)()
 	// notRecordedOn is the node of a Pod that needs its volumes but that
 	// this pass did not record, because the node was not managed when it
 	// looked: the node may have come back since (its handler records the

@@ -87,7 +87,7 @@ func Serve(ctx context.Context, cfg ServeConfig) error {
 		// Resync 0: the controller is event-driven; the verify pass is
 		// the safety net.
 		factory := informers.NewSharedInformerFactory(client, 0)
-		c, err := New(cfg.Controller, client, factory, recorder, m)
+		c, err := New(ctx, cfg.Controller, client, factory, recorder, m)
 		if err != nil {
 			return err
 		}

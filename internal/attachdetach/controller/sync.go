@@ -19,8 +19,16 @@ import (
 	"github.com/latchcsi/latch/internal/runner"
 )
 
+// maxDecisions bounds the decisions of one key pass; a pass that still
+// changes the actual state after that many wakes its key again.
+const maxDecisions = 5
+
 // syncKey is one reconcile pass for a (volume, node) key: gather the
-// facts, decide, execute.
+// facts, decide, execute. A decision that changed the actual state (or
+// created the VolumeAttachment) may lead to another with no new event
+// (an entry recorded, then found unmounted; a create, then the wait for
+// the attacher): the pass gathers and decides again until a decision
+// changes nothing, rather than queueing the key for a pass of its own.
 func (c *Controller) syncKey(ctx context.Context, key state.Key) (runner.Result, error) {
 	// The keys of one volume decide on each other (an exclusive volume
 	// goes to one node): gathering, deciding and applying to the actual
@@ -32,23 +40,56 @@ func (c *Controller) syncKey(ctx context.Context, key state.Key) (runner.Result,
 		return runner.Result{}, runner.Terminal(fmt.Errorf("key %s: %w", key, err))
 	}
 	c.names.Set(name, key)
+	c.names.Pass(name)
+	var (
+		result  runner.Result
+		decided uint64
+	)
+	for n := 1; ; n++ {
+		var va *storagev1.VolumeAttachment
+		var again bool
+		va, result, again, err = c.decideOnce(ctx, key, name)
+		decided = 0
+		if va != nil {
+			decided = state.VersionOf(string(va.UID), va.ResourceVersion)
+		}
+		if err != nil || !again {
+			break
+		}
+		if n == maxDecisions {
+			c.wake.Key(key)
+			break
+		}
+	}
+	if c.names.PassDone(name, decided, err == nil) {
+		c.wake.Key(key)
+	}
+	c.forgetNameIfUnused(name, key)
+	return result, err
+}
+
+// decideOnce gathers the facts of key, decides and executes the plan. It
+// returns the VolumeAttachment the decision saw (nil when absent) and
+// whether the plan changed the actual state or created the
+// VolumeAttachment, so that deciding again may find more to do.
+func (c *Controller) decideOnce(ctx context.Context, key state.Key, name string) (*storagev1.VolumeAttachment, runner.Result, bool, error) {
 	in := decide.Gather(key, c.dsw, c.asw)
 	node, err := listed(c.nodeLister.Get, key.Node)
 	if err != nil {
-		return runner.Result{}, fmt.Errorf("get node %s: %w", key.Node, err)
+		return nil, runner.Result{}, false, fmt.Errorf("get node %s: %w", key.Node, err)
 	}
 	in.Node = decide.NodeFactsOf(node)
 	in.Node.PodsPending = c.returning.pending(key.Node) > 0
 	if in.Wanted != nil && c.decide.MigrationByNode[in.Wanted.Volume.MigratedFrom] {
 		csiNode, err := listed(c.csiNodeLister.Get, key.Node)
 		if err != nil {
-			return runner.Result{}, fmt.Errorf("get CSINode %s: %w", key.Node, err)
+			return nil, runner.Result{}, false, fmt.Errorf("get CSINode %s: %w", key.Node, err)
 		}
 		in.CSINode = decide.CSINodeFactsOf(csiNode)
 	}
 	va, _, err := c.vaCache.Get(name)
 	if err != nil {
-		return runner.Result{}, fmt.Errorf("get VolumeAttachment %s: %w", name, err)
+		return nil, runner.Result{}, false, fmt.Errorf("get VolumeAttachment %s: %w", name, err)
 	}
 	var settleErr error
 	if va == nil && c.vaCache.IsCreateUncertain(name) {
@@ -81,13 +122,12 @@ func (c *Controller) syncKey(ctx context.Context, key state.Key) (runner.Result,
 		c.waits.record(key, "", false)
 	}
 	c.multiAttach.record(key, driverOf(key.Volume), plan.Kind == decide.KindConflict)
-	result, err := c.execute(ctx, plan, va)
-	c.forgetNameIfUnused(name, key)
+	result, again, err := c.execute(ctx, plan, in.Actual, va)
 	if err == nil && settleErr != nil {
 		// Ask again, with backoff, until the API server answers.
 		err = settleErr
 	}
-	return result, err
+	return va, result, again, err
 }
 
 // forgetNameIfUnused drops the VolumeAttachment name of key from the name
@@ -97,56 +137,70 @@ func (c *Controller) syncKey(ctx context.Context, key state.Key) (runner.Result,
 // book would keep every name the controller ever saw. A VolumeAttachment
 // of that name that appears later goes through the VA queue, which finds
 // the key again.
+//
+// The caller holds the key's volume lock, which adopt takes too: the
+// actual state cannot gain the key between the check and the drop.
 func (c *Controller) forgetNameIfUnused(name string, key state.Key) {
-	c.names.ForgetIf(name, key, func() bool {
-		if _, ok := c.asw.Get(key); ok {
-			return false
-		}
-		if _, ok := c.dsw.Get(key); ok {
-			return false
-		}
-		_, exists, _ := c.vaCache.Get(name)
-		return !exists
-	})
+	_, attached := c.asw.Get(key)
+	_, wanted := c.dsw.Get(key)
+	_, exists, _ := c.vaCache.Get(name)
+	c.names.ForgetIf(name, key, !attached && !wanted && !exists)
 }
 
 // execute carries out plan: the actual state change first (it cannot
-// fail), then the API action, then the events. va is the VolumeAttachment
-// the decision saw (nil when absent).
-func (c *Controller) execute(ctx context.Context, plan decide.Plan, va *storagev1.VolumeAttachment) (runner.Result, error) {
+// fail), then the API action, then the events. before is the actual state
+// entry the decision saw and va the VolumeAttachment (nil when absent).
+// again reports whether deciding once more may find more to do: the
+// actual state changed, or the VolumeAttachment was created.
+func (c *Controller) execute(ctx context.Context, plan decide.Plan, before *state.Attachment, va *storagev1.VolumeAttachment) (result runner.Result, again bool, err error) {
 	key := plan.Key
+	if plan.Kind == decide.KindCreate {
+		// The create first, then the actual state change and the wakes,
+		// whatever the answer: an entry whose create failed still holds
+		// the volume while the outcome is unknown. No decision of the
+		// volume's other nodes can come in between (volumeLocks), and
+		// the node status does not list an attaching entry.
+		created, createErr := c.sendCreate(ctx, plan)
+		changed := plan.Actual != nil && c.asw.Apply(key, *plan.Actual)
+		c.wake.Plan(plan, before, changed)
+		if err := c.createAnswered(ctx, plan, created, createErr); err != nil {
+			return runner.Result{}, false, err
+		}
+		c.emit(plan.Events)
+		return runner.Result{}, true, nil
+	}
 	changed := plan.Actual != nil && c.asw.Apply(key, *plan.Actual)
-	c.wake.Plan(plan, changed)
+	c.wake.Plan(plan, before, changed)
 
-	var result runner.Result
 	switch plan.Kind {
 	case decide.KindNothing, decide.KindWait, decide.KindAttachError, decide.KindConflict, decide.KindForget, decide.KindNodeNotMigrated:
 		if plan.Kind == decide.KindAttachError {
 			c.timing.attachFailed(key, c.clock.Now(), c.metrics)
 		}
 		result.RequeueAfter = plan.RequeueAfter
-	case decide.KindCreate:
-		if err := c.createVA(ctx, plan); err != nil {
-			return runner.Result{}, err
-		}
 	case decide.KindMarkAttached:
 		c.attached(ctx, key, plan)
 	case decide.KindWaitForNodeStatus:
 		// The node status worker (woken by Plan or still busy with an
 		// older list) wakes this key once the volume is off the list.
 		klog.FromContext(ctx).V(4).Info("Waiting for the node status to drop the volume before detaching", "volume", key.Volume, "node", klog.KRef("", key.Node))
-		return runner.Result{}, nil
+		return runner.Result{}, changed, nil
 	case decide.KindDetach:
 		if err := c.deleteVA(ctx, plan, va); err != nil {
-			return runner.Result{}, err
+			return runner.Result{}, false, err
 		}
 	}
 	c.emit(plan.Events)
-	return result, nil
+	return result, changed, nil
 }
 
-func (c *Controller) createVA(ctx context.Context, plan decide.Plan) error {
-	logger := klog.FromContext(ctx)
+// sendCreate sends the create of plan's VolumeAttachment and notes it in
+// the overlay: done with the object the server stored, or of unknown
+// outcome on any error (the API server may have stored the object
+// although the answer says otherwise: a 500 or a timeout after the write,
+// a lost answer followed by AlreadyExists; until it tells, the object may
+// exist and an exclusive volume stays blocked elsewhere).
+func (c *Controller) sendCreate(ctx context.Context, plan decide.Plan) (*storagev1.VolumeAttachment, error) {
 	c.timing.attachStarted(plan.Key, c.clock.Now())
 	name := plan.Create.Name
 	c.vaCache.CreateStarted(name)
@@ -154,14 +208,19 @@ func (c *Controller) createVA(ctx context.Context, plan decide.Plan) error {
 		metav1.CreateOptions{FieldManager: kube.AttachDetachFieldManager})
 	if err != nil {
 		c.vaCache.CreateFailed(name)
-		// The API server may have stored the object although the answer
-		// says otherwise (a 500 or a timeout after the write, a lost
-		// answer followed by AlreadyExists): until it tells, the object
-		// may exist and an exclusive volume stays blocked elsewhere.
 		c.vaCache.CreateUncertain(name)
-	} else {
-		c.vaCache.CreateDone(name, created, c.clock.Now())
+		return nil, err
 	}
+	c.vaCache.CreateDone(name, created, c.clock.Now())
+	return created, nil
+}
+
+// createAnswered handles the answer of sendCreate once the plan's actual
+// state change is applied: an object that already exists is fetched, a
+// failure is reported to the Pods and returned.
+func (c *Controller) createAnswered(ctx context.Context, plan decide.Plan, created *storagev1.VolumeAttachment, err error) error {
+	logger := klog.FromContext(ctx)
+	name := plan.Create.Name
 	if apierrors.IsAlreadyExists(err) {
 		// Our own creates are overlaid until a pass sees them, so this is
 		// an object the controller could not know of: made by a previous

@@ -90,7 +90,9 @@ func (c *Controller) syncVA(ctx context.Context, name string) (runner.Result, er
 // uncertain (detached if nothing wants it, confirmed if something does)
 // and enqueues its volume.
 func (c *Controller) adopt(ctx context.Context, name string, key state.Key, a volume.Attachable) {
-	// The actual state first, then the name: see state.Names.ForgetIf.
+	// Under the volume lock, as a key pass that may forget the name: see
+	// state.Names.ForgetIf.
+	defer c.volumeLocks.lock(key.Volume)()
 	if c.asw.AddUncertain(a, key.Node) {
 		klog.FromContext(ctx).V(2).Info("Adopted VolumeAttachment unknown to the actual state", "volumeAttachment", klog.KRef("", name), "volume", key.Volume, "node", klog.KRef("", key.Node))
 	}

@@ -6,38 +6,47 @@ import (
 	v1 "k8s.io/api/core/v1"
 )
 
-// volumeLocks serializes the passes of keys that share a volume. Entries
-// live only while a pass holds or waits for them.
-type volumeLocks struct {
+// keyLocks serializes the work on one key (a volume, a Pod) and lets the
+// work on other keys run. Entries live only while someone holds or waits
+// for them.
+type keyLocks[K comparable] struct {
 	mu sync.Mutex
-	m  map[v1.UniqueVolumeName]*volumeLock
+	m  map[K]*keyLock
 }
 
-type volumeLock struct {
+type keyLock struct {
 	sync.Mutex
 	users int
 }
 
-// lock locks volume and returns its unlock.
-func (l *volumeLocks) lock(volume v1.UniqueVolumeName) (unlock func()) {
+// lock locks key and returns its unlock.
+func (l *keyLocks[K]) lock(key K) (unlock func()) {
 	l.mu.Lock()
 	if l.m == nil {
-		l.m = map[v1.UniqueVolumeName]*volumeLock{}
+		l.m = map[K]*keyLock{}
 	}
-	vl := l.m[volume]
-	if vl == nil {
-		vl = &volumeLock{}
-		l.m[volume] = vl
+	kl := l.m[key]
+	if kl == nil {
+		kl = &keyLock{}
+		l.m[key] = kl
 	}
-	vl.users++
+	kl.users++
 	l.mu.Unlock()
-	vl.Lock()
+	kl.Lock()
 	return func() {
-		vl.Unlock()
+		kl.Unlock()
 		l.mu.Lock()
-		if vl.users--; vl.users == 0 {
-			delete(l.m, volume)
+		if kl.users--; kl.users == 0 {
+			delete(l.m, key)
 		}
 		l.mu.Unlock()
 	}
 }
+
+// volumeLocks serializes the passes of keys that share a volume, and the
+// adoption of a VolumeAttachment with them.
+type volumeLocks = keyLocks[v1.UniqueVolumeName]
+
+// podLocks serializes the recording of one Pod: its informer handler and
+// a Pod queue pass may record it at the same time.
+type podLocks = keyLocks[string]

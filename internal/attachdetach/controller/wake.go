@@ -17,37 +17,44 @@ import (
 // code calls Enqueue. Each method is named for what changed; this file is
 // the whole queue graph.
 //
-//	        Pod / PVC / PV / CSIDriver / Node-now-managed events
-//	                      │ Pod, PodsBy, PodsOfDriver
-//	                      ▼
+//	  Pod events ──(the handler records the Pod: recordPod)──┐ Volumes
+//	        PVC / PV / CSIDriver / Node-now-managed events     │
+//	                      │ PodsBy, PodsOfDriver                │
+//	                      ▼                                     ▼
 //	                   [pods] ──Volumes──▶ [keys] ◀── Node (NodeKeys, Keys), CSINode
-//	                                       ▲ │  ▲     (MigrationKeys), VA with a known
-//	  VA, unknown name                     │ │  │     name (VolumeAttachment), verify
-//	  (VolumeAttachment) ──▶ [vas] ─Volumes┘ │  │
+//	                                       ▲ │  ▲     (MigrationKeys), VA of a version
+//	  VA, unknown name                     │ │  │     no pass decided on
+//	  (VolumeAttachment) ──▶ [vas] ─Volumes┘ │  │     (VolumeAttachmentChanged), verify
 //	                      (adopt)      Plan: │  │ Detaching
 //	                                NodeStatus  │ (after every pass)
 //	  Node volumesAttached ──NodeStatus──▶   ▼  │
 //	                                  [node status]
 //
 //	queue        item             woken by (method ← source)                      its pass wakes
-//	pods         "ns/name"        Pod ← Pod events; PodsBy ← PVC, PV, managed     Volumes
-//	                              Node; PodsOfDriver ← CSIDriver; rebuild retry
-//	keys         (volume, node)   Volumes ← pods, vas, Plan; NodeKeys ← Node      Plan: Volumes,
-//	                              Ready/taint/gone; Keys ← volumesInUse, verify,  NodeStatus
-//	                              rebuild (held, then released in two lanes:
-//	                              releaseKeys); MigrationKeys ← CSINode;
-//	                              VolumeAttachment ← VA event; Detaching
+//	pods         "ns/name"        PodsBy ← PVC, PV, managed Node; PodsOfDriver    Volumes
+//	                              ← CSIDriver; Pod ← a failed recording, held
+//	                              Pod events after the rebuild (releaseHeld)
+//	keys         (volume, node)   Volumes ← Pod recording, pods, vas; Peers ←     Plan: Peers,
+//	                              Plan; NodeKeys ← Node Ready/taint/gone; Keys ←  NodeStatus
+//	                              volumesInUse, verify, rebuild (held, then
+//	                              released in two lanes: releaseKeys);
+//	                              MigrationKeys ← CSINode; VolumeAttachment(
+//	                              Changed) ← VA event; Detaching
 //	vas          VA name          VolumeAttachment ← VA event (name unknown to    Volumes (adopt)
 //	                              state.Names); UnknownVolumeAttachment ←
 //	                              rebuild, verify
 //	node status  node name        NodeStatus ← Node volumesAttached, Plan,        Detaching
 //	                              rebuild
 //
-// A Pod reaches its node's status.volumesAttached in four passes over
-// three queues: pods (record it in the desired state, wake its keys) →
-// keys (create the VolumeAttachment) → keys again (woken by the
-// VolumeAttachment's update once csi-attacher attached it: mark it
-// attached, Plan wakes the node status) → node status (write the list).
+// A Pod reaches its node's status.volumesAttached in three passes over two
+// queues: the Pod handler records it in the desired state and wakes its
+// keys (no pass) → keys (create the VolumeAttachment, and decide again in
+// the same pass: wait for the attacher; the informer's event of the
+// created object is the version that pass decided on and wakes nothing)
+// → keys again (woken by the VolumeAttachment's update once csi-attacher
+// attached it: mark it attached, Plan wakes the node status) → node status
+// (write the list). TestPodRoute_oneVolumeReachesNodeStatusInThreeQueuePasses
+// counts them.
 type wake struct {
 	keys       *runner.Runner[state.Key]
 	pods       *runner.Runner[string]
@@ -114,6 +121,11 @@ func (w *wake) Pod(namespace, name string) {
 	}
 	w.pods.Enqueue(key)
 }
+
+// HoldPod holds the wake of the Pod key while the controller rebuilds
+// its state at start, and reports whether it did; the Pod handler records
+// the Pod itself otherwise.
+func (w *wake) HoldPod(key string) bool { return hold(&w.heldMu, &w.heldPods, key) }
 
 // PodRecorded drops a held wake of the Pod key: the rebuild is about to
 // record the Pod from the lister, which holds every change whose event
@@ -298,17 +310,32 @@ func (w *wake) migrationKeys(node string) []state.Key {
 }
 
 // Plan wakes what an executed plan asks for (decide.Plan.Wakes): when its
-// actual state change applied, every key of the volume (other nodes
-// decide on this one) and the node status (it follows
-// ReportedInNodeStatus); the node status alone for a detach held back by
-// Decide (KindWaitForNodeStatus).
-func (w *wake) Plan(p decide.Plan, applied bool) {
-	wk := p.Wakes(applied)
+// actual state change applied, every other key of the volume (other nodes
+// decide on this one; the key itself decides again in its own pass, see
+// syncKey); the node status when the change adds the volume to the node's
+// list or takes it off, or for a detach held back by Decide
+// (KindWaitForNodeStatus). before is the entry the decision saw.
+func (w *wake) Plan(p decide.Plan, before *state.Attachment, applied bool) {
+	wk := p.Wakes(before, applied)
 	if wk.Volume {
-		w.Volumes([]state.Key{p.Key})
+		w.Peers(p.Key)
 	}
 	if wk.NodeStatus {
 		w.NodeStatus(p.Key.Node)
+	}
+}
+
+// Peers wakes every key of k's volume but k: the volume's other nodes.
+func (w *wake) Peers(k state.Key) {
+	for _, e := range w.asw.ForVolume(k.Volume) {
+		if e.Node != k.Node {
+			w.key(e.Key)
+		}
+	}
+	for _, n := range w.dsw.NodesWantingVolume(k.Volume) {
+		if n != k.Node {
+			w.key(state.Key{Volume: k.Volume, Node: n})
+		}
 	}
 }
 
@@ -326,6 +353,24 @@ func (w *wake) VolumeAttachment(name string) {
 		return
 	}
 	w.vas.Enqueue(name)
+}
+
+// VolumeAttachmentChanged is VolumeAttachment for an added or changed
+// VolumeAttachment at version (state.VersionOf): a version the key's last
+// pass decided on (our own create, read back through the overlay) wakes
+// nothing, and one that comes during a pass of the key is left to the end
+// of that pass (state.Names.PassDone).
+func (w *wake) VolumeAttachmentChanged(name string, version uint64) {
+	if hold(&w.heldMu, &w.heldVAs, name) {
+		return
+	}
+	key, known, needed := w.names.Observe(name, version)
+	switch {
+	case !known:
+		w.vas.Enqueue(name)
+	case needed:
+		w.key(key)
+	}
 }
 
 // KnownVolumeAttachment wakes key, whose VolumeAttachment the queue

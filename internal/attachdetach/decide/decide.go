@@ -192,8 +192,8 @@ func decideWanted(in Input) Plan {
 		p.Actual = changedIfRecorded(in, u)
 		return p
 	}
-	// Record "attaching" before creating, so that a concurrent decision
-	// for another node of an exclusive volume already sees it.
+	// Record "attaching" with the create, whatever its answer, so that
+	// the next decision for another node of an exclusive volume sees it.
 	u.State, u.ReportedInNodeStatus = state.StateAttaching, false
 	p.Kind, p.Why = KindCreate, "volume is wanted and has no VolumeAttachment"
 	p.Create = spec.VolumeAttachment(in.Key.Node)

@@ -105,9 +105,12 @@ type Event struct {
 
 // Plan is the result of Decide for one key. The executor applies it in
 // this order: Actual (in memory, cannot fail), then the API action of the
-// Kind, then Events. If Actual changed the ASW it enqueues every key of
-// the volume (the decision of other nodes depends on this one) and, when
-// ReportedInNodeStatus changed, the node status updater for the node.
+// Kind, then Events; for KindCreate the create goes first and Actual is
+// applied once it answered, whatever the answer (no other decision of the
+// volume comes in between: the executor runs the keys of one volume one
+// at a time). Then it wakes what Wakes says: the volume's other keys when
+// Actual changed the ASW (their decisions depend on this one), the node
+// status updater when the node's list changes.
 type Plan struct {
 	Kind Kind
 	Key  state.Key
@@ -137,17 +140,29 @@ type Plan struct {
 
 // Wakes is what the executor wakes once it has run a plan.
 type Wakes struct {
-	// Volume: every key of the plan's volume; the other nodes of the
+	// Volume: the other keys of the plan's volume; the other nodes of the
 	// volume decide on this one (multi-attach).
 	Volume bool
 	// NodeStatus: the node status updater of the plan's node.
 	NodeStatus bool
 }
 
-// Wakes says what to wake after the plan ran; applied reports whether
-// applying Actual changed the actual state. A change wakes the volume's
-// keys and the node status (which follows ReportedInNodeStatus);
+// Wakes says what to wake after the plan ran; before is the actual state
+// entry the decision saw (nil: none) and applied reports whether applying
+// Actual changed it. A change wakes the volume's other keys, and the node
+// status when it adds the volume to the node's status.volumesAttached or
+// takes it off (ReportedInNodeStatus, or a reported entry removed);
 // WakeNodeStatus wakes the node status alone.
-func (p Plan) Wakes(applied bool) Wakes {
-	return Wakes{Volume: applied, NodeStatus: applied || p.WakeNodeStatus}
+func (p Plan) Wakes(before *state.Attachment, applied bool) Wakes {
+	return Wakes{Volume: applied, NodeStatus: p.WakeNodeStatus || applied && p.changesReport(before)}
+}
+
+// changesReport reports whether applying Actual over before changes
+// whether the volume belongs in the node's status.volumesAttached.
+func (p Plan) changesReport(before *state.Attachment) bool {
+	if p.Actual == nil {
+		return false
+	}
+	was := before != nil && before.ReportedInNodeStatus
+	return was != (!p.Actual.Remove && p.Actual.ReportedInNodeStatus)
 }

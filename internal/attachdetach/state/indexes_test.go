@@ -10,16 +10,16 @@ func TestNames_forgetIfOnlyDropsAnUnusedNameOfThatKey(t *testing.T) {
 	n := state.NewNames()
 	k := key("h1", "node-a")
 	n.Set("va-1", k)
-	if n.ForgetIf("va-1", key("h2", "node-a"), func() bool { return true }) {
+	if n.ForgetIf("va-1", key("h2", "node-a"), true) {
 		t.Fatal("dropped a name that maps to another key")
 	}
-	if n.ForgetIf("va-1", k, func() bool { return false }) {
+	if n.ForgetIf("va-1", k, false) {
 		t.Fatal("dropped a name whose key is still in use")
 	}
 	if got, ok := n.Get("va-1"); !ok || got != k || n.Len() != 1 {
 		t.Fatalf("Get = %v, %v; Len = %d", got, ok, n.Len())
 	}
-	if !n.ForgetIf("va-1", k, func() bool { return true }) || n.Len() != 0 {
+	if !n.ForgetIf("va-1", k, true) || n.Len() != 0 {
 		t.Fatalf("unused name not dropped; Len = %d", n.Len())
 	}
 }

@@ -72,7 +72,7 @@ func TestNames_everyFormOfName(t *testing.T) {
 				}
 			}
 			for name, k := range tc.set {
-				if !n.ForgetIf(name, k, func() bool { return true }) {
+				if !n.ForgetIf(name, k, true) {
 					t.Errorf("ForgetIf(%q) kept it", name)
 				}
 				if _, ok := n.Get(name); ok {
@@ -83,5 +83,56 @@ func TestNames_everyFormOfName(t *testing.T) {
 				t.Errorf("Len = %d after every name was forgotten", n.Len())
 			}
 		})
+	}
+}
+
+// An event of the VolumeAttachment version the key's last pass decided on
+// (our own create, read back through the overlay) needs no pass; any other
+// version does, and an event during a pass is weighed when it ends.
+func TestNames_eventOfTheVersionAPassDecidedOnWakesNothing(t *testing.T) {
+	for _, name := range []string{kubenames.VolumeAttachmentName("h1", "d", "node-a"), "made-by-hand"} {
+		n := state.NewNames()
+		k := key("h1", "node-a")
+		created, attached := state.VersionOf("uid-1", "10"), state.VersionOf("uid-1", "11")
+		if got, known, wake := n.Observe(name, created); known || wake || got != (state.Key{}) {
+			t.Fatalf("%s: unknown name observed as %v known=%v wake=%v", name, got, known, wake)
+		}
+		n.Set(name, k)
+		if _, known, wake := n.Observe(name, created); !known || !wake {
+			t.Fatalf("%s: no pass decided yet: known=%v wake=%v, want a pass", name, known, wake)
+		}
+
+		// A pass creates the VolumeAttachment and decides on it; the
+		// informer's event of that version comes during the pass.
+		n.Pass(name)
+		if _, _, wake := n.Observe(name, created); wake {
+			t.Fatalf("%s: event during a pass woke the key", name)
+		}
+		if n.PassDone(name, created, true) {
+			t.Fatalf("%s: the pass decided on the version the event brought, yet asks for another", name)
+		}
+		if _, _, wake := n.Observe(name, created); wake {
+			t.Fatalf("%s: the version the last pass decided on woke the key", name)
+		}
+		if got, _, wake := n.Observe(name, attached); !wake || got != k {
+			t.Fatalf("%s: a new version (attached) did not wake %v: got %v wake=%v", name, k, got, wake)
+		}
+
+		// An event of a newer version during a pass: the pass ends, the
+		// key runs again.
+		n.Pass(name)
+		n.Observe(name, attached)
+		if !n.PassDone(name, created, true) {
+			t.Fatalf("%s: an event newer than the pass's decision was dropped", name)
+		}
+		// A failed pass remembers nothing: the next event runs a pass.
+		n.Pass(name)
+		n.Observe(name, created)
+		if !n.PassDone(name, created, false) {
+			t.Fatalf("%s: an event during a failed pass was dropped", name)
+		}
+		if _, _, wake := n.Observe(name, created); !wake {
+			t.Fatalf("%s: after a failed pass, an event of the version it saw must run a pass", name)
+		}
 	}
 }
