@@ -15,7 +15,8 @@ import (
 )
 
 // The README's first-run section shows, after make demo's progress lines,
-// the line latch-local prints when it builds kube-controller-manager. The
+// the line latch-local prints when it builds kube-controller-manager (with
+// kube-scheduler and the hollow kubelet, in one go build). The
 // test runs `latch-local demo` (the binary make demo runs) and stops it
 // once that line is printed: the line must be the README's, word for word.
 func TestREADMEShowsTheKubeControllerManagerBuildLineLatchLocalPrints(t *testing.T) {
@@ -23,7 +24,7 @@ func TestREADMEShowsTheKubeControllerManagerBuildLineLatchLocalPrints(t *testing
 	if err != nil {
 		t.Fatal(err)
 	}
-	const prefix = "kube-controller-manager: building "
+	const prefix = "hollow-kubelet+kube-controller-manager+kube-scheduler: building "
 	var shown string
 	for _, l := range strings.Split(string(readme), "\n") {
 		if strings.HasPrefix(l, prefix) {
