@@ -40,7 +40,7 @@ build:
 # prints "[n/N packages] compiling <pkg>, <elapsed>" every 5 to 10 s.
 PROGRESS := $(BIN_DIR)/buildprogress
 BUILD_PROGRESS := mkdir -p $(BIN_DIR) && $(GO) build -v -o $(PROGRESS) ./hack/buildprogress
-COLD := tens of minutes on 2 cores with an empty Go build cache, seconds when warm
+COLD := minutes on 2 cores with an empty Go build cache (more with an empty module cache: the downloads), seconds when warm
 
 ## tools: what the tests run besides Go: promtool and prometheus (the alert rules' unit tests, the dashboard and rules against latch-local), from Debian's prometheus package, installed with apt-get when missing
 tools:

@@ -42,7 +42,7 @@ func TestMakefileTargetsShowProgress(t *testing.T) {
 	for _, want := range []string{
 		"PROGRESS := $(BIN_DIR)/buildprogress\n",
 		"BUILD_PROGRESS := mkdir -p $(BIN_DIR) && $(GO) build -v -o $(PROGRESS) ./hack/buildprogress\n",
-		"COLD := tens of minutes on 2 cores with an empty Go build cache, seconds when warm\n",
+		"COLD := minutes on 2 cores with an empty Go build cache (more with an empty module cache: the downloads), seconds when warm\n",
 		// Every package runs (the longest first), four at a time.
 		"TEST_PARALLEL ?= 4\n",
 		"TEST_PACKAGES ?= ./test/interop/ ./test/e2e/... ./bench/ ./...\n",
