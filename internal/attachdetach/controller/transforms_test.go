@@ -266,22 +266,22 @@ func TestTrimNode_keepsFactsAndVolumeLists(t *testing.T) {
 	}
 }
 
-// pvWorld is the volume.Objects of one claim and its PV, for resolving a
+// pvObjects is the volume.Objects of one claim and its PV, for resolving a
 // Pod volume against a whole or a trimmed PV.
-type pvWorld struct {
+type pvObjects struct {
 	pvc *v1.PersistentVolumeClaim
 	pv  *v1.PersistentVolume
 }
 
-func (w pvWorld) PersistentVolumeClaim(ns, name string) (*v1.PersistentVolumeClaim, bool) {
+func (w pvObjects) PersistentVolumeClaim(ns, name string) (*v1.PersistentVolumeClaim, bool) {
 	return w.pvc, w.pvc != nil && w.pvc.Namespace == ns && w.pvc.Name == name
 }
 
-func (w pvWorld) PersistentVolume(name string) (*v1.PersistentVolume, bool) {
+func (w pvObjects) PersistentVolume(name string) (*v1.PersistentVolume, bool) {
 	return w.pv, w.pv != nil && w.pv.Name == name
 }
 
-func (pvWorld) CSIDriver(string) (*storagev1.CSIDriver, bool) { return nil, false }
+func (pvObjects) CSIDriver(string) (*storagev1.CSIDriver, bool) { return nil, false }
 
 // fullPV is a PV as the API server returns it, bound to claim "data":
 // labels, annotations (kubectl's last-applied copy), finalizers, managed
@@ -375,17 +375,17 @@ func TestTrimPV_resolvesAsTheWholePV(t *testing.T) {
 
 			resolver := volume.NewResolver(nil)
 			pod := podUsing("app", "node-a", pvc.Name)
-			wantRes := resolver.Resolve(ctx, pod, &pod.Spec.Volumes[0], pvWorld{pvc, whole})
+			wantRes := resolver.Resolve(ctx, pod, &pod.Spec.Volumes[0], pvObjects{pvc, whole})
 			if wantRes.Status != tc.status {
 				t.Fatalf("the whole PV resolves to %v (%s), the case wants %v", wantRes.Status, wantRes.Message, tc.status)
 			}
-			if res := resolver.Resolve(ctx, pod, &pod.Spec.Volumes[0], pvWorld{pvc, got}); !reflect.DeepEqual(res, wantRes) {
+			if res := resolver.Resolve(ctx, pod, &pod.Spec.Volumes[0], pvObjects{pvc, got}); !reflect.DeepEqual(res, wantRes) {
 				t.Errorf("trimmed, the Pod volume resolves to\n%+v\nwhole to\n%+v", res, wantRes)
 			}
 			va := &storagev1.VolumeAttachment{ObjectMeta: metav1.ObjectMeta{Name: "csi-1"},
 				Spec: storagev1.VolumeAttachmentSpec{Source: storagev1.VolumeAttachmentSource{PersistentVolumeName: &whole.Name}}}
-			wantA, wantErr := resolver.FromVolumeAttachment(ctx, va, pvWorld{pv: whole})
-			gotA, gotErr := resolver.FromVolumeAttachment(ctx, va, pvWorld{pv: got})
+			wantA, wantErr := resolver.FromVolumeAttachment(ctx, va, pvObjects{pv: whole})
+			gotA, gotErr := resolver.FromVolumeAttachment(ctx, va, pvObjects{pv: got})
 			if !reflect.DeepEqual(gotA, wantA) || fmt.Sprint(gotErr) != fmt.Sprint(wantErr) {
 				t.Errorf("trimmed, the VolumeAttachment's volume is %+v, %v; whole %+v, %v", gotA, gotErr, wantA, wantErr)
 			}

@@ -173,7 +173,7 @@ func TestScenarioAliasPVsOfOneHandle(t *testing.T) {
 			`web-1: Multi-Attach error for volume "pv1" Volume is already used by pod(s) web-0`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			w := newWorld(t, nodeA, nodeB)
+			w := newStory(t, nodeA, nodeB)
 			vol := rwo.UniqueName
 			w.attachedAndMounted(podA, nodeA, tc.first)
 

@@ -38,7 +38,7 @@ func TestScenarioOnePodNamingOneHandleThroughRWXAndRWOPVs_exclusiveInEitherOrder
 		{"RWO PV listed first", []volume.Attachable{rwo, rwx}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			w := newWorld(t, nodeA, nodeB)
+			w := newStory(t, nodeA, nodeB)
 			vol := rwo.UniqueName
 			if _, ok := w.dsw.AddPod(podA, nodeA, podSpecs(tc.specs...)); !ok {
 				t.Fatal("pod not added")
@@ -76,7 +76,7 @@ func TestScenarioOnePodNamingOneHandleThroughRWXAndRWOPVs_exclusiveInEitherOrder
 // shareable, and node B gets it while node A still has it.
 func TestScenarioRWOSpecResolvedAfterTheAttachMakesTheAttachmentExclusive(t *testing.T) {
 	rwx := alias(v1.ReadWriteMany) // pv2
-	w := newWorld(t, nodeA, nodeB)
+	w := newStory(t, nodeA, nodeB)
 	vol := rwo.UniqueName
 	if _, ok := w.dsw.AddPod(podA, nodeA, podSpecs(rwx)); !ok {
 		t.Fatal("pod not added")

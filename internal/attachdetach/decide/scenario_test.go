@@ -15,14 +15,14 @@ import (
 	"github.com/latchcsi/latch/internal/attachdetach/volume"
 )
 
-// world is a minimal stand-in for the API server and the controller's
+// story is a minimal stand-in for the API server and the controller's
 // I/O: it applies plans to the real state caches (the actual state's node
 // lists included, which give Decide its NodeStatusMayList as they do in
 // the controller) and records the ordered API writes and events, so
 // multi-step stories can be told with the real Decide. Every rule of a
-// pass is Decide's; the world only carries the plan out. csi-attacher is
+// pass is Decide's; the story only carries the plan out. csi-attacher is
 // played by the test (attach, finishDetach).
-type world struct {
+type story struct {
 	t      *testing.T
 	dsw    *state.Desired
 	asw    *state.Actual
@@ -34,8 +34,8 @@ type world struct {
 	now    time.Time
 }
 
-func newWorld(t *testing.T, nodes ...string) *world {
-	w := &world{t: t, dsw: state.NewDesired(), asw: state.NewActual(), nodes: map[string]decide.NodeFacts{},
+func newStory(t *testing.T, nodes ...string) *story {
+	w := &story{t: t, dsw: state.NewDesired(), asw: state.NewActual(), nodes: map[string]decide.NodeFacts{},
 		vas: map[string]*decide.VAFacts{}, status: map[string][]v1.AttachedVolume{}, now: t0}
 	for _, n := range nodes {
 		w.nodes[n] = ready
@@ -45,7 +45,7 @@ func newWorld(t *testing.T, nodes ...string) *world {
 	return w
 }
 
-func (w *world) addPod(p state.PodRef, node string, v volume.Attachable) {
+func (w *story) addPod(p state.PodRef, node string, v volume.Attachable) {
 	if _, ok := w.dsw.AddPod(p, node, []volume.Attachable{v}); !ok {
 		w.t.Fatalf("pod %s not added", p.Name)
 	}
@@ -53,7 +53,7 @@ func (w *world) addPod(p state.PodRef, node string, v volume.Attachable) {
 
 // sync runs every key of vol until no plan changes anything any more,
 // like a work queue that re-enqueues the volume's keys on every change.
-func (w *world) sync(vol v1.UniqueVolumeName) {
+func (w *story) sync(vol v1.UniqueVolumeName) {
 	for range 20 {
 		changed := false
 		for _, k := range w.keys(vol) {
@@ -66,7 +66,7 @@ func (w *world) sync(vol v1.UniqueVolumeName) {
 	w.t.Fatal("no fixpoint after 20 rounds")
 }
 
-func (w *world) keys(vol v1.UniqueVolumeName) []state.Key {
+func (w *story) keys(vol v1.UniqueVolumeName) []state.Key {
 	nodes := w.dsw.NodesWantingVolume(vol)
 	for _, e := range w.asw.ForVolume(vol) {
 		nodes = append(nodes, e.Node)
@@ -86,7 +86,7 @@ func (w *world) keys(vol v1.UniqueVolumeName) []state.Key {
 	return out
 }
 
-func (w *world) step(k state.Key) bool {
+func (w *story) step(k state.Key) bool {
 	in := decide.Gather(k, w.dsw, w.asw)
 	in.Node = w.nodes[k.Node]
 	name, _ := volume.AttachmentNameFor(k.Volume, k.Node)
@@ -128,7 +128,7 @@ func (w *world) step(k state.Key) bool {
 	return changed
 }
 
-func (w *world) writeNodeStatus(node string) bool {
+func (w *story) writeNodeStatus(node string) bool {
 	cur := &v1.Node{Status: v1.NodeStatus{VolumesAttached: w.status[node]}}
 	want, needed := nodestatus.ForNode(cur, w.asw.BeginNodeStatusWrite(node))
 	if needed {
@@ -139,11 +139,11 @@ func (w *world) writeNodeStatus(node string) bool {
 	return needed
 }
 
-func (w *world) attach(node string) { w.vas[rwo.AttachmentName(node)].Attached = true }
+func (w *story) attach(node string) { w.vas[rwo.AttachmentName(node)].Attached = true }
 
-func (w *world) finishDetach(node string) { delete(w.vas, rwo.AttachmentName(node)) }
+func (w *story) finishDetach(node string) { delete(w.vas, rwo.AttachmentName(node)) }
 
-func (w *world) expectWrites(want ...string) {
+func (w *story) expectWrites(want ...string) {
 	w.t.Helper()
 	if !slices.Equal(w.writes, want) {
 		w.t.Errorf("API writes:\n  got  %s\n  want %s", strings.Join(w.writes, "; "), strings.Join(want, "; "))
@@ -154,7 +154,7 @@ func (w *world) expectWrites(want ...string) {
 // attachedAndMounted plays pod p getting volume v on node: the create, the
 // attacher's attach, the node status write and the event, then the
 // kubelet's mount. Writes and events are checked on the way.
-func (w *world) attachedAndMounted(p state.PodRef, node string, v volume.Attachable) {
+func (w *story) attachedAndMounted(p state.PodRef, node string, v volume.Attachable) {
 	w.t.Helper()
 	w.addPod(p, node, v)
 	w.sync(v.UniqueName)
@@ -170,7 +170,7 @@ func (w *world) attachedAndMounted(p state.PodRef, node string, v volume.Attacha
 // there is gone: the volume leaves from's node status, its
 // VolumeAttachment is deleted, csi-attacher finishes the detach, and the
 // VolumeAttachment on to (which waited) is created.
-func (w *world) movesOnceUnmounted(vol v1.UniqueVolumeName, from, to string) {
+func (w *story) movesOnceUnmounted(vol v1.UniqueVolumeName, from, to string) {
 	w.t.Helper()
 	w.asw.SetVolumesInUse(from, nil)
 	w.sync(vol)
@@ -180,7 +180,7 @@ func (w *world) movesOnceUnmounted(vol v1.UniqueVolumeName, from, to string) {
 	w.expectWrites("create VA on " + to)
 }
 
-func (w *world) expectEvents(want ...string) {
+func (w *story) expectEvents(want ...string) {
 	w.t.Helper()
 	if !slices.Equal(w.events, want) {
 		w.t.Errorf("events:\n  got  %q\n  want %q", w.events, want)
@@ -189,7 +189,7 @@ func (w *world) expectEvents(want ...string) {
 }
 
 func TestScenarioRWOConflictThenRelease(t *testing.T) {
-	w := newWorld(t, nodeA, nodeB)
+	w := newStory(t, nodeA, nodeB)
 	vol := rwo.UniqueName
 	w.attachedAndMounted(podA, nodeA, rwo)
 
@@ -219,7 +219,7 @@ func TestScenarioRWOConflictThenRelease(t *testing.T) {
 }
 
 func TestScenarioNotReadyNodeForcedDetachAfterTimeout(t *testing.T) {
-	w := newWorld(t, nodeA)
+	w := newStory(t, nodeA)
 	vol := rwo.UniqueName
 	w.addPod(podA, nodeA, rwo)
 	w.sync(vol)

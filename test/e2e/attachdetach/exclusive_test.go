@@ -14,13 +14,13 @@ import (
 )
 
 // newRecordingEnv is newEnv with the real csi-attacher against a mock
-// driver (world.mockDriver) that lets a single-node volume onto a second
+// driver (envOptions.mockDriver) that lets a single-node volume onto a second
 // node and records it (SkipSingleNodeCheck), so a test sees what the
 // controllers asked for rather than what the driver refused, and with
 // wrap (when not nil) around the controller's API transport.
 func newRecordingEnv(t *testing.T, cfg controller.Config, wrap func(http.RoundTripper) http.RoundTripper) (*env, *csimock.Driver) {
 	t.Helper()
-	e := newWorld(t, world{cfg: cfg, mockDriver: true, driverConfig: func(c *csimock.Config) { c.SkipSingleNodeCheck = true }, ctrlWrap: wrap})
+	e := newEnvWith(t, envOptions{cfg: cfg, mockDriver: true, driverConfig: func(c *csimock.Config) { c.SkipSingleNodeCheck = true }, ctrlWrap: wrap})
 	return e, e.stack.Driver
 }
 

@@ -1,6 +1,6 @@
 package attachdetach_test
 
-// The real-kubelet world (world.realKubelet): one hollow kubelet per node
+// The real-kubelet env (envOptions.realKubelet): one hollow kubelet per node
 // (stack.StartHollowNode: Kubernetes v1.36.3's kubelet with kubemark's
 // fake runtime and mounter) with the mock driver's node endpoint for it,
 // the real csi-attacher against the mock driver, and an API history from
@@ -26,7 +26,7 @@ import (
 	"github.com/latchcsi/latch/internal/testsupport/kubeletorder"
 )
 
-// realKubelet is a real-kubelet world's part of env.
+// realKubelet is a real-kubelet env's part of env.
 type realKubelet struct {
 	hist  *kubeletorder.History
 	order *kubeletorder.Checker
@@ -35,15 +35,15 @@ type realKubelet struct {
 	checked map[[2]string]bool
 }
 
-// newRealKubeletEnv is newEnv in a real-kubelet world.
+// newRealKubeletEnv is newEnv in a real-kubelet env.
 func newRealKubeletEnv(t *testing.T, cfg controller.Config) *env {
 	t.Helper()
-	return newWorld(t, world{cfg: cfg, realKubelet: true})
+	return newEnvWith(t, envOptions{cfg: cfg, realKubelet: true})
 }
 
-// startRealKubeletWorld records the API history from before the test's
+// startRealKubelet records the API history from before the test's
 // first object.
-func (e *env) startRealKubeletWorld() {
+func (e *env) startRealKubelet() {
 	e.wait = realTimeout
 	hist := kubeletorder.Record(e.t, e.ctx, e.client, e.ns)
 	e.real = &realKubelet{
@@ -191,7 +191,7 @@ func (e *env) checkPodAttaches(pod *v1.Pod) {
 }
 
 // checkEveryDetachChecked fails the test for each successful
-// ControllerUnpublish of a real-kubelet world whose detach no check
+// ControllerUnpublish of a real-kubelet env whose detach no check
 // read: every detach of every test is checked.
 func (e *env) checkEveryDetachChecked() {
 	if e.real == nil || e.t.Failed() {

@@ -35,7 +35,7 @@ const (
 // newGCEPDEnv is newEnv with the test's driver being GCE PD's CSI driver.
 func newGCEPDEnv(t *testing.T, cfg controller.Config) *env {
 	t.Helper()
-	return newWorld(t, world{cfg: cfg, driver: gcePDDriver})
+	return newEnvWith(t, envOptions{cfg: cfg, driver: gcePDDriver})
 }
 
 // inTreeGCEPDVolume creates an in-tree GCE PD PV (disk = PV name) bound to

@@ -108,7 +108,7 @@ func waitAuthorized(t *testing.T, e *env, user string, grants []grant) {
 // events, so the recorder both creates and patches events), a multi-attach
 // conflict, attach, node status, detach; no request is refused.
 func TestDeployRBAC_controllerNeedsNothingMore(t *testing.T) {
-	e := newWorld(t, world{mockDriver: true, noController: true})
+	e := newEnvWith(t, envOptions{mockDriver: true, noController: true})
 	drv := e.stack.Driver
 	saNS, saName := applyDeployRBAC(t, e)
 	cfg, err := cluster.ServiceAccountConfig(e.ctx, saNS, saName)

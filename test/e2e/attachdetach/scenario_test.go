@@ -84,8 +84,8 @@ func (e *env) vaName(pv, node string) string {
 
 // --- polling ---
 
-// timeout bounds each eventually of a stand-in world; a real-kubelet
-// world waits realTimeout (the kubelet retries a mount that waits for
+// timeout bounds each eventually of a stand-in env; a real-kubelet
+// env waits realTimeout (the kubelet retries a mount that waits for
 // its attach with a backoff that grows to minutes).
 const (
 	timeout     = 30 * time.Second
@@ -152,7 +152,7 @@ func (e *env) createVA(pv, node string) {
 }
 
 // waitVAGone waits until the VolumeAttachment of pv on node is gone. In
-// a real-kubelet world that is a detach after an unmount, and it is
+// a real-kubelet env that is a detach after an unmount, and it is
 // checked against the kubelet ordering contract (checkDetach).
 func (e *env) waitVAGone(pv, node string) {
 	e.t.Helper()
@@ -198,7 +198,7 @@ func (e *env) waitNodeAttached(node string, want ...v1.UniqueVolumeName) {
 	})
 }
 
-// waitPodRunning waits until Pod name runs. In a real-kubelet world each
+// waitPodRunning waits until Pod name runs. In a real-kubelet env each
 // of its attachable volumes' attach is then checked against the kubelet
 // ordering contract (checkAttach).
 func (e *env) waitPodRunning(name string) {

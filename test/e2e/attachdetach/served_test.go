@@ -28,7 +28,7 @@ func (s *servedController) stop() { s.stopF(false) }
 func (s *servedController) kill() { s.stopF(true) }
 
 // serve starts controller.Serve as id, with leader election when elect.
-func (w *startWorld) serve(id string, elect bool) *servedController {
+func (w *startStates) serve(id string, elect bool) *servedController {
 	e := w.e
 	s := &servedController{id: id, api: testsupport.NewAPITransport()}
 	s.api.SetPartitionTimeout(2 * time.Second)
@@ -60,7 +60,7 @@ func (w *startWorld) serve(id string, elect bool) *servedController {
 }
 
 // waitLeader waits until s holds the Lease.
-func (w *startWorld) waitLeader(s *servedController) {
+func (w *startStates) waitLeader(s *servedController) {
 	e := w.e
 	e.eventually("replica "+s.id+" leading", func() (bool, error) {
 		l, err := e.client.CoordinationV1().Leases(e.ns).Get(e.ctx, e.prefix+"-leader", metav1.GetOptions{})

@@ -16,7 +16,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
 
 	"github.com/latchcsi/latch/internal/attachdetach/controller"
@@ -47,7 +46,7 @@ const fillerPods = 150
 const restartCycles = 5
 
 func TestControllerRestart_everyAttachmentState_nothingWantedDetachedOrRecreated(t *testing.T) {
-	w := newStartWorld(t)
+	w := newStartStates(t)
 	var srv *servedController
 	start := func() { srv = w.serve("single", false) }
 	start()
@@ -60,7 +59,7 @@ func TestControllerRestart_everyAttachmentState_nothingWantedDetachedOrRecreated
 }
 
 func TestLeaderFailover_everyAttachmentState_nothingWantedDetachedOrRecreated(t *testing.T) {
-	w := newStartWorld(t)
+	w := newStartStates(t)
 	leader := w.serve("replica-0", true)
 	w.waitLeader(leader)
 	standby := w.serve("replica-1", true)
@@ -87,9 +86,9 @@ func TestLeaderFailover_everyAttachmentState_nothingWantedDetachedOrRecreated(t 
 	leader.stop()
 }
 
-// startWorld is one node with volumes in every attachment state, and the
+// startStates is one node with volumes in every attachment state, and the
 // logs the checks read.
-type startWorld struct {
+type startStates struct {
 	e    *env
 	drv  *csimock.Driver
 	node string
@@ -104,23 +103,23 @@ type startWorld struct {
 	hangs []string
 }
 
-func newStartWorld(t *testing.T) *startWorld {
-	e := newWorld(t, world{mockDriver: true, noController: true})
-	return &startWorld{e: e, drv: e.stack.Driver, wanted: map[string]bool{}}
+func newStartStates(t *testing.T) *startStates {
+	e := newEnvWith(t, envOptions{mockDriver: true, noController: true})
+	return &startStates{e: e, drv: e.stack.Driver, wanted: map[string]bool{}}
 }
 
-func (w *startWorld) ctrlConfig() controller.Config {
+func (w *startStates) ctrlConfig() controller.Config {
 	return controller.Config{Workers: 4, RetryIntervalStart: 100 * time.Millisecond, RetryIntervalMax: time.Second}
 }
 
 // pod creates a Pod using pv. Pods with volumes sort after the fillers.
-func (w *startWorld) pod(name, pv string) {
+func (w *startStates) pod(name, pv string) {
 	w.e.t.Helper()
 	w.e.pod("z-"+name, w.node, pv)
 	w.wanted[pv] = true
 }
 
-func (w *startWorld) deletePod(name, pv string) {
+func (w *startStates) deletePod(name, pv string) {
 	w.e.t.Helper()
 	err := w.e.client.CoreV1().Pods(w.e.ns).Delete(w.e.ctx, "z-"+name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)})
 	if err != nil {
@@ -129,7 +128,7 @@ func (w *startWorld) deletePod(name, pv string) {
 	delete(w.wanted, pv)
 }
 
-func (w *startWorld) fault(r csimock.Rule) string {
+func (w *startStates) fault(r csimock.Rule) string {
 	w.e.t.Helper()
 	id, err := w.drv.AddFault(r)
 	if err != nil {
@@ -142,7 +141,7 @@ func (w *startWorld) fault(r csimock.Rule) string {
 // attached and mounted volume, an attached volume the Pod has not mounted
 // yet, a VolumeAttachment whose publish hangs, one whose publish fails,
 // and one that is being detached.
-func (w *startWorld) build() {
+func (w *startStates) build() {
 	e := w.e
 	w.node = e.addNode("n1")
 	w.fillers()
@@ -189,7 +188,7 @@ func (w *startWorld) build() {
 
 // fillers creates Pods that use no attachable volume and sort before the
 // others, on the same node.
-func (w *startWorld) fillers() {
+func (w *startStates) fillers() {
 	e := w.e
 	var wg sync.WaitGroup
 	errs := make(chan error, fillerPods)
@@ -222,13 +221,13 @@ func localPod(ns, name, node string) *v1.Pod {
 	}
 }
 
-// cycle takes the controller down, changes the world while it is down,
+// cycle takes the controller down, changes the cluster while it is down,
 // brings it up and checks what the new controller did. Each cycle adds a
 // volume whose publish is still in flight at start (attaching), one that
 // got attached while the controller was down (so the node status does
 // not list it yet), one whose Pod was deleted while the controller was
 // down, and one whose Pod was created while it was down.
-func (w *startWorld) cycle(i int, down, up func()) {
+func (w *startStates) cycle(i int, down, up func()) {
 	e := w.e
 	t := e.t
 	attaching := e.volume(fmt.Sprintf("attaching%d", i), rwo())
@@ -357,7 +356,7 @@ func (w *startWorld) cycle(i int, down, up func()) {
 	}
 }
 
-func (w *startWorld) publishStarted(pv string) bool {
+func (w *startStates) publishStarted(pv string) bool {
 	for _, c := range w.drv.CallsTo("ControllerPublishVolume") {
 		if c.VolumeID == pv {
 			return true
@@ -366,7 +365,7 @@ func (w *startWorld) publishStarted(pv string) bool {
 	return false
 }
 
-func (w *startWorld) lastCallID() uint64 {
+func (w *startStates) lastCallID() uint64 {
 	var id uint64
 	for _, c := range w.drv.Calls() {
 		id = max(id, c.ID)
@@ -374,7 +373,7 @@ func (w *startWorld) lastCallID() uint64 {
 	return id
 }
 
-func (w *startWorld) callsAfter(id uint64) []csimock.Call {
+func (w *startStates) callsAfter(id uint64) []csimock.Call {
 	var out []csimock.Call
 	for _, c := range w.drv.Calls() {
 		if c.ID > id {
@@ -386,7 +385,7 @@ func (w *startWorld) callsAfter(id uint64) []csimock.Call {
 
 // watchNode records every version of the node from resourceVersion on;
 // the returned func stops the watch and returns them.
-func (w *startWorld) watchNode(resourceVersion string) func() []*v1.Node {
+func (w *startStates) watchNode(resourceVersion string) func() []*v1.Node {
 	e := w.e
 	ctx, cancel := context.WithCancel(e.ctx)
 	wi, err := e.client.CoreV1().Nodes().Watch(ctx, metav1.ListOptions{
@@ -425,7 +424,7 @@ func (w *startWorld) watchNode(resourceVersion string) func() []*v1.Node {
 // finish lets the hanging operations complete, deletes every Pod and
 // waits until every VolumeAttachment of the test is gone, with the
 // controller still running.
-func (w *startWorld) finish() {
+func (w *startStates) finish() {
 	e := w.e
 	for _, id := range w.hangs {
 		w.drv.RemoveFault(id)
@@ -442,8 +441,10 @@ func (w *startWorld) finish() {
 	if _, err := e.client.CoreV1().Nodes().Patch(e.ctx, w.node, types.MergePatchType, patch, metav1.PatchOptions{}, "status"); err != nil {
 		e.t.Fatal(err)
 	}
-	err = wait.PollUntilContextTimeout(e.ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		vas, err := e.client.StorageV1().VolumeAttachments().List(ctx, metav1.ListOptions{})
+	defer func(wait time.Duration) { e.wait = wait }(e.wait)
+	e.wait = time.Minute
+	e.eventually("no VolumeAttachment left after every Pod was deleted", func() (bool, error) {
+		vas, err := e.client.StorageV1().VolumeAttachments().List(e.ctx, metav1.ListOptions{})
 		if err != nil {
 			return false, err
 		}
@@ -454,7 +455,4 @@ func (w *startWorld) finish() {
 		}
 		return true, nil
 	})
-	if err != nil {
-		e.t.Errorf("VolumeAttachments left after every Pod was deleted: %v", err)
-	}
 }

@@ -1,7 +1,6 @@
 package attachdetach_test
 
 import (
-	"context"
 	"fmt"
 	"net/http"
 	"testing"
@@ -70,8 +69,7 @@ func TestUnknownCreateOutcome_mayExistUntilTheAPIServerSaysNo(t *testing.T) {
 			lag := api.LagWatches(testsupport.Match{Resource: "volumeattachments"})
 			defer api.Remove(lag)
 			e.pod(p1, n1, pv)
-			testsupport.Eventually(t, context.Background(), timeout, "the controller's create of "+va,
-				func(context.Context) (bool, error) { return api.Fired(fault) > 0, nil })
+			e.eventually("the controller's create of "+va, func() (bool, error) { return api.Fired(fault) > 0, nil })
 			// csi-attacher (whose informer does not lag) publishes it.
 			e.waitAttachedVA(pv, n1)
 

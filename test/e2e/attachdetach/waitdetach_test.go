@@ -20,7 +20,7 @@ import (
 // Multi-Attach text, not repeated while the detach is retried. Once the
 // driver lets the detach through, the volume attaches to n2.
 func TestMultiAttach_podWaitingForAFailingDetachElsewhereGetsTheMultiAttachEventThenAttaches(t *testing.T) {
-	e := newWorld(t, world{cfg: controller.Config{Workers: 4}, mockDriver: true})
+	e := newEnvWith(t, envOptions{cfg: controller.Config{Workers: 4}, mockDriver: true})
 	drv := e.stack.Driver
 	n1, n2 := e.addNode("n1"), e.addNode("n2")
 	pv := e.volume("rwo", rwo())
@@ -85,7 +85,7 @@ func TestMultiAttach_podWaitingForAFailingDetachElsewhereGetsTheMultiAttachEvent
 }
 
 // multiAttachWaiting reads the controller's Multi-Attach waiting gauge of
-// the world's driver (0 when it has no sample).
+// the env's driver (0 when it has no sample).
 func multiAttachWaiting(t *testing.T, e *env) float64 {
 	t.Helper()
 	families, err := e.registry.Gather()

@@ -2,7 +2,7 @@
 // on the in-process kube-apiserver. Most tests run the kubelet stand-in
 // and csi-attacher in trivial mode (it marks every VolumeAttachment of its
 // driver attached); the tests whose subject is the Pod's lifecycle on a
-// node run the real kubelet instead (world.realKubelet: hollow kubelets,
+// node run the real kubelet instead (envOptions.realKubelet: hollow kubelets,
 // the mock driver and the real csi-attacher), where every attach and
 // every detach is checked against the kubelet ordering contract
 // (kubeletorder). Tests run one after the other, each with its own
@@ -33,10 +33,10 @@ var cluster *localcluster.Cluster
 
 func TestMain(m *testing.M) { stack.RunTestMain(m, &cluster) }
 
-// worlds names each test's namespace and driver ad<n>.
-var worlds = stack.Worlds{Prefix: "ad"}
+// envNames names each test's namespace and driver ad<n>.
+var envNames = stack.Worlds{Prefix: "ad"}
 
-// env is one test's world: a namespace and, from stack.Start, the
+// env is one test's end-to-end rig: a namespace and, from stack.Start, the
 // kubelet stand-in, csi-attacher (trivial, or the real one against the
 // mock driver) and a (restartable) controller.
 type env struct {
@@ -48,9 +48,9 @@ type env struct {
 	prefix string
 
 	stack   *stack.Stack
-	kubelet *localcluster.Kubelet // nil in a real-kubelet world
+	kubelet *localcluster.Kubelet // nil in a real-kubelet env
 	nodes   []string
-	// real is the real-kubelet world's part (nil with the stand-in).
+	// real is the real-kubelet env's part (nil with the stand-in).
 	real *realKubelet
 	// wait bounds each eventually.
 	wait time.Duration
@@ -69,8 +69,8 @@ type env struct {
 	ctrlWrap func(http.RoundTripper) http.RoundTripper
 }
 
-// world says how newWorld makes a test's world.
-type world struct {
+// envOptions says how newEnvWith makes a test's env.
+type envOptions struct {
 	// cfg is the controller's configuration.
 	cfg controller.Config
 	// mockDriver runs the real csi-attacher (RunSidecar, the code the
@@ -95,23 +95,23 @@ type world struct {
 
 func newEnv(t *testing.T, cfg controller.Config) *env {
 	t.Helper()
-	return newWorld(t, world{cfg: cfg})
+	return newEnvWith(t, envOptions{cfg: cfg})
 }
 
 // newEnvWithoutController is newEnv for tests that run the controller
 // their own way.
 func newEnvWithoutController(t *testing.T, cfg controller.Config) *env {
 	t.Helper()
-	return newWorld(t, world{cfg: cfg, noController: true})
+	return newEnvWith(t, envOptions{cfg: cfg, noController: true})
 }
 
-// newWorld makes the namespace and starts the stack as w says.
-func newWorld(t *testing.T, w world) *env {
+// newEnvWith makes the namespace and starts the stack as w says.
+func newEnvWith(t *testing.T, w envOptions) *env {
 	t.Helper()
 	ctx, cancel := context.WithCancel(klog.NewContext(context.Background(), klog.Background()))
 	t.Cleanup(cancel)
 	client := cluster.Client()
-	names := worlds.New(t, ctx, client, w.driver)
+	names := envNames.New(t, ctx, client, w.driver)
 	e := &env{
 		t: t, ctx: ctx, client: client,
 		prefix: names.Prefix, ns: names.Namespace, driver: names.Driver,
@@ -143,7 +143,7 @@ func newWorld(t *testing.T, w world) *env {
 	e.stack, e.kubelet = s, s.Kubelet
 	t.Cleanup(e.cleanup)
 	if w.realKubelet {
-		e.startRealKubeletWorld()
+		e.startRealKubelet()
 	}
 	if !w.noController {
 		e.startController()
