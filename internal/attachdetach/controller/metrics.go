@@ -3,6 +3,7 @@ package controller
 import (
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -156,9 +157,7 @@ func (m *Metrics) Register(r Registry) {
 }
 
 func (m *Metrics) setSource(c *Controller) {
-	m.totals.mu.Lock()
-	defer m.totals.mu.Unlock()
-	m.totals.source = c
+	m.totals.source.Store(c)
 	if c.timing != nil {
 		c.timing.migratedOf = func(key state.Key) bool {
 			a, ok := c.asw.Get(key)
@@ -172,10 +171,11 @@ func (m *Metrics) setSource(c *Controller) {
 // caches, as upstream does.
 type totalsCollector struct {
 	metrics.BaseStableCollector
-	desc   *metrics.Desc
-	inUse  *metrics.Desc
-	mu     sync.Mutex
-	source *Controller
+	desc  *metrics.Desc
+	inUse *metrics.Desc
+	// source is the controller the caches are read from; nil until New
+	// set it (a scrape before reports nothing).
+	source atomic.Pointer[Controller]
 }
 
 var _ metrics.StableCollector = (*totalsCollector)(nil)
@@ -186,9 +186,7 @@ func (t *totalsCollector) DescribeWithStability(ch chan<- *metrics.Desc) {
 }
 
 func (t *totalsCollector) CollectWithStability(ch chan<- metrics.Metric) {
-	t.mu.Lock()
-	c := t.source
-	t.mu.Unlock()
+	c := t.source.Load()
 	if c == nil {
 		return
 	}
