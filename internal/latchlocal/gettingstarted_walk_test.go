@@ -125,8 +125,10 @@ func tableLines(s string) []string {
 	return out
 }
 
-// getting-started's steps 2 (its smaller examples) to 5 as a new operator
-// runs them on `latch-local up` (real nodes, the default): step 3's
+// getting-started's steps 2 to 5 as a new operator runs them on
+// `latch-local up` (real nodes, the default): examples/statefulset.yaml's
+// Pods run and `kubectl latch status` lists both volumes attached (exit
+// 0), then it is deleted with everything it made; step 3's
 // manifests applied and its `auth can-i` answers as shown (their Pods run
 // on the hollow nodes, as the doc says); in step 4, app-2's explain
 // prints what the doc shows and, after app-1 is deleted,
@@ -167,6 +169,8 @@ func TestGettingStartedWalk_steps2To5AsTheDocsShow(t *testing.T) {
 		}
 	}
 
+	// Step 2: the StatefulSet, its status, its deletion.
+	gettingStartedStatefulSet(t, ctx, env, running)
 	// Step 2's smaller examples, step 3, then step 4.
 	applyExamples(t, ctx, env)
 	testsupport.Eventually(t, ctx, 2*time.Minute, "example-volume attached to node-1", attachedTo("example-volume", "node-1"))
@@ -238,4 +242,39 @@ func TestGettingStartedWalk_steps2To5AsTheDocsShow(t *testing.T) {
 	if flatDoc := strings.Join(strings.Fields(string(doc)), " "); !strings.Contains(flatDoc, "`... "+quoted+"`") {
 		t.Errorf("docs/getting-started.md step 5 does not quote the attach timeout event as latch records it: `... %s`", quoted)
 	}
+}
+
+// gettingStartedStatefulSet is step 2's first half: examples/statefulset.yaml
+// applied, both replicas Running, `kubectl latch status` listing both
+// volumes attached, then `kubectl delete -f` taking it all down (claims,
+// Pods and VolumeAttachments gone).
+func gettingStartedStatefulSet(t *testing.T, ctx context.Context, env *Env, running func(string) func(context.Context) (bool, error)) {
+	t.Helper()
+	m := readManifest(t, env.Cluster.RESTConfig(), filepath.Join("..", "..", "examples", "statefulset.yaml"))
+	m.create(t, ctx)
+	for _, pod := range []string{"web-0", "web-1"} {
+		testsupport.Eventually(t, ctx, 2*time.Minute, "StatefulSet Pod "+pod+" Running", running(pod))
+	}
+	out, code := latchctl(t, ctx, env, "status")
+	var attached []string
+	for _, l := range tableLines(out)[1:] {
+		if f := strings.Fields(l); len(f) > 4 && f[4] == "attached" {
+			attached = append(attached, f[3])
+		}
+	}
+	if code != 0 || len(attached) != 2 || !strings.HasPrefix(out, "NAME ") {
+		t.Errorf("latchctl status with the StatefulSet Running: exit %d, volumes attached %q; want exit 0 and both volumes attached, as the doc says:\n%s", code, attached, out)
+	}
+	m.delete(t, ctx)
+	testsupport.Eventually(t, ctx, 2*time.Minute, "everything of examples/statefulset.yaml gone, with its claims and VolumeAttachments", func(ctx context.Context) (bool, error) {
+		if ok, _ := m.gone(t, ctx); !ok {
+			return false, nil
+		}
+		pvcs, err := env.Client.CoreV1().PersistentVolumeClaims("default").List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, err
+		}
+		vas, err := env.Client.StorageV1().VolumeAttachments().List(ctx, metav1.ListOptions{})
+		return err == nil && len(pvcs.Items) == 0 && len(vas.Items) == 0, err
+	})
 }
