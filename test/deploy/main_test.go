@@ -33,6 +33,7 @@ import (
 	"k8s.io/client-go/restmapper"
 
 	"github.com/latchcsi/latch/internal/localcluster"
+	"github.com/latchcsi/latch/internal/testsupport"
 )
 
 var cluster *localcluster.Cluster
@@ -51,6 +52,7 @@ func TestMain(m *testing.M) {
 	}
 	code := localcluster.RunTestMain(m, &cluster)
 	removeBinaries()
+	testsupport.RemoveBinaries() // latch-local, for the README's build line
 	os.Exit(code)
 }
 
