@@ -8,15 +8,15 @@ import (
 	v1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
 	"github.com/latchcsi/latch/internal/attacher/decide"
+	"github.com/latchcsi/latch/internal/csi"
 	"github.com/latchcsi/latch/internal/kube"
-	"github.com/latchcsi/latch/internal/kube/kubenames"
+	"github.com/latchcsi/latch/internal/runner"
 )
 
 // Event reasons on VolumeAttachments.
@@ -28,7 +28,7 @@ const (
 // executor carries out the plans of package decide: every API write and
 // every CSI call an attach or detach makes goes through it, one method a
 // step (addPVFinalizer, setMetadata, publish, unpublish, writeStatus,
-// recordError), and runAttach / runDetach (executor_run.go) carry out a
+// recordError; executor_steps.go), and runAttach / runDetach carry out a
 // whole plan in order and return what happened (attachOutcome). It holds
 // no informer and no queue and calls nothing back: the Controller
 // observes, decides, hands it the plan and settles the outcome.
@@ -54,162 +54,6 @@ type executor struct {
 	// records keeps the orphans where a restart finds them (the
 	// ConfigMap, orphanstore.go); nil when Config.OrphanNamespace is empty.
 	records orphanStore
-}
-
-// readVA reads the VolumeAttachment name from the API server, not the
-// cache (nil when it is gone).
-func (e *executor) readVA(ctx context.Context, name string) (*storagev1.VolumeAttachment, error) {
-	live, err := e.client.StorageV1().VolumeAttachments().Get(ctx, name, metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
-		return nil, nil
-	}
-	return live, err
-}
-
-// listVolumes asks the driver which nodes each volume is published to
-// (ListVolumes, every page of at most maxEntries), within timeout.
-func (e *executor) listVolumes(ctx context.Context, timeout time.Duration, maxEntries int) (map[string][]string, error) {
-	listCtx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	return e.csi.ListVolumes(listCtx, int32(maxEntries))
-}
-
-// recordOrphan writes rec to the durable record of orphans.
-func (e *executor) recordOrphan(ctx context.Context, rec orphanRecord) error {
-	return e.records.Put(ctx, rec)
-}
-
-// unrecordOrphan removes rec from the durable record of orphans (only
-// while the record holds that very publication).
-func (e *executor) unrecordOrphan(ctx context.Context, rec orphanRecord) error {
-	return e.records.Delete(ctx, rec)
-}
-
-// patchVA sends patch for va (a subresource when given) through the
-// overlay of our own writes, which recognises the write's watch event as
-// ours whether it comes before or after the answer (kube.OverlaidStore.Patch).
-func (e *executor) patchVA(ctx context.Context, va *storagev1.VolumeAttachment, pt types.PatchType, patch []byte, subresources ...string) (*storagev1.VolumeAttachment, error) {
-	return e.vaCache.Patch(va, pt, patch, func() (*storagev1.VolumeAttachment, error) {
-		return e.client.StorageV1().VolumeAttachments().Patch(ctx, va.Name, pt, patch,
-			metav1.PatchOptions{FieldManager: kube.AttacherFieldManager}, subresources...)
-	})
-}
-
-// patchPV sends the JSON patch for pv through the overlay of our own
-// writes (as patchVA).
-func (e *executor) patchPV(ctx context.Context, pv *v1.PersistentVolume, patch []byte) error {
-	_, err := e.pvCache.Patch(pv, types.JSONPatchType, patch, func() (*v1.PersistentVolume, error) {
-		return e.client.CoreV1().PersistentVolumes().Patch(ctx, pv.Name, types.JSONPatchType, patch,
-			metav1.PatchOptions{FieldManager: kube.AttacherFieldManager})
-	})
-	return err
-}
-
-// writeStatus patches va's status to want (nothing when equal).
-func (e *executor) writeStatus(ctx context.Context, va *storagev1.VolumeAttachment, want storagev1.VolumeAttachmentStatus) error {
-	_, err := e.sendStatus(ctx, va, want)
-	return err
-}
-
-// sendStatus is writeStatus that also says whether a patch was sent: when
-// va already shows want nothing is, and so no UID precondition is checked.
-func (e *executor) sendStatus(ctx context.Context, va *storagev1.VolumeAttachment, want storagev1.VolumeAttachmentStatus) (sent bool, err error) {
-	patch, err := kube.VolumeAttachmentStatusPatch(va, want)
-	if err != nil || patch == nil {
-		return false, err
-	}
-	if _, err := e.patchVA(ctx, va, types.MergePatchType, patch, "status"); err != nil {
-		return true, fmt.Errorf("update status of VolumeAttachment %q: %w", va.Name, err)
-	}
-	return true, nil
-}
-
-// setMetadata writes the finalizer and annotations mc names in one guarded
-// patch and returns the updated object (va itself when nothing changes).
-func (e *executor) setMetadata(ctx context.Context, va *storagev1.VolumeAttachment, mc *decide.MetadataChange) (*storagev1.VolumeAttachment, error) {
-	patch, err := metadataPatch(va, mc)
-	if err != nil || patch == nil {
-		return va, err
-	}
-	updated, err := e.patchVA(ctx, va, types.JSONPatchType, patch)
-	if err != nil {
-		return nil, fmt.Errorf("add finalizer and node ID to VolumeAttachment %q: %w", va.Name, err)
-	}
-	return updated, nil
-}
-
-// addPVFinalizer puts our finalizer on pv (nothing when it is there).
-func (e *executor) addPVFinalizer(ctx context.Context, pv *v1.PersistentVolume) error {
-	patch, err := kube.AddFinalizerPatch(pv, kubenames.PVFinalizer(e.driver.Name))
-	if err != nil || patch == nil {
-		return err
-	}
-	if err := e.patchPV(ctx, pv, patch); err != nil {
-		return fmt.Errorf("add finalizer to PersistentVolume %q: %w", pv.Name, err)
-	}
-	return nil
-}
-
-// releaseVA removes our finalizer after a successful unpublish. When other
-// finalizers keep the object alive, status.attached is set to false too;
-// when ours was the last, the object is gone and no status write is made.
-func (e *executor) releaseVA(ctx context.Context, va *storagev1.VolumeAttachment) error {
-	patch, err := kube.RemoveFinalizerPatch(va, kubenames.AttacherFinalizer(e.driver.Name))
-	if err != nil {
-		return err
-	}
-	if patch == nil {
-		// Our finalizer was gone already (an unpublish the ListVolumes
-		// reconcile asked for): only the status is left to say detached.
-		if !va.Status.Attached && va.Status.DetachError == nil {
-			return nil
-		}
-		return e.writeStatus(ctx, va, storagev1.VolumeAttachmentStatus{Attached: false})
-	}
-	updated, err := e.patchVA(ctx, va, types.JSONPatchType, patch)
-	if apierrors.IsNotFound(err) {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("remove finalizer from VolumeAttachment %q: %w", va.Name, err)
-	}
-	if len(updated.Finalizers) == 0 {
-		return nil
-	}
-	return e.writeStatus(ctx, updated, storagev1.VolumeAttachmentStatus{Attached: false})
-}
-
-// recordError writes status.attachError (attach, with errorCode code) or
-// status.detachError (without errorCode, as upstream) and a Warning event,
-// only when the message changes, so retries do not rewrite them. It
-// returns only a failure to write.
-func (e *executor) recordError(ctx context.Context, va *storagev1.VolumeAttachment, attach bool, msg string, code *int32) error {
-	prev, reason := va.Status.DetachError, EventDetachFailed
-	if attach {
-		prev, reason = va.Status.AttachError, EventAttachFailed
-	}
-	// The API server refuses a VolumeError message over its limit, and
-	// with it the whole status write: shorten it instead.
-	msg = fitMessage(msg, code, maxVolumeErrorMessageBytes)
-	if prev != nil && prev.Message == msg {
-		return nil
-	}
-	status := *va.Status.DeepCopy()
-	verr := &storagev1.VolumeError{Time: metav1.NewTime(e.clock.Now()), Message: msg}
-	if attach {
-		verr.ErrorCode = code
-		status.AttachError = verr
-	} else {
-		// Upstream sets errorCode on attachError only (its
-		// MutableCSINodeAllocatableCount gate covers attach; a detach
-		// error never gets one): the code stays in the message.
-		status.DetachError = verr
-	}
-	if err := e.writeStatus(ctx, va, status); err != nil {
-		return err
-	}
-	e.recorder.Event(va, v1.EventTypeWarning, reason, msg)
-	return nil
 }
 
 // vaFate is what became of the VolumeAttachment a publication was made
@@ -272,4 +116,373 @@ func (e *executor) vaWrittenFate(va *storagev1.VolumeAttachment) vaFate {
 		return vaGone
 	}
 	return vaKept
+}
+
+// attachOutcome is what came of running an attach plan, as a value: the
+// pass's result and error, and the publication the driver made (or may
+// have made) for a VolumeAttachment whose fate needs the orphan
+// bookkeeping. The executor calls nothing back; the pass hands published
+// to the orphans (Controller.afterAttach).
+type attachOutcome struct {
+	res runner.Result
+	err error
+	// published is set when the VolumeAttachment the driver published for
+	// is gone, replaced or deleting without our finalizer (gone), or when
+	// the write that would have told failed for another reason (a
+	// suspect: the next pass of its name reads it).
+	published *publication
+}
+
+// publication is a publication made, or possibly made (o.uncertain), for a
+// VolumeAttachment, with what showed that its fate matters.
+type publication struct {
+	o     orphan
+	cause error
+	// gone: an orphan; otherwise a suspect.
+	gone bool
+}
+
+// outcome is an attachOutcome without a publication to settle.
+func outcome(res runner.Result, err error) attachOutcome { return attachOutcome{res: res, err: err} }
+
+// orphaned is the outcome of a publication for va, which is gone or
+// replaced: the pass makes it an orphan and its result is the orphan's.
+func orphaned(va *storagev1.VolumeAttachment, plan decide.AttachPlan, secrets map[string]string, cause error, uncertain bool) attachOutcome {
+	return attachOutcome{published: &publication{o: publicationOf(va, plan, secrets, uncertain), cause: cause, gone: true}}
+}
+
+// suspected is the outcome of a publication for va whose fate is not
+// known, with the pass's result res and err.
+func suspected(va *storagev1.VolumeAttachment, plan decide.AttachPlan, secrets map[string]string, cause error, uncertain bool, res runner.Result, err error) attachOutcome {
+	return attachOutcome{res: res, err: err, published: &publication{o: publicationOf(va, plan, secrets, uncertain), cause: cause}}
+}
+
+// runAttach carries out plan for va (pv is the PV the plan was decided
+// on): the PV finalizer, the unpublication of a publication recorded under
+// an old node ID, the VA's finalizer and annotations, ControllerPublish
+// and the status; a failure is recorded in status.attachError with its
+// class deciding the retry.
+func (e *executor) runAttach(ctx context.Context, va *storagev1.VolumeAttachment, pv *v1.PersistentVolume, plan decide.AttachPlan) attachOutcome {
+	switch {
+	case plan.Trivial:
+		return outcome(runner.Result{}, e.writeStatus(ctx, va, storagev1.VolumeAttachmentStatus{Attached: true, AttachmentMetadata: va.Status.AttachmentMetadata}))
+	case plan.Done:
+		return outcome(runner.Result{}, nil)
+	case plan.Blocked != nil:
+		return outcome(e.attachFailed(ctx, va, plan.Blocked, nil))
+	}
+
+	if plan.AddPVFinalizer != "" {
+		if err := e.addPVFinalizer(ctx, pv); err != nil {
+			return outcome(e.writeFailed(ctx, va, true, err))
+		}
+	}
+	if plan.UnpublishFirst != nil {
+		// The node ID is about to be rewritten: undo the publication
+		// recorded under the old one while the record still names it.
+		if res, err := e.unpublishRecorded(ctx, va, plan); err != nil || res.RequeueAfter > 0 {
+			return outcome(res, err)
+		}
+	}
+	if plan.Metadata != nil {
+		// Finalizer and node ID go on the VA before the driver is called:
+		// once a publish may have happened, a delete must wait for us.
+		updated, err := e.setMetadata(ctx, va, plan.Metadata)
+		if err != nil {
+			return outcome(e.writeFailed(ctx, va, true, err))
+		}
+		va = updated
+	}
+	if !plan.Publish {
+		return outcome(runner.Result{}, nil)
+	}
+
+	publishContext, res, err := e.publish(ctx, plan)
+	if stop, r, err := e.notMade(ctx, va, true, res, err); stop {
+		return outcome(r, err)
+	}
+	switch {
+	case res.callErr != nil && !csi.IsFinalError(res.callErr):
+		// The driver may have published: if the VolumeAttachment went
+		// away meanwhile, that possible publication is an orphan.
+		return e.publishFailed(ctx, va, plan, res.secrets, nil, res.callErr)
+	case res.callErr != nil:
+		// A final code: nothing was published, whatever became of va.
+		return outcome(e.attachFailed(ctx, va, nil, res.callErr))
+	}
+	if blocked := decide.CheckPublishContext(publishContext); blocked != nil {
+		// The API server would refuse the status write: retrying would
+		// only publish again and again. The finalizer stays, so a delete
+		// still unpublishes.
+		return e.publishFailed(ctx, va, plan, res.secrets, blocked, nil)
+	}
+	sent, err := e.sendStatus(ctx, va, storagev1.VolumeAttachmentStatus{Attached: true, AttachmentMetadata: publishContext})
+	if err != nil {
+		switch e.vaFateAfter(ctx, va, err) {
+		case vaGone:
+			// The VolumeAttachment went away (or was replaced by a new
+			// object of the same name) while the driver published it:
+			// nothing will ever detach that publication, so undo it now
+			// (and retry until it is undone).
+			return orphaned(va, plan, res.secrets, err, false)
+		case vaUnknown:
+			// The retry this error leads to may find the object gone from
+			// the cache: remember the publication until a read tells.
+			return suspected(va, plan, res.secrets, err, false, runner.Result{}, err)
+		}
+		return outcome(runner.Result{}, err)
+	}
+	if !sent {
+		// The VA already showed this status, one we did not believe (no
+		// finalizer or node-id annotation of ours), so nothing was sent
+		// and no UID precondition checked: a live read tells whether va
+		// went away, or was replaced, while the driver published.
+		if settled, out := e.publishedUnwritten(ctx, va, plan, res.secrets); settled {
+			return out
+		}
+	}
+	e.metrics.attached(va.CreationTimestamp.Time, e.clock.Now())
+	klog.FromContext(ctx).V(2).Info("Volume attached", "volumeHandle", plan.Volume.Handle)
+	return outcome(runner.Result{}, nil)
+}
+
+// publishedUnwritten settles a successful publish for va whose status
+// needed no write: a live read of va decides (vaLiveFate). Gone, replaced
+// or deleting without our finalizer: the publication is an orphan; not
+// readable: a suspect, and the error's retry decides. settled is false
+// when va is still there, and the attach is done.
+func (e *executor) publishedUnwritten(ctx context.Context, va *storagev1.VolumeAttachment, plan decide.AttachPlan, secrets map[string]string) (settled bool, out attachOutcome) {
+	switch e.vaLiveFate(ctx, va) {
+	case vaGone:
+		return true, orphaned(va, plan, secrets, fmt.Errorf("VolumeAttachment %q (uid %s) is gone, replaced or deleting without our finalizer", va.Name, va.UID), false)
+	case vaUnknown:
+		err := fmt.Errorf("VolumeAttachment %q (uid %s) could not be read after its volume was published", va.Name, va.UID)
+		return true, suspected(va, plan, secrets, err, false, runner.Result{}, err)
+	}
+	return false, attachOutcome{}
+}
+
+// runDetach carries out plan for va, which is being deleted:
+// ControllerUnpublish, then the removal of our finalizer (and
+// status.attached=false when other finalizers keep the object); a
+// failure is recorded in status.detachError.
+func (e *executor) runDetach(ctx context.Context, va *storagev1.VolumeAttachment, plan decide.DetachPlan) (runner.Result, error) {
+	switch {
+	case plan.Done:
+		return runner.Result{}, nil
+	case plan.Blocked != nil:
+		return e.detachBlocked(ctx, va, plan.Blocked)
+	}
+	res, err := e.unpublish(ctx, unpublication{handle: plan.Volume.Handle, nodeID: plan.NodeID,
+		secretRef: plan.Volume.Secret, migrated: plan.Volume.Migrated})
+	if stop, r, err := e.notMade(ctx, va, false, res, err); stop {
+		return r, err
+	}
+	if res.callErr != nil {
+		// Whatever the code, the volume may still be attached: keep the
+		// finalizer and retry.
+		return e.detachFailed(ctx, va, "", res.callErr)
+	}
+	if err := e.releaseVA(ctx, va); err != nil {
+		return e.writeFailed(ctx, va, false, err)
+	}
+	klog.FromContext(ctx).V(2).Info("Volume detached", "volumeHandle", plan.Volume.Handle)
+	return runner.Result{}, nil
+}
+
+// unpublishRecorded undoes the publication plan.UnpublishFirst names (the
+// VA recorded another node ID than the CSINode now reports). A failure is
+// recorded in status.attachError and retried: the node ID is not rewritten
+// until the old publication is gone.
+func (e *executor) unpublishRecorded(ctx context.Context, va *storagev1.VolumeAttachment, plan decide.AttachPlan) (runner.Result, error) {
+	u := plan.UnpublishFirst
+	res, err := e.unpublish(ctx, unpublication{handle: u.Handle, nodeID: u.NodeID,
+		secretRef: plan.Volume.Secret, migrated: plan.Volume.Migrated})
+	if stop, r, err := e.notMade(ctx, va, true, res, err); stop {
+		return r, err
+	}
+	if res.callErr != nil {
+		msg, code := failure(nil, res.callErr)
+		return e.attachFailedMsg(ctx, va, fmt.Sprintf("the CSINode of node %q now reports node ID %q; the volume recorded as published to node ID %q must be unpublished first: %s",
+			va.Spec.NodeName, plan.NodeID, u.NodeID, msg), code)
+	}
+	klog.FromContext(ctx).Info("Unpublished the volume from the node ID recorded before the node's CSI node ID changed",
+		"volumeHandle", u.Handle, "recordedNodeID", u.NodeID, "nodeID", plan.NodeID)
+	return runner.Result{}, nil
+}
+
+// notMade reports whether a CSI call the executor was asked to make was
+// not made, and what the pass returns then: err (the secret read or the
+// wait for a slot failed) goes to the runner's backoff; a call
+// decide.BeforeCall blocked is recorded (notCalled).
+func (e *executor) notMade(ctx context.Context, va *storagev1.VolumeAttachment, attach bool, res callResult, err error) (bool, runner.Result, error) {
+	switch {
+	case err != nil:
+		return true, runner.Result{}, err
+	case res.blocked != nil:
+		r, err := e.notCalled(ctx, va, attach, res.blocked)
+		return true, r, err
+	}
+	return false, runner.Result{}, nil
+}
+
+// notCalled records why the driver was not called (blocked, decided by
+// decide.BeforeCall): an object latch does not watch (a Secret) is polled
+// every secretRetryInterval; anything else is an attach failure (a
+// detach's blocked reasons are only secrets).
+func (e *executor) notCalled(ctx context.Context, va *storagev1.VolumeAttachment, attach bool, blocked *decide.Blocked) (runner.Result, error) {
+	if blocked.Reason.Class() != decide.ClassWaitForObject {
+		return e.attachFailed(ctx, va, blocked, nil)
+	}
+	if err := e.recordError(ctx, va, attach, blocked.Message, nil); err != nil {
+		return runner.Result{}, err
+	}
+	return runner.Result{RequeueAfter: e.secretRetryInterval}, nil
+}
+
+// attachFailed records a failed attach and returns the error for the
+// runner's backoff (terminal when only an edit of the VA can fix it).
+func (e *executor) attachFailed(ctx context.Context, va *storagev1.VolumeAttachment, blocked *decide.Blocked, callErr error) (runner.Result, error) {
+	msg, code := failure(blocked, callErr)
+	if err := e.recordError(ctx, va, true, msg, code); err != nil {
+		return runner.Result{}, err
+	}
+	return attachFailure(ctx, va, blocked, msg)
+}
+
+// attachFailedMsg records msg (with the gRPC code, if any) in
+// status.attachError and returns it for backoff.
+func (e *executor) attachFailedMsg(ctx context.Context, va *storagev1.VolumeAttachment, msg string, code *int32) (runner.Result, error) {
+	if err := e.recordError(ctx, va, true, msg, code); err != nil {
+		return runner.Result{}, err
+	}
+	return runner.Result{}, fmt.Errorf("attach VolumeAttachment %q: %s", va.Name, msg)
+}
+
+// attachFailure logs a recorded attach failure and returns its error
+// (terminal when only an edit of the VA can fix it).
+func attachFailure(ctx context.Context, va *storagev1.VolumeAttachment, blocked *decide.Blocked, msg string) (runner.Result, error) {
+	klog.FromContext(ctx).V(2).Info("Attach failed", "reason", reasonOf(blocked), "err", msg)
+	err := fmt.Errorf("attach VolumeAttachment %q: %s", va.Name, msg)
+	if blocked != nil && blocked.Reason.Class() == decide.ClassTerminal {
+		return runner.Result{}, runner.Terminal(err)
+	}
+	return runner.Result{}, err
+}
+
+// publishFailed records a failed attach (as attachFailed) after a
+// ControllerPublish that published, or may have: it failed with a code that
+// leaves its outcome unknown, or succeeded with a publish context that
+// cannot be stored. When the status write, which carries va's UID, shows
+// that va is gone or replaced — or no write was needed and a live read
+// shows it — that publication is an orphan, as after a successful publish.
+func (e *executor) publishFailed(ctx context.Context, va *storagev1.VolumeAttachment, plan decide.AttachPlan, secrets map[string]string, blocked *decide.Blocked, callErr error) attachOutcome {
+	msg, code := failure(blocked, callErr)
+	unchanged := va.Status.AttachError != nil && va.Status.AttachError.Message == fitMessage(msg, code, maxVolumeErrorMessageBytes)
+	werr := e.recordError(ctx, va, true, msg, code)
+	var fate vaFate
+	switch {
+	case werr != nil:
+		fate = e.vaFateAfter(ctx, va, werr)
+	case unchanged:
+		// recordError wrote nothing, so nothing checked the UID.
+		fate = e.vaLiveFate(ctx, va)
+	default:
+		// The write went through: the object it returned shows whether
+		// our finalizer was removed from it while the driver published.
+		fate = e.vaWrittenFate(va)
+	}
+	switch fate {
+	case vaGone:
+		cause := werr
+		if cause == nil {
+			cause = fmt.Errorf("VolumeAttachment %q (uid %s) is gone, replaced or deleting without our finalizer", va.Name, va.UID)
+		}
+		klog.FromContext(ctx).V(2).Info("Attach failed after a possible publication for a VolumeAttachment that is gone", "reason", reasonOf(blocked), "err", msg)
+		return orphaned(va, plan, secrets, fmt.Errorf("%s; then: %w", msg, cause), callErr != nil)
+	case vaUnknown:
+		cause := werr
+		if cause == nil {
+			cause = fmt.Errorf("VolumeAttachment %q (uid %s) could not be read", va.Name, va.UID)
+		}
+		cause = fmt.Errorf("%s; then: %w", msg, cause)
+		if werr == nil {
+			// The failure itself is recorded. Not terminal, whatever the
+			// reason: the retry settles the suspect first.
+			klog.FromContext(ctx).V(2).Info("Attach failed", "reason", reasonOf(blocked), "err", msg)
+			return suspected(va, plan, secrets, cause, callErr != nil, runner.Result{}, fmt.Errorf("attach VolumeAttachment %q: %s", va.Name, msg))
+		}
+		return suspected(va, plan, secrets, cause, callErr != nil, runner.Result{}, werr)
+	}
+	if werr != nil {
+		return outcome(runner.Result{}, werr)
+	}
+	return outcome(attachFailure(ctx, va, blocked, msg))
+}
+
+// detachBlocked records why a detach cannot go on (decided by
+// decide.Detach) and returns the error for the runner: terminal when only
+// an edit of the VolumeAttachment can change the outcome.
+func (e *executor) detachBlocked(ctx context.Context, va *storagev1.VolumeAttachment, blocked *decide.Blocked) (runner.Result, error) {
+	if err := e.recordError(ctx, va, false, blocked.Message, nil); err != nil {
+		return runner.Result{}, err
+	}
+	klog.FromContext(ctx).V(2).Info("Detach failed", "reason", blocked.Reason, "err", blocked.Message)
+	err := fmt.Errorf("detach VolumeAttachment %q: %s", va.Name, blocked.Message)
+	if blocked.Reason.Class() == decide.ClassTerminal {
+		return runner.Result{}, runner.Terminal(err)
+	}
+	return runner.Result{}, err
+}
+
+// detachFailed records a failed detach and returns the error for backoff.
+func (e *executor) detachFailed(ctx context.Context, va *storagev1.VolumeAttachment, msg string, callErr error) (runner.Result, error) {
+	var code *int32
+	if callErr != nil {
+		msg, code = failure(nil, callErr)
+	}
+	if err := e.recordError(ctx, va, false, msg, code); err != nil {
+		return runner.Result{}, err
+	}
+	klog.FromContext(ctx).V(2).Info("Detach failed", "err", msg)
+	return runner.Result{}, fmt.Errorf("detach VolumeAttachment %q: %s", va.Name, msg)
+}
+
+func failure(blocked *decide.Blocked, callErr error) (string, *int32) {
+	if blocked != nil {
+		return blocked.Message, nil
+	}
+	code, ok := grpcCode(callErr)
+	if !ok {
+		return callErr.Error(), nil
+	}
+	c := int32(code)
+	return callErr.Error(), &c
+}
+
+func reasonOf(b *decide.Blocked) decide.Reason {
+	if b == nil {
+		return "DriverError"
+	}
+	return b.Reason
+}
+
+// writeFailed records a refused API write in status.attachError (attach:
+// a PV finalizer or VA metadata write, with an AttachFailed event) or
+// status.detachError (detach: the finalizer removal after a successful
+// unpublish, with a DetachFailed event), and returns the error for the
+// runner's backoff: a write that keeps failing, for missing RBAC say, is
+// shown on the VolumeAttachment instead of only in our log. A conflict, a
+// failed precondition (422 from a JSON patch test) or a vanished object is
+// not recorded: it means our cache was behind, and the next pass reads a
+// newer one. After a detach's unpublish the next pass unpublishes again
+// (idempotent) and retries the removal.
+func (e *executor) writeFailed(ctx context.Context, va *storagev1.VolumeAttachment, attach bool, err error) (runner.Result, error) {
+	if apierrors.IsConflict(err) || apierrors.IsNotFound(err) || apierrors.IsInvalid(err) {
+		return runner.Result{}, err
+	}
+	if rerr := e.recordError(ctx, va, attach, err.Error(), nil); rerr != nil {
+		klog.FromContext(ctx).Error(rerr, "Record a refused write in the VolumeAttachment's status", "attach", attach)
+	}
+	return runner.Result{}, err
 }

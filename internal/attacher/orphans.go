@@ -348,7 +348,7 @@ func (c *Controller) settleOrphan(ctx context.Context, name string, va *storagev
 		c.dropOrphan(ctx, name, o)
 		return !stale, runner.Result{}, nil
 	}
-	cl := c.claimOf(name, va, o, stale)
+	cl := c.claimOf(ctx, name, va, o, stale)
 	switch decide.SettleOrphan(o.facts(), decide.Corroboration{Claim: cl.ownership, CanList: c.canList(), Listed: o.listed}) {
 	case decide.OrphanIgnored:
 		c.ignoreOrphan(ctx, name, o, decide.RecordedOrphanUnusable(o.facts()))
@@ -444,12 +444,12 @@ func (c *Controller) showOrphanWait(ctx context.Context, va *storagev1.VolumeAtt
 }
 
 // ownership is how va relates to the orphan o (decide.OrphanOwner).
-func (c *Controller) ownership(va *storagev1.VolumeAttachment, o orphan) decide.Ownership {
+func (c *Controller) ownership(ctx context.Context, va *storagev1.VolumeAttachment, o orphan) decide.Ownership {
 	obs, err := c.observe(va)
 	if err != nil {
 		return decide.NotOwner
 	}
-	return decide.OrphanOwner(obs, c.cfg.Driver, bindTranslator(c.tr, klog.Background()), o.facts())
+	return decide.OrphanOwner(obs, c.cfg.Driver, bindTranslator(c.tr, klog.FromContext(ctx)), o.facts())
 }
 
 // claim is the strongest relation of a VolumeAttachment of ours to an
@@ -467,10 +467,10 @@ type claim struct {
 // whose CSINode reports it (or on the node o names). A VolumeAttachment of
 // name that will own it once its finalizer lands comes first among those
 // that will; any owner comes before them.
-func (c *Controller) claimOf(name string, va *storagev1.VolumeAttachment, o orphan, stale bool) claim {
+func (c *Controller) claimOf(ctx context.Context, name string, va *storagev1.VolumeAttachment, o orphan, stale bool) claim {
 	var best claim
 	consider := func(v *storagev1.VolumeAttachment) bool {
-		switch c.ownership(v, o) {
+		switch c.ownership(ctx, v, o) {
 		case decide.Owner:
 			best = claim{ownership: decide.Owner, by: v.Name, uid: v.UID}
 			return true

@@ -17,7 +17,7 @@ const apiDumpVerbosity = 6
 // It is not what keeps the Secret's data out of the log: with the
 // ContextualLogging feature gate off client-go logs through the global
 // logger and this cap does not apply; getSecret never lets client-go see
-// the response body at all (see secretclient.go).
+// the response body at all (see getSecret in executor_steps.go).
 func withoutAPIDumps(ctx context.Context) context.Context {
 	logger := klog.FromContext(ctx)
 	sink := logger.GetSink()

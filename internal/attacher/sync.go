@@ -225,3 +225,34 @@ func (c *Controller) releasablePV(pv *v1.PersistentVolume) bool {
 	}
 	return pv.Spec.CSI == nil && c.tr != nil && c.tr.IsPVMigratable(pv) && pv.Annotations[annMigratedTo] != c.cfg.Driver.Name
 }
+
+// Translator turns in-tree volume specs into CSI ones (CSI migration);
+// csi-translation-lib's CSITranslator is one.
+type Translator interface {
+	// IsPVMigratable reports whether pv is an in-tree PV with a CSI driver
+	// to migrate to.
+	IsPVMigratable(pv *v1.PersistentVolume) bool
+	// TranslateInTreePVToCSI returns a copy of pv with spec.csi set.
+	TranslateInTreePVToCSI(logger klog.Logger, pv *v1.PersistentVolume) (*v1.PersistentVolume, error)
+}
+
+// boundTranslator is a Translator with the pass's logger bound, the
+// logger-free form package decide takes.
+type boundTranslator struct {
+	tr     Translator
+	logger klog.Logger
+}
+
+func (b boundTranslator) IsPVMigratable(pv *v1.PersistentVolume) bool { return b.tr.IsPVMigratable(pv) }
+
+func (b boundTranslator) TranslateInTreePVToCSI(pv *v1.PersistentVolume) (*v1.PersistentVolume, error) {
+	return b.tr.TranslateInTreePVToCSI(b.logger, pv)
+}
+
+// bindTranslator returns tr with logger bound, or nil without a translator.
+func bindTranslator(tr Translator, logger klog.Logger) decide.Translator {
+	if tr == nil {
+		return nil
+	}
+	return boundTranslator{tr: tr, logger: logger}
+}

@@ -1,8 +1,12 @@
 package decide
 
 import (
+	"fmt"
+	"maps"
 	"slices"
+	"strings"
 
+	v1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 
 	"github.com/latchcsi/latch/internal/kube/kubenames"
@@ -157,4 +161,252 @@ func metadataFor(va *storagev1.VolumeAttachment, driver, nodeID string, vol Volu
 		mc.SetAnnotations = nil
 	}
 	return mc
+}
+
+// sourceSpec returns the PV spec to attach: the PV's, or the inline one.
+func sourceSpec(obs Observed, tr Translator) (*v1.PersistentVolume, string, *Blocked) {
+	src := obs.VA.Spec.Source
+	switch {
+	case src.PersistentVolumeName != nil && src.InlineVolumeSpec != nil:
+		return nil, "", &Blocked{Reason: ReasonInvalidSource, Message: "spec.source sets both persistentVolumeName and inlineVolumeSpec; exactly one is allowed"}
+	case src.PersistentVolumeName == nil && src.InlineVolumeSpec == nil:
+		return nil, "", &Blocked{Reason: ReasonInvalidSource, Message: "spec.source sets neither persistentVolumeName nor inlineVolumeSpec; exactly one is required"}
+	case src.InlineVolumeSpec != nil:
+		return &v1.PersistentVolume{Spec: *src.InlineVolumeSpec}, "", nil
+	}
+	name := *src.PersistentVolumeName
+	if name == "" {
+		return nil, "", &Blocked{Reason: ReasonInvalidSource, Message: "spec.source.persistentVolumeName is empty"}
+	}
+	if obs.PV == nil {
+		return nil, name, &Blocked{Reason: ReasonWaitingForPV, Message: fmt.Sprintf("PersistentVolume %q not found", name)}
+	}
+	// A PV being deleted is still the source of a detach (its spec is what
+	// was published, and our PV finalizer keeps it while a VA refers to
+	// it); only an attach refuses it (pvDeleting).
+	return obs.PV, name, nil
+}
+
+// pvDeleting says why an attach must not publish the PV spec (sourceSpec)
+// found for name: it is being deleted.
+func pvDeleting(obs Observed, name string) *Blocked {
+	if name == "" || obs.PV == nil || obs.PV.DeletionTimestamp == nil {
+		return nil
+	}
+	return &Blocked{Reason: ReasonPVDeleting, Message: fmt.Sprintf("PersistentVolume %q is being deleted", name)}
+}
+
+// ResolveVolume returns what ControllerPublish/Unpublish need from a CSI
+// PV spec (the PV's or an inline one, translated first when it is an
+// in-tree one), or why it cannot be used; what names the VolumeAttachment
+// for an inline spec's messages.
+func ResolveVolume(pv *v1.PersistentVolume, drv DriverInfo, tr Translator, what string) (Volume, *Blocked) {
+	migrated := false
+	if pv.Spec.CSI == nil {
+		if tr == nil || !tr.IsPVMigratable(pv) {
+			return Volume{}, &Blocked{Reason: ReasonUnsupportedVolume, Message: fmt.Sprintf("%s is not a CSI volume and cannot be migrated to CSI", sourceName(pv, what))}
+		}
+		translated, err := tr.TranslateInTreePVToCSI(pv)
+		if err != nil || translated == nil || translated.Spec.CSI == nil {
+			return Volume{}, &Blocked{Reason: ReasonTranslationFailed, Message: fmt.Sprintf("translate %s to CSI: %v", sourceName(pv, what), err)}
+		}
+		pv, migrated = translated, true
+	}
+	c := pv.Spec.CSI
+	if c.Driver != drv.Name {
+		return Volume{}, &Blocked{Reason: ReasonUnsupportedVolume, Message: fmt.Sprintf("%s belongs to CSI driver %q, not %q", sourceName(pv, what), c.Driver, drv.Name)}
+	}
+	if c.VolumeHandle == "" {
+		return Volume{}, &Blocked{Reason: ReasonUnsupportedVolume, Message: fmt.Sprintf("%s has an empty spec.csi.volumeHandle", sourceName(pv, what))}
+	}
+	vol := Volume{
+		Handle:        c.VolumeHandle,
+		VolumeContext: maps.Clone(c.VolumeAttributes),
+		Secret:        c.ControllerPublishSecretRef,
+		AccessModes:   pv.Spec.AccessModes,
+		Block:         pv.Spec.VolumeMode != nil && *pv.Spec.VolumeMode == v1.PersistentVolumeBlock,
+		FSType:        c.FSType,
+		MountOptions:  pv.Spec.MountOptions,
+		Migrated:      migrated,
+	}
+	if vol.FSType == "" && !vol.Block {
+		vol.FSType = drv.DefaultFSType
+	}
+	// Readonly is only sent to drivers that declare PUBLISH_READONLY, as
+	// upstream does; others reject or ignore it (internal/csi's
+	// PublishReadOnly states the same rule; that package imports gRPC).
+	vol.ReadOnly = c.ReadOnly && drv.SupportsReadOnly
+	return vol, nil
+}
+
+func sourceName(pv *v1.PersistentVolume, what string) string {
+	if pv.Name != "" {
+		return fmt.Sprintf("PersistentVolume %q", pv.Name)
+	}
+	return "the inline volume of " + what
+}
+
+func vaName(va *storagev1.VolumeAttachment) string {
+	return fmt.Sprintf("VolumeAttachment %q", va.Name)
+}
+
+// CSINodeID returns the node ID driver registered in csiNode.
+func CSINodeID(csiNode *storagev1.CSINode, driver string) (string, bool) {
+	if csiNode == nil {
+		return "", false
+	}
+	for _, d := range csiNode.Spec.Drivers {
+		if d.Name == driver && d.NodeID != "" {
+			return d.NodeID, true
+		}
+	}
+	return "", false
+}
+
+func csiNodeMessage(csiNode *storagev1.CSINode, node, driver string) string {
+	if node == "" {
+		return "spec.nodeName is empty"
+	}
+	if csiNode == nil {
+		return fmt.Sprintf("CSINode %q not found: the driver's node plugin has not registered on node %q yet", node, node)
+	}
+	return fmt.Sprintf("CSINode %q does not contain driver %q: the driver's node plugin has not registered on that node yet", node, driver)
+}
+
+// CheckPublishContext says why a publish context the driver returned cannot
+// be stored in status.attachmentMetadata, or returns nil when it can.
+func CheckPublishContext(pc map[string]string) *Blocked {
+	size := 0
+	for k, v := range pc {
+		size += len(k) + len(v)
+	}
+	if size <= MaxAttachmentMetadataBytes {
+		return nil
+	}
+	return &Blocked{Reason: ReasonPublishContextTooLarge, Message: fmt.Sprintf(
+		publishContextTooLargePrefix+" of %d bytes (%d keys), too large for VolumeAttachment status.attachmentMetadata (the API server accepts at most %d bytes of keys and values); not published again while this error is recorded; deleting the VolumeAttachment unpublishes the volume",
+		size, len(pc), MaxAttachmentMetadataBytes)}
+}
+
+// publishContextTooLargePrefix starts the attachError CheckPublishContext
+// leads to; DecideAttach recognises the record by it.
+const publishContextTooLargePrefix = "the driver published the volume but returned a publish context"
+
+// recordedTooLarge returns the PublishContextTooLarge error recorded on
+// va, if any. Publishing again would return the same publish context: the
+// record stands until someone clears status.attachError or deletes the VA.
+// Kept on the VA rather than in memory, it holds across restarts, resyncs
+// and passes woken by our own writes.
+func recordedTooLarge(va *storagev1.VolumeAttachment) *Blocked {
+	if e := va.Status.AttachError; e != nil && strings.HasPrefix(e.Message, publishContextTooLargePrefix) {
+		return &Blocked{Reason: ReasonPublishContextTooLarge, Message: e.Message}
+	}
+	return nil
+}
+
+// SingleNode reports whether a volume with these access modes may be
+// published to one node only: ReadWriteOnce (SINGLE_NODE_WRITER, or
+// SINGLE_NODE_MULTI_WRITER with that capability) and ReadWriteOncePod.
+// The attach/detach controller calls the same volumes exclusive
+// (attachdetach/volume.MultiAttachAllowed): access modes that are known
+// and include neither ReadWriteMany nor ReadOnlyMany.
+func SingleNode(modes []v1.PersistentVolumeAccessMode) bool {
+	return len(modes) > 0 && !slices.Contains(modes, v1.ReadWriteMany) && !slices.Contains(modes, v1.ReadOnlyMany)
+}
+
+// PublishBlockedByOrphan says why a ControllerPublish of vol to nodeID must
+// wait, or returns nil. It must wait while a publication of the same
+// volume handle to another node ID is still to be undone (an orphan: its
+// VolumeAttachment was deleted, without a detach, while the driver
+// published it) or may be (a suspect, or a publish in flight whose
+// VolumeAttachment may be force-deleted meanwhile), when the volume may be
+// on one node only: its access modes now, or those of the orphan's
+// publish, say so.
+// The attach/detach controller cannot see such a publication (no
+// VolumeAttachment stands for it) and attaches the volume elsewhere at
+// once; publishing it there would put a single-node volume on two nodes.
+// pending is every orphan and suspect of the driver, in a stable order;
+// the first that blocks is named.
+func PublishBlockedByOrphan(vol Volume, nodeID string, pending []Orphan) *Blocked {
+	single := SingleNode(vol.AccessModes)
+	for _, o := range pending {
+		if o.Handle != vol.Handle || o.NodeID == nodeID || !(single || o.SingleNode) {
+			continue
+		}
+		return &Blocked{Reason: ReasonOrphanOnOtherNode, Message: orphanElsewhereMessage(vol, nodeID, o)}
+	}
+	return nil
+}
+
+func orphanElsewhereMessage(vol Volume, nodeID string, o Orphan) string {
+	where := fmt.Sprintf("node ID %q", o.NodeID)
+	if o.NodeName != "" {
+		where = fmt.Sprintf("node %q (node ID %q)", o.NodeName, o.NodeID)
+	}
+	why := "which was deleted or replaced while the driver published it, so no detach will undo it; csi-attacher unpublishes it itself"
+	switch {
+	case o.Suspect:
+		why = "whose status write failed after the publish; whether that VolumeAttachment still exists is being checked"
+	case o.Publishing:
+		why = "whose ControllerPublish is in flight; it ends attached, or as a publication csi-attacher unpublishes itself"
+	}
+	modes := "its access modes"
+	if len(vol.AccessModes) > 0 {
+		modes = fmt.Sprintf("access modes %v", vol.AccessModes)
+	}
+	state := "is still published"
+	if o.Uncertain || o.Suspect || o.Publishing {
+		state = "may still be published"
+	}
+	msg := fmt.Sprintf("volume %q may be published to one node only (%s) and %s to %s for VolumeAttachment %q (uid %s), %s; ControllerPublish to node ID %q waits until that publication is unpublished",
+		vol.Handle, modes, state, where, o.VA, o.UID, why, nodeID)
+	if o.RecordProblem != "" {
+		msg += "; that publication is tracked in memory only, and lost if csi-attacher restarts before it is unpublished: " + o.RecordProblem
+	}
+	return msg
+}
+
+// SecretState is what reading a controller-publish secret found.
+type SecretState int
+
+const (
+	// SecretNone: the volume names no secret, or it was read.
+	SecretNone SecretState = iota
+	// SecretNotFound: the Secret does not exist (yet).
+	SecretNotFound
+	// SecretForbidden: csi-attacher may not read it.
+	SecretForbidden
+)
+
+// CallFacts are read only when a plan is about to call the driver.
+type CallFacts struct {
+	// Secret is the volume's controller-publish secret reference (nil:
+	// none) and SecretState what reading it found; SecretDenial is the
+	// API server's message when it refused the read.
+	Secret       *v1.SecretReference
+	SecretState  SecretState
+	SecretDenial string
+	// CapabilityErr is why the CSI VolumeCapability for the volume could
+	// not be built (ControllerPublish only; nil when it could, or for an
+	// unpublish, which sends none).
+	CapabilityErr error
+}
+
+// BeforeCall decides whether the driver may be called now, or why not: a
+// missing or unreadable secret (ClassWaitForObject: polled, secrets are
+// not watched) comes first, then a capability the access modes cannot be
+// mapped to (ClassRetry: a PV's access modes are immutable, but the
+// VolumeAttachment's attachError says why it is not attached). Nil: call.
+func BeforeCall(f CallFacts) *Blocked {
+	switch ref := f.Secret; {
+	case ref != nil && f.SecretState == SecretNotFound:
+		return &Blocked{Reason: ReasonWaitingForSecret, Message: fmt.Sprintf("controller publish secret %s/%s not found", ref.Namespace, ref.Name)}
+	case ref != nil && f.SecretState == SecretForbidden:
+		return &Blocked{Reason: ReasonSecretForbidden, Message: fmt.Sprintf(
+			"controller publish secret %s/%s: csi-attacher is not allowed to read it (%s); grant its ServiceAccount a Role with verbs [get] on resource secrets in namespace %q",
+			ref.Namespace, ref.Name, f.SecretDenial, ref.Namespace)}
+	case f.CapabilityErr != nil:
+		return &Blocked{Reason: ReasonInvalidCapabilities, Message: f.CapabilityErr.Error()}
+	}
+	return nil
 }

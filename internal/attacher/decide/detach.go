@@ -2,7 +2,6 @@ package decide
 
 import (
 	"fmt"
-	"maps"
 	"slices"
 
 	v1 "k8s.io/api/core/v1"
@@ -74,39 +73,6 @@ func Detach(obs Observed, drv DriverInfo, tr Translator) DetachPlan {
 	return DetachPlan{Volume: vol, NodeID: nodeID}
 }
 
-// sourceSpec returns the PV spec to attach: the PV's, or the inline one.
-func sourceSpec(obs Observed, tr Translator) (*v1.PersistentVolume, string, *Blocked) {
-	src := obs.VA.Spec.Source
-	switch {
-	case src.PersistentVolumeName != nil && src.InlineVolumeSpec != nil:
-		return nil, "", &Blocked{Reason: ReasonInvalidSource, Message: "spec.source sets both persistentVolumeName and inlineVolumeSpec; exactly one is allowed"}
-	case src.PersistentVolumeName == nil && src.InlineVolumeSpec == nil:
-		return nil, "", &Blocked{Reason: ReasonInvalidSource, Message: "spec.source sets neither persistentVolumeName nor inlineVolumeSpec; exactly one is required"}
-	case src.InlineVolumeSpec != nil:
-		return &v1.PersistentVolume{Spec: *src.InlineVolumeSpec}, "", nil
-	}
-	name := *src.PersistentVolumeName
-	if name == "" {
-		return nil, "", &Blocked{Reason: ReasonInvalidSource, Message: "spec.source.persistentVolumeName is empty"}
-	}
-	if obs.PV == nil {
-		return nil, name, &Blocked{Reason: ReasonWaitingForPV, Message: fmt.Sprintf("PersistentVolume %q not found", name)}
-	}
-	// A PV being deleted is still the source of a detach (its spec is what
-	// was published, and our PV finalizer keeps it while a VA refers to
-	// it); only an attach refuses it (pvDeleting).
-	return obs.PV, name, nil
-}
-
-// pvDeleting says why an attach must not publish the PV spec (sourceSpec)
-// found for name: it is being deleted.
-func pvDeleting(obs Observed, name string) *Blocked {
-	if name == "" || obs.PV == nil || obs.PV.DeletionTimestamp == nil {
-		return nil
-	}
-	return &Blocked{Reason: ReasonPVDeleting, Message: fmt.Sprintf("PersistentVolume %q is being deleted", name)}
-}
-
 // recordedAttached reports whether va, being deleted without our
 // finalizer, is still marked attached with the volume handle and node ID
 // latch records before every publish, and is kept by another finalizer:
@@ -132,83 +98,6 @@ func noUnpublishCapability(va *storagev1.VolumeAttachment, driver string) *Block
 	return &Blocked{Reason: ReasonUnpublishUnsupported, Message: fmt.Sprintf(
 		"cannot detach: the VolumeAttachment carries finalizer %q, added while driver %q supported PUBLISH_UNPUBLISH_VOLUME; the driver no longer reports that capability, so ControllerUnpublishVolume cannot be called and the volume may still be published to node ID %q. Restore the capability and restart csi-attacher, or make sure the volume is unpublished and remove the finalizer by hand",
 		kubenames.AttacherFinalizer(driver), driver, nodeID)}
-}
-
-// ResolveVolume returns what ControllerPublish/Unpublish need from a CSI
-// PV spec (the PV's or an inline one, translated first when it is an
-// in-tree one), or why it cannot be used; what names the VolumeAttachment
-// for an inline spec's messages.
-func ResolveVolume(pv *v1.PersistentVolume, drv DriverInfo, tr Translator, what string) (Volume, *Blocked) {
-	migrated := false
-	if pv.Spec.CSI == nil {
-		if tr == nil || !tr.IsPVMigratable(pv) {
-			return Volume{}, &Blocked{Reason: ReasonUnsupportedVolume, Message: fmt.Sprintf("%s is not a CSI volume and cannot be migrated to CSI", sourceName(pv, what))}
-		}
-		translated, err := tr.TranslateInTreePVToCSI(pv)
-		if err != nil || translated == nil || translated.Spec.CSI == nil {
-			return Volume{}, &Blocked{Reason: ReasonTranslationFailed, Message: fmt.Sprintf("translate %s to CSI: %v", sourceName(pv, what), err)}
-		}
-		pv, migrated = translated, true
-	}
-	c := pv.Spec.CSI
-	if c.Driver != drv.Name {
-		return Volume{}, &Blocked{Reason: ReasonUnsupportedVolume, Message: fmt.Sprintf("%s belongs to CSI driver %q, not %q", sourceName(pv, what), c.Driver, drv.Name)}
-	}
-	if c.VolumeHandle == "" {
-		return Volume{}, &Blocked{Reason: ReasonUnsupportedVolume, Message: fmt.Sprintf("%s has an empty spec.csi.volumeHandle", sourceName(pv, what))}
-	}
-	vol := Volume{
-		Handle:        c.VolumeHandle,
-		VolumeContext: maps.Clone(c.VolumeAttributes),
-		Secret:        c.ControllerPublishSecretRef,
-		AccessModes:   pv.Spec.AccessModes,
-		Block:         pv.Spec.VolumeMode != nil && *pv.Spec.VolumeMode == v1.PersistentVolumeBlock,
-		FSType:        c.FSType,
-		MountOptions:  pv.Spec.MountOptions,
-		Migrated:      migrated,
-	}
-	if vol.FSType == "" && !vol.Block {
-		vol.FSType = drv.DefaultFSType
-	}
-	// Readonly is only sent to drivers that declare PUBLISH_READONLY, as
-	// upstream does; others reject or ignore it (internal/csi's
-	// PublishReadOnly states the same rule; that package imports gRPC).
-	vol.ReadOnly = c.ReadOnly && drv.SupportsReadOnly
-	return vol, nil
-}
-
-func sourceName(pv *v1.PersistentVolume, what string) string {
-	if pv.Name != "" {
-		return fmt.Sprintf("PersistentVolume %q", pv.Name)
-	}
-	return "the inline volume of " + what
-}
-
-func vaName(va *storagev1.VolumeAttachment) string {
-	return fmt.Sprintf("VolumeAttachment %q", va.Name)
-}
-
-// CSINodeID returns the node ID driver registered in csiNode.
-func CSINodeID(csiNode *storagev1.CSINode, driver string) (string, bool) {
-	if csiNode == nil {
-		return "", false
-	}
-	for _, d := range csiNode.Spec.Drivers {
-		if d.Name == driver && d.NodeID != "" {
-			return d.NodeID, true
-		}
-	}
-	return "", false
-}
-
-func csiNodeMessage(csiNode *storagev1.CSINode, node, driver string) string {
-	if node == "" {
-		return "spec.nodeName is empty"
-	}
-	if csiNode == nil {
-		return fmt.Sprintf("CSINode %q not found: the driver's node plugin has not registered on node %q yet", node, node)
-	}
-	return fmt.Sprintf("CSINode %q does not contain driver %q: the driver's node plugin has not registered on that node yet", node, driver)
 }
 
 // ParseSecretRef parses "namespace/name" (the AnnSecretRef annotation); nil

@@ -2,9 +2,6 @@ package decide
 
 import (
 	"fmt"
-	"strings"
-
-	storagev1 "k8s.io/api/storage/v1"
 )
 
 // Reason classifies why an attach or detach cannot go on. It decides how the
@@ -91,37 +88,6 @@ func (r Reason) Class() Class {
 // its keys and values (k8s.io/kubernetes/pkg/apis/storage/validation,
 // maxAttachedVolumeMetadataSize).
 const MaxAttachmentMetadataBytes = 256 * 1024
-
-// CheckPublishContext says why a publish context the driver returned cannot
-// be stored in status.attachmentMetadata, or returns nil when it can.
-func CheckPublishContext(pc map[string]string) *Blocked {
-	size := 0
-	for k, v := range pc {
-		size += len(k) + len(v)
-	}
-	if size <= MaxAttachmentMetadataBytes {
-		return nil
-	}
-	return &Blocked{Reason: ReasonPublishContextTooLarge, Message: fmt.Sprintf(
-		publishContextTooLargePrefix+" of %d bytes (%d keys), too large for VolumeAttachment status.attachmentMetadata (the API server accepts at most %d bytes of keys and values); not published again while this error is recorded; deleting the VolumeAttachment unpublishes the volume",
-		size, len(pc), MaxAttachmentMetadataBytes)}
-}
-
-// publishContextTooLargePrefix starts the attachError CheckPublishContext
-// leads to; DecideAttach recognises the record by it.
-const publishContextTooLargePrefix = "the driver published the volume but returned a publish context"
-
-// recordedTooLarge returns the PublishContextTooLarge error recorded on
-// va, if any. Publishing again would return the same publish context: the
-// record stands until someone clears status.attachError or deletes the VA.
-// Kept on the VA rather than in memory, it holds across restarts, resyncs
-// and passes woken by our own writes.
-func recordedTooLarge(va *storagev1.VolumeAttachment) *Blocked {
-	if e := va.Status.AttachError; e != nil && strings.HasPrefix(e.Message, publishContextTooLargePrefix) {
-		return &Blocked{Reason: ReasonPublishContextTooLarge, Message: e.Message}
-	}
-	return nil
-}
 
 // Blocked says why nothing can be done yet; Message goes into the
 // VolumeAttachment's attachError/detachError as is.

@@ -1,0 +1,482 @@
+package attacher
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"google.golang.org/grpc/codes"
+	v1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"k8s.io/klog/v2"
+
+	"github.com/latchcsi/latch/internal/attacher/decide"
+	"github.com/latchcsi/latch/internal/csi"
+	"github.com/latchcsi/latch/internal/kube"
+	"github.com/latchcsi/latch/internal/kube/kubenames"
+)
+
+// The executor's steps (executor.go runs them in a plan's order): one
+// method per API write, CSI call and live read, the CSI call slots, the
+// secret read and the patch and message builders they use. The Controller
+// writes no object and calls no driver method but through these.
+
+// callResult is what came of a CSI call the executor was asked to make.
+type callResult struct {
+	// secrets are the controller-publish secret's values the call was
+	// made with (nil: none).
+	secrets map[string]string
+	// blocked: decide.BeforeCall refused the call (a missing or forbidden
+	// Secret, a capability that cannot be built); nothing was called.
+	blocked *decide.Blocked
+	// callErr is the driver's error, already counted in the metrics.
+	callErr error
+}
+
+// unpublication is one ControllerUnpublish: of a detach, of a publication
+// recorded under an old node ID, or of an orphan.
+type unpublication struct {
+	handle, nodeID string
+	// secretRef is read when secrets is nil (an orphan keeps the values
+	// its publish used, until a restart).
+	secretRef *v1.SecretReference
+	secrets   map[string]string
+	// migrated labels the call's metrics as made for a migrated in-tree
+	// volume.
+	migrated bool
+}
+
+// publish calls ControllerPublish for plan: the secret read, the
+// capability built, decide.BeforeCall asked, an attach slot taken and the
+// call bounded by the timeout. It returns the publish context; err is a
+// failure before the call (the secret read, the wait for a slot).
+func (e *executor) publish(ctx context.Context, plan decide.AttachPlan) (map[string]string, callResult, error) {
+	capability, capErr := csi.VolumeCapability(csi.CapabilityInput{
+		AccessModes: plan.Volume.AccessModes, Block: plan.Volume.Block, FSType: plan.Volume.FSType,
+		MountOptions: plan.Volume.MountOptions, SingleNodeMultiWriter: e.driver.SupportsSingleNodeMultiWriter,
+	})
+	var publishContext map[string]string
+	res, err := e.call(ctx, e.attachSlots, "attach", plan.Volume.Migrated, plan.Volume.Secret, nil, capErr,
+		func(ctx context.Context, secrets map[string]string) error {
+			var err error
+			publishContext, err = e.csi.ControllerPublish(ctx, csi.PublishRequest{
+				VolumeID:      plan.Volume.Handle,
+				NodeID:        plan.NodeID,
+				Capability:    capability,
+				ReadOnly:      plan.Volume.ReadOnly,
+				VolumeContext: plan.Volume.VolumeContext,
+				Secrets:       secrets,
+			})
+			return err
+		})
+	return publishContext, res, err
+}
+
+// unpublish calls ControllerUnpublish for u, the one path of a detach, of
+// an unpublication before a node ID is rewritten and of an orphan: the
+// secret read (unless u carries its values), decide.BeforeCall asked, a
+// detach slot taken and the call bounded by the timeout.
+func (e *executor) unpublish(ctx context.Context, u unpublication) (callResult, error) {
+	return e.call(ctx, e.detachSlots, "detach", u.migrated, u.secretRef, u.secrets, nil,
+		func(ctx context.Context, secrets map[string]string) error {
+			return e.csi.ControllerUnpublish(ctx, u.handle, u.nodeID, secrets)
+		})
+}
+
+// call makes one CSI call of op ("attach" or "detach"): secrets are read
+// through ref unless given, the call is made only when decide.BeforeCall
+// allows it, in one of slots and within the timeout (which starts once the
+// slot is held), with the migrated label; a driver error is counted.
+func (e *executor) call(ctx context.Context, slots callSlots, op string, migrated bool, ref *v1.SecretReference, secrets map[string]string, capErr error,
+	fn func(ctx context.Context, secrets map[string]string) error) (callResult, error) {
+	var facts decide.CallFacts
+	if secrets == nil {
+		var err error
+		if secrets, facts, err = e.secrets(ctx, ref); err != nil {
+			return callResult{}, err
+		}
+	}
+	facts.CapabilityErr = capErr
+	if blocked := decide.BeforeCall(facts); blocked != nil {
+		return callResult{blocked: blocked}, nil
+	}
+	release, err := slots.acquire(ctx)
+	if err != nil {
+		return callResult{}, err
+	}
+	callCtx, cancel := context.WithTimeout(csi.WithMigrated(ctx, migrated), e.timeout)
+	err = fn(callCtx, secrets)
+	cancel()
+	release()
+	if err != nil {
+		e.metrics.csiError(op, err)
+	}
+	return callResult{secrets: secrets, callErr: err}, nil
+}
+
+// patchVA sends patch for va (a subresource when given) through the
+// overlay of our own writes, which recognises the write's watch event as
+// ours whether it comes before or after the answer (kube.OverlaidStore.Patch).
+func (e *executor) patchVA(ctx context.Context, va *storagev1.VolumeAttachment, pt types.PatchType, patch []byte, subresources ...string) (*storagev1.VolumeAttachment, error) {
+	return e.vaCache.Patch(va, pt, patch, func() (*storagev1.VolumeAttachment, error) {
+		return e.client.StorageV1().VolumeAttachments().Patch(ctx, va.Name, pt, patch,
+			metav1.PatchOptions{FieldManager: kube.AttacherFieldManager}, subresources...)
+	})
+}
+
+// patchPV sends the JSON patch for pv through the overlay of our own
+// writes (as patchVA).
+func (e *executor) patchPV(ctx context.Context, pv *v1.PersistentVolume, patch []byte) error {
+	_, err := e.pvCache.Patch(pv, types.JSONPatchType, patch, func() (*v1.PersistentVolume, error) {
+		return e.client.CoreV1().PersistentVolumes().Patch(ctx, pv.Name, types.JSONPatchType, patch,
+			metav1.PatchOptions{FieldManager: kube.AttacherFieldManager})
+	})
+	return err
+}
+
+// writeStatus patches va's status to want (nothing when equal).
+func (e *executor) writeStatus(ctx context.Context, va *storagev1.VolumeAttachment, want storagev1.VolumeAttachmentStatus) error {
+	_, err := e.sendStatus(ctx, va, want)
+	return err
+}
+
+// sendStatus is writeStatus that also says whether a patch was sent: when
+// va already shows want nothing is, and so no UID precondition is checked.
+func (e *executor) sendStatus(ctx context.Context, va *storagev1.VolumeAttachment, want storagev1.VolumeAttachmentStatus) (sent bool, err error) {
+	patch, err := kube.VolumeAttachmentStatusPatch(va, want)
+	if err != nil || patch == nil {
+		return false, err
+	}
+	if _, err := e.patchVA(ctx, va, types.MergePatchType, patch, "status"); err != nil {
+		return true, fmt.Errorf("update status of VolumeAttachment %q: %w", va.Name, err)
+	}
+	return true, nil
+}
+
+// setMetadata writes the finalizer and annotations mc names in one guarded
+// patch and returns the updated object (va itself when nothing changes).
+func (e *executor) setMetadata(ctx context.Context, va *storagev1.VolumeAttachment, mc *decide.MetadataChange) (*storagev1.VolumeAttachment, error) {
+	patch, err := metadataPatch(va, mc)
+	if err != nil || patch == nil {
+		return va, err
+	}
+	updated, err := e.patchVA(ctx, va, types.JSONPatchType, patch)
+	if err != nil {
+		return nil, fmt.Errorf("add finalizer and node ID to VolumeAttachment %q: %w", va.Name, err)
+	}
+	return updated, nil
+}
+
+// addPVFinalizer puts our finalizer on pv (nothing when it is there).
+func (e *executor) addPVFinalizer(ctx context.Context, pv *v1.PersistentVolume) error {
+	patch, err := kube.AddFinalizerPatch(pv, kubenames.PVFinalizer(e.driver.Name))
+	if err != nil || patch == nil {
+		return err
+	}
+	if err := e.patchPV(ctx, pv, patch); err != nil {
+		return fmt.Errorf("add finalizer to PersistentVolume %q: %w", pv.Name, err)
+	}
+	return nil
+}
+
+// releaseVA removes our finalizer after a successful unpublish. When other
+// finalizers keep the object alive, status.attached is set to false too;
+// when ours was the last, the object is gone and no status write is made.
+func (e *executor) releaseVA(ctx context.Context, va *storagev1.VolumeAttachment) error {
+	patch, err := kube.RemoveFinalizerPatch(va, kubenames.AttacherFinalizer(e.driver.Name))
+	if err != nil {
+		return err
+	}
+	if patch == nil {
+		// Our finalizer was gone already (an unpublish the ListVolumes
+		// reconcile asked for): only the status is left to say detached.
+		if !va.Status.Attached && va.Status.DetachError == nil {
+			return nil
+		}
+		return e.writeStatus(ctx, va, storagev1.VolumeAttachmentStatus{Attached: false})
+	}
+	updated, err := e.patchVA(ctx, va, types.JSONPatchType, patch)
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("remove finalizer from VolumeAttachment %q: %w", va.Name, err)
+	}
+	if len(updated.Finalizers) == 0 {
+		return nil
+	}
+	return e.writeStatus(ctx, updated, storagev1.VolumeAttachmentStatus{Attached: false})
+}
+
+// recordError writes status.attachError (attach, with errorCode code) or
+// status.detachError (without errorCode, as upstream) and a Warning event,
+// only when the message changes, so retries do not rewrite them. It
+// returns only a failure to write.
+func (e *executor) recordError(ctx context.Context, va *storagev1.VolumeAttachment, attach bool, msg string, code *int32) error {
+	prev, reason := va.Status.DetachError, EventDetachFailed
+	if attach {
+		prev, reason = va.Status.AttachError, EventAttachFailed
+	}
+	// The API server refuses a VolumeError message over its limit, and
+	// with it the whole status write: shorten it instead.
+	msg = fitMessage(msg, code, maxVolumeErrorMessageBytes)
+	if prev != nil && prev.Message == msg {
+		return nil
+	}
+	status := *va.Status.DeepCopy()
+	verr := &storagev1.VolumeError{Time: metav1.NewTime(e.clock.Now()), Message: msg}
+	if attach {
+		verr.ErrorCode = code
+		status.AttachError = verr
+	} else {
+		// Upstream sets errorCode on attachError only (its
+		// MutableCSINodeAllocatableCount gate covers attach; a detach
+		// error never gets one): the code stays in the message.
+		status.DetachError = verr
+	}
+	if err := e.writeStatus(ctx, va, status); err != nil {
+		return err
+	}
+	e.recorder.Event(va, v1.EventTypeWarning, reason, msg)
+	return nil
+}
+
+// removePVFinalizer takes our finalizer off pv (a PV already gone is
+// fine).
+func (e *executor) removePVFinalizer(ctx context.Context, pv *v1.PersistentVolume) error {
+	patch, err := kube.RemoveFinalizerPatch(pv, kubenames.PVFinalizer(e.driver.Name))
+	if err != nil || patch == nil {
+		return err
+	}
+	err = e.patchPV(ctx, pv, patch)
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("remove finalizer from PersistentVolume %q: %w", pv.Name, err)
+	}
+	klog.FromContext(ctx).V(2).Info("Removed PersistentVolume finalizer", "persistentVolume", klog.KObj(pv))
+	return nil
+}
+
+// readVA reads the VolumeAttachment name from the API server, not the
+// cache (nil when it is gone).
+func (e *executor) readVA(ctx context.Context, name string) (*storagev1.VolumeAttachment, error) {
+	live, err := e.client.StorageV1().VolumeAttachments().Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil, nil
+	}
+	return live, err
+}
+
+// listVolumes asks the driver which nodes each volume is published to
+// (ListVolumes, every page of at most maxEntries), within timeout.
+func (e *executor) listVolumes(ctx context.Context, timeout time.Duration, maxEntries int) (map[string][]string, error) {
+	listCtx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	return e.csi.ListVolumes(listCtx, int32(maxEntries))
+}
+
+// recordOrphan writes rec to the durable record of orphans.
+func (e *executor) recordOrphan(ctx context.Context, rec orphanRecord) error {
+	return e.records.Put(ctx, rec)
+}
+
+// unrecordOrphan removes rec from the durable record of orphans (only
+// while the record holds that very publication).
+func (e *executor) unrecordOrphan(ctx context.Context, rec orphanRecord) error {
+	return e.records.Delete(ctx, rec)
+}
+
+// callSlots bounds how many CSI calls of one kind are in flight. The
+// timeout of a call starts only once it holds a slot, so waiting for a slot
+// never eats into --timeout.
+type callSlots chan struct{}
+
+func newCallSlots(n int) callSlots { return make(callSlots, max(n, 1)) }
+
+// errNoSlot is the error acquire returns (wrapping the context's cause)
+// when the context ends before a slot is free: the call was not made.
+var errNoSlot = errors.New("wait for a free CSI call slot")
+
+// acquire blocks until a slot is free or ctx ends; the returned release
+// must be called exactly once when the call is over.
+func (s callSlots) acquire(ctx context.Context) (release func(), err error) {
+	select {
+	case s <- struct{}{}:
+		return func() { <-s }, nil
+	case <-ctx.Done():
+		return nil, fmt.Errorf("%w: %w", errNoSlot, context.Cause(ctx))
+	}
+}
+
+// maxSecretBytes bounds what is read of a Secret GET response: the API
+// server stores at most 1 MiB of data per Secret; the rest is metadata.
+const maxSecretBytes = 3 << 20
+
+// secrets reads the controller-publish secret ref names (none when nil)
+// and returns its data with the facts decide.BeforeCall judges: a missing
+// or forbidden secret is a fact, not an error; other read errors are
+// returned and retried.
+func (e *executor) secrets(ctx context.Context, ref *v1.SecretReference) (map[string]string, decide.CallFacts, error) {
+	facts := decide.CallFacts{Secret: ref}
+	if ref == nil {
+		return nil, facts, nil
+	}
+	s, err := getSecret(ctx, e.client, ref.Namespace, ref.Name)
+	switch {
+	case apierrors.IsNotFound(err):
+		facts.SecretState = decide.SecretNotFound
+		return nil, facts, nil
+	case apierrors.IsForbidden(err):
+		facts.SecretState, facts.SecretDenial = decide.SecretForbidden, err.Error()
+		return nil, facts, nil
+	case err != nil:
+		return nil, facts, fmt.Errorf("get controller publish secret %s/%s: %w", ref.Namespace, ref.Name, err)
+	}
+	out := make(map[string]string, len(s.Data))
+	for k, v := range s.Data {
+		out[k] = string(v)
+	}
+	return out, facts, nil
+}
+
+// getSecret reads a Secret so that its data can reach no logger, whatever
+// the verbosity, the log format or the ContextualLogging feature gate.
+//
+// client-go's Get logs response bodies itself: rest.Request's Do passes
+// the body to logBody, which at -v=8 and up logs it (a hex dump for
+// protobuf, the JSON text otherwise) through klog.FromContext(ctx): the
+// request context's logger with contextual logging on, the global logger
+// with it off. The transport's debug wrappers (-v=6 to -v=9) log URLs,
+// headers and timings, never bodies. So the Secret is fetched with
+// Request.Stream instead, which hands back the body of a successful
+// response untouched (only an error response, a Status without secret
+// data, is read and logged), and decoded here. Rate limiting, retries,
+// authentication and the wire format stay client-go's.
+//
+// withoutAPIDumps additionally keeps the URL and headers out of the log
+// when contextual logging is on.
+func getSecret(ctx context.Context, client kubernetes.Interface, namespace, name string) (*v1.Secret, error) {
+	ctx = withoutAPIDumps(ctx)
+	rc, ok := client.CoreV1().RESTClient().(*rest.RESTClient)
+	if !ok || rc == nil {
+		// A fake clientset (unit tests): no HTTP, nothing logged.
+		return client.CoreV1().Secrets(namespace).Get(ctx, name, metav1.GetOptions{})
+	}
+	body, err := rc.Get().Namespace(namespace).Resource("secrets").Name(name).Stream(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer body.Close()
+	data, err := io.ReadAll(io.LimitReader(body, maxSecretBytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("read Secret %s/%s: %w", namespace, name, err)
+	}
+	if len(data) > maxSecretBytes {
+		return nil, fmt.Errorf("read Secret %s/%s: response larger than %d bytes", namespace, name, maxSecretBytes)
+	}
+	obj, _, err := scheme.Codecs.UniversalDeserializer().Decode(data, nil, &v1.Secret{})
+	if err != nil {
+		// The decoder's message may quote the data it choked on: say
+		// only that decoding failed.
+		return nil, fmt.Errorf("decode Secret %s/%s: %w", namespace, name, errSecretUndecodable)
+	}
+	s, ok := obj.(*v1.Secret)
+	if !ok {
+		return nil, fmt.Errorf("decode Secret %s/%s: got a %T", namespace, name, obj)
+	}
+	return s, nil
+}
+
+var errSecretUndecodable = errors.New("the API server's response is not a Secret in a known encoding")
+
+// metadataPatch merges a finalizer patch and an annotation patch into one
+// guarded JSON patch, so attach costs one metadata write instead of two.
+// Both halves come from internal/kube and test the same resourceVersion;
+// the second test is dropped.
+func metadataPatch(obj metav1.Object, mc *decide.MetadataChange) ([]byte, error) {
+	var ops []json.RawMessage
+	add := func(patch []byte, err error) error {
+		if err != nil || patch == nil {
+			return err
+		}
+		var part []json.RawMessage
+		if err := json.Unmarshal(patch, &part); err != nil {
+			return fmt.Errorf("merge metadata patches: %w", err)
+		}
+		if len(ops) > 0 {
+			part = part[1:] // the resourceVersion test is already there
+		}
+		ops = append(ops, part...)
+		return nil
+	}
+	if mc.AddFinalizer != "" {
+		if err := add(kube.AddFinalizerPatch(obj, mc.AddFinalizer)); err != nil {
+			return nil, err
+		}
+	}
+	if len(mc.SetAnnotations) > 0 {
+		if err := add(kube.SetAnnotationsPatch(obj, mc.SetAnnotations)); err != nil {
+			return nil, err
+		}
+	}
+	if len(ops) == 0 {
+		return nil, nil
+	}
+	return json.Marshal(ops)
+}
+
+// maxVolumeErrorMessageBytes is the API server's limit on a VolumeError's
+// message (k8s.io/kubernetes/pkg/apis/storage/validation,
+// maxVolumeErrorMessageSize); a longer one makes the whole status write
+// fail. recordError gives the event the same, already cut, message: events
+// created through events.k8s.io/v1 have that limit too (core validation's
+// NoteLengthLimit); the core/v1 events client-go's recorder writes are not
+// checked against it, but a 5,000-byte event helps nobody either.
+const maxVolumeErrorMessageBytes = 1024
+
+// fitMessage returns msg cut to at most limit bytes (at a UTF-8 boundary),
+// marked as truncated with its original length. The start is kept: our
+// context (operation, volume, node), the gRPC code and the start of the
+// driver's text. Should that context alone fill the room, the gRPC code is
+// put in front so it is never lost.
+func fitMessage(msg string, code *int32, limit int) string {
+	if len(msg) <= limit {
+		return msg
+	}
+	marker := fmt.Sprintf("… (truncated, %d bytes in all)", len(msg))
+	head := ""
+	if code != nil {
+		if c := "code = " + codes.Code(*code).String(); !strings.Contains(cutUTF8(msg, limit-len(marker)), c) {
+			head = c + ": "
+		}
+	}
+	return head + cutUTF8(msg, limit-len(marker)-len(head)) + marker
+}
+
+// cutUTF8 returns the longest prefix of s of at most n bytes that does not
+// split a UTF-8 sequence.
+func cutUTF8(s string, n int) string {
+	if n <= 0 {
+		return ""
+	}
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
+}
