@@ -8,4 +8,10 @@
 // `make bench` (cmd/latch-bench); the package's tests run the small scale
 // and check only correctness figures (publishes, writes per attach, every
 // volume attached and detached), never timings.
+//
+// The peers comparison (peers*.go, `make bench-peers`,
+// cmd/latch-bench-peers) runs latch's components beside the upstream
+// external-attacher and kube-controller-manager and latch's previous
+// release on one control plane, in interleaved rounds, per storage-backend
+// profile of the mock driver; see docs/performance.md, "Against upstream".
 package bench
