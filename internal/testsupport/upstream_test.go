@@ -1,6 +1,7 @@
 package testsupport
 
 import (
+	"os"
 	"os/exec"
 	"slices"
 	"strings"
@@ -110,5 +111,34 @@ func TestKubernetesComponentsAreBuiltTogether(t *testing.T) {
 		if label, paths := upstreamBuild(c); label != c || !slices.Equal(paths, []string{want}) {
 			t.Errorf("%s builds %q as %v, want itself alone", c, label, paths)
 		}
+	}
+}
+
+// Every module under test/upstream either builds with latch's versions
+// (checked above) or says why it keeps its release's; asking to align the
+// latter says why not.
+func TestEveryUpstreamModuleIsAlignedOrSaysWhyNot(t *testing.T) {
+	entries, err := os.ReadDir(upstreamRoot())
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, e := range entries {
+		if !e.IsDir() {
+			continue
+		}
+		n++
+		_, aligned := keepOwnVersion[e.Name()]
+		_, release := releaseVersions[e.Name()]
+		if aligned == release {
+			t.Errorf("test/upstream/%s: aligned with latch's versions %v, release versions %v; want exactly one", e.Name(), aligned, release)
+		}
+	}
+	if n != len(keepOwnVersion)+len(releaseVersions) {
+		t.Errorf("%d modules under test/upstream, %d aligned and %d at release versions", n, len(keepOwnVersion), len(releaseVersions))
+	}
+	_, err = UpstreamVersionDrift("external-attacher")
+	if err == nil || !strings.Contains(err.Error(), "release's dependency versions") || !strings.Contains(err.Error(), "v0.37") {
+		t.Errorf("UpstreamVersionDrift(external-attacher) = %v, want the reason it keeps its release's versions", err)
 	}
 }
