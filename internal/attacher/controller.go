@@ -117,29 +117,10 @@ type Controller struct {
 	// route makes one pass at a time, in one lane (attach or detach), the
 	// owner of a VA's work (route, below).
 	route *route
-	// busyMu guards orphans and suspects.
-	busyMu sync.Mutex
-	// orphans holds publications whose VolumeAttachment was deleted while
-	// the driver published them, by VA name (guarded by busyMu).
-	orphans map[string]orphan
-	// publishing holds the publications whose ControllerPublish is in
-	// flight, by VA name, until the pass that makes it ends (by then the
-	// publication is recorded on its VolumeAttachment, an orphan or a
-	// suspect): a publish of the same single-node volume to another node
-	// ID waits for it (decideAttach; guarded by busyMu).
-	publishing map[string]orphan
-	// suspects holds publications whose VolumeAttachment's status write
-	// failed for a reason that does not tell whether the object still
-	// exists, by VA name, until the next pass of that name reads it
-	// (confirmSuspect; guarded by busyMu).
-	suspects map[string]orphan
-	// finished holds the entries of the record the Controller is done
-	// with, by name, so that reading the record again adopts none of them
-	// a second time (orphanrecord.go; guarded by busyMu).
-	finished map[string]finishedEntry
-	// stillPublished: deleting VAs without our finalizer that the driver
-	// still lists as published (reconcile.go).
-	stillPublished stillPublished
+	// orphans owns the publications that may be on a node without a
+	// VolumeAttachment of ours standing for them, and the record entries
+	// done with (orphans.go).
+	orphans *ledger
 
 	// vaEchoSeen, when set (tests only, before the informers start), is
 	// told of every update of one of our VolumeAttachments the informer
@@ -169,8 +150,7 @@ func New(cfg Config, client kubernetes.Interface, factory informers.SharedInform
 	}
 	c := &Controller{
 		cfg: cfg, tr: tr, clock: cfg.Clock,
-		orphans: map[string]orphan{}, suspects: map[string]orphan{}, finished: map[string]finishedEntry{},
-		publishing: map[string]orphan{},
+		orphans: newLedger(),
 	}
 	vas := factory.Storage().V1().VolumeAttachments()
 	pvs := factory.Core().V1().PersistentVolumes()

@@ -45,9 +45,7 @@ type finishedEntry struct {
 // the orphan (showOrphanWait says it); the orphan stays in memory, is
 // unpublished all the same, and the next attempt writes it again.
 func (c *Controller) persistOrphan(ctx context.Context, name string) {
-	c.busyMu.Lock()
-	o, ok := c.orphans[name]
-	c.busyMu.Unlock()
+	o, ok := c.orphans.get(name)
 	if !ok || o.recorded || o.unpublished || c.exec.records == nil {
 		return
 	}
@@ -90,16 +88,11 @@ func (c *Controller) dropOrphan(ctx context.Context, name string, o orphan) {
 			c.exec.metrics.orphanRecordAvailable(true)
 		}
 	}
-	c.busyMu.Lock()
-	p, ok := c.orphans[name]
-	if ok && p.same(o) {
-		delete(c.orphans, name)
-	}
+	var done *finishedEntry
 	if o.recorded {
-		c.finished[name] = finishedEntry{rec: recordOf(name, o), removeFailed: removeFailed}
+		done = &finishedEntry{rec: recordOf(name, o), removeFailed: removeFailed}
 	}
-	c.busyMu.Unlock()
-	if ok && p.same(o) {
+	if c.orphans.drop(name, o, done) {
 		c.exec.metrics.orphanDropped()
 		c.publicationSettled(o)
 	}
@@ -217,18 +210,7 @@ func (c *Controller) adoptRecords(ctx context.Context, recs map[string]orphanRec
 		rec := recs[name]
 		o := fromRecord(rec)
 		why := decide.RecordedOrphanUnusable(o.facts())
-		c.busyMu.Lock()
-		f, done := c.finished[name]
-		done = done && sameRecord(f.rec, rec)
-		_, known := c.orphans[name]
-		adopt := !done && !known && why == ""
-		switch {
-		case adopt:
-			c.orphans[name] = o
-		case !done && !known:
-			c.finished[name] = finishedEntry{rec: rec}
-		}
-		c.busyMu.Unlock()
+		f, done, known := c.orphans.adopt(name, rec, o, why == "")
 		switch {
 		case done && f.removeFailed:
 			retry = append(retry, f.rec)
@@ -243,13 +225,7 @@ func (c *Controller) adoptRecords(ctx context.Context, recs map[string]orphanRec
 			c.attach.Enqueue(name)
 		}
 	}
-	c.busyMu.Lock()
-	for name := range c.finished {
-		if _, ok := recs[name]; !ok {
-			delete(c.finished, name)
-		}
-	}
-	c.busyMu.Unlock()
+	c.orphans.forgetFinished(recs)
 	if adopted > 0 && c.canList() {
 		go c.listRecorded(ctx)
 	}
@@ -259,12 +235,7 @@ func (c *Controller) adoptRecords(ctx context.Context, recs map[string]orphanRec
 			klog.FromContext(ctx).V(2).Info("Removing a settled entry of the orphaned-publication record failed again", "entry", rec.VolumeAttachment, "err", err)
 			continue
 		}
-		c.busyMu.Lock()
-		if f, ok := c.finished[rec.VolumeAttachment]; ok && sameRecord(f.rec, rec) {
-			f.removeFailed = false
-			c.finished[rec.VolumeAttachment] = f
-		}
-		c.busyMu.Unlock()
+		c.orphans.removed(rec)
 	}
 }
 
@@ -292,14 +263,7 @@ func (c *Controller) listRecorded(ctx context.Context) {
 // unpublish and without touching the record, and reports why
 // (decide.OrphanIgnored): the entry stays for a person to look at.
 func (c *Controller) ignoreOrphan(ctx context.Context, name string, o orphan, why string) {
-	c.busyMu.Lock()
-	p, ok := c.orphans[name]
-	if ok && p.same(o) {
-		delete(c.orphans, name)
-	}
-	c.finished[name] = finishedEntry{rec: recordOf(name, o)}
-	c.busyMu.Unlock()
-	if ok && p.same(o) {
+	if c.orphans.drop(name, o, &finishedEntry{rec: recordOf(name, o)}) {
 		c.exec.metrics.orphanDropped()
 		c.publicationSettled(o)
 	}

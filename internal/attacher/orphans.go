@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"sync"
 
 	v1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
@@ -34,6 +35,259 @@ const (
 	// EventOrphanRecordFailed there: latchctl's finding ends with it.
 	EventOrphanRecordAvailable = "OrphanRecordAvailable"
 )
+
+// ledger owns, under one lock, the publications that may be on a node
+// without a VolumeAttachment of ours standing for them — orphans (their
+// VolumeAttachment is gone or replaced), suspects (whether it is, a live
+// read is still to tell) and publishes in flight — and the entries of the
+// durable record the Controller is done with. Nothing else touches them;
+// each method is one critical section that calls out to nothing, so the
+// lock orders with no other.
+type ledger struct {
+	mu sync.Mutex
+	// orphans by VolumeAttachment name.
+	orphans map[string]orphan
+	// publishing holds the publications whose ControllerPublish is in
+	// flight, by VA name, until the pass that makes it ends (by then the
+	// publication is recorded on its VolumeAttachment, an orphan or a
+	// suspect): a publish of the same single-node volume to another node
+	// ID waits for it (decideAttach).
+	publishing map[string]orphan
+	// suspects holds publications whose VolumeAttachment's status write
+	// failed for a reason that does not tell whether the object still
+	// exists, by VA name, until the next pass of that name reads it
+	// (confirmSuspect).
+	suspects map[string]orphan
+	// finished holds the entries of the record the Controller is done
+	// with, by name, so that reading the record again adopts none of them
+	// a second time (orphanrecord.go).
+	finished map[string]finishedEntry
+	// stillPublished holds the deleting VolumeAttachments without our
+	// finalizer that the last ListVolumes reconcile found still published
+	// on their node, by name and UID: the detach pass unpublishes them
+	// (decide.Observed.StillPublished). Each reconcile replaces the set,
+	// so a VA that is gone or no longer listed drops out; a successful
+	// unpublish drops it at once.
+	stillPublished map[string]types.UID
+}
+
+func newLedger() *ledger {
+	return &ledger{orphans: map[string]orphan{}, publishing: map[string]orphan{}, suspects: map[string]orphan{}, finished: map[string]finishedEntry{}}
+}
+
+// setStillPublished replaces the set of deleting VolumeAttachments
+// without our finalizer that the driver still lists as published.
+func (l *ledger) setStillPublished(m map[string]types.UID) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.stillPublished = m
+}
+
+// isStillPublished reports whether the last listing found va (this very
+// object) still published.
+func (l *ledger) isStillPublished(va *storagev1.VolumeAttachment) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	uid, ok := l.stillPublished[va.Name]
+	return ok && uid == va.UID
+}
+
+// stillPublishedDone drops va once its unpublish succeeded.
+func (l *ledger) stillPublishedDone(va *storagev1.VolumeAttachment) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if uid, ok := l.stillPublished[va.Name]; ok && uid == va.UID {
+		delete(l.stillPublished, va.Name)
+	}
+}
+
+// get returns the orphan of name.
+func (l *ledger) get(name string) (orphan, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	o, ok := l.orphans[name]
+	return o, ok
+}
+
+// has reports whether a publication is pending under name.
+func (l *ledger) has(name string) bool {
+	_, ok := l.get(name)
+	return ok
+}
+
+// put makes o the orphan of name and reports whether one was known.
+func (l *ledger) put(name string, o orphan) (known bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	_, known = l.orphans[name]
+	l.orphans[name] = o
+	return known
+}
+
+// update applies f to the orphan of name if it is still o.
+func (l *ledger) update(name string, o orphan, f func(*orphan)) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if p, ok := l.orphans[name]; ok && p.same(o) {
+		f(&p)
+		l.orphans[name] = p
+	}
+}
+
+// drop forgets the orphan of name if it is still o (dropped tells), and
+// records done as a finished entry of the record when given.
+func (l *ledger) drop(name string, o orphan, done *finishedEntry) (dropped bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if p, ok := l.orphans[name]; ok && p.same(o) {
+		delete(l.orphans, name)
+		dropped = true
+	}
+	if done != nil {
+		l.finished[name] = *done
+	}
+	return dropped
+}
+
+// snapshot copies the orphans.
+func (l *ledger) snapshot() map[string]orphan {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return maps.Clone(l.orphans)
+}
+
+// putSuspect remembers o as a suspect.
+func (l *ledger) putSuspect(o orphan) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.suspects[o.name] = o
+}
+
+// suspect returns the suspect of name.
+func (l *ledger) suspect(name string) (orphan, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	s, ok := l.suspects[name]
+	return s, ok
+}
+
+// dropSuspect forgets the suspect of name if it is still s.
+func (l *ledger) dropSuspect(name string, s orphan) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if p, ok := l.suspects[name]; ok && p.same(s) {
+		delete(l.suspects, name)
+	}
+}
+
+// decide runs decideFn on every pending publication (pendingLocked) and
+// registers the publish it returns (nil: none) as in flight in the same
+// critical section: of two passes for the same single-node volume on two
+// node IDs, the later one sees the earlier one's publish. done ends the
+// registration.
+func (l *ledger) decide(decideFn func(pending []decide.Orphan) (decide.AttachPlan, *orphan)) (plan decide.AttachPlan, done func()) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	plan, p := decideFn(l.pendingLocked())
+	if p == nil {
+		return plan, func() {}
+	}
+	l.publishing[p.name] = *p
+	return plan, func() {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		if q, ok := l.publishing[p.name]; ok && q.same(*p) {
+			delete(l.publishing, p.name)
+		}
+	}
+}
+
+// pending returns what pendingLocked does.
+func (l *ledger) pending() []decide.Orphan {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.pendingLocked()
+}
+
+// pendingLocked returns every orphan not yet unpublished, every suspect
+// and every publish in flight, by VolumeAttachment name, for
+// decide.PublishBlockedByOrphan. The caller holds mu.
+func (l *ledger) pendingLocked() []decide.Orphan {
+	if len(l.orphans) == 0 && len(l.suspects) == 0 && len(l.publishing) == 0 {
+		return nil
+	}
+	var out []decide.Orphan
+	for _, name := range slices.Sorted(maps.Keys(l.orphans)) {
+		if o := l.orphans[name]; !o.unpublished {
+			out = append(out, o.facts())
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(l.suspects)) {
+		f := l.suspects[name].facts()
+		f.Suspect = true
+		out = append(out, f)
+	}
+	for _, name := range slices.Sorted(maps.Keys(l.publishing)) {
+		f := l.publishing[name].facts()
+		f.Publishing = true
+		out = append(out, f)
+	}
+	return out
+}
+
+// anyHolds reports whether an orphan or a suspect satisfies holds.
+func (l *ledger) anyHolds(holds func(decide.Orphan) bool) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, m := range []map[string]orphan{l.orphans, l.suspects} {
+		for _, o := range m {
+			if holds(o.facts()) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// adopt takes the entry rec of the record, as o, under name unless the
+// record's entry is finished already (done, with its finished entry f) or
+// an orphan is pending under name (known); an entry that cannot be acted
+// on (usable false) is marked finished instead.
+func (l *ledger) adopt(name string, rec orphanRecord, o orphan, usable bool) (f finishedEntry, done, known bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	f, done = l.finished[name]
+	done = done && sameRecord(f.rec, rec)
+	_, known = l.orphans[name]
+	switch {
+	case !done && !known && usable:
+		l.orphans[name] = o
+	case !done && !known:
+		l.finished[name] = finishedEntry{rec: rec}
+	}
+	return f, done, known
+}
+
+// forgetFinished forgets the finished entries recs no longer holds.
+func (l *ledger) forgetFinished(recs map[string]orphanRecord) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for name := range l.finished {
+		if _, ok := recs[name]; !ok {
+			delete(l.finished, name)
+		}
+	}
+}
+
+// removed notes that the finished entry rec is gone from the record.
+func (l *ledger) removed(rec orphanRecord) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if f, ok := l.finished[rec.VolumeAttachment]; ok && sameRecord(f.rec, rec) {
+		f.removeFailed = false
+		l.finished[rec.VolumeAttachment] = f
+	}
+}
 
 // orphan is a publication whose VolumeAttachment was deleted, or deleted
 // and re-created under the same name, while the driver published it: no
@@ -142,11 +396,7 @@ func (c *Controller) publishedForGone(ctx context.Context, o orphan, cause error
 // o.uncertain: the publish failed with a code that leaves its outcome
 // unknown, so the volume may or may not be published.
 func (c *Controller) orphanPublished(ctx context.Context, name string, o orphan, cause error) {
-	c.busyMu.Lock()
-	_, known := c.orphans[name]
-	c.orphans[name] = o
-	c.busyMu.Unlock()
-	if !known {
+	if known := c.orphans.put(name, o); !known {
 		c.exec.metrics.orphanAdded()
 	}
 	what := "was published"
@@ -168,9 +418,7 @@ func (c *Controller) orphanPublished(ctx context.Context, name string, o orphan,
 // else: if the object is gone by then, the publication is an orphan,
 // although the key may find nothing left in the cache.
 func (c *Controller) suspectPublished(ctx context.Context, o orphan, cause error) {
-	c.busyMu.Lock()
-	c.suspects[o.name] = o
-	c.busyMu.Unlock()
+	c.orphans.putSuspect(o)
 	klog.FromContext(ctx).Info("Status write after ControllerPublish failed; whether the VolumeAttachment still exists is checked on the next pass",
 		"volumeHandle", o.handle, "nodeID", o.nodeID, "uid", o.uid, "uncertain", o.uncertain, "cause", cause)
 }
@@ -181,9 +429,7 @@ func (c *Controller) suspectPublished(ctx context.Context, o orphan, cause error
 // of ours will come for it. A failed read keeps it, and the caller
 // retries.
 func (c *Controller) confirmSuspect(ctx context.Context, name string) error {
-	c.busyMu.Lock()
-	s, ok := c.suspects[name]
-	c.busyMu.Unlock()
+	s, ok := c.orphans.suspect(name)
 	if !ok {
 		return nil
 	}
@@ -191,11 +437,7 @@ func (c *Controller) confirmSuspect(ctx context.Context, name string) error {
 	if err != nil {
 		return fmt.Errorf("read VolumeAttachment %q to learn whether volume %q published to node ID %q for it (uid %s) is orphaned: %w", name, s.handle, s.nodeID, s.uid, err)
 	}
-	c.busyMu.Lock()
-	if p, ok := c.suspects[name]; ok && p.same(s) {
-		delete(c.suspects, name)
-	}
-	c.busyMu.Unlock()
+	c.orphans.dropSuspect(name, s)
 	if decide.PublishedForGone(live, s.uid, c.cfg.Driver.Name) {
 		c.orphanPublished(ctx, name, s, fmt.Errorf("VolumeAttachment %q (uid %s) is gone, replaced, or lost our finalizer", name, s.uid))
 		return nil
@@ -206,12 +448,7 @@ func (c *Controller) confirmSuspect(ctx context.Context, name string) error {
 
 // updateOrphan applies f to the orphan of name if it is still o.
 func (c *Controller) updateOrphan(name string, o orphan, f func(*orphan)) {
-	c.busyMu.Lock()
-	defer c.busyMu.Unlock()
-	if p, ok := c.orphans[name]; ok && p.same(o) {
-		f(&p)
-		c.orphans[name] = p
-	}
+	c.orphans.update(name, o, f)
 }
 
 // publicationSettled wakes what may have waited for the orphan or suspect
@@ -234,88 +471,40 @@ func (c *Controller) publicationSettled(o orphan) {
 
 // decideAttach decides the attach of obs.VA (decide.Attach) against every
 // publication that may be on a node without a VolumeAttachment of ours
-// standing for it (pendingLocked), and registers a publish the plan makes
-// as in flight in the same critical section: of two passes for the same
+// standing for it, and registers a publish the plan makes as in flight in
+// the same critical section of the ledger: of two passes for the same
 // single-node volume on two node IDs, the later one sees the earlier one's
 // publish, however the earlier VolumeAttachment fares meanwhile (a
 // force-delete during the call leaves no object to see). done ends the
-// registration; call it once the executor returned, when the publication
-// is recorded on its VolumeAttachment, an orphan or a suspect.
+// registration; call it once the pass settled the executor's outcome, when
+// the publication is recorded on its VolumeAttachment, an orphan or a
+// suspect.
 func (c *Controller) decideAttach(ctx context.Context, obs decide.Observed) (plan decide.AttachPlan, done func()) {
-	c.busyMu.Lock()
-	defer c.busyMu.Unlock()
-	obs.Pending = c.pendingLocked()
-	plan = decide.Attach(obs, c.cfg.Driver, bindTranslator(c.tr, klog.FromContext(ctx)))
-	if !plan.Publish {
-		return plan, func() {}
-	}
-	p := publicationOf(obs.VA, plan, nil, true)
-	c.publishing[p.name] = p
-	return plan, func() {
-		c.busyMu.Lock()
-		defer c.busyMu.Unlock()
-		if q, ok := c.publishing[p.name]; ok && q.same(p) {
-			delete(c.publishing, p.name)
+	tr := bindTranslator(c.tr, klog.FromContext(ctx))
+	return c.orphans.decide(func(pending []decide.Orphan) (decide.AttachPlan, *orphan) {
+		obs.Pending = pending
+		plan := decide.Attach(obs, c.cfg.Driver, tr)
+		if !plan.Publish {
+			return plan, nil
 		}
-	}
+		p := publicationOf(obs.VA, plan, nil, true)
+		return plan, &p
+	})
 }
 
-// pending returns what pendingLocked does.
-func (c *Controller) pending() []decide.Orphan {
-	c.busyMu.Lock()
-	defer c.busyMu.Unlock()
-	return c.pendingLocked()
-}
-
-// pendingLocked returns every orphan not yet unpublished, every suspect
-// and every publish in flight, by VolumeAttachment name, for
-// decide.PublishBlockedByOrphan. The caller holds busyMu.
-func (c *Controller) pendingLocked() []decide.Orphan {
-	if len(c.orphans) == 0 && len(c.suspects) == 0 && len(c.publishing) == 0 {
-		return nil
-	}
-	var out []decide.Orphan
-	for _, name := range slices.Sorted(maps.Keys(c.orphans)) {
-		if o := c.orphans[name]; !o.unpublished {
-			out = append(out, o.facts())
-		}
-	}
-	for _, name := range slices.Sorted(maps.Keys(c.suspects)) {
-		f := c.suspects[name].facts()
-		f.Suspect = true
-		out = append(out, f)
-	}
-	for _, name := range slices.Sorted(maps.Keys(c.publishing)) {
-		f := c.publishing[name].facts()
-		f.Publishing = true
-		out = append(out, f)
-	}
-	return out
-}
+// pending returns every publication a publish may wait for
+// (ledger.pendingLocked).
+func (c *Controller) pending() []decide.Orphan { return c.orphans.pending() }
 
 // orphanHoldsPV reports whether a pending orphan (or a publication whose
 // VolumeAttachment's fate is not known yet) may still have pv's volume
 // published: our PV finalizer stays until it is undone.
 func (c *Controller) orphanHoldsPV(pv *v1.PersistentVolume) bool {
-	c.busyMu.Lock()
-	defer c.busyMu.Unlock()
-	for _, m := range []map[string]orphan{c.orphans, c.suspects} {
-		for _, o := range m {
-			if decide.OrphanHoldsPV(o.facts(), pv, c.cfg.Driver.Name) {
-				return true
-			}
-		}
-	}
-	return false
+	return c.orphans.anyHolds(func(o decide.Orphan) bool { return decide.OrphanHoldsPV(o, pv, c.cfg.Driver.Name) })
 }
 
 // hasOrphan reports whether a publication is pending under name.
-func (c *Controller) hasOrphan(name string) bool {
-	c.busyMu.Lock()
-	defer c.busyMu.Unlock()
-	_, ok := c.orphans[name]
-	return ok
-}
+func (c *Controller) hasOrphan(name string) bool { return c.orphans.has(name) }
 
 // settleOrphan undoes the publication left under name, if any, before the
 // VolumeAttachment of that name now in the cache (va, nil when none) is
@@ -332,9 +521,7 @@ func (c *Controller) settleOrphan(ctx context.Context, name string, va *storagev
 	if err := c.confirmSuspect(ctx, name); err != nil {
 		return false, runner.Result{}, err
 	}
-	c.busyMu.Lock()
-	o, ok := c.orphans[name]
-	c.busyMu.Unlock()
+	o, ok := c.orphans.get(name)
 	if !ok {
 		return true, runner.Result{}, nil
 	}
@@ -382,11 +569,9 @@ func (c *Controller) settleOrphan(ctx context.Context, name string, va *storagev
 	}
 
 	c.persistOrphan(ctx, name)
-	c.busyMu.Lock()
-	if p, ok := c.orphans[name]; ok && p.same(o) {
+	if p, ok := c.orphans.get(name); ok && p.same(o) {
 		o = p // with what the write said
 	}
-	c.busyMu.Unlock()
 	secretRef := o.secretRef
 	if o.fromRecord {
 		secretRef = c.recordedSecret(ctx, o)
@@ -556,11 +741,7 @@ func orphanRef(name string, uid types.UID) *storagev1.VolumeAttachment {
 }
 
 // orphanSnapshot copies the pending orphans, for the ListVolumes reconcile.
-func (c *Controller) orphanSnapshot() map[string]orphan {
-	c.busyMu.Lock()
-	defer c.busyMu.Unlock()
-	return maps.Clone(c.orphans)
-}
+func (c *Controller) orphanSnapshot() map[string]orphan { return c.orphans.snapshot() }
 
 // dropUnlisted forgets the orphans (pending before the listing began) that
 // the driver no longer reports published on their node: nothing is left to

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"sync"
 
 	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -82,38 +81,6 @@ func (c *Controller) reconcileOnce(ctx context.Context) error {
 			c.detach.ForgetAndEnqueue(va.Name)
 		}
 	}
-	c.stillPublished.set(marked)
+	c.orphans.setStillPublished(marked)
 	return nil
-}
-
-// stillPublished holds the deleting VolumeAttachments without our
-// finalizer that the last ListVolumes reconcile found still published on
-// their node, by name and UID: the detach pass unpublishes them
-// (decide.Observed.StillPublished). Each reconcile replaces the set, so a
-// VA that is gone or no longer listed drops out; a successful unpublish
-// drops it at once.
-type stillPublished struct {
-	mu     sync.Mutex
-	byName map[string]types.UID
-}
-
-func (s *stillPublished) set(m map[string]types.UID) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.byName = m
-}
-
-func (s *stillPublished) has(va *storagev1.VolumeAttachment) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	uid, ok := s.byName[va.Name]
-	return ok && uid == va.UID
-}
-
-func (s *stillPublished) done(va *storagev1.VolumeAttachment) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if uid, ok := s.byName[va.Name]; ok && uid == va.UID {
-		delete(s.byName, va.Name)
-	}
 }

@@ -120,11 +120,11 @@ func (c *Controller) detachVA(ctx context.Context, va *storagev1.VolumeAttachmen
 	if err != nil {
 		return runner.Result{}, err
 	}
-	obs.StillPublished = c.stillPublished.has(va)
+	obs.StillPublished = c.orphans.isStillPublished(va)
 	plan := decide.Detach(obs, c.cfg.Driver, bindTranslator(c.tr, klog.FromContext(ctx)))
 	res, err := c.exec.runDetach(ctx, va, plan)
 	if err == nil && obs.StillPublished {
-		c.stillPublished.done(va)
+		c.orphans.stillPublishedDone(va)
 	}
 	return res, err
 }
