@@ -16,6 +16,7 @@ import (
 	"k8s.io/component-base/logs"
 	logsapi "k8s.io/component-base/logs/api/v1"
 	_ "k8s.io/component-base/logs/json/register" // --logging-format=json
+	"k8s.io/component-base/metrics/legacyregistry"
 	"k8s.io/klog/v2"
 
 	"github.com/latchcsi/latch/internal/app"
@@ -73,6 +74,8 @@ func run(args []string) int {
 	if httpAddr == "" {
 		httpAddr = opts.metricsAddress
 	}
+	metrics := attacher.NewMetrics()
+	metrics.Register(legacyregistry.MustRegister)
 	err = attacher.RunSidecar(ctx, attacher.SidecarConfig{
 		RESTConfig:          restConfig,
 		CSIAddress:          opts.csiAddress,
@@ -91,8 +94,9 @@ func run(args []string) int {
 			ReconcileTimeout:   opts.reconcileTimeout,
 			MaxEntries:         opts.maxEntries,
 		},
-		Leader: leaderConfig(opts),
-		HTTP:   app.HTTPConfig{Address: httpAddr, MetricsPath: opts.MetricsPath},
+		Leader:  leaderConfig(opts),
+		HTTP:    app.HTTPConfig{Address: httpAddr, MetricsPath: opts.MetricsPath},
+		Metrics: metrics,
 	})
 	if err != nil {
 		logger.Error(err, "csi-attacher failed")

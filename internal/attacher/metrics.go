@@ -1,11 +1,9 @@
 package attacher
 
 import (
-	"sync"
 	"time"
 
 	"k8s.io/component-base/metrics"
-	"k8s.io/component-base/metrics/legacyregistry"
 )
 
 // Metrics are the attacher's own metrics, on top of csi-lib-utils'
@@ -134,14 +132,6 @@ func (m *Metrics) orphanRecordAvailable(ok bool) {
 		m.orphanRecordUnavailable.Set(1)
 	}
 }
-
-// processMetrics are created and registered once per process: the legacy
-// registry is process-wide, and tests run several attachers in one process.
-var processMetrics = sync.OnceValue(func() *Metrics {
-	m := NewMetrics()
-	m.Register(legacyregistry.MustRegister)
-	return m
-})
 
 // Queue names: the name label of the workqueue_* metrics. External-attacher
 // has one VolumeAttachment queue, "csi-attacher-va", and "csi-attacher-pv";

@@ -47,6 +47,11 @@ type SidecarConfig struct {
 	// ListVolumesMaxPages is the page budget of one ListVolumes reconcile
 	// (--reconcile-max-pages); 0: csi.DefaultListVolumesMaxPages.
 	ListVolumesMaxPages int
+	// Metrics are the attacher's own metrics (latch_attacher_*), made and
+	// registered by the process that runs it, once (cmd/csi-attacher with
+	// the legacy registry; internal/stack for latch-local and the tests,
+	// which run several attachers in one process); nil records none.
+	Metrics *Metrics
 }
 
 // ErrDriverConnectionLost is returned when the connection to the CSI
@@ -99,8 +104,6 @@ func RunSidecar(ctx context.Context, cfg SidecarConfig) error {
 		return fmt.Errorf("create API client: %w", err)
 	}
 
-	metrics := processMetrics()
-
 	watchdog := leaderelection.NewLeaderHealthzAdaptor(20 * time.Second)
 	if cfg.Leader.Enabled {
 		cfg.HTTP.LeaderWatchdog = watchdog
@@ -150,7 +153,7 @@ func RunSidecar(ctx context.Context, cfg SidecarConfig) error {
 		events := kube.StartEvents(ctx, client)
 		defer events.Stop()
 		recorder := events.NewRecorder(v1.EventSource{Component: "csi-attacher " + facts.Info.Name})
-		ctrl, err := New(ctrlCfg, client, factory, client0, csitrans.New(), recorder, metrics)
+		ctrl, err := New(ctrlCfg, client, factory, client0, csitrans.New(), recorder, cfg.Metrics)
 		if err != nil {
 			return err
 		}

@@ -3,6 +3,7 @@ package stack
 import (
 	"context"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -10,6 +11,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/component-base/metrics"
+	"k8s.io/component-base/metrics/legacyregistry"
 	"k8s.io/klog/v2"
 
 	"github.com/latchcsi/latch/internal/app"
@@ -26,8 +28,18 @@ func AttacherConfig(cfg *rest.Config, csiAddress string) attacher.SidecarConfig 
 	c.RESTConfig = rest.CopyConfig(cfg)
 	c.RESTConfig.QPS, c.RESTConfig.Burst = attacher.DefaultKubeAPIQPS, attacher.DefaultKubeAPIBurst
 	c.CSIAddress = csiAddress
+	c.Metrics = attacherMetrics()
 	return c
 }
+
+// attacherMetrics are csi-attacher's own metrics for every attacher this
+// process runs, registered with the legacy registry once, as the binary
+// registers its own: the registry is process-wide.
+var attacherMetrics = sync.OnceValue(func() *attacher.Metrics {
+	m := attacher.NewMetrics()
+	m.Register(legacyregistry.MustRegister)
+	return m
+})
 
 // Attacher runs csi-attacher's RunSidecar as a component named name.
 func Attacher(ctx context.Context, name string, cfg attacher.SidecarConfig) *Component {
