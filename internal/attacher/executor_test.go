@@ -20,7 +20,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/fake"
@@ -35,6 +34,7 @@ import (
 	"github.com/latchcsi/latch/internal/csimock"
 	"github.com/latchcsi/latch/internal/kube/kubenames"
 	"github.com/latchcsi/latch/internal/kube/kubetest"
+	"github.com/latchcsi/latch/internal/testsupport"
 )
 
 // The executor tests run the sync functions against a fake clientset whose
@@ -311,12 +311,11 @@ func (f *execFixture) updateVA(va *storagev1.VolumeAttachment) {
 	})
 }
 
+// waitFor is the unit rig's Eventually: the project's one
+// (testsupport.Eventually, which the end-to-end rig uses too).
 func (f *execFixture) waitFor(what string, cond func() bool) {
 	f.t.Helper()
-	err := wait.PollUntilContextTimeout(f.ctx, 5*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) { return cond(), nil })
-	if err != nil {
-		f.t.Fatalf("waiting for %s: %v", what, err)
-	}
+	testsupport.Eventually(f.t, f.ctx, 10*time.Second, what, func(context.Context) (bool, error) { return cond(), nil })
 }
 
 func execPV(name string) *v1.PersistentVolume {

@@ -18,7 +18,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation/field"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes/fake"
 	clienttesting "k8s.io/client-go/testing"
 	"k8s.io/component-base/metrics"
@@ -27,6 +26,7 @@ import (
 	"github.com/latchcsi/latch/internal/csi"
 	"github.com/latchcsi/latch/internal/csimock"
 	"github.com/latchcsi/latch/internal/kube/kubenames"
+	"github.com/latchcsi/latch/internal/testsupport"
 )
 
 // listingHookCSI runs during its first ListVolumes, before the driver
@@ -280,7 +280,7 @@ func TestOrphanRecordReadFailingAtStartDelaysAttachesUntilItsOrphansAreKnown(t *
 		return pvReleased && len(f.driver.Published("handle-pv-old")) == 0 && len(f.driver.Published("handle-pv-a")) == 0 &&
 			len(f.ctrl.orphanSnapshot()) == 0 && store.loadCount() > 1
 	}
-	werr := wait.PollUntilContextTimeout(f.ctx, 10*time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) { return settled(), nil })
+	werr := testsupport.Poll(f.ctx, 5*time.Second, func(context.Context) (bool, error) { return settled(), nil })
 	stop()
 	if err := <-done; err != nil {
 		t.Errorf("Run: %v", err)
