@@ -93,7 +93,7 @@ UPGRADE_FROM ?= 0c7ab01
 upgrade-test:
 	LATCH_UPGRADE_FROM=$(UPGRADE_FROM) $(GO) test -count=1 -timeout 20m -tags upgrade -run '^TestUpgrade' -v ./test/interop/
 
-## upstream-mods: build the upstream Kubernetes components under test/upstream (kube-controller-manager, kube-scheduler, the hollow kubelet) with latch's dependency versions again after a change to go.mod: every shared dependency replaced by latch's version, the module tidied (test/upstream/README.md)
+## upstream-mods: build the upstream components under test/upstream (kube-controller-manager, kube-scheduler, the hollow kubelet, external-attacher) with latch's dependency versions again after a change to go.mod: every shared dependency replaced by latch's version but the few each keeps, each module tidied (test/upstream/README.md)
 upstream-mods:
 	$(GO) run ./hack/upstreammods
 

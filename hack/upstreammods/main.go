@@ -1,16 +1,15 @@
-// Command upstreammods builds the upstream Kubernetes components under
-// test/upstream (kube-controller-manager, kube-scheduler, the hollow
-// kubelet) with latch's dependency versions: in test/upstream/kubernetes,
-// every dependency latch's own module also uses is replaced by latch's
-// version of it (but the few internal/testsupport's keepOwnVersion keeps,
-// each with its reason), and the module is tidied. (The external-attacher
-// keeps its release's versions: releaseVersions says why.) Run it after changing a dependency
+// Command upstreammods builds the upstream components under test/upstream
+// with latch's dependency versions: in each module there, every dependency
+// latch's own module also uses is replaced by latch's version of it (but
+// those internal/testsupport's keepOwnVersion keeps, each with its
+// reason: the CSI spec for Kubernetes, the Kubernetes libraries and etcd
+// for the external-attacher), and the module is tidied. Run it after changing a dependency
 // version in latch's go.mod (make upstream-mods); the test
 // TestUpstreamModulesBuildWithLatchsVersions in internal/testsupport says
 // when it is needed. A package at latch's version is compiled once for
 // latch-local and the upstream binaries alike.
 //
-//	go run ./hack/upstreammods [module...]   (default: every module under test/upstream built with latch's versions)
+//	go run ./hack/upstreammods [module...]   (default: every module under test/upstream)
 package main
 
 import (

@@ -13,10 +13,10 @@ import (
 // run beside (or instead of) latch's own, built from Go modules at the
 // exact release its module under test/upstream pins. Each module there is
 // separate from latch's own go.mod, so that nothing of it can reach a latch
-// binary and each can keep what its release needs at its own version. The
-// Kubernetes module builds with latch's version of every other dependency
-// (upstreammods.go), so the packages latch-local compiled are not compiled
-// again for kube-controller-manager, kube-scheduler and the hollow kubelet.
+// binary and each can keep what its release needs at its own version;
+// every other dependency is at latch's version (upstreammods.go), so the
+// packages latch-local and the tests compiled are not compiled again for
+// it.
 type upstream struct {
 	module     string // directory under test/upstream
 	importPath string
@@ -30,8 +30,9 @@ type upstream struct {
 // The upstream components tests can build, by the name their docs use.
 var upstreamComponents = map[string]upstream{
 	// external-attacher v4.13.0: the CSI external-attacher sidecar that
-	// csi-attacher replaces, built with its release's own dependency
-	// versions (releaseVersions).
+	// csi-attacher replaces, with its release's Kubernetes libraries
+	// (v0.37: its flags and feature gates) and latch's versions of
+	// everything below them (keepOwnVersion).
 	"external-attacher": {"external-attacher", "github.com/kubernetes-csi/external-attacher/v4/cmd/csi-attacher", false},
 	// kube-controller-manager v1.36.3: its attach/detach controller is the
 	// one attachdetach-controller replaces.
