@@ -2,8 +2,8 @@ package main
 
 import (
 	"bytes"
-	"io"
 	"encoding/json"
+	"io"
 	"maps"
 	"strings"
 	"testing"
