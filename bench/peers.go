@@ -65,9 +65,16 @@ type PeerController struct {
 // The reference contenders: ratios are every other contender's median
 // divided by theirs.
 const (
+	// PeerLatchAdaptive is this checkout's csi-attacher with its default
+	// flags (adaptive driver concurrency); PeerLatchFixed the same binary
+	// with --driver-concurrency=fixed.
+	PeerLatchAdaptive   = "latch adaptive"
 	PeerLatchFixed      = "latch fixed"
 	PeerLatchController = "latch"
 )
+
+// LatchFixedArgs are the flags of the "latch fixed" contender.
+var LatchFixedArgs = []string{"--driver-concurrency=fixed"}
 
 // PeerSizes are the object counts and rates of bench-peers' workloads.
 type PeerSizes struct {

@@ -40,11 +40,14 @@ var (
 // PeerContenders builds (or finds) every contender's binary. A previous
 // release that cannot be built from the git history (a shallow clone, an
 // unknown revision) is skipped with the reason in skipped; any other
-// build failure is an error. Adaptive driver concurrency, when it comes,
-// is one more attacher entry: latch's binary with its flag, Latch,
-// Latency and Backends set.
+// build failure is an error. latch's csi-attacher runs twice: with its
+// default adaptive driver concurrency (the reference of the ratios, on
+// every workload) and with --driver-concurrency=fixed (backend profiles
+// only, like upstream at 10 workers).
 func PeerContenders(o PeerContenderOptions) (attachers []PeerAttacher, controllers []PeerController, skipped []string, err error) {
-	attachers = append(attachers, PeerAttacher{Name: PeerLatchFixed, Binary: o.LatchAttacher, Latch: true, Latency: true, Backends: true})
+	attachers = append(attachers,
+		PeerAttacher{Name: PeerLatchAdaptive, Binary: o.LatchAttacher, Latch: true, Latency: true, Backends: true},
+		PeerAttacher{Name: PeerLatchFixed, Binary: o.LatchAttacher, Args: LatchFixedArgs, Latch: true, Backends: true})
 	controllers = append(controllers, PeerController{Name: PeerLatchController, Binary: o.LatchController, Latch: true})
 	if o.Previous != "" {
 		name := o.PreviousName

@@ -40,7 +40,7 @@ var (
 	}
 )
 
-// peerKey names a contender in Medians and Ratios: "attacher/latch fixed".
+// peerKey names a contender in Medians and Ratios: "attacher/latch adaptive".
 func peerKey(kind, name string) string { return kind + "/" + name }
 
 // summarize fills Medians and Ratios from Runs.
@@ -82,7 +82,7 @@ func referenceOf(kind string) string {
 	if kind == "controller" {
 		return PeerLatchController
 	}
-	return PeerLatchFixed
+	return PeerLatchAdaptive
 }
 
 // median of vs (the mean of the middle two for an even count).

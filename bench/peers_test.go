@@ -46,7 +46,7 @@ func TestBenchPeersSmallRoundRunsEveryContenderAndLatchAttachesEachVolumeWithOne
 	}
 	// upstream 10 runs only the backend profiles, as upstream tuned does
 	// too: the small run keeps one upstream attacher.
-	attachers = slices.DeleteFunc(attachers, func(a PeerAttacher) bool { return a.Name == "upstream 10" })
+	attachers = slices.DeleteFunc(attachers, func(a PeerAttacher) bool { return a.Name == "upstream 10" || a.Name == PeerLatchFixed })
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	var out bytes.Buffer
@@ -121,7 +121,7 @@ func TestBenchPeersSmallRoundRunsEveryContenderAndLatchAttachesEachVolumeWithOne
 	if err := json.Unmarshal(data, &back); err != nil {
 		t.Fatal(err)
 	}
-	if len(back.Runs) != len(rep.Runs) || back.Medians["attacher/latch fixed"]["publishes_per_va"] != 1 || !strings.HasPrefix(filepath.Base(path), "bench-peers-small-") {
+	if len(back.Runs) != len(rep.Runs) || back.Medians["attacher/latch adaptive"]["publishes_per_va"] != 1 || !strings.HasPrefix(filepath.Base(path), "bench-peers-small-") {
 		t.Errorf("JSON report %s: %d runs, medians %v", path, len(back.Runs), back.Medians["attacher/latch fixed"])
 	}
 }
@@ -216,14 +216,14 @@ func TestBenchPeersMediansAreOverRoundsAndRatiosAreAgainstLatch(t *testing.T) {
 	rep := &PeersReport{}
 	for i, v := range []float64{300, 100, 200} {
 		rep.Runs = append(rep.Runs,
-			&PeerRun{Round: i + 1, Kind: "attacher", Contender: PeerLatchFixed, Figures: map[string]float64{"attach_paced_p99_ms": v}},
+			&PeerRun{Round: i + 1, Kind: "attacher", Contender: PeerLatchAdaptive, Figures: map[string]float64{"attach_paced_p99_ms": v}},
 			&PeerRun{Round: i + 1, Kind: "attacher", Contender: "upstream tuned", Figures: map[string]float64{"attach_paced_p99_ms": 4 * v}},
 			&PeerRun{Round: i + 1, Kind: "controller", Contender: PeerLatchController, Figures: map[string]float64{"controller_cpu_s": v / 100}},
 			&PeerRun{Round: i + 1, Kind: "controller", Contender: "kube-controller-manager", Figures: map[string]float64{"controller_cpu_s": v / 50}})
 	}
 	rep.summarize()
-	if got := rep.Medians["attacher/latch fixed"]["attach_paced_p99_ms"]; got != 200 {
-		t.Errorf("latch fixed's median = %v, want 200", got)
+	if got := rep.Medians["attacher/latch adaptive"]["attach_paced_p99_ms"]; got != 200 {
+		t.Errorf("latch adaptive's median = %v, want 200", got)
 	}
 	if got := rep.Ratios["attacher/upstream tuned"]["attach_paced_p99_ms"]; got != 4 {
 		t.Errorf("upstream's ratio = %v, want 4", got)
@@ -231,7 +231,7 @@ func TestBenchPeersMediansAreOverRoundsAndRatiosAreAgainstLatch(t *testing.T) {
 	if got := rep.Ratios["controller/kube-controller-manager"]["controller_cpu_s"]; got != 2 {
 		t.Errorf("kcm's CPU ratio = %v, want 2 (against latch's controller, not the attacher)", got)
 	}
-	if _, ok := rep.Ratios["attacher/latch fixed"]; ok {
+	if _, ok := rep.Ratios["attacher/latch adaptive"]; ok {
 		t.Errorf("the reference has a ratio to itself")
 	}
 	if got := median([]float64{1, 4, 2, 3}); got != 2.5 {
@@ -242,7 +242,7 @@ func TestBenchPeersMediansAreOverRoundsAndRatiosAreAgainstLatch(t *testing.T) {
 func TestBenchPeersFailedListsOnlyThisCheckoutsFailuresUnlessAskedForAll(t *testing.T) {
 	rep := &PeersReport{Runs: []*PeerRun{
 		{Round: 1, Kind: "attacher", Contender: "upstream tuned", Checks: []Check{{Name: "x", Pass: false}}},
-		{Round: 1, Kind: "attacher", Contender: PeerLatchFixed, latch: true, Checks: []Check{{Name: "y", Pass: true}}},
+		{Round: 1, Kind: "attacher", Contender: PeerLatchAdaptive, latch: true, Checks: []Check{{Name: "y", Pass: true}}},
 		{Round: 1, Kind: "controller", Contender: "latch v0.1.0", Checks: []Check{{Name: "z", Pass: false}}},
 	}}
 	if got := rep.Failed(false); len(got) != 0 {
@@ -252,7 +252,7 @@ func TestBenchPeersFailedListsOnlyThisCheckoutsFailuresUnlessAskedForAll(t *test
 		t.Errorf("Failed(true) = %v, want upstream's and the previous release's checks", got)
 	}
 	rep.Runs[1].Checks[0].Pass = false
-	if got := rep.Failed(false); len(got) != 1 || !strings.Contains(got[0], PeerLatchFixed) {
+	if got := rep.Failed(false); len(got) != 1 || !strings.Contains(got[0], PeerLatchAdaptive) {
 		t.Errorf("Failed(false) = %v, want latch fixed's failed check", got)
 	}
 	var out bytes.Buffer
@@ -293,7 +293,7 @@ func TestBenchPeersPreviousReleaseMissingFromTheHistoryIsSkippedWithTheReason(t 
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(attachers) != 1 || attachers[0].Name != PeerLatchFixed || len(controllers) != 1 || controllers[0].Name != PeerLatchController {
+	if len(attachers) != 2 || attachers[0].Name != PeerLatchAdaptive || attachers[1].Name != PeerLatchFixed || len(controllers) != 1 || controllers[0].Name != PeerLatchController {
 		t.Errorf("contenders %+v / %+v, want latch's alone", attachers, controllers)
 	}
 	if len(skipped) != 1 || !strings.Contains(skipped[0], "latch v0.0.0") || !strings.Contains(skipped[0], "v0.0.0-not-a-revision") || !strings.Contains(skipped[0], "not found") {

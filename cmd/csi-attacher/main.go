@@ -86,6 +86,7 @@ func run(args []string) int {
 		DefaultFSType:       opts.defaultFSType,
 		Controller: attacher.Config{
 			Workers:            opts.workerThreads,
+			DriverConcurrency:  opts.driverConcurrency,
 			APIWorkers:         opts.apiWorkers,
 			Timeout:            opts.timeout,
 			RetryIntervalStart: opts.retryIntervalStart,

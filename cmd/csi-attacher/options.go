@@ -24,6 +24,7 @@ type options struct {
 	resync             time.Duration
 	timeout            time.Duration
 	workerThreads      int
+	driverConcurrency  string
 	apiWorkers         int
 	maxEntries         int
 	retryIntervalStart time.Duration
@@ -72,8 +73,9 @@ func parseOptions(args []string) (*options, error) {
 	fs.StringVar(&o.csiAddress, "csi-address", d.CSIAddress, "Address of the CSI driver socket.")
 	fs.DurationVar(&o.resync, "resync", d.Resync, "Resync interval of the informers: every VolumeAttachment is re-checked this often.")
 	fs.DurationVar(&o.timeout, "timeout", d.Controller.Timeout, "Timeout of one ControllerPublish/ControllerUnpublish call.")
-	fs.IntVar(&o.workerThreads, "worker-threads", d.Controller.Workers, "CSI calls in flight per queue: at most this many ControllerPublish and this many ControllerUnpublish calls at once; also the PV queue's workers (upstream default: 10).")
-	fs.IntVar(&o.apiWorkers, "api-worker-threads", d.Controller.APIWorkers, "VolumeAttachments worked on at once per attach and detach queue; those not calling the driver do their API writes meanwhile. 0 means 200, or 4 × --worker-threads when that is more. latch only.")
+	fs.IntVar(&o.workerThreads, "worker-threads", d.Controller.Workers, "The most ControllerPublish and ControllerUnpublish calls in flight at once, attaches and detaches together (while both wait, each gets half); also the PV queue's workers. With --driver-concurrency=adaptive an upper bound (upstream default: 10).")
+	fs.StringVar(&o.driverConcurrency, "driver-concurrency", attacher.ConcurrencyAdaptive, "How many driver calls run at once: adaptive (the limit follows the backend: it grows while call latency stays flat, backs off when the driver answers ResourceExhausted or Unavailable or latency rises; at most --worker-threads) or fixed (always --worker-threads). latch only.")
+	fs.IntVar(&o.apiWorkers, "api-worker-threads", d.Controller.APIWorkers, "VolumeAttachments worked on at once per attach and detach queue; those not calling the driver do their API writes meanwhile. 0 means 200, or 2 × --worker-threads when that is more. latch only.")
 	fs.IntVar(&o.maxEntries, "max-entries", d.Controller.MaxEntries, "max_entries of each ListVolumes page; 0 lets the driver choose.")
 	fs.DurationVar(&o.retryIntervalStart, "retry-interval-start", d.Controller.RetryIntervalStart, "Initial retry interval of a failed attach or detach; it doubles with every failure up to --retry-interval-max.")
 	fs.DurationVar(&o.retryIntervalMax, "retry-interval-max", d.Controller.RetryIntervalMax, "Maximum retry interval of a failed attach or detach.")
@@ -106,6 +108,9 @@ func parseOptions(args []string) (*options, error) {
 	}
 	if o.workerThreads <= 0 {
 		return nil, fmt.Errorf("--worker-threads must be positive, got %d", o.workerThreads)
+	}
+	if o.driverConcurrency != attacher.ConcurrencyAdaptive && o.driverConcurrency != attacher.ConcurrencyFixed {
+		return nil, fmt.Errorf("--driver-concurrency must be %s or %s, got %q", attacher.ConcurrencyAdaptive, attacher.ConcurrencyFixed, o.driverConcurrency)
 	}
 	if o.timeout <= 0 {
 		return nil, fmt.Errorf("--timeout must be positive, got %s", o.timeout)

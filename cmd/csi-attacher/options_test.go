@@ -12,8 +12,8 @@ func TestParseOptions_defaultsDifferFromUpstreamOnlyWhereDocumented(t *testing.T
 		t.Fatal(err)
 	}
 	// docs/csi-attacher.md lists these three as latch's defaults.
-	if o.workerThreads != 50 || o.Client.QPS != 5000 || o.Client.Burst != 10000 {
-		t.Errorf("worker-threads, kube-api-qps, kube-api-burst = %d, %v, %d; want 50, 5000, 10000", o.workerThreads, o.Client.QPS, o.Client.Burst)
+	if o.workerThreads != 100 || o.driverConcurrency != "adaptive" || o.Client.QPS != 5000 || o.Client.Burst != 10000 {
+		t.Errorf("worker-threads, driver-concurrency, kube-api-qps, kube-api-burst = %d, %q, %v, %d; want 100, adaptive, 5000, 10000", o.workerThreads, o.driverConcurrency, o.Client.QPS, o.Client.Burst)
 	}
 	// Upstream's.
 	if o.timeout != 15*time.Second || o.resync != 10*time.Minute || o.retryIntervalStart != time.Second || o.retryIntervalMax != 5*time.Minute {
@@ -61,5 +61,18 @@ func TestParseOptions_kubeAPIContentTypeDefaultsToProtobuf(t *testing.T) {
 	_, err = parseOptions([]string{"--kube-api-content-type=text/plain"})
 	if err == nil || !strings.Contains(err.Error(), "--kube-api-content-type") || !strings.Contains(err.Error(), "text/plain") {
 		t.Errorf("--kube-api-content-type=text/plain: error %v, want one naming the flag and the value", err)
+	}
+}
+
+func TestParseOptions_driverConcurrency(t *testing.T) {
+	o, err := parseOptions([]string{"--driver-concurrency=fixed", "--worker-threads=10"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.driverConcurrency != "fixed" || o.workerThreads != 10 {
+		t.Errorf("driver-concurrency, worker-threads = %q, %d; want fixed, 10", o.driverConcurrency, o.workerThreads)
+	}
+	if _, err := parseOptions([]string{"--driver-concurrency=aimd"}); err == nil || !strings.Contains(err.Error(), `--driver-concurrency must be adaptive or fixed, got "aimd"`) {
+		t.Errorf("--driver-concurrency=aimd: error %v, want one naming the flag and its values", err)
 	}
 }

@@ -80,6 +80,14 @@ func (l *Limiter) InFlight() (attach, detach int) {
 	return l.held[Attach], l.held[Detach]
 }
 
+// Period is the backend's current mean latency (the control's period);
+// 0 before the first answers.
+func (l *Limiter) Period() time.Duration {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.ctl.Period()
+}
+
 // Throttled is the number of throttled answers reported.
 func (l *Limiter) Throttled() int64 {
 	l.mu.Lock()

@@ -22,11 +22,22 @@ import (
 	"github.com/latchcsi/latch/internal/runner"
 )
 
-// DefaultWorkers is --worker-threads' default: CSI calls in flight per
-// queue. Upstream's 10 caps a 20 ms driver at about 400 publishes a second
-// and a driver taking seconds per attach at a few a second; the CSI spec
-// leaves calls on different volumes to the plugin to serialize or not.
-const DefaultWorkers = 50
+// DefaultWorkers is --worker-threads' default: the most CSI publish and
+// unpublish calls in flight at once, attaches and detaches together
+// (upstream's meaning of its worker threads, whose default is 10). With
+// adaptive driver concurrency (the default) it is only the bound: the
+// limit starts at 10 and follows what the backend takes
+// (docs/performance.md, "Adaptive driver concurrency").
+const DefaultWorkers = 100
+
+// Driver concurrency modes (--driver-concurrency).
+const (
+	// ConcurrencyAdaptive: the limit of calls in flight follows the
+	// backend (package adaptive), between 2 and Workers.
+	ConcurrencyAdaptive = "adaptive"
+	// ConcurrencyFixed: the limit is Workers.
+	ConcurrencyFixed = "fixed"
+)
 
 // DefaultKubeAPIQPS and DefaultKubeAPIBurst are the client-side limits
 // towards the API server (upstream: 5 and 10). An attach makes three
@@ -42,8 +53,8 @@ const (
 // DefaultAPIWorkers is how many VolumeAttachments a queue works on at once
 // when --api-worker-threads is 0: enough passes that the API writes of
 // some overlap the driver calls of the others (200 measured best in the
-// attach burst benchmark), and never fewer than four per CSI call slot.
-func DefaultAPIWorkers(workers int) int { return max(200, 4*workers) }
+// attach burst benchmark), and never fewer than two per CSI call slot.
+func DefaultAPIWorkers(workers int) int { return max(200, 2*workers) }
 
 // Annotations latch adds to a VolumeAttachment (package decide owns them).
 const (
@@ -63,9 +74,13 @@ type Config struct {
 	// Trivial: the driver has no PUBLISH_UNPUBLISH_VOLUME; VAs are marked
 	// attached without calling it and get no finalizers.
 	Trivial bool
-	// Workers is, per queue (attach, detach), how many CSI calls may be in
-	// flight at once, and the number of PV queue workers.
+	// Workers bounds how many CSI publish and unpublish calls may be in
+	// flight at once, attaches and detaches together (while both wait,
+	// each gets half), and is the number of PV queue workers.
 	Workers int
+	// DriverConcurrency is ConcurrencyAdaptive (the default, also for
+	// "") or ConcurrencyFixed.
+	DriverConcurrency string
 	// APIWorkers is, per attach and detach queue, how many VolumeAttachments
 	// are worked on at once; at most Workers of them call the driver at a
 	// time, the others do their API writes meanwhile. 0 means
@@ -198,17 +213,18 @@ func New(cfg Config, client kubernetes.Interface, factory informers.SharedInform
 		apiWorkers = DefaultAPIWorkers(cfg.Workers)
 	}
 	apiWorkers = max(apiWorkers, cfg.Workers)
-	// Attach and detach get queues, workers and CSI call slots of their
-	// own: a burst of one can never starve the other. A pass spends most of
-	// its time on API writes (PV and VA finalizers, status) around one CSI
-	// call, so more passes run than CSI calls are allowed: the writes of
-	// some overlap the driver calls of others, while the driver still sees
-	// at most Workers calls per queue, as with upstream's worker threads.
+	// Attach and detach get queues and workers of their own, and share
+	// one limit of CSI calls in flight in which each keeps half while both
+	// wait: a burst of one can never starve the other. A pass spends most
+	// of its time on API writes (PV and VA finalizers, status) around one
+	// CSI call, so more passes run than CSI calls are allowed: the writes
+	// of some overlap the driver calls of others, while the driver sees at
+	// most the limit, never more than Workers, as with upstream's worker
+	// threads.
 	c.exec = &executor{
 		driver: cfg.Driver, timeout: cfg.Timeout, secretRetryInterval: cfg.SecretRetryInterval,
 		client: client, csi: csiClient, vaCache: c.vaCache, pvCache: c.pvCache,
-		attachSlots: newCallSlots(cfg.Workers), detachSlots: newCallSlots(cfg.Workers),
-		recorder: recorder, metrics: metrics, clock: cfg.Clock,
+		calls: newCallLimiter(cfg, metrics), recorder: recorder, metrics: metrics, clock: cfg.Clock,
 	}
 	if cfg.OrphanNamespace != "" && !cfg.Trivial {
 		c.exec.records = newConfigMapOrphanStore(client, cfg.OrphanNamespace, cfg.Driver.Name)
@@ -237,7 +253,7 @@ func (c *Controller) Run(ctx context.Context) error {
 	if !cache.WaitForNamedCacheSync("csi-attacher", ctx.Done(), c.synced...) {
 		return fmt.Errorf("caches did not sync: %w", ctx.Err())
 	}
-	logger.Info("csi-attacher started", "driver", c.cfg.Driver.Name, "trivial", c.cfg.Trivial, "workers", c.cfg.Workers)
+	logger.Info("csi-attacher started", "driver", c.cfg.Driver.Name, "trivial", c.cfg.Trivial, "workers", c.cfg.Workers, "driverConcurrency", c.cfg.DriverConcurrency)
 	var wg sync.WaitGroup
 	errs := make(chan error, 3)
 	run := func(r *runner.Runner[string]) {

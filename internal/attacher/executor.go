@@ -13,6 +13,7 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
+	"github.com/latchcsi/latch/internal/adaptive"
 	"github.com/latchcsi/latch/internal/attacher/decide"
 	"github.com/latchcsi/latch/internal/csi"
 	"github.com/latchcsi/latch/internal/kube"
@@ -46,11 +47,12 @@ type executor struct {
 	// watch does.
 	vaCache *kube.OverlaidStore[*storagev1.VolumeAttachment]
 	pvCache *kube.OverlaidStore[*v1.PersistentVolume]
-	// attachSlots and detachSlots bound the CSI calls in flight per queue.
-	attachSlots, detachSlots callSlots
-	recorder                 record.EventRecorder
-	metrics                  *Metrics
-	clock                    clock.Clock
+	// calls bounds the CSI publish and unpublish calls in flight
+	// (callLimiter, executor_steps.go).
+	calls    *adaptive.Limiter
+	recorder record.EventRecorder
+	metrics  *Metrics
+	clock    clock.Clock
 	// records keeps the orphans where a restart finds them (the
 	// ConfigMap, orphanstore.go); nil when Config.OrphanNamespace is empty.
 	records orphanStore
@@ -417,7 +419,21 @@ func (e *executor) publishFailed(ctx context.Context, va *storagev1.VolumeAttach
 	if werr != nil {
 		return outcome(runner.Result{}, werr)
 	}
+	if isThrottled(callErr) {
+		return outcome(e.throttled(ctx, va, "Attach", msg))
+	}
 	return outcome(attachFailure(ctx, va, blocked, msg))
+}
+
+// throttled schedules the next try of a VolumeAttachment whose call the
+// backend pushed back on (its failure is recorded): after
+// throttledRetryInterval, as a success would be requeued, so that the
+// runner's per-item backoff (for volumes that fail) does not grow. The
+// call limit has already backed off.
+func (e *executor) throttled(ctx context.Context, va *storagev1.VolumeAttachment, op, msg string) (runner.Result, error) {
+	after := e.throttledRetryInterval()
+	klog.FromContext(ctx).V(2).Info(op+" throttled by the backend; retrying", "volumeAttachment", klog.KObj(va), "after", after, "err", msg)
+	return runner.Result{RequeueAfter: after}, nil
 }
 
 // detachBlocked records why a detach cannot go on (decided by
@@ -443,6 +459,9 @@ func (e *executor) detachFailed(ctx context.Context, va *storagev1.VolumeAttachm
 	}
 	if err := e.recordError(ctx, va, false, msg, code); err != nil {
 		return runner.Result{}, err
+	}
+	if isThrottled(callErr) {
+		return e.throttled(ctx, va, "Detach", msg)
 	}
 	klog.FromContext(ctx).V(2).Info("Detach failed", "err", msg)
 	return runner.Result{}, fmt.Errorf("detach VolumeAttachment %q: %s", va.Name, msg)

@@ -11,6 +11,7 @@ import (
 	"unicode/utf8"
 
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	v1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -21,6 +22,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
 
+	"github.com/latchcsi/latch/internal/adaptive"
 	"github.com/latchcsi/latch/internal/attacher/decide"
 	"github.com/latchcsi/latch/internal/csi"
 	"github.com/latchcsi/latch/internal/kube"
@@ -67,7 +69,7 @@ func (e *executor) publish(ctx context.Context, plan decide.AttachPlan) (map[str
 		MountOptions: plan.Volume.MountOptions, SingleNodeMultiWriter: e.driver.SupportsSingleNodeMultiWriter,
 	})
 	var publishContext map[string]string
-	res, err := e.call(ctx, e.attachSlots, "attach", plan.Volume.Migrated, plan.Volume.Secret, nil, capErr,
+	res, err := e.call(ctx, adaptive.Attach, "attach", plan.Volume.Migrated, plan.Volume.Secret, nil, capErr,
 		func(ctx context.Context, secrets map[string]string) error {
 			var err error
 			publishContext, err = e.csi.ControllerPublish(ctx, csi.PublishRequest{
@@ -88,7 +90,7 @@ func (e *executor) publish(ctx context.Context, plan decide.AttachPlan) (map[str
 // secret read (unless u carries its values), decide.BeforeCall asked, a
 // detach slot taken and the call bounded by the timeout.
 func (e *executor) unpublish(ctx context.Context, u unpublication) (callResult, error) {
-	return e.call(ctx, e.detachSlots, "detach", u.migrated, u.secretRef, u.secrets, nil,
+	return e.call(ctx, adaptive.Detach, "detach", u.migrated, u.secretRef, u.secrets, nil,
 		func(ctx context.Context, secrets map[string]string) error {
 			return e.csi.ControllerUnpublish(ctx, u.handle, u.nodeID, secrets)
 		})
@@ -98,7 +100,7 @@ func (e *executor) unpublish(ctx context.Context, u unpublication) (callResult, 
 // through ref unless given, the call is made only when decide.BeforeCall
 // allows it, in one of slots and within the timeout (which starts once the
 // slot is held), with the migrated label; a driver error is counted.
-func (e *executor) call(ctx context.Context, slots callSlots, op string, migrated bool, ref *v1.SecretReference, secrets map[string]string, capErr error,
+func (e *executor) call(ctx context.Context, dir adaptive.Direction, op string, migrated bool, ref *v1.SecretReference, secrets map[string]string, capErr error,
 	fn func(ctx context.Context, secrets map[string]string) error) (callResult, error) {
 	var facts decide.CallFacts
 	if secrets == nil {
@@ -111,16 +113,20 @@ func (e *executor) call(ctx context.Context, slots callSlots, op string, migrate
 	if blocked := decide.BeforeCall(facts); blocked != nil {
 		return callResult{blocked: blocked}, nil
 	}
-	release, err := slots.acquire(ctx)
+	slot, err := e.calls.Acquire(ctx, dir)
 	if err != nil {
-		return callResult{}, err
+		return callResult{}, fmt.Errorf("%w: %w", errNoSlot, err)
 	}
 	callCtx, cancel := context.WithTimeout(csi.WithMigrated(ctx, migrated), e.timeout)
 	err = fn(callCtx, secrets)
 	cancel()
-	release()
+	outcome := callOutcome(err, ctx.Err() != nil)
+	slot.Done(outcome)
 	if err != nil {
 		e.metrics.csiError(op, err)
+	}
+	if outcome == adaptive.Throttled {
+		e.metrics.throttled(op)
 	}
 	return callResult{secrets: secrets, callErr: err}, nil
 }
@@ -299,26 +305,61 @@ func (e *executor) unrecordOrphan(ctx context.Context, rec orphanRecord) error {
 	return e.records.Delete(ctx, rec)
 }
 
-// callSlots bounds how many CSI calls of one kind are in flight. The
-// timeout of a call starts only once it holds a slot, so waiting for a slot
-// never eats into --timeout.
-type callSlots chan struct{}
-
-func newCallSlots(n int) callSlots { return make(callSlots, max(n, 1)) }
-
-// errNoSlot is the error acquire returns (wrapping the context's cause)
-// when the context ends before a slot is free: the call was not made.
+// errNoSlot is the error call returns (wrapping the context's cause) when
+// the context ends before a call slot is free: the call was not made.
 var errNoSlot = errors.New("wait for a free CSI call slot")
 
-// acquire blocks until a slot is free or ctx ends; the returned release
-// must be called exactly once when the call is over.
-func (s callSlots) acquire(ctx context.Context) (release func(), err error) {
-	select {
-	case s <- struct{}{}:
-		return func() { <-s }, nil
-	case <-ctx.Done():
-		return nil, fmt.Errorf("%w: %w", errNoSlot, context.Cause(ctx))
+// newCallLimiter returns the limit of CSI publish and unpublish calls in
+// flight: adaptive between 2 and cfg.Workers (starting at 10), or fixed at
+// cfg.Workers. The timeout of a call starts only once it holds a slot, so
+// waiting for a slot never eats into --timeout. The limit is shown by
+// latch_attacher_driver_concurrency_limit.
+func newCallLimiter(cfg Config, m *Metrics) *adaptive.Limiter {
+	workers := max(cfg.Workers, 1)
+	lc := adaptive.DefaultConfig(workers)
+	if cfg.DriverConcurrency == ConcurrencyFixed {
+		lc = adaptive.Config{Initial: workers, Min: workers, Max: workers}
 	}
+	l := adaptive.NewLimiter(lc, cfg.Clock)
+	l.OnLimitChange(m.driverLimitIs)
+	return l
+}
+
+// callOutcome is what a CSI call's answer says about the backend's load:
+// ResourceExhausted and Unavailable are the backend pushing back (a
+// cloud's request limit, as drivers pass it on; or a driver that cannot
+// take the call); DeadlineExceeded is a call slower than --timeout, a
+// latency sample; other answers, and calls our side gave up on, say
+// nothing about the load.
+func callOutcome(err error, gaveUp bool) adaptive.Outcome {
+	if err == nil {
+		return adaptive.Served
+	}
+	if gaveUp {
+		return adaptive.Ignored
+	}
+	switch status.Code(err) {
+	case codes.ResourceExhausted, codes.Unavailable:
+		return adaptive.Throttled
+	case codes.DeadlineExceeded:
+		return adaptive.Served
+	}
+	return adaptive.Ignored
+}
+
+// isThrottled reports whether a driver's error is the backend pushing
+// back (callOutcome): such a failure is retried after
+// throttledRetryInterval without growing the VolumeAttachment's own
+// backoff, which is for volumes that fail.
+func isThrottled(err error) bool {
+	return err != nil && callOutcome(err, false) == adaptive.Throttled
+}
+
+// throttledRetryInterval is how long a throttled VolumeAttachment waits
+// before its next try: the backend's current latency (one period of the
+// limit's control), at least a second.
+func (e *executor) throttledRetryInterval() time.Duration {
+	return max(time.Second, e.calls.Period())
 }
 
 // maxSecretBytes bounds what is read of a Secret GET response: the API

@@ -430,7 +430,7 @@ func TestExecutorAttachOfPVBackedVAWritesPVFinalizerThenVAMetadataThenStatus(t *
 
 func TestExecutorAttachFailureRecordsAttachErrorWithCodeAndOneEvent(t *testing.T) {
 	f := newExecFixture(t, execPV("pv-a"), execVA("va-a", "pv-a"), execCSINode())
-	if _, err := f.driver.AddFault(csimock.Rule{Method: "ControllerPublishVolume", Code: codes.ResourceExhausted, Message: "no free slots"}); err != nil {
+	if _, err := f.driver.AddFault(csimock.Rule{Method: "ControllerPublishVolume", Code: codes.Aborted, Message: "no free slots"}); err != nil {
 		t.Fatal(err)
 	}
 	_, err := f.ctrl.syncAttach(f.ctx, "va-a")
@@ -442,7 +442,7 @@ func TestExecutorAttachFailureRecordsAttachErrorWithCodeAndOneEvent(t *testing.T
 		"patch volumeattachments va-a",
 		"patch volumeattachments/status va-a",
 	)
-	f.requireCSICalls("ControllerPublishVolume handle-pv-a node-1-id ResourceExhausted")
+	f.requireCSICalls("ControllerPublishVolume handle-pv-a node-1-id Aborted")
 	var status struct {
 		Metadata map[string]any `json:"metadata"`
 		Status   map[string]struct {
@@ -455,11 +455,11 @@ func TestExecutorAttachFailureRecordsAttachErrorWithCodeAndOneEvent(t *testing.T
 		t.Fatal(err)
 	}
 	ae, ok := status.Status["attachError"]
-	if len(status.Status) != 1 || !ok || !strings.Contains(ae.Message, "no free slots") || ae.ErrorCode == nil || *ae.ErrorCode != int32(codes.ResourceExhausted) || ae.Time == "" {
-		t.Errorf("status patch = %s, want only attachError with the message, time and errorCode %d", w[2].Patch, codes.ResourceExhausted)
+	if len(status.Status) != 1 || !ok || !strings.Contains(ae.Message, "no free slots") || ae.ErrorCode == nil || *ae.ErrorCode != int32(codes.Aborted) || ae.Time == "" {
+		t.Errorf("status patch = %s, want only attachError with the message, time and errorCode %d", w[2].Patch, codes.Aborted)
 	}
 	va := f.va("va-a")
-	if va.Status.Attached || va.Status.AttachError == nil || *va.Status.AttachError.ErrorCode != int32(codes.ResourceExhausted) {
+	if va.Status.Attached || va.Status.AttachError == nil || *va.Status.AttachError.ErrorCode != int32(codes.Aborted) {
 		t.Errorf("VA status = %+v", va.Status)
 	}
 	if !slices.Contains(va.Finalizers, kubenames.AttacherFinalizer(execDriver)) {

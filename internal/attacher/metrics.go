@@ -22,6 +22,10 @@ type Metrics struct {
 	// orphanRecordUnavailable is 1 while the last read or write of the
 	// orphan record failed (orphanrecord.go).
 	orphanRecordUnavailable *metrics.Gauge
+	// driverLimit is the limit of CSI calls in flight; driverThrottled
+	// counts the calls the backend pushed back on (executor_steps.go).
+	driverLimit     *metrics.Gauge
+	driverThrottled *metrics.CounterVec
 }
 
 // NewMetrics creates the metrics; register them with Register.
@@ -63,13 +67,23 @@ func NewMetrics() *Metrics {
 			Help:           "1 while the last read, write or watch of the ConfigMap recording orphaned publications failed: orphans are then tracked in memory only, and a restart loses them.",
 			StabilityLevel: metrics.ALPHA,
 		}),
+		driverLimit: metrics.NewGauge(&metrics.GaugeOpts{
+			Name:           "latch_attacher_driver_concurrency_limit",
+			Help:           "The most ControllerPublish and ControllerUnpublish calls allowed in flight at once now, attaches and detaches together: it follows the backend with --driver-concurrency=adaptive (at most --worker-threads), else it is --worker-threads.",
+			StabilityLevel: metrics.ALPHA,
+		}),
+		driverThrottled: metrics.NewCounterVec(&metrics.CounterOpts{
+			Name:           "latch_attacher_driver_throttled_total",
+			Help:           "ControllerPublish (operation=attach) and ControllerUnpublish (operation=detach) calls the driver answered with ResourceExhausted or Unavailable: the backend pushing back. Each lowers the adaptive limit (at most once per backend latency) and is retried without growing the VolumeAttachment's backoff.",
+			StabilityLevel: metrics.ALPHA,
+		}, []string{"operation"}),
 	}
 }
 
 // Register registers the metrics with register (for example
 // legacyregistry.MustRegister or a test registry's MustRegister).
 func (m *Metrics) Register(register func(...metrics.Registerable)) {
-	register(m.attachLatency, m.csiErrors, m.repairs, m.listAborted, m.orphans, m.orphanRecordErrors, m.orphanRecordUnavailable)
+	register(m.attachLatency, m.csiErrors, m.repairs, m.listAborted, m.orphans, m.orphanRecordErrors, m.orphanRecordUnavailable, m.driverLimit, m.driverThrottled)
 }
 
 func (m *Metrics) attached(created, now time.Time) {
@@ -89,6 +103,22 @@ func (m *Metrics) csiError(op string, err error) {
 		label = "NotGRPC"
 	}
 	m.csiErrors.WithLabelValues(op, label).Inc()
+}
+
+// driverLimitIs shows the limit of CSI calls in flight.
+func (m *Metrics) driverLimitIs(n int) {
+	if m == nil {
+		return
+	}
+	m.driverLimit.Set(float64(n))
+}
+
+// throttled counts a call the backend pushed back on.
+func (m *Metrics) throttled(op string) {
+	if m == nil {
+		return
+	}
+	m.driverThrottled.WithLabelValues(op).Inc()
 }
 
 func (m *Metrics) repaired(action string) {

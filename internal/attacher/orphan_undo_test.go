@@ -267,11 +267,11 @@ func TestPublishUnknownOutcomeWithUnchangedAttachErrorDetectsGoneVolumeAttachmen
 		f := newExecFixture(t, execPV("pv-a"), execVA("va-a", "pv-a"), execCSINode())
 		store := withStore(f)
 		// First pass: nothing published, attachError written.
-		if _, err := f.driver.AddFault(csimock.Rule{Method: "ControllerPublishVolume", Once: true, Code: codes.Unavailable, Message: "backend busy"}); err != nil {
+		if _, err := f.driver.AddFault(csimock.Rule{Method: "ControllerPublishVolume", Once: true, Code: codes.Aborted, Message: "an operation on the volume is pending"}); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := f.ctrl.syncAttach(f.ctx, "va-a"); err == nil {
-			t.Fatalf("iteration %d: first syncAttach succeeded, want the Unavailable", i)
+			t.Fatalf("iteration %d: first syncAttach succeeded, want the Aborted", i)
 		}
 		first := f.va("va-a").Status.AttachError
 		if first == nil {
@@ -280,7 +280,7 @@ func TestPublishUnknownOutcomeWithUnchangedAttachErrorDetectsGoneVolumeAttachmen
 		// Second pass: the publish takes effect, answers the same error
 		// late, and the VolumeAttachment is deleted meanwhile.
 		if _, err := f.driver.AddFault(csimock.Rule{Method: "ControllerPublishVolume", Once: true, Phase: csimock.PhaseAfter,
-			Latency: 300 * time.Millisecond, Code: codes.Unavailable, Message: "backend busy"}); err != nil {
+			Latency: 300 * time.Millisecond, Code: codes.Aborted, Message: "an operation on the volume is pending"}); err != nil {
 			t.Fatal(err)
 		}
 		go func() {
@@ -293,8 +293,8 @@ func TestPublishUnknownOutcomeWithUnchangedAttachErrorDetectsGoneVolumeAttachmen
 			t.Fatalf("iteration %d: second syncAttach: %v, want the orphan unpublished", i, err)
 		}
 		f.requireCSICalls(
-			"ControllerPublishVolume handle-pv-a node-1-id Unavailable",
-			"ControllerPublishVolume handle-pv-a node-1-id Unavailable",
+			"ControllerPublishVolume handle-pv-a node-1-id Aborted",
+			"ControllerPublishVolume handle-pv-a node-1-id Aborted",
 			"ControllerUnpublishVolume handle-pv-a node-1-id OK")
 		if got := f.driver.Published("handle-pv-a"); len(got) != 0 {
 			t.Errorf("iteration %d: still published to %v", i, got)

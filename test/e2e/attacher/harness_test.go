@@ -70,6 +70,9 @@ type envOptions struct {
 	// to a second node instead of refusing (csimock.Config), so a test
 	// sees what the attacher alone lets through.
 	skipSingleNodeCheck bool
+	// driverConcurrency sets --driver-concurrency ("": the default,
+	// adaptive).
+	driverConcurrency string
 }
 
 // newEnv starts a mock driver with a driver name unique to the test
@@ -165,6 +168,7 @@ func (e *env) attacherConfig(cfg *rest.Config, o envOptions, identity, leaseName
 	c.RESTConfig.QPS, c.RESTConfig.Burst = cfg.QPS, cfg.Burst
 	stack.QuickAttacher(&c)
 	c.Controller.Workers = 10
+	c.Controller.DriverConcurrency = o.driverConcurrency
 	c.Controller.ReconcileSync = o.reconcileSync
 	if o.retryStart > 0 {
 		c.Controller.RetryIntervalStart = o.retryStart
