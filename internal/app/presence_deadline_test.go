@@ -97,6 +97,14 @@ func presenceRenewalsStopAtDeadline(t *testing.T, mode string) {
 			}
 			t.Fatalf("%s renewals: %s after the last renewal%s the work neither stopped nor does the attacher wait for the clock", mode, fc.Since(t0), hung)
 		}
+		if mode == "hang" && fc.Since(t0) >= retryPeriod && len(hanging) == 0 && stoppedAt.Load() == nil {
+			// The renewal due at the retry period has started: let it
+			// reach the API call and hang there before the clock runs on
+			// (on a loaded machine it may not have got there yet, and the
+			// deadline would pass with the renewal still on its way).
+			within(t, hanging, "the renewal due at the retry period never reached the API")
+			hanging <- struct{}{} // keep the count for the check below
+		}
 		if stoppedAt.Load() == nil {
 			fc.Step(time.Second)
 		}

@@ -5,16 +5,22 @@ import (
 	"testing"
 	"time"
 
+	"github.com/latchcsi/latch/internal/attacher"
 	"github.com/latchcsi/latch/internal/csimock"
 	"github.com/latchcsi/latch/internal/kube/kubenames"
 )
 
+// The queue tests run with --driver-concurrency=fixed: they prove the
+// bound of --worker-threads and each direction's share, which need the
+// limit to stay at the bound (the adaptive limit backs off from slow
+// calls; TestThrottlingBackendAttachesEveryVolumeOnceAndAdaptiveConcurrencyIsThrottledLess
+// and package adaptive's tests cover it).
 func TestBurstOfSlowDetachesDoesNotStarveNewAttaches(t *testing.T) {
 	const (
 		detaching = 30 // three times the detach queue's CSI call slots
 		attaching = 5
 	)
-	e := newEnv(t, envOptions{})
+	e := newEnv(t, envOptions{driverConcurrency: attacher.ConcurrencyFixed})
 	name := func(kind string, i int) string { return fmt.Sprintf("%s-%s-%02d", e.prefix, kind, i) }
 	for i := range detaching {
 		e.createPV(name("old", i))
@@ -24,9 +30,11 @@ func TestBurstOfSlowDetachesDoesNotStarveNewAttaches(t *testing.T) {
 		e.waitAttached(name("old", i), time.Minute)
 	}
 
-	// Every unpublish now takes 8 s: the detach workers are all busy and
-	// most detaches wait in their queue.
-	if _, err := e.driver.AddFault(csimock.Rule{Method: unpublishMethod, Latency: 8 * time.Second}); err != nil {
+	// Every unpublish now takes 4 s: the detach workers are all busy and
+	// most detaches wait in their queue. (Below the suite's 5 s --timeout:
+	// a call the attacher gave up on could still be counted in flight by
+	// the driver for a moment after its slot went to the next one.)
+	if _, err := e.driver.AddFault(csimock.Rule{Method: unpublishMethod, Latency: 4 * time.Second}); err != nil {
 		t.Fatal(err)
 	}
 	for i := range detaching {
@@ -99,7 +107,7 @@ func TestBurstOfSlowDetachesDoesNotStarveNewAttaches(t *testing.T) {
 // the driver's concurrency stays bounded, the API work overlaps it.
 func TestAttachPassesPrepareWhileCSISlotsAreFull(t *testing.T) {
 	const volumes = 25
-	e := newEnv(t, envOptions{})
+	e := newEnv(t, envOptions{driverConcurrency: attacher.ConcurrencyFixed})
 	name := func(i int) string { return fmt.Sprintf("%s-%02d", e.prefix, i) }
 	// The publishes hang until every VA is prepared (a fixed latency
 	// let a publish finish first on a loaded machine).

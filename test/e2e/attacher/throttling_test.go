@@ -2,6 +2,7 @@ package attacher_test
 
 import (
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -9,6 +10,7 @@ import (
 
 	"github.com/latchcsi/latch/internal/attacher"
 	"github.com/latchcsi/latch/internal/csimock"
+	"github.com/latchcsi/latch/internal/kube/kubenames"
 )
 
 // A backend whose API takes 20 calls a second (a token bucket five deep)
@@ -38,10 +40,29 @@ func attachAndDetachBehindAThrottlingBackend(t *testing.T, mode string) int64 {
 		Rate: 20, Burst: 5, ThrottleCode: csimock.Code(codes.ResourceExhausted)}); err != nil {
 		t.Fatal(err)
 	}
+	// The publishes hang until every VolumeAttachment waits for one, so
+	// that the burst reaches the backend at once however fast the API
+	// server takes the creates.
+	hang, err := e.driver.AddFault(csimock.Rule{Method: "ControllerPublishVolume", Hang: true})
+	if err != nil {
+		t.Fatal(err)
+	}
 	name := func(i int) string { return fmt.Sprintf("%s-%02d", e.prefix, i) }
 	for i := range volumes {
 		e.createPV(name(i))
 		e.createVA(e.newVA(name(i), name(i), e.node))
+	}
+	e.eventually(time.Minute, "every VolumeAttachment prepared for its publish", func() (bool, error) {
+		for i := range volumes {
+			va := e.getVA(name(i))
+			if va == nil || !slices.Contains(va.Finalizers, kubenames.AttacherFinalizer(e.name)) {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+	if !e.driver.ReleaseHang(hang) {
+		t.Fatal("hang rule not found")
 	}
 	for i := range volumes {
 		e.waitAttachedClean(name(i))
