@@ -25,24 +25,15 @@ func TestMultiAttach_onePodUsingRWXAndRWOPVsOfOneHandle_exclusiveInEitherOrder(t
 	for _, tc := range []struct {
 		name, handle string
 		rwxFirst     bool
-		// rwoLate creates the RWO PV and claim only once the volume is
-		// attached through the RWX PV: the Pod's volumes resolve one
-		// after the other, as when a claim reaches the controller's
-		// cache after the Pod.
-		rwoLate bool
 	}{
-		{"RWX PV listed first", "rwx-listed-first", true, false},
-		{"RWO PV listed first", "rwo-listed-first", false, false},
-		{"RWO claim bound after the attach", "rwo-bound-late", false, true},
+		{"RWX PV listed first", "rwx-listed-first", true},
+		{"RWO PV listed first", "rwo-listed-first", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e.t = t
 			handle := e.prefix + "-" + tc.handle
 			rwx := e.aliasVolume(handle+"-rwx", handle, v1.ReadWriteMany)
-			rwo := handle + "-rwo"
-			if !tc.rwoLate {
-				e.aliasVolume(rwo, handle, v1.ReadWriteOnce)
-			}
+			rwo := e.aliasVolume(handle+"-rwo", handle, v1.ReadWriteOnce)
 			both, other := handle+"-both", handle+"-other"
 
 			claims := []string{rwo, rwx}
@@ -51,22 +42,14 @@ func TestMultiAttach_onePodUsingRWXAndRWOPVsOfOneHandle_exclusiveInEitherOrder(t
 			}
 			e.pod(both, n1, claims...)
 			va := e.waitAttachedVA(handle, n1)
-			if tc.rwoLate {
-				if src := va.Spec.Source.PersistentVolumeName; src == nil || *src != rwx {
-					t.Fatalf("VolumeAttachment on %s source = %+v before the RWO claim exists, want PV %s", n1, va.Spec.Source, rwx)
-				}
-				e.aliasVolume(rwo, handle, v1.ReadWriteOnce)
-				e.pod(other, n2, rwx)
-				e.waitsThenTakesOver(drv, handle, other, n2, rwx, both, n1)
-				return
-			}
 			e.waitPodRunning(both)
 			// The VolumeAttachment names the single-node PV in both orders
 			// when the controller resolves both claims in the Pod's first
 			// pass. It names the RWX PV when the RWO claim reached the
 			// controller's cache after the Pod did: the attachment is then
 			// made exclusive once the claim resolves (decide:
-			// TestScenarioRWOSpecResolvedAfterTheAttachMakesTheAttachmentExclusive),
+			// TestScenarioRWOSpecResolvedAfterTheAttachMakesTheAttachmentExclusive;
+			// controller: TestLateRWOClaimMakesTheAttachmentExclusive_podOnAnotherNodeWaitsForTheDetach),
 			// which the hand-over below checks either way.
 			if src := va.Spec.Source.PersistentVolumeName; src == nil || *src != rwo && *src != rwx {
 				t.Errorf("VolumeAttachment on %s source = %+v, want PV %s (or %s)", n1, va.Spec.Source, rwo, rwx)
