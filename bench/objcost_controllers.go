@@ -9,7 +9,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
-	csitrans "k8s.io/csi-translation-lib"
 
 	"github.com/latchcsi/latch/internal/attachdetach/controller"
 	"github.com/latchcsi/latch/internal/attacher"
@@ -33,7 +32,7 @@ func startObjAttacher(_ context.Context, client kubernetes.Interface, driver str
 	cfg.Driver = attacher.DriverInfo{Name: driver}
 	cfg.ReconcileSync = 0 // ListVolumes is not what is measured
 	calls := &countingCSI{}
-	ctrl, err := attacher.New(cfg, client, factory, calls, csitrans.New(), &record.FakeRecorder{}, nil)
+	ctrl, err := attacher.New(cfg, client, factory, calls, &record.FakeRecorder{}, nil)
 	if err != nil {
 		return nil, err
 	}

@@ -108,7 +108,6 @@ type Config struct {
 // Controller is the csi-attacher controller for one driver.
 type Controller struct {
 	cfg   Config
-	tr    Translator
 	clock clock.WithTicker
 	// exec makes every API write and CSI call of a plan (executor.go);
 	// the Controller observes, decides and routes.
@@ -153,7 +152,7 @@ const (
 
 // New wires the controller to informers from factory; call Run after
 // starting the factory.
-func New(cfg Config, client kubernetes.Interface, factory informers.SharedInformerFactory, csiClient CSIClient, tr Translator, recorder record.EventRecorder, metrics *Metrics) (*Controller, error) {
+func New(cfg Config, client kubernetes.Interface, factory informers.SharedInformerFactory, csiClient CSIClient, recorder record.EventRecorder, metrics *Metrics) (*Controller, error) {
 	if cfg.Clock == nil {
 		cfg.Clock = clock.RealClock{}
 	}
@@ -164,7 +163,7 @@ func New(cfg Config, client kubernetes.Interface, factory informers.SharedInform
 		cfg.ReconcileTimeout = 5 * time.Minute
 	}
 	c := &Controller{
-		cfg: cfg, tr: tr, clock: cfg.Clock,
+		cfg: cfg, clock: cfg.Clock,
 		orphans: newLedger(),
 	}
 	vas := factory.Storage().V1().VolumeAttachments()

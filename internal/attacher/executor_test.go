@@ -27,7 +27,6 @@ import (
 	clienttesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
-	csitrans "k8s.io/csi-translation-lib"
 	"k8s.io/klog/v2/ktesting"
 
 	"github.com/latchcsi/latch/internal/csi"
@@ -119,7 +118,7 @@ func newExecFixtureWith(t *testing.T, hooks fixtureHooks, objs ...runtime.Object
 	if hooks.config != nil {
 		hooks.config(&ctrlCfg)
 	}
-	ctrl, err := New(ctrlCfg, client, factory, csiClient, csitrans.New(), recorder, nil)
+	ctrl, err := New(ctrlCfg, client, factory, csiClient, recorder, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

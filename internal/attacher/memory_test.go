@@ -16,7 +16,6 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
-	csitrans "k8s.io/csi-translation-lib"
 
 	"github.com/latchcsi/latch/internal/testsupport/heap"
 )
@@ -71,7 +70,7 @@ func informerHeapPerObject(b *testing.B, objs []k8sruntime.Object) float64 {
 	defer cancel()
 	factory := NewInformerFactory(client, 0, memDriver)
 	ctrl, err := New(Config{Driver: DriverInfo{Name: memDriver}, Workers: 1, Timeout: time.Second},
-		client, factory, nil, csitrans.New(), record.NewFakeRecorder(10), nil)
+		client, factory, nil, record.NewFakeRecorder(10), nil)
 	if err != nil {
 		b.Fatal(err)
 	}

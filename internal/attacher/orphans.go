@@ -480,7 +480,7 @@ func (c *Controller) publicationSettled(o orphan) {
 // the publication is recorded on its VolumeAttachment, an orphan or a
 // suspect.
 func (c *Controller) decideAttach(ctx context.Context, obs decide.Observed) (plan decide.AttachPlan, done func()) {
-	tr := bindTranslator(c.tr, klog.FromContext(ctx))
+	tr := translator(ctx)
 	return c.orphans.decide(func(pending []decide.Orphan) (decide.AttachPlan, *orphan) {
 		obs.Pending = pending
 		plan := decide.Attach(obs, c.cfg.Driver, tr)
@@ -634,7 +634,7 @@ func (c *Controller) ownership(ctx context.Context, va *storagev1.VolumeAttachme
 	if err != nil {
 		return decide.NotOwner
 	}
-	return decide.OrphanOwner(obs, c.cfg.Driver, bindTranslator(c.tr, klog.FromContext(ctx)), o.facts())
+	return decide.OrphanOwner(obs, c.cfg.Driver, translator(ctx), o.facts())
 }
 
 // claim is the strongest relation of a VolumeAttachment of ours to an
@@ -731,7 +731,7 @@ func (c *Controller) recordedSecret(ctx context.Context, o orphan) *v1.SecretRef
 	if err != nil {
 		return nil
 	}
-	return decide.RecordedOrphanSecret(o.facts(), pv, c.cfg.Driver, bindTranslator(c.tr, klog.FromContext(ctx)))
+	return decide.RecordedOrphanSecret(o.facts(), pv, c.cfg.Driver, translator(ctx))
 }
 
 // orphanRef is what events about the orphan of name point at: the

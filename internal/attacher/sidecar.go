@@ -14,7 +14,6 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/component-base/metrics/legacyregistry"
-	csitrans "k8s.io/csi-translation-lib"
 	"k8s.io/klog/v2"
 
 	"github.com/latchcsi/latch/internal/app"
@@ -153,7 +152,7 @@ func RunSidecar(ctx context.Context, cfg SidecarConfig) error {
 		events := kube.StartEvents(ctx, client)
 		defer events.Stop()
 		recorder := events.NewRecorder(v1.EventSource{Component: "csi-attacher " + facts.Info.Name})
-		ctrl, err := New(ctrlCfg, client, factory, client0, csitrans.New(), recorder, cfg.Metrics)
+		ctrl, err := New(ctrlCfg, client, factory, client0, recorder, cfg.Metrics)
 		if err != nil {
 			return err
 		}

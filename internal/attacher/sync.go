@@ -7,6 +7,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	csitrans "k8s.io/csi-translation-lib"
 	"k8s.io/klog/v2"
 
 	"github.com/latchcsi/latch/internal/attacher/decide"
@@ -121,7 +122,7 @@ func (c *Controller) detachVA(ctx context.Context, va *storagev1.VolumeAttachmen
 		return runner.Result{}, err
 	}
 	obs.StillPublished = c.orphans.isStillPublished(va)
-	plan := decide.Detach(obs, c.cfg.Driver, bindTranslator(c.tr, klog.FromContext(ctx)))
+	plan := decide.Detach(obs, c.cfg.Driver, translator(ctx))
 	res, err := c.exec.runDetach(ctx, va, plan)
 	if err == nil && obs.StillPublished {
 		c.orphans.stillPublishedDone(va)
@@ -223,36 +224,27 @@ func (c *Controller) releasablePV(pv *v1.PersistentVolume) bool {
 	if pv.DeletionTimestamp != nil {
 		return true
 	}
-	return pv.Spec.CSI == nil && c.tr != nil && c.tr.IsPVMigratable(pv) && pv.Annotations[annMigratedTo] != c.cfg.Driver.Name
+	return pv.Spec.CSI == nil && csitrans.New().IsPVMigratable(pv) && pv.Annotations[annMigratedTo] != c.cfg.Driver.Name
 }
 
-// Translator turns in-tree volume specs into CSI ones (CSI migration);
-// csi-translation-lib's CSITranslator is one.
-type Translator interface {
-	// IsPVMigratable reports whether pv is an in-tree PV with a CSI driver
-	// to migrate to.
-	IsPVMigratable(pv *v1.PersistentVolume) bool
-	// TranslateInTreePVToCSI returns a copy of pv with spec.csi set.
-	TranslateInTreePVToCSI(logger klog.Logger, pv *v1.PersistentVolume) (*v1.PersistentVolume, error)
-}
-
-// boundTranslator is a Translator with the pass's logger bound, the
-// logger-free form package decide takes.
-type boundTranslator struct {
-	tr     Translator
+// migration is CSI migration's translator for one pass:
+// csi-translation-lib's, which upstream's attacher always uses, with the
+// pass's logger bound (csi-translation-lib logs through the logger it is
+// given; package decide takes a translator without one).
+type migration struct {
+	tr     csitrans.CSITranslator
 	logger klog.Logger
 }
 
-func (b boundTranslator) IsPVMigratable(pv *v1.PersistentVolume) bool { return b.tr.IsPVMigratable(pv) }
+var _ decide.Translator = migration{}
 
-func (b boundTranslator) TranslateInTreePVToCSI(pv *v1.PersistentVolume) (*v1.PersistentVolume, error) {
-	return b.tr.TranslateInTreePVToCSI(b.logger, pv)
+func (m migration) IsPVMigratable(pv *v1.PersistentVolume) bool { return m.tr.IsPVMigratable(pv) }
+
+func (m migration) TranslateInTreePVToCSI(pv *v1.PersistentVolume) (*v1.PersistentVolume, error) {
+	return m.tr.TranslateInTreePVToCSI(m.logger, pv)
 }
 
-// bindTranslator returns tr with logger bound, or nil without a translator.
-func bindTranslator(tr Translator, logger klog.Logger) decide.Translator {
-	if tr == nil {
-		return nil
-	}
-	return boundTranslator{tr: tr, logger: logger}
+// translator is the translator of the pass whose logger ctx carries.
+func translator(ctx context.Context) decide.Translator {
+	return migration{tr: csitrans.New(), logger: klog.FromContext(ctx)}
 }

@@ -122,7 +122,7 @@ func TrivialAttacher(ctx context.Context, name string, client kubernetes.Interfa
 	cfg.Trivial = true
 	factory := informers.NewSharedInformerFactory(client, 0)
 	recorder, stopEvents := controller.NewEventRecorder(ctx, client)
-	a, err := attacher.New(cfg, client, factory, nil, nil, recorder, nil)
+	a, err := attacher.New(cfg, client, factory, nil, recorder, nil)
 	if err != nil {
 		stopEvents()
 		return nil, fmt.Errorf("trivial attacher for %s: %w", driver, err)
