@@ -15,19 +15,34 @@
 //
 //   - the baseline is the lowest mean latency of a period within the last
 //     BaselineWindow: the backend's latency when it is not queueing;
-//   - each period compares its mean latency with the baseline. Below
-//     Grow × baseline the backend is not queueing our calls and the limit
-//     grows (doubling per period at first, "slow start"; then by √limit);
-//     above Shrink × baseline it is, and the limit shrinks in proportion
-//     (never below half); in between it holds;
-//   - the limit grows only while it is in use (at least half of it in
-//     flight during the period): an idle backend does not push it up;
+//   - slow start: from Initial, every answer served while the limit is
+//     in use (at least half of it in flight) adds one, so the limit
+//     doubles once per round trip (TCP's slow start); it ends when the
+//     answers' running mean rises above Grow × the lowest running mean
+//     seen, or at the first throttled answer;
+//   - after it, each period compares its mean latency with the baseline.
+//     Below Grow × baseline the backend is not queueing our calls and the
+//     limit grows by √limit; above Shrink × baseline it is, and the limit
+//     shrinks in proportion (never below half); in between it holds. A
+//     period right after a change is not judged (its calls started under
+//     the old limit);
+//   - if the limit has come down to half for latency and the latency has
+//     not come down with it, the latency is not our calls queueing (the
+//     backend got slower for everyone, or a busy machine's scheduling
+//     delay is in it): the latency now becomes the baseline, and the
+//     limit stops falling;
+//   - the limit grows only while it is in use: an idle backend does not
+//     push it up;
 //   - a throttled answer (the backend's request limit: ResourceExhausted
-//     or Unavailable) cuts the limit by Backoff, at most once per period,
-//     and remembers where: growth near that point slows to a creep, so a
-//     request limit is approached carefully instead of hit every period.
-//     The Limiter keeps a throttled call's slot for one period, so that
-//     refused calls do not come back faster than real ones;
+//     or Unavailable) cuts the limit by Backoff, or down to the calls the
+//     backend served in the last period when those are fewer (after slow
+//     start overshot a request limit, one cut lands near it), at most once
+//     per period, and remembers where: growth between 0.9 and 1.3 × that
+//     point slows to a creep, so a request limit is approached carefully
+//     instead of hit every period, and beyond it growth is normal again
+//     (the backend recovered). The Limiter keeps a throttled call's slot
+//     for one period, so that refused calls do not come back faster than
+//     real ones;
 //   - once every half BaselineWindow the limit is halved until the calls
 //     started after that have answered: their latency is a fresh baseline
 //     candidate (a load that never lets up would otherwise make the
@@ -119,13 +134,35 @@ func (c Config) withDefaults() Config {
 // minPeriodSamples is the fewest answers a period judges the backend by.
 const minPeriodSamples = 4
 
+// slowStartSamples is how many answers slow start's running mean takes
+// before it judges; slowStartAlpha the running mean's weight of each.
+const (
+	// forgetCutPeriods is how many periods without a throttled answer,
+	// with the limit past where the last one cut it, make the limit
+	// forget that point.
+	forgetCutPeriods = 100
+	slowStartSamples = 8
+	slowStartAlpha   = 0.1
+)
+
 // Control is the limit rule. It is not safe for concurrent use: the
 // Limiter serializes it.
 type Control struct {
 	cfg   Config
 	limit float64
 	// slowStart lasts until the first sign of queueing or throttling.
+	// During it the limit grows by one for each answer served while the
+	// limit is in use (doubling once per round trip, as TCP's slow start
+	// does), judged by the answers' running mean against the lowest one
+	// seen (ssMean, ssBase) instead of by periods.
 	slowStart bool
+	ssMean    ewma
+	ssBase    float64
+	ssN       int
+	// served are the end times of the latest served answers, within
+	// one period: how many calls the backend served in the last period,
+	// the concurrency it sustained (what a throttled answer cuts to).
+	served []time.Time
 	// settling: the limit changed at the end of the last period, so the
 	// next one is not judged.
 	settling bool
@@ -153,6 +190,11 @@ type Control struct {
 	probeSum    time.Duration
 	probeN      int
 	lastProbe   time.Time
+	// shrinkFrom is the limit when latency last began to shrink it (0
+	// once the latency let it grow again), shrinkMean the mean latency
+	// of that period.
+	shrinkFrom float64
+	shrinkMean time.Duration
 	// throttled counts throttled answers (each one, cut or not).
 	throttled int64
 }
@@ -160,7 +202,7 @@ type Control struct {
 // NewControl returns a Control at cfg.Initial.
 func NewControl(cfg Config) *Control {
 	cfg = cfg.withDefaults()
-	return &Control{cfg: cfg, limit: float64(cfg.Initial), slowStart: true,
+	return &Control{cfg: cfg, limit: float64(cfg.Initial), slowStart: true, ssMean: ewma{alpha: slowStartAlpha},
 		smoothed: ewma{alpha: 0.3}, baseline: windowMin{window: cfg.BaselineWindow}}
 }
 
@@ -190,7 +232,16 @@ func (c *Control) Sample(now time.Time, outcome Outcome, latency time.Duration, 
 			return
 		}
 		c.lastCut, c.cutAt, c.slowStart = now, c.limit, false
-		c.setLimit(math.Floor(c.limit * c.cfg.Backoff))
+		// Cut by Backoff, and at least down to the calls the backend
+		// served in the last period: after a slow start that doubled the
+		// limit past the request limit, one cut lands near it instead
+		// of several cuts a period apart, each with its round of
+		// throttled calls.
+		cut := math.Floor(c.limit * c.cfg.Backoff)
+		if d := float64(c.deliveredLocked(now)); d >= minPeriodSamples && d < cut {
+			cut = d
+		}
+		c.setLimit(cut)
 		if c.probing {
 			c.cutAt = c.probeSaved
 			c.probeSaved = math.Max(float64(c.cfg.Min), math.Floor(c.probeSaved*c.cfg.Backoff))
@@ -198,8 +249,13 @@ func (c *Control) Sample(now time.Time, outcome Outcome, latency time.Duration, 
 		return
 	}
 	latency = max(latency, time.Microsecond)
+	c.served = append(c.served, now)
+	c.deliveredLocked(now) // forgets the answers older than a period
 	if c.probe(now, latency) {
 		return
+	}
+	if c.slowStart {
+		c.slowStartSample(latency, inFlight)
 	}
 	c.sum += latency
 	c.n++
@@ -232,21 +288,63 @@ func (c *Control) Sample(now time.Time, outcome Outcome, latency time.Duration, 
 	ratio := float64(mean) / float64(base)
 	before := c.limit
 	defer func() { c.settling = c.limit != before }()
+	if ratio < c.cfg.Grow {
+		c.shrinkFrom = 0
+	}
 	switch {
+	case ratio > c.cfg.Shrink && c.shrinkFrom > 0 && c.limit <= c.shrinkFrom/2 && float64(mean) >= 0.9*float64(c.shrinkMean):
+		// The limit came down to half and the latency did not: it is
+		// not our calls queueing, the baseline is too low (a lucky
+		// probe, or the backend got slower for everyone). The latency
+		// now is the baseline.
+		c.baseline.reset(now, time.Duration(c.smoothed.value))
+		c.shrinkFrom = 0
 	case ratio > c.cfg.Shrink:
-		c.slowStart = false
-		c.setLimit(c.limit * math.Max(0.5, c.cfg.Grow/ratio))
-	case ratio < c.cfg.Grow && inUse:
-		step := math.Sqrt(c.limit)
-		if c.slowStart {
-			step = c.limit
+		if c.shrinkFrom == 0 {
+			c.shrinkFrom, c.shrinkMean = c.limit, mean
 		}
-		if c.cutAt > 0 && c.limit+step > c.cutAt*0.9 {
+		c.setLimit(c.limit * math.Max(0.5, c.cfg.Grow/ratio))
+	case ratio < c.cfg.Grow && inUse && !c.slowStart:
+		step := math.Sqrt(c.limit)
+		if c.cutAt > 0 && c.limit+step > c.cutAt*0.9 && c.limit < c.cutAt*1.3 {
 			// Near where the backend throttled last: creep.
 			step = math.Min(step, math.Max(0.1*step, 0.05*c.limit))
 		}
 		c.setLimit(c.limit + step)
 	}
+}
+
+// slowStartSample grows the limit by one for a served answer while the
+// limit is in use and the answers' running mean stays below Grow × the
+// lowest running mean seen; above it the backend queues our calls, and
+// slow start ends (the periods take over from there).
+func (c *Control) slowStartSample(latency time.Duration, inFlight int) {
+	c.ssMean.add(float64(latency))
+	c.ssN++
+	if c.ssN >= slowStartSamples {
+		if c.ssBase == 0 || c.ssMean.value < c.ssBase {
+			c.ssBase = c.ssMean.value
+		}
+		if c.ssMean.value > c.cfg.Grow*c.ssBase {
+			c.slowStart = false
+			return
+		}
+	}
+	if float64(inFlight) >= c.limit/2 {
+		c.setLimit(c.limit + 1)
+	}
+}
+
+// deliveredLocked is how many answers were served within the last
+// period before now (and forgets older ones).
+func (c *Control) deliveredLocked(now time.Time) int {
+	period := c.lastPeriod
+	i := 0
+	for i < len(c.served) && now.Sub(c.served[i]) > period {
+		i++
+	}
+	c.served = append(c.served[:0], c.served[i:]...)
+	return len(c.served)
 }
 
 // probe measures the baseline again, once every half BaselineWindow:

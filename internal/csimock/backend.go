@@ -157,7 +157,8 @@ type BackendStats struct {
 	Capacity int     `json:"capacity"`
 	Rate     float64 `json:"rate"`
 	// OpsPerSecond is the throughput the backend can serve now:
-	// Capacity/Latency, and no more than Rate (0 when unlimited).
+	// Capacity over the mean latency (the median Latency × e^(σ²/2)),
+	// and no more than Rate (0 when unlimited).
 	OpsPerSecond float64 `json:"opsPerSecond"`
 	InFlight     int     `json:"inFlight"`
 	MaxInFlight  int     `json:"maxInFlight"`
@@ -258,7 +259,10 @@ func (m *backendModel) snapshot() BackendStats {
 	s := m.stats
 	s.Capacity, s.Rate = m.cfg.Capacity, m.cfg.Rate
 	if m.cfg.Capacity > 0 && m.cfg.Latency > 0 {
-		s.OpsPerSecond = float64(m.cfg.Capacity) / time.Duration(m.cfg.Latency).Seconds()
+		// The mean of the log-normal latency is the median × e^(σ²/2):
+		// Capacity calls at once complete Capacity per mean latency.
+		mean := time.Duration(m.cfg.Latency).Seconds() * math.Exp(m.cfg.Spread*m.cfg.Spread/2)
+		s.OpsPerSecond = float64(m.cfg.Capacity) / mean
 	}
 	if m.cfg.Rate > 0 && (s.OpsPerSecond == 0 || m.cfg.Rate < s.OpsPerSecond) {
 		s.OpsPerSecond = m.cfg.Rate
