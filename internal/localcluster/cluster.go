@@ -26,6 +26,8 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	apiservertesting "k8s.io/kubernetes/cmd/kube-apiserver/app/testing"
+
+	"github.com/latchcsi/latch/internal/testsupport"
 )
 
 // Options configure Start.
@@ -64,13 +66,16 @@ type Cluster struct {
 	caData   []byte
 	token    string
 	tokenCSV string
+	// external is the serving PKI of an API server of another release
+	// (external.go); nil with the in-process one.
+	external *externalPKI
 
 	mu     sync.Mutex
 	server *runningServer
 }
 
 type runningServer struct {
-	tb       *serverTB
+	tb       *serverTB // nil for an external API server
 	teardown func()
 }
 
@@ -150,6 +155,11 @@ func (c *Cluster) StartAPIServer(ctx context.Context) (err error) {
 	defer c.mu.Unlock()
 	if c.server != nil {
 		return errors.New("API server already running")
+	}
+	if r, external, err := testsupport.ExternalAPIServer(); err != nil {
+		return fmt.Errorf("start kube-apiserver: %w", err)
+	} else if external {
+		return c.startExternalAPIServerLocked(ctx, r)
 	}
 	tb := &serverTB{name: "latch-local", logf: c.opts.Logf}
 	defer func() {
@@ -239,7 +249,9 @@ func (c *Cluster) stopAPIServerLocked() {
 		c.proxy.setBackend("")
 	}
 	c.server.teardown()
-	c.server.tb.runCleanups()
+	if c.server.tb != nil {
+		c.server.tb.runCleanups()
+	}
 	c.server = nil
 }
 
@@ -265,6 +277,10 @@ func (c *Cluster) Stop() {
 	}
 	c.etcdPKI.remove()
 	c.etcdPKI = nil
+	if c.external != nil {
+		c.external.remove()
+		c.external = nil
+	}
 	if c.dataDir != "" && (c.tempData || !c.opts.KeepData) {
 		os.RemoveAll(c.dataDir)
 	}

@@ -46,6 +46,9 @@ var upstreamComponents = map[string]upstream{
 	// (test/upstream/kubernetes/hollowkubelet) that keeps attach/detach
 	// controller-managed, serves on loopback and takes a root directory.
 	"hollow-kubelet": {"kubernetes", "github.com/latchcsi/latch/test/upstream/kubernetes/hollowkubelet", true},
+	// kube-apiserver: the API server of a release other than the
+	// in-process one (KubernetesVersionEnv; localcluster runs it).
+	"kube-apiserver": {"kubernetes", "k8s.io/kubernetes/cmd/kube-apiserver", false},
 }
 
 // UpstreamBinary builds an upstream component (a key of the list above, e.g.
@@ -53,7 +56,8 @@ var upstreamComponents = map[string]upstream{
 // and returns its path; kube-controller-manager, kube-scheduler and the
 // hollow kubelet are built together, whichever is asked for first. A cold
 // build takes minutes (kube-controller-manager links most of Kubernetes);
-// later ones come from the Go build cache.
+// later ones come from the Go build cache. The Kubernetes components come
+// from the release KubernetesVersionEnv selects (the newest when unset).
 func UpstreamBinary(component string) (string, error) {
 	u, ok := upstreamComponents[component]
 	if !ok {
@@ -64,16 +68,23 @@ func UpstreamBinary(component string) (string, error) {
 		slices.Sort(names)
 		return "", fmt.Errorf("no upstream component %q (known: %s)", component, strings.Join(names, ", "))
 	}
+	module, err := kubernetesModule(u.module)
+	if err != nil {
+		return "", fmt.Errorf("build %s: %w", component, err)
+	}
 	label, paths := upstreamBuild(component)
-	dir := filepath.Join(upstreamRoot(), u.module)
+	for i, p := range paths {
+		paths[i] = inModule(p, u.module, module)
+	}
+	dir := filepath.Join(upstreamRoot(), module)
 	if len(paths) == 1 {
-		return buildOnce(dir, u.importPath)
+		return buildOnce(dir, paths[0])
 	}
 	bins, err := buildTogether(label, dir, paths)
 	if err != nil {
 		return "", err
 	}
-	return bins[u.importPath], nil
+	return bins[inModule(u.importPath, u.module, module)], nil
 }
 
 // upstreamBuild is what building component builds: its own import path,
