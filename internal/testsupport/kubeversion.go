@@ -132,16 +132,26 @@ func compareMinor(a, b string) int {
 
 // kubernetesModule is the module directory under test/upstream the
 // components of module build from in this run: the selected release's
-// for the Kubernetes module, module itself otherwise.
-func kubernetesModule(module string) (string, error) {
+// for the Kubernetes module, module itself otherwise. flags are the go
+// build flags of a selected release's binaries: its version stamped in as
+// Kubernetes' own release build does (hack/lib/version.sh), so that
+// /version and a Node's kubeletVersion name it (a plain go build says
+// v0.0.0-master). The stamp only changes what the linker writes; the
+// compiled packages are the same.
+func kubernetesModule(module string) (dir string, flags []string, err error) {
 	if module != newestKubernetesModule {
-		return module, nil
+		return module, nil, nil
 	}
 	r, ok, err := SelectedKubernetes()
 	if err != nil || !ok {
-		return module, err
+		return module, nil, err
 	}
-	return r.Module, nil
+	var x []string
+	for _, pkg := range []string{"k8s.io/component-base/version", "k8s.io/client-go/pkg/version"} {
+		x = append(x, "-X "+pkg+".gitVersion="+r.Version, "-X "+pkg+".gitMajor=1",
+			"-X "+pkg+".gitMinor="+strings.TrimPrefix(r.Minor, "1."), "-X "+pkg+".gitTreeState=clean")
+	}
+	return r.Module, []string{"-ldflags=" + strings.Join(x, " ")}, nil
 }
 
 // inModule is importPath of a package of ours in the module
@@ -164,13 +174,19 @@ func ExternalAPIServer() (r KubernetesRelease, ok bool, err error) {
 	if err != nil || !ok {
 		return r, false, err
 	}
-	root, err := moduleRoot()
-	if err != nil {
-		return r, false, err
-	}
-	inProcess, err := pinnedKubernetes(filepath.Join(root, "go.mod"))
+	inProcess, err := InProcessKubernetes()
 	if err != nil {
 		return r, false, err
 	}
 	return r, r.Version != inProcess, nil
+}
+
+// InProcessKubernetes is the k8s.io/kubernetes version latch's go.mod
+// pins: the in-process API server's.
+func InProcessKubernetes() (string, error) {
+	root, err := moduleRoot()
+	if err != nil {
+		return "", err
+	}
+	return pinnedKubernetes(filepath.Join(root, "go.mod"))
 }

@@ -68,7 +68,7 @@ func UpstreamBinary(component string) (string, error) {
 		slices.Sort(names)
 		return "", fmt.Errorf("no upstream component %q (known: %s)", component, strings.Join(names, ", "))
 	}
-	module, err := kubernetesModule(u.module)
+	module, flags, err := kubernetesModule(u.module)
 	if err != nil {
 		return "", fmt.Errorf("build %s: %w", component, err)
 	}
@@ -78,9 +78,9 @@ func UpstreamBinary(component string) (string, error) {
 	}
 	dir := filepath.Join(upstreamRoot(), module)
 	if len(paths) == 1 {
-		return buildOnce(dir, paths[0])
+		return buildOnce(dir, paths[0], flags...)
 	}
-	bins, err := buildTogether(label, dir, paths)
+	bins, err := buildTogether(label, dir, paths, flags...)
 	if err != nil {
 		return "", err
 	}
