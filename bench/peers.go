@@ -116,12 +116,14 @@ func PeerSizesFor(s Scale) (PeerSizes, error) {
 	return PeerSizes{
 		Nodes: n(10, 2), Paced: n(500, 40), PacedRate: scaled(s, 50.0, 20.0),
 		Saturated: n(1000, 100), Creators: n(24, 8),
-		// slow-cloud serves 8 operations a second: 80 attaches and 80
-		// detaches are 20 s at its capacity. throttling-api drops to 25
+		// slow-cloud serves 7.7 operations a second: 240 attaches and
+		// 240 detaches are a minute at its capacity, long enough that
+		// the start of a burst (the limit finding the backend's pace)
+		// and its tail (the last calls' spread) weigh little. throttling-api drops to 25
 		// a second 20 s after the burst starts and is back 20 s later:
 		// 1,500 attaches and detaches span both changes at full size.
 		Backend: map[string]int{
-			"slow-cloud":     n(80, 16),
+			"slow-cloud":     n(240, 16),
 			"fast-san":       n(600, 100),
 			"throttling-api": n(1500, 100),
 		},

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/latchcsi/latch/internal/testsupport"
 )
@@ -89,4 +90,27 @@ func firstErr(errs ...error) error {
 		}
 	}
 	return nil
+}
+
+// PeerWorkloads keeps of the contenders the workloads named (latency,
+// backends, controllers): an attacher keeps the workloads of it that are
+// named, and is left out when none is; the controllers are left out
+// unless controllers is named.
+func PeerWorkloads(attachers []PeerAttacher, controllers []PeerController, workloads []string) ([]PeerAttacher, []PeerController) {
+	named := map[string]bool{}
+	for _, w := range workloads {
+		named[strings.TrimSpace(w)] = true
+	}
+	var kept []PeerAttacher
+	for _, a := range attachers {
+		a.Latency = a.Latency && named["latency"]
+		a.Backends = a.Backends && named["backends"]
+		if a.Latency || a.Backends {
+			kept = append(kept, a)
+		}
+	}
+	if !named["controllers"] {
+		controllers = nil
+	}
+	return kept, controllers
 }

@@ -28,6 +28,7 @@ const defaultPrevious = "0c7ab01"
 
 type options struct {
 	scale, previous, previousName, outDir, workDir, profiles string
+	workloads                                                string
 	rounds                                                   int
 	noUpstream, noKCM                                        bool
 }
@@ -42,6 +43,7 @@ func parse(args []string) (*options, error) {
 	fs.StringVar(&o.previous, "previous", defaultPrevious, "Git revision of latch's previous release, built from this checkout's history (empty: leave it out).")
 	fs.StringVar(&o.previousName, "previous-name", "", "The previous release's name in the report (default: \"latch v0.1.0\" for the default revision, else \"latch <revision>\").")
 	fs.StringVar(&o.profiles, "profiles", strings.Join(bench.PeerBackendProfiles, ","), "Comma-separated backend profiles of the mock driver for the throughput workload (empty: none).")
+	fs.StringVar(&o.workloads, "workloads", "latency,backends,controllers", "Comma-separated workloads to run: latency (the attachers' paced and saturating bursts), backends (the attachers' bursts per backend profile), controllers (Pods through the A/D controllers).")
 	fs.BoolVar(&o.noUpstream, "no-upstream", false, "Leave the upstream external-attacher out.")
 	fs.BoolVar(&o.noKCM, "no-kcm", false, "Leave kube-controller-manager out.")
 	fs.StringVar(&o.outDir, "out-dir", filepath.Join("bench", "results"), "Directory of the JSON report (bench-peers-<scale>-<UTC time>.json).")
@@ -58,6 +60,23 @@ func parse(args []string) (*options, error) {
 	if _, err := bench.PeerSizesFor(bench.Scale(o.scale)); err != nil {
 		return nil, err
 	}
+	for _, w := range strings.Split(o.workloads, ",") {
+		switch strings.TrimSpace(w) {
+		case "latency", "backends", "controllers":
+		default:
+			return nil, fmt.Errorf("--workloads: unknown workload %q (known: latency, backends, controllers)", w)
+		}
+	}
+	ws := map[string]bool{}
+	for _, w := range strings.Split(o.workloads, ",") {
+		ws[strings.TrimSpace(w)] = true
+	}
+	if !ws["latency"] && !ws["controllers"] {
+		// The previous release runs only those.
+		o.previous = ""
+	}
+	o.noKCM = o.noKCM || !ws["controllers"]
+	o.noUpstream = o.noUpstream || !(ws["latency"] || ws["backends"])
 	if o.previousName == "" && o.previous == defaultPrevious {
 		o.previousName = "latch v0.1.0"
 	}
@@ -121,6 +140,7 @@ func peers(ctx context.Context, o *options) (*bench.PeersReport, error) {
 	if err != nil {
 		return nil, err
 	}
+	attachers, controllers = bench.PeerWorkloads(attachers, controllers, strings.Split(o.workloads, ","))
 	cluster, err := bench.StartControlPlane(ctx, dir)
 	if err != nil {
 		return nil, err
