@@ -6,11 +6,17 @@
 //
 //	latch-local demo   walk a Pod's volume through attach, a multi-attach conflict and detach
 //	latch-local up     keep everything running and write a kubeconfig for kubectl
+//	latch-local up --upstream
+//	                   the same with upstream's external-attacher and kube-controller-manager's
+//	                   attach/detach controller instead of latch's, to rehearse docs/migration.md
+//	latch-local start|stop|restart COMPONENT
+//	                   start or stop a component of a running `up --upstream` (the swap's steps)
 package main
 
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -23,6 +29,8 @@ import (
 	"syscall"
 	"time"
 
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 
 	"github.com/latchcsi/latch/internal/csimock"
@@ -45,9 +53,16 @@ type config struct {
 func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
 
 func usage(w io.Writer, fs *flag.FlagSet) {
-	fmt.Fprintf(w, "Usage: latch-local demo|up [flags]\n\n")
+	fmt.Fprintf(w, "Usage: latch-local demo|up [flags]\n       latch-local start|stop|restart COMPONENT [--kubeconfig FILE]\n\n")
 	fmt.Fprintf(w, "  demo  walk a Pod's volume through attach, a multi-attach conflict and detach, then exit\n")
-	fmt.Fprintf(w, "  up    keep the control plane, nodes, driver and controllers running; Ctrl-C stops\n\nFlags:\n")
+	fmt.Fprintf(w, "  up    keep the control plane, nodes, driver and controllers running; Ctrl-C stops\n")
+	fmt.Fprintf(w, "        (--upstream: upstream's attacher and attach/detach controller instead of latch's)\n")
+	fmt.Fprintf(w, "  start, stop, restart: the swap's steps on a running `latch-local up --upstream`\n")
+	fmt.Fprintf(w, "        (docs/migration.md, \"Rehearsing the swap on latch-local\"):\n")
+	for _, l := range strings.Split(latchlocal.ControlUsage, "\n") {
+		fmt.Fprintf(w, "          %s\n", l)
+	}
+	fmt.Fprintf(w, "        --kubeconfig: the kubeconfig up wrote (default ./latch-local.kubeconfig)\n\nFlags of demo and up:\n")
 	fs.SetOutput(w)
 	fs.PrintDefaults()
 }
@@ -73,6 +88,7 @@ func parse(args []string, stderr io.Writer) (*config, *flag.FlagSet, error) {
 	fs.StringVar(&c.verbosity, "v", "0", "Log verbosity of the components (klog -v).")
 	fs.BoolVar(&c.noColor, "no-color", false, "Never use colour.")
 	fs.StringVar(&c.metricsPorts, "metrics-ports", "18080,18081", "up: ports on 127.0.0.1 where csi-attacher and attachdetach-controller serve their Prometheus metrics (/metrics), as ATTACHER,CONTROLLER; empty serves none.")
+	fs.BoolVar(&c.opts.Upstream, "upstream", false, "up: run upstream's external-attacher v4.13.0 (as the driver's ServiceAccount default/csi-attacher with a driver chart's RBAC) and kube-controller-manager with --controllers=* (its attach/detach controller) instead of latch's csi-attacher and attachdetach-controller, built from test/upstream on first use; `latch-local start|stop|restart` then swap them for latch's step by step, as docs/migration.md shows.")
 	fs.BoolVar(&c.opts.RealNodes, "real-nodes", true, "Run the real kube-scheduler, kube-controller-manager and one hollow kubelet (the real kubelet, fake container runtime and mounter) per node, built from test/upstream on first use; false runs latch-local's kubelet stand-in instead, with kube-controller-manager's PV binder alone (no scheduler: Pods must name their node).")
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
 		return nil, fs, flag.ErrHelp
@@ -87,6 +103,12 @@ func parse(args []string, stderr io.Writer) (*config, *flag.FlagSet, error) {
 	}
 	if c.output != "text" && c.output != "json" {
 		return nil, fs, fmt.Errorf("--output must be text or json, got %q", c.output)
+	}
+	if c.command == "demo" && c.opts.Upstream {
+		return nil, fs, errors.New("--upstream is a mode of up; the demo runs latch's controllers")
+	}
+	if c.opts.Upstream && !c.opts.RealNodes {
+		return nil, fs, errors.New("--upstream needs real nodes (drop --real-nodes=false)")
 	}
 	if c.command == "demo" && c.opts.Nodes < 2 {
 		return nil, fs, fmt.Errorf("the demo needs --nodes of at least 2, got %d", c.opts.Nodes)
@@ -107,6 +129,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	// The upstream binaries real nodes need are built into a temporary
 	// directory (testsupport.UpstreamBinary): gone when latch-local exits.
 	defer testsupport.RemoveBinaries()
+	if len(args) > 0 && (args[0] == "start" || args[0] == "stop" || args[0] == "restart") {
+		return control(args, stdout, stderr)
+	}
 	c, fs, err := parse(args, stderr)
 	if err == flag.ErrHelp {
 		usage(stdout, fs)
@@ -131,7 +156,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	ctx = klog.NewContext(ctx, klog.Background())
 
 	term := newTerminal(stdout, c.noColor, c.output == "json")
-	if c.opts.RealNodes {
+	if c.opts.Upstream {
+		term.info("Starting kube-apiserver, kube-scheduler, kube-controller-manager (--controllers=*: its attach/detach controller too), %d hollow kubelets, the mock driver %s and upstream's external-attacher (logs: %s)", c.opts.Nodes, c.opts.Driver, logPath)
+	} else if c.opts.RealNodes {
 		term.info("Starting kube-apiserver, kube-scheduler, kube-controller-manager, %d hollow kubelets, the mock driver %s, csi-attacher and attachdetach-controller (logs: %s)", c.opts.Nodes, c.opts.Driver, logPath)
 	} else {
 		term.info("Starting kube-apiserver, kube-controller-manager (its PV binder alone), %d simulated nodes (kubelet stand-in), the mock driver %s, csi-attacher and attachdetach-controller (logs: %s)", c.opts.Nodes, c.opts.Driver, logPath)
@@ -170,7 +197,15 @@ func run(args []string, stdout, stderr io.Writer) int {
 func up(ctx context.Context, c *config, env *latchlocal.Env, term *terminal) int {
 	abs, _ := filepath.Abs(c.kubeconfig)
 	term.info("Everything is running. In another terminal:")
-	if c.opts.RealNodes {
+	if c.opts.Upstream {
+		fmt.Fprintf(term.w, `
+  export KUBECONFIG=%s
+  kubectl apply -f examples/statefulset.yaml    # attached by upstream's pair
+  latch-local start csi-attacher                # then the swap's steps: docs/migration.md,
+                                                # "Rehearsing the swap on latch-local"
+
+`, abs)
+	} else if c.opts.RealNodes {
 		fmt.Fprintf(term.w, `
   export KUBECONFIG=%s
   kubectl get nodes
@@ -199,6 +234,54 @@ func up(ctx context.Context, c *config, env *latchlocal.Env, term *terminal) int
 		fmt.Fprintln(os.Stderr, "latch-local: a component stopped:", err)
 		return 1
 	}
+}
+
+// control is `latch-local start|stop|restart COMPONENT [FLAGS]`: the
+// command goes to the latch-local up --upstream behind the kubeconfig
+// (latchlocal.Control), which prints what it did.
+func control(args []string, stdout, stderr io.Writer) int {
+	kubeconfig := "latch-local.kubeconfig"
+	var command []string
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		switch {
+		case a == "--kubeconfig" || a == "-kubeconfig":
+			if i+1 == len(args) {
+				fmt.Fprintln(stderr, "latch-local: --kubeconfig needs a file")
+				return 2
+			}
+			kubeconfig = args[i+1]
+			i++
+		case strings.HasPrefix(a, "--kubeconfig=") || strings.HasPrefix(a, "-kubeconfig="):
+			_, kubeconfig, _ = strings.Cut(a, "=")
+		case a == "-h" || a == "--help":
+			fmt.Fprintln(stdout, latchlocal.ControlUsage)
+			return 0
+		default:
+			command = append(command, a)
+		}
+	}
+	if len(command) < 2 {
+		fmt.Fprintf(stderr, "latch-local: %s needs a component:\n%s\n", args[0], latchlocal.ControlUsage)
+		return 2
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		fmt.Fprintf(stderr, "latch-local: %s: %v (start latch-local up --upstream first, or name its kubeconfig with --kubeconfig)\n", kubeconfig, err)
+		return 1
+	}
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		fmt.Fprintln(stderr, "latch-local:", err)
+		return 1
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	if err := latchlocal.Control(ctx, client, command, stdout); err != nil {
+		fmt.Fprintln(stderr, "latch-local:", err)
+		return 1
+	}
+	return 0
 }
 
 // setupLogging sends klog (the API server, the controllers) to a file so
@@ -261,4 +344,7 @@ func printMetrics(w io.Writer, opts latchlocal.Options) {
   attachdetach-controller  http://%s/metrics
 
 `, opts.AttacherMetricsAddress, opts.ControllerMetricsAddress)
+	if opts.Upstream {
+		fmt.Fprint(w, "  (with --upstream: once latch-local start runs them)\n\n")
+	}
 }

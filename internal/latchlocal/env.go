@@ -8,8 +8,10 @@ package latchlocal
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"sync"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -57,6 +59,11 @@ type Options struct {
 	// ProcessOutput receives the logs of the child processes latch-local
 	// starts (nil: discarded).
 	ProcessOutput io.Writer
+	// Upstream starts upstream's external-attacher and
+	// kube-controller-manager's attach/detach controller instead of
+	// latch's controllers, and serves `latch-local start|stop|restart`
+	// (upstream.go, control.go). It needs RealNodes.
+	Upstream bool
 }
 
 // Env is a running local system.
@@ -74,6 +81,16 @@ type Env struct {
 
 	stack   *stack.Stack
 	nodeDir string
+
+	// mu guards up (upstream mode's components).
+	mu sync.Mutex
+	up *upstreamState
+	// errs carries the stack's errors and those of the components
+	// upstream mode starts; controlDone is closed when the control loop
+	// ended, stopControl ends it.
+	errs        chan error
+	controlDone chan struct{}
+	stopControl context.CancelFunc
 }
 
 // StandInControllers are kube-controller-manager's --controllers beside
@@ -103,7 +120,10 @@ func Start(ctx context.Context, opts Options) (_ *Env, err error) {
 	if err := checkMetricsAddresses(opts); err != nil {
 		return nil, err
 	}
-	e := &Env{Opts: opts}
+	if opts.Upstream && !opts.RealNodes {
+		return nil, errors.New("upstream mode needs real nodes: kube-controller-manager's attach/detach controller waits for the kubelet's volumesInUse, which the kubelet stand-in reports only for latch's controller (drop --real-nodes=false)")
+	}
+	e := &Env{Opts: opts, errs: make(chan error, 8)}
 	defer func() {
 		if err != nil {
 			e.Stop()
@@ -145,10 +165,19 @@ func Start(ctx context.Context, opts Options) (_ *Env, err error) {
 	} else {
 		so.ControllerManagerControllers = StandInControllers
 	}
+	if opts.Upstream {
+		so.Attacher, so.NoController = stack.AttacherOnDemand, true
+		so.ControllerManagerControllers = UpstreamControllers
+	}
 	e.stack, err = stack.Start(ctx, so)
 	if err != nil {
 		return nil, err
 	}
+	go func() {
+		for err := range e.stack.Err() {
+			e.report(err)
+		}
+	}()
 	if opts.RealNodes {
 		logger.V(1).Info("Scheduler and controller manager ready", "took", time.Since(start).Round(time.Millisecond))
 		if err := e.startHollowNodes(ctx); err != nil {
@@ -157,6 +186,17 @@ func Start(ctx context.Context, opts Options) (_ *Env, err error) {
 		logger.V(1).Info("Hollow nodes Ready", "nodes", opts.Nodes, "took", time.Since(start).Round(time.Millisecond))
 	}
 	e.Kubelet, e.Driver, e.Socket = e.stack.Kubelet, e.stack.Driver, e.stack.Socket
+	if opts.Upstream {
+		if err := e.startUpstream(ctx); err != nil {
+			return nil, err
+		}
+		cctx, cancel := context.WithCancel(ctx)
+		e.stopControl = cancel
+		if err := e.serveControl(cctx); err != nil {
+			return nil, err
+		}
+		logger.V(1).Info("Upstream components running", "took", time.Since(start).Round(time.Millisecond))
+	}
 	return e, nil
 }
 
@@ -203,10 +243,40 @@ func faultRules(opts Options) []csimock.Rule {
 }
 
 // Err delivers the first error of a component that stopped on its own.
-func (e *Env) Err() <-chan error { return e.stack.Err() }
+func (e *Env) Err() <-chan error { return e.errs }
+
+// report passes a component's error on to Err (dropped when nobody reads).
+func (e *Env) report(err error) {
+	select {
+	case e.errs <- err:
+	default:
+	}
+}
+
+// watch reports c through Err when it ends on its own (a clean stop ends
+// with a cancellation).
+func (e *Env) watch(c *stack.Component) {
+	go func() {
+		<-c.Exited()
+		if err := c.Result(); err != nil && !errors.Is(err, context.Canceled) {
+			e.report(fmt.Errorf("%s: %w", c.Name(), err))
+		}
+	}()
+}
 
 // Stop stops everything and removes temporary files.
 func (e *Env) Stop() {
+	if e.stopControl != nil {
+		e.stopControl()
+	}
+	if e.controlDone != nil {
+		<-e.controlDone
+	}
+	e.mu.Lock()
+	if err := e.stopUpstream(); err != nil {
+		klog.Background().Error(err, "Stopping the upstream components")
+	}
+	e.mu.Unlock()
 	if err := e.stopHollowNodes(); err != nil {
 		klog.Background().Error(err, "Stopping the hollow nodes")
 	}
