@@ -22,11 +22,37 @@ import (
 
 var cluster *localcluster.Cluster
 
-func TestMain(m *testing.M) { os.Exit(localcluster.RunTestMain(m, &cluster)) }
+func TestMain(m *testing.M) {
+	// A test that measures the heap runs again in a child process of its
+	// own, without the API server (see runInChild).
+	if os.Getenv(childTestEnv) != "" {
+		os.Exit(m.Run())
+	}
+	os.Exit(localcluster.RunTestMain(m, &cluster))
+}
 
-// runSmall runs scenarios at the small scale with the components in
-// process and fails on any correctness check (timings are never checked:
-// the machine may be busy).
+// testSizes are the small scale's sizes cut down further for make test:
+// every scenario runs the same code and the same correctness checks on
+// fewer objects (A and D keep their three bursts, so that a median is
+// taken). The small scale itself is make bench SCALE=small.
+func testSizes(t *testing.T) Sizes {
+	t.Helper()
+	sz, err := SizesFor(Small)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sz.AttachBurst, sz.AttachBursts = 30, 3
+	sz.MixedAttaches, sz.MixedDetaches = 20, 20
+	sz.MemoryOurVolumes, sz.MemoryForeignPVs, sz.MemoryNodes = 30, 300, 10
+	sz.PodsCount, sz.PodsNodes, sz.PodsBursts = 12, 3, 3
+	sz.IdleVolumes, sz.IdlePerPod, sz.IdleNodes = 30, 5, 2
+	sz.LimitItems = 100
+	return sz
+}
+
+// runSmall runs scenarios at the test sizes (testSizes) with the
+// components in process and fails on any correctness check (timings are
+// never checked: the machine may be busy).
 func runSmall(t *testing.T, scenarios ...string) *Report {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
@@ -37,6 +63,7 @@ func runSmall(t *testing.T, scenarios ...string) *Report {
 		Launcher:      &InProcess{RESTConfig: cluster.RESTConfig()},
 		Attacher:      "in-process",
 		Scale:         Small,
+		Sizes:         testSizes(t),
 		Scenarios:     scenarios,
 		DriverLatency: 20 * time.Millisecond,
 		Out:           &out,
@@ -272,7 +299,7 @@ func TestControllerIdleMakesNoWritesAtRestAndDetachesEverything(t *testing.T) {
 func TestMemoryScenarioAttachesOurVolumesAmongManyForeignPVsAfterClearingWhatEarlierRunsLeft(t *testing.T) {
 	ctx := context.Background()
 	client := cluster.Client()
-	const left = 200
+	const left = 50
 	for i := range left {
 		pv := newPV(fmt.Sprintf("left-%03d", i), "left.bench.latch.dev")
 		pv.Finalizers = []string{"bench.latch.dev/left-behind"}

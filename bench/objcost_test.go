@@ -56,6 +56,9 @@ func BenchmarkObjectCost(b *testing.B) {
 // where it must be and within generous bounds, the transforms never make
 // a cache larger, and the consistent world costs no CSI call.
 func TestObjectCostSmallWorld(t *testing.T) {
+	if runInChild(t, 5*time.Minute) {
+		return
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	rep, err := measureObjCosts(ctx, nil, 20, 200)

@@ -50,8 +50,17 @@ func TestBenchPeersSmallRoundRunsEveryContenderAndLatchAttachesEachVolumeWithOne
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	var out bytes.Buffer
+	// The small scale's sizes cut down further: the same workloads, each
+	// backend profile included, on fewer objects (the small scale itself
+	// is make bench-peers SCALE=small).
+	sizes, err := PeerSizesFor(Small)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sizes.Paced, sizes.Saturated, sizes.Pods = 10, 30, 8
+	sizes.Backend = map[string]int{"slow-cloud": 8, "fast-san": 20, "throttling-api": 20}
 	rep, err := RunPeers(ctx, PeersConfig{
-		Cluster: cluster, Scale: Small, Rounds: 1, Attachers: attachers, Controllers: controllers,
+		Cluster: cluster, Scale: Small, Sizes: sizes, Rounds: 1, Attachers: attachers, Controllers: controllers,
 		Kubeconfig: kubeconfig, LogDir: dir, Out: &out,
 	})
 	rep.PrintTable(&out)

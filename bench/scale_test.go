@@ -13,14 +13,15 @@ import (
 )
 
 // TestScaleSmallColdStartsDetachNothingPublishNothingAttachedAndActFirst
-// runs the scale scenario's small size (50 nodes, 500 attached volumes)
-// with csi-attacher, latch's attachdetach-controller and
+// runs the scale scenario at the small size cut down further (scaleTestSizes:
+// 10 nodes, 100 attached volumes, shorter windows; make bench-scale
+// SIZE=small runs the small size itself) with csi-attacher, latch's attachdetach-controller and
 // kube-controller-manager as child processes, and checks the invariants:
 // nothing detached or unpublished, no ControllerPublish for an attached
 // VolumeAttachment, the first action (a new VolumeAttachment attached, a
 // Pod created at start attached) happens; in each controller's trickle
 // every Pod's volume gets attached and every deleted Pod's detached; in
-// each recovery burst (5 nodes fail, 50 volumes move) every moved volume
+// each recovery burst (1 node fails, 10 volumes move) every moved volume
 // is attached on its new node, its old VolumeAttachment is gone and no
 // volume is ever attached to two nodes; and the JSON has every key. It
 // asserts no timing: the figures go to the JSON and docs/scale.md.
@@ -36,8 +37,9 @@ func TestScaleSmallColdStartsDetachNothingPublishNothingAttachedAndActFirst(t *t
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	var out bytes.Buffer
+	sizes := scaleTestSizes(t)
 	rep, err := RunScale(ctx, ScaleConfig{
-		Cluster: cluster, Size: ScaleSmall, Kubeconfig: kubeconfig,
+		Cluster: cluster, Size: ScaleSmall, Sizes: sizes, Kubeconfig: kubeconfig,
 		AttacherBinary: attacher, ControllerBinary: controller, KCMBinary: kcm,
 		LogDir: dir, Cleanup: true, Out: &out,
 	})
@@ -103,10 +105,11 @@ func TestScaleSmallColdStartsDetachNothingPublishNothingAttachedAndActFirst(t *t
 			t.Errorf("%s = %v, want 0", k, got[k])
 		}
 	}
-	// 10% of 50 nodes fail in each burst, with their 50 volumes.
+	// 10% of the nodes fail in each burst, with their volumes: 1 of 10,
+	// with 10 of the 100.
 	for _, k := range []string{"recovery_volumes", "kcm_recovery_volumes"} {
-		if v, _ := got[k].(float64); v != 50 {
-			t.Errorf("%s = %v, want 50", k, got[k])
+		if v, _ := got[k].(float64); v != float64(sizes.Volumes/10) {
+			t.Errorf("%s = %v, want %d", k, got[k], sizes.Volumes/10)
 		}
 	}
 	// The second csi-attacher start ran as in a 512 MiB container: it
@@ -133,10 +136,26 @@ func TestScaleSmallColdStartsDetachNothingPublishNothingAttachedAndActFirst(t *t
 			t.Errorf("%s = %v, want a number", k, got[k])
 		}
 	}
-	if v, _ := got["nodes"].(float64); v != 50 {
-		t.Errorf("nodes = %v, want 50", got["nodes"])
+	if v, _ := got["nodes"].(float64); v != float64(sizes.Nodes) {
+		t.Errorf("nodes = %v, want %d", got["nodes"], sizes.Nodes)
 	}
-	if v, _ := got["volumes"].(float64); v != 500 {
-		t.Errorf("volumes = %v, want 500", got["volumes"])
+	if v, _ := got["volumes"].(float64); v != float64(sizes.Volumes) {
+		t.Errorf("volumes = %v, want %d", got["volumes"], sizes.Volumes)
 	}
+}
+
+// scaleTestSizes are the small size's with a fifth of its objects and
+// shorter windows: every phase of the run (cold starts, the memory-limited
+// csi-attacher, the ListVolumes reconcile, idle, the trickles and the
+// recovery bursts, kube-controller-manager included) runs and is checked
+// as at the small size.
+func scaleTestSizes(t *testing.T) ScaleSizes {
+	t.Helper()
+	sz, err := ScaleSizesFor(ScaleSmall)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sz.Nodes, sz.Volumes = 10, 100
+	sz.WritesWindow, sz.IdleWindow, sz.TrickleWindow = 3*time.Second, 2*time.Second, 4*time.Second
+	return sz
 }
