@@ -1,75 +1,23 @@
 package latchlocal
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/latchcsi/latch/internal/attachdetach/decide"
 	"github.com/latchcsi/latch/internal/testsupport"
 )
-
-// sedSub is one sed substitution as getting-started writes them:
-// s/old/new/ (the first match of each line) or s/old/new/g (every match).
-type sedSub struct {
-	old, new string
-	global   bool
-}
-
-// sed applies subs to each line of the example file f, as
-// `sed 's/…/…/; …' examples/f` does.
-func sed(t *testing.T, f string, subs ...sedSub) []byte {
-	t.Helper()
-	data, err := os.ReadFile(filepath.Join("..", "..", "examples", f))
-	if err != nil {
-		t.Fatal(err)
-	}
-	lines := strings.Split(string(data), "\n")
-	for i, l := range lines {
-		for _, s := range subs {
-			n := 1
-			if s.global {
-				n = -1
-			}
-			l = strings.Replace(l, s.old, s.new, n)
-		}
-		lines[i] = l
-	}
-	return []byte(strings.Join(lines, "\n"))
-}
-
-// latchctl runs the latchctl binary (what kubectl latch runs) with args
-// against env and returns its standard output and exit code.
-func latchctl(t *testing.T, ctx context.Context, env *Env, args ...string) (string, int) {
-	t.Helper()
-	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
-	if err := env.Cluster.WriteKubeconfig(kubeconfig); err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.CommandContext(ctx, testsupport.MustBinary(t, "cmd/latchctl"), append(args, "--kubeconfig="+kubeconfig)...)
-	var stdout bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, os.Stderr
-	err := cmd.Run()
-	var exit *exec.ExitError
-	switch {
-	case errors.As(err, &exit):
-		return stdout.String(), exit.ExitCode()
-	case err != nil:
-		t.Fatalf("latchctl %v: %v", args, err)
-	}
-	return stdout.String(), 0
-}
 
 // checkExplainShown fails the test unless every finding the doc block
 // shows (a line and its indented continuation, elided with "..." or "…",
@@ -125,29 +73,62 @@ func tableLines(s string) []string {
 	return out
 }
 
-// getting-started's steps 2 to 5 as a new operator runs them on
-// `latch-local up` (real nodes, the default): examples/statefulset.yaml's
-// Pods run and `kubectl latch status` lists both volumes attached (exit
-// 0), then it is deleted with everything it made; step 3's
-// manifests applied and its `auth can-i` answers as shown (their Pods run
-// on the hollow nodes, as the doc says); in step 4, app-2's explain
-// prints what the doc shows and, after app-1 is deleted,
-// app-2's explain finds no problem (exit 0); then a PV of a driver that is
-// not installed, and a Pod using it: what `kubectl latch explain pod
-// default/app-3` and `kubectl latch status -o wide` print is what the doc
-// shows (ages aside), exit codes included; the VolumeAttachment is
-// pending; and the kube-controller-manager event the doc quotes for
-// 2 minutes later is the text latch's controller records then
-// (decide.AttachTimeoutMessage; its timing is TestNoAttacher_… in
-// test/interop).
-func TestGettingStartedWalk_steps2To5AsTheDocsShow(t *testing.T) {
+// gsSections are the headings of getting-started's steps the walk runs.
+var gsSections = []string{
+	"## 1. Build and start latch-local",
+	"## 2. Attach volumes",
+	"## 3. Apply the deployment manifests",
+	"## 4. Diagnose a stuck attachment: Multi-Attach",
+	"## 5. Diagnose a stuck attachment: no attacher for the driver",
+}
+
+// gsStep is one command of the walk: skip says why the test does not run
+// it; before waits for what the page says has happened by then; exit is
+// the exit status the page gives; check looks at what it printed (shown:
+// the output block after its block, for the block's last command).
+type gsStep struct {
+	command string
+	skip    string
+	before  func()
+	exit    int
+	check   func(out string, shown []string)
+}
+
+// normCommand is a command with runs of spaces as one (the page aligns
+// its comments).
+func normCommand(c string) string { return strings.Join(strings.Fields(c), " ") }
+
+// getting-started's steps 1 to 5 as a new operator runs them on
+// `latch-local up` (real nodes, the default): every command of their
+// ```sh blocks, as written and in order, in bash, with kubectl and
+// `kubectl latch` (latchctl, through kubectl's plugin lookup) on PATH as
+// the page exports it; only `git clone`, `make build` (bin/ is prepared
+// from the same builds) and `bin/latch-local up` (started in-process, to
+// reach the driver) are not run by the shell. Between the commands the
+// test waits for what the page says has happened by then (the
+// StatefulSet's Pods Running, a volume attached, the Multi-Attach event),
+// and checks what each command prints against the page: `kubectl get`
+// lists the nodes, the VolumeAttachment and the Deployments; `kubectl
+// latch status` both StatefulSet volumes attached, with exit 0; `kubectl
+// delete -f` takes the StatefulSet down with its claims and
+// VolumeAttachments; each `auth can-i` answers (and exits) as its comment
+// says; explain's and status's outputs are the output blocks shown (ages
+// and elided parts aside), exit codes included. The kube-controller-manager
+// event step 5 quotes for 2 minutes later is the text latch's controller
+// records then (decide.AttachTimeoutMessage; its timing is
+// TestNoAttacher_… in test/interop).
+func TestGettingStartedWalk_steps1To5AsWritten(t *testing.T) {
 	logs := &testsupport.SyncBuffer{}
-	ctx, env := startEnv(t, 4*time.Minute, Options{Nodes: 2, RealNodes: true, ProcessOutput: logs})
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("child processes' log (tail):\n%s", lastLines(logs.String(), 100))
 		}
 	})
+	sh := newShell(t, t.Context())
+	var (
+		ctx context.Context
+		env *Env
+	)
 	attachedTo := func(pv, node string) func(context.Context) (bool, error) {
 		return func(ctx context.Context) (bool, error) {
 			vas, err := env.Client.StorageV1().VolumeAttachments().List(ctx, metav1.ListOptions{})
@@ -168,71 +149,183 @@ func TestGettingStartedWalk_steps2To5AsTheDocsShow(t *testing.T) {
 			return err == nil && p.Status.Phase == v1.PodRunning, nil
 		}
 	}
-
-	// Step 2: the StatefulSet, its status, its deletion.
-	gettingStartedStatefulSet(t, ctx, env, running)
-	// Step 2's smaller examples, step 3, then step 4.
-	applyExamples(t, ctx, env)
-	testsupport.Eventually(t, ctx, 2*time.Minute, "example-volume attached to node-1", attachedTo("example-volume", "node-1"))
-	gettingStartedStep3(t, ctx, env)
-	applyManifest(t, ctx, env, "pod.yaml (app-2)", sed(t, "pod.yaml", sedSub{"app-1", "app-2", false}, sedSub{"node-1", "node-2", false}))
-	testsupport.Eventually(t, ctx, time.Minute, "the Multi-Attach event on app-2", func(ctx context.Context) (bool, error) {
-		evs, err := env.Client.CoreV1().Events("default").List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=app-2,reason=FailedAttachVolume"})
-		return err == nil && len(evs.Items) > 0, err
-	})
-	out, code := latchctl(t, ctx, env, "explain", "pod", "default/app-2")
-	if code != 1 {
-		t.Errorf("latchctl explain pod default/app-2: exit %d, want 1 (a problem was found, as the doc says)", code)
-	}
-	checkExplainShown(t, docBlock(t, "kubectl latch explain pod default/app-2\n"), out)
-	// kubectl delete pod app-1 (kubectl waits until it is gone).
-	if err := env.Client.CoreV1().Pods("default").Delete(ctx, "app-1", metav1.DeleteOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	testsupport.Eventually(t, ctx, 2*time.Minute, "Pod app-1 gone", func(ctx context.Context) (bool, error) {
-		_, err := env.Client.CoreV1().Pods("default").Get(ctx, "app-1", metav1.GetOptions{})
-		return apierrors.IsNotFound(err), nil
-	})
-	testsupport.Eventually(t, ctx, 2*time.Minute, "example-volume attached to node-2", attachedTo("example-volume", "node-2"))
-	testsupport.Eventually(t, ctx, 2*time.Minute, "Pod app-2 Running", running("app-2"))
-	if out, code := latchctl(t, ctx, env, "explain", "pod", "default/app-2"); code != 0 || !strings.HasSuffix(out, "no problem found\n") {
-		t.Errorf("latchctl explain pod default/app-2 after app-1 is gone: exit %d, want 0 and no problem found (as the doc says):\n%s", code, out)
-	}
-
-	// Step 5.
-	applyManifest(t, ctx, env, "pv-pvc.yaml (other-volume)", sed(t, "pv-pvc.yaml",
-		sedSub{"example-volume", "other-volume", true}, sedSub{"mock.csi.latch.dev", "other.csi.example.com", false}))
-	applyManifest(t, ctx, env, "pod.yaml (app-3)", sed(t, "pod.yaml", sedSub{"app-1", "app-3", false}, sedSub{"example-volume", "other-volume", false}))
-	testsupport.Eventually(t, ctx, time.Minute, "other-volume's VolumeAttachment on node-1", func(ctx context.Context) (bool, error) {
-		vas, err := env.Client.StorageV1().VolumeAttachments().List(ctx, metav1.ListOptions{})
-		if err != nil {
-			return false, err
-		}
-		for _, va := range vas.Items {
-			if p := va.Spec.Source.PersistentVolumeName; p != nil && *p == "other-volume" {
-				return va.Spec.NodeName == "node-1" && va.Spec.Attacher == "other.csi.example.com", nil
+	lists := func(what string, want ...string) func(string, []string) {
+		return func(out string, _ []string) {
+			flat := strings.Join(tableLines(out), "\n")
+			for _, w := range want {
+				if !strings.Contains(flat, w) {
+					t.Errorf("%s: %q is not in what it prints:\n%s", what, w, out)
+				}
 			}
 		}
-		return false, nil
-	})
-
-	out, code = latchctl(t, ctx, env, "explain", "pod", "default/app-3")
-	if code != 1 {
-		t.Errorf("latchctl explain pod default/app-3: exit %d, want 1 (a problem was found, as the doc says)", code)
 	}
-	checkExplainShown(t, docBlock(t, "kubectl latch explain pod default/app-3\n"), out)
-
-	out, code = latchctl(t, ctx, env, "status", "-o", "wide")
-	if code != 0 {
-		t.Errorf("latchctl status -o wide: exit %d, want 0 (status fails only with --fail-pending-older)", code)
-	}
-	got, want := tableLines(out), tableLines(strings.Join(docBlock(t, "kubectl latch status -o wide\n"), "\n"))
-	if strings.Join(got, "\n") != strings.Join(want, "\n") {
-		t.Errorf("latchctl status -o wide prints (ages as AGE)\n  %s\nthe doc shows\n  %s\noutput:\n%s",
-			strings.Join(got, "\n  "), strings.Join(want, "\n  "), out)
+	explainShown := func(out string, shown []string) { checkExplainShown(t, shown, out) }
+	canI := func(command string) gsStep {
+		c := parseCanI(t, command)
+		exit := 0
+		if !c.want {
+			exit = 1 // kubectl auth can-i exits 1 when the answer is no
+		}
+		return gsStep{command: command, exit: exit,
+			before: func() { waitCanI(t, ctx, env, c) },
+			check: func(out string, _ []string) {
+				if want := map[bool]string{true: "yes", false: "no"}[c.want]; strings.TrimSpace(out) != want {
+					t.Errorf("`%s` prints %q, want %q", command, out, want)
+				}
+			}}
 	}
 
-	// The event the doc quotes, as latch's controller words it.
+	walk := []gsStep{
+		{command: "git clone https://github.com/latchcsi/latch && cd latch", skip: "the test runs in the checkout"},
+		{command: "make build # bin/: every binary, plus bin/kubectl-latch (the kubectl plugin) and bin/kubectl_complete-latch (its completion)",
+			skip: "bin/ is prepared from the same builds (TestKubectlCompletesTheLatchPluginThroughItsCompleter checks what make build installs)"},
+		{command: "bin/latch-local up # or: make up", skip: "started in-process, to reach the mock driver (TestUpServesKubeconfigAndStopsCleanlyOnCtrlC runs the command)"},
+		{command: "export KUBECONFIG=$PWD/latch-local.kubeconfig"},
+		{command: "export PATH=$PWD/bin:$PATH # so that kubectl finds the kubectl-latch plugin"},
+		{command: "kubectl get nodes", check: lists("kubectl get nodes", "node-1 Ready", "node-2 Ready")},
+		// 2.
+		{command: "kubectl apply -f examples/statefulset.yaml"},
+		{command: "kubectl get pods,pvc,volumeattachments -o wide", check: lists("kubectl get pods,pvc,volumeattachments", "pod/web-", "persistentvolumeclaim/data-web-")},
+		{command: "kubectl latch status # same as: latchctl status", before: func() {
+			for _, pod := range []string{"web-0", "web-1"} {
+				testsupport.Eventually(t, ctx, 2*time.Minute, "StatefulSet Pod "+pod+" Running", running(pod))
+			}
+		}, check: func(out string, _ []string) {
+			var attached []string
+			for _, l := range tableLines(out)[1:] {
+				if f := strings.Fields(l); len(f) > 4 && f[4] == "attached" {
+					attached = append(attached, f[3])
+				}
+			}
+			slices.Sort(attached)
+			if !slices.Equal(attached, []string{"web-data-1", "web-data-2"}) || !strings.HasPrefix(out, "NAME ") {
+				t.Errorf("kubectl latch status with the StatefulSet Running lists %q attached; want both volumes, as the page says:\n%s", attached, out)
+			}
+		}},
+		{command: "kubectl delete -f examples/statefulset.yaml", check: func(string, []string) {
+			testsupport.Eventually(t, ctx, 2*time.Minute, "the StatefulSet's claims and VolumeAttachments gone", func(ctx context.Context) (bool, error) {
+				pvcs, err := env.Client.CoreV1().PersistentVolumeClaims("default").List(ctx, metav1.ListOptions{})
+				if err != nil {
+					return false, err
+				}
+				vas, err := env.Client.StorageV1().VolumeAttachments().List(ctx, metav1.ListOptions{})
+				return err == nil && len(pvcs.Items) == 0 && len(vas.Items) == 0, err
+			})
+		}},
+		{command: "kubectl apply -f examples/pv-pvc.yaml -f examples/pod.yaml"},
+		{command: "kubectl get volumeattachments", before: func() {
+			testsupport.Eventually(t, ctx, 2*time.Minute, "example-volume attached to node-1", attachedTo("example-volume", "node-1"))
+		}, check: lists("kubectl get volumeattachments", "mock.csi.latch.dev example-volume node-1 true")},
+		// 3.
+		{command: "kubectl apply -k deploy/overlays/prometheus-scrape # the controller, with scrape annotations"},
+		{command: "kubectl apply -k deploy/examples/mock-driver # the example driver with csi-attacher"},
+		{command: "kubectl get deployments -A", before: func() { waitDeploymentsRunning(t, ctx, env) },
+			check: lists("kubectl get deployments -A", "kube-system latch-attachdetach-controller", "latch-system csi-mock-controller")},
+	}
+	// The three can-i lines, as the page writes them.
+	var docs []string
+	for _, sec := range gsSections {
+		for _, st := range docShellSteps(t, "docs/getting-started.md", sec) {
+			for _, c := range st.commands {
+				docs = append(docs, normCommand(c))
+				if strings.HasPrefix(c, "kubectl auth can-i ") {
+					walk = append(walk, canI(normCommand(c)))
+				}
+			}
+		}
+	}
+	walk = append(walk,
+		// 4.
+		gsStep{command: "sed 's/app-1/app-2/; s/node-1/node-2/' examples/pod.yaml | kubectl apply -f -"},
+		gsStep{command: "kubectl latch explain pod default/app-2", exit: 1, check: explainShown, before: func() {
+			testsupport.Eventually(t, ctx, time.Minute, "the Multi-Attach event on app-2", func(ctx context.Context) (bool, error) {
+				evs, err := env.Client.CoreV1().Events("default").List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=app-2,reason=FailedAttachVolume"})
+				return err == nil && len(evs.Items) > 0, err
+			})
+		}},
+		gsStep{command: "kubectl delete pod app-1", check: func(string, []string) {
+			testsupport.Eventually(t, ctx, 2*time.Minute, "example-volume attached to node-2", attachedTo("example-volume", "node-2"))
+			testsupport.Eventually(t, ctx, 2*time.Minute, "Pod app-2 Running", running("app-2"))
+		}},
+		gsStep{command: "kubectl latch explain pod default/app-2 # no problem found, exit code 0", check: func(out string, _ []string) {
+			if !strings.HasSuffix(out, "no problem found\n") {
+				t.Errorf("kubectl latch explain pod default/app-2 after app-1 is gone: want no problem found (as the page says):\n%s", out)
+			}
+		}},
+		// 5.
+		gsStep{command: "sed 's/example-volume/other-volume/g; s/mock.csi.latch.dev/other.csi.example.com/' examples/pv-pvc.yaml | kubectl apply -f -"},
+		gsStep{command: "sed 's/app-1/app-3/; s/example-volume/other-volume/' examples/pod.yaml | kubectl apply -f -"},
+		gsStep{command: "kubectl latch explain pod default/app-3", exit: 1, check: explainShown, before: func() {
+			testsupport.Eventually(t, ctx, time.Minute, "other-volume's VolumeAttachment on node-1", func(ctx context.Context) (bool, error) {
+				vas, err := env.Client.StorageV1().VolumeAttachments().List(ctx, metav1.ListOptions{})
+				if err != nil {
+					return false, err
+				}
+				for _, va := range vas.Items {
+					if p := va.Spec.Source.PersistentVolumeName; p != nil && *p == "other-volume" {
+						return va.Spec.NodeName == "node-1" && va.Spec.Attacher == "other.csi.example.com", nil
+					}
+				}
+				return false, nil
+			})
+		}},
+		gsStep{command: "kubectl latch status -o wide", check: func(out string, shown []string) {
+			got, want := tableLines(out), tableLines(strings.Join(shown, "\n"))
+			if strings.Join(got, "\n") != strings.Join(want, "\n") {
+				t.Errorf("kubectl latch status -o wide prints (ages as AGE)\n  %s\nthe page shows\n  %s\noutput:\n%s",
+					strings.Join(got, "\n  "), strings.Join(want, "\n  "), out)
+			}
+		}},
+	)
+	var walked []string
+	for _, s := range walk {
+		walked = append(walked, s.command)
+	}
+	if !slices.Equal(docs, walked) {
+		t.Fatalf("docs/getting-started.md's steps 1 to 5 run\n  %s\nthe test walks\n  %s\n(change the page and the test together)", strings.Join(docs, "\n  "), strings.Join(walked, "\n  "))
+	}
+
+	i := 0
+	for _, sec := range gsSections {
+		for _, st := range docShellSteps(t, "docs/getting-started.md", sec) {
+			for k := range st.commands {
+				w := walk[i]
+				i++
+				if w.command == "bin/latch-local up # or: make up" {
+					ctx, env = startEnv(t, 6*time.Minute, Options{Nodes: 2, RealNodes: true, ProcessOutput: logs,
+						Kubeconfig: filepath.Join(sh.dir, "latch-local.kubeconfig")})
+					sh.ctx = ctx
+					continue
+				}
+				if w.skip != "" {
+					t.Logf("not run: `%s`: %s", w.command, w.skip)
+					continue
+				}
+				if w.before != nil {
+					w.before()
+				}
+				out, errOut, err := sh.try(w.command)
+				if code := exitCode(err); code != w.exit {
+					t.Fatalf("`%s`: exit %d (%v), want %d as the page says\nstdout:\n%s\nstderr:\n%s", w.command, code, err, w.exit, out, errOut)
+				}
+				if strings.HasPrefix(w.command, "export ") {
+					sh.exports = append(sh.exports, w.command)
+				}
+				var shown []string
+				if k == len(st.commands)-1 {
+					shown = st.output
+				}
+				if w.check != nil {
+					w.check(out, shown)
+				}
+				if t.Failed() {
+					t.Fatalf("stopped after `%s`", w.command)
+				}
+			}
+		}
+	}
+
+	// The event the page quotes, as latch's controller words it.
 	doc, err := os.ReadFile(filepath.Join("..", "..", "docs", "getting-started.md"))
 	if err != nil {
 		t.Fatal(err)
@@ -244,37 +337,14 @@ func TestGettingStartedWalk_steps2To5AsTheDocsShow(t *testing.T) {
 	}
 }
 
-// gettingStartedStatefulSet is step 2's first half: examples/statefulset.yaml
-// applied, both replicas Running, `kubectl latch status` listing both
-// volumes attached, then `kubectl delete -f` taking it all down (claims,
-// Pods and VolumeAttachments gone).
-func gettingStartedStatefulSet(t *testing.T, ctx context.Context, env *Env, running func(string) func(context.Context) (bool, error)) {
-	t.Helper()
-	m := readManifest(t, env.Cluster.RESTConfig(), filepath.Join("..", "..", "examples", "statefulset.yaml"))
-	m.create(t, ctx)
-	for _, pod := range []string{"web-0", "web-1"} {
-		testsupport.Eventually(t, ctx, 2*time.Minute, "StatefulSet Pod "+pod+" Running", running(pod))
+// exitCode is a command's exit status (-1 when it did not run).
+func exitCode(err error) int {
+	var exit *exec.ExitError
+	switch {
+	case errors.As(err, &exit):
+		return exit.ExitCode()
+	case err != nil:
+		return -1
 	}
-	out, code := latchctl(t, ctx, env, "status")
-	var attached []string
-	for _, l := range tableLines(out)[1:] {
-		if f := strings.Fields(l); len(f) > 4 && f[4] == "attached" {
-			attached = append(attached, f[3])
-		}
-	}
-	if code != 0 || len(attached) != 2 || !strings.HasPrefix(out, "NAME ") {
-		t.Errorf("latchctl status with the StatefulSet Running: exit %d, volumes attached %q; want exit 0 and both volumes attached, as the doc says:\n%s", code, attached, out)
-	}
-	m.delete(t, ctx)
-	testsupport.Eventually(t, ctx, 2*time.Minute, "everything of examples/statefulset.yaml gone, with its claims and VolumeAttachments", func(ctx context.Context) (bool, error) {
-		if ok, _ := m.gone(t, ctx); !ok {
-			return false, nil
-		}
-		pvcs, err := env.Client.CoreV1().PersistentVolumeClaims("default").List(ctx, metav1.ListOptions{})
-		if err != nil {
-			return false, err
-		}
-		vas, err := env.Client.StorageV1().VolumeAttachments().List(ctx, metav1.ListOptions{})
-		return err == nil && len(pvcs.Items) == 0 && len(vas.Items) == 0, err
-	})
+	return 0
 }
