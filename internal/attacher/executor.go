@@ -15,7 +15,6 @@ import (
 
 	"github.com/latchcsi/latch/internal/adaptive"
 	"github.com/latchcsi/latch/internal/attacher/decide"
-	"github.com/latchcsi/latch/internal/csi"
 	"github.com/latchcsi/latch/internal/kube"
 	"github.com/latchcsi/latch/internal/runner"
 )
@@ -58,68 +57,6 @@ type executor struct {
 	records orphanStore
 }
 
-// vaFate is what became of the VolumeAttachment a publication was made
-// for, as far as the answer to a status write and a live read tell.
-type vaFate int
-
-const (
-	// vaKept: the object is there (same UID) and a detach of ours will
-	// come for it, or it is not deleting.
-	vaKept vaFate = iota
-	// vaGone: gone, replaced by another object of the same name, or
-	// deleting without our finalizer (decide.PublishedForGone): the
-	// publication is an orphan.
-	vaGone
-	// vaUnknown: the write failed for a reason that tells neither, and
-	// nothing read the object since: the next pass of its name decides
-	// (a suspect, attachOutcome).
-	vaUnknown
-)
-
-// vaFateAfter says what the failed status write of va (err) tells of it:
-// NotFound means gone; the answer to the UID precondition the status patch
-// carries (the API server rejects a patch whose metadata.uid differs from
-// the stored object's with 422, metadata.uid: field is immutable; a 409 is
-// accepted as well), whose codes also have other causes, is decided by a
-// live read of the object. Any other failure (a 500, a timeout) tells
-// nothing: vaUnknown.
-func (e *executor) vaFateAfter(ctx context.Context, va *storagev1.VolumeAttachment, err error) vaFate {
-	switch {
-	case apierrors.IsNotFound(err):
-		return vaGone
-	case apierrors.IsInvalid(err) || apierrors.IsConflict(err):
-		return e.vaLiveFate(ctx, va)
-	}
-	return vaUnknown
-}
-
-// vaLiveFate reads va's object from the API server (a failed read:
-// vaUnknown).
-func (e *executor) vaLiveFate(ctx context.Context, va *storagev1.VolumeAttachment) vaFate {
-	live, gerr := e.readVA(ctx, va.Name)
-	if gerr != nil {
-		return vaUnknown
-	}
-	if decide.PublishedForGone(live, va.UID, e.driver.Name) {
-		return vaGone
-	}
-	return vaKept
-}
-
-// vaWrittenFate says what the object our own successful write of va
-// returned (recorded in the overlay) tells: deleting without our finalizer
-// means another client removed it while the driver published.
-func (e *executor) vaWrittenFate(va *storagev1.VolumeAttachment) vaFate {
-	cur, ok, err := e.vaCache.Get(va.Name)
-	if err != nil || !ok || cur.UID != va.UID {
-		return vaKept
-	}
-	if decide.PublishedForGone(cur, va.UID, e.driver.Name) {
-		return vaGone
-	}
-	return vaKept
-}
-
 // attachOutcome is what came of running an attach plan, as a value: the
 // pass's result and error, and the publication the driver made (or may
 // have made) for a VolumeAttachment whose fate needs the orphan
@@ -160,11 +97,13 @@ func suspected(va *storagev1.VolumeAttachment, plan decide.AttachPlan, secrets m
 }
 
 // runAttach carries out plan for va (pv is the PV the plan was decided
-// on): the PV finalizer, the unpublication of a publication recorded under
-// an old node ID, the VA's finalizer and annotations, ControllerPublish
-// and the status; a failure is recorded in status.attachError with its
-// class deciding the retry.
-func (e *executor) runAttach(ctx context.Context, va *storagev1.VolumeAttachment, pv *v1.PersistentVolume, plan decide.AttachPlan) attachOutcome {
+// on; secrets are the controller-publish secret's values read for its
+// calls): the PV finalizer, the unpublication of a publication recorded
+// under an old node ID, the VA's finalizer and annotations,
+// ControllerPublish and the status. A call the plan forbids is not made,
+// and why is recorded; what the publish came to is decided by package
+// decide (settlePublish).
+func (e *executor) runAttach(ctx context.Context, va *storagev1.VolumeAttachment, pv *v1.PersistentVolume, plan decide.AttachPlan, secrets map[string]string) attachOutcome {
 	switch {
 	case plan.Trivial:
 		return outcome(runner.Result{}, e.writeStatus(ctx, va, storagev1.VolumeAttachmentStatus{Attached: true, AttachmentMetadata: va.Status.AttachmentMetadata}))
@@ -182,7 +121,7 @@ func (e *executor) runAttach(ctx context.Context, va *storagev1.VolumeAttachment
 	if plan.UnpublishFirst != nil {
 		// The node ID is about to be rewritten: undo the publication
 		// recorded under the old one while the record still names it.
-		if res, err := e.unpublishRecorded(ctx, va, plan); err != nil || res.RequeueAfter > 0 {
+		if res, err := e.unpublishRecorded(ctx, va, plan, secrets); err != nil || res.RequeueAfter > 0 {
 			return outcome(res, err)
 		}
 	}
@@ -198,92 +137,139 @@ func (e *executor) runAttach(ctx context.Context, va *storagev1.VolumeAttachment
 	if !plan.Publish {
 		return outcome(runner.Result{}, nil)
 	}
-
-	publishContext, res, err := e.publish(ctx, plan)
-	if stop, r, err := e.notMade(ctx, va, true, res, err); stop {
-		return outcome(r, err)
+	if plan.PublishBlocked != nil {
+		return outcome(e.notCalled(ctx, va, true, plan.PublishBlocked))
 	}
-	switch {
-	case res.callErr != nil && !csi.IsFinalError(res.callErr):
-		// The driver may have published: if the VolumeAttachment went
-		// away meanwhile, that possible publication is an orphan.
-		return e.publishFailed(ctx, va, plan, res.secrets, nil, res.callErr)
-	case res.callErr != nil:
-		// A final code: nothing was published, whatever became of va.
-		return outcome(e.attachFailed(ctx, va, nil, res.callErr))
-	}
-	if blocked := decide.CheckPublishContext(publishContext); blocked != nil {
-		// The API server would refuse the status write: retrying would
-		// only publish again and again. The finalizer stays, so a delete
-		// still unpublishes.
-		return e.publishFailed(ctx, va, plan, res.secrets, blocked, nil)
-	}
-	sent, err := e.sendStatus(ctx, va, storagev1.VolumeAttachmentStatus{Attached: true, AttachmentMetadata: publishContext})
+	answer, err := e.publish(ctx, plan, secrets)
 	if err != nil {
-		switch e.vaFateAfter(ctx, va, err) {
-		case vaGone:
-			// The VolumeAttachment went away (or was replaced by a new
-			// object of the same name) while the driver published it:
-			// nothing will ever detach that publication, so undo it now
-			// (and retry until it is undone).
-			return orphaned(va, plan, res.secrets, err, false)
-		case vaUnknown:
-			// The retry this error leads to may find the object gone from
-			// the cache: remember the publication until a read tells.
-			return suspected(va, plan, res.secrets, err, false, runner.Result{}, err)
-		}
 		return outcome(runner.Result{}, err)
 	}
-	if !sent {
-		// The VA already showed this status, one we did not believe (no
-		// finalizer or node-id annotation of ours), so nothing was sent
-		// and no UID precondition checked: a live read tells whether va
-		// went away, or was replaced, while the driver published.
-		if settled, out := e.publishedUnwritten(ctx, va, plan, res.secrets); settled {
-			return out
-		}
-	}
-	e.metrics.attached(va.CreationTimestamp.Time, e.clock.Now())
-	klog.FromContext(ctx).V(2).Info("Volume attached", "volumeHandle", plan.Volume.Handle)
-	return outcome(runner.Result{}, nil)
+	return e.settlePublish(ctx, va, plan, secrets, answer)
 }
 
-// publishedUnwritten settles a successful publish for va whose status
-// needed no write: a live read of va decides (vaLiveFate). Gone, replaced
-// or deleting without our finalizer: the publication is an orphan; not
-// readable: a suspect, and the error's retry decides. settled is false
-// when va is still there, and the attach is done.
-func (e *executor) publishedUnwritten(ctx context.Context, va *storagev1.VolumeAttachment, plan decide.AttachPlan, secrets map[string]string) (settled bool, out attachOutcome) {
-	switch e.vaLiveFate(ctx, va) {
-	case vaGone:
-		return true, orphaned(va, plan, secrets, fmt.Errorf("VolumeAttachment %q (uid %s) is gone, replaced or deleting without our finalizer", va.Name, va.UID), false)
-	case vaUnknown:
-		err := fmt.Errorf("VolumeAttachment %q (uid %s) could not be read after its volume was published", va.Name, va.UID)
-		return true, suspected(va, plan, secrets, err, false, runner.Result{}, err)
+// settlePublish writes what the publish's answer p records
+// (decide.AfterPublish: status.attached, or status.attachError), reads va
+// live when the write's answer leaves open what became of it
+// (decide.VAFate), and returns what decide.PublishOutcome makes of it:
+// attached; an orphan (va went away, or was replaced, while the driver
+// published: nothing will ever detach that publication, so it is undone
+// now, and retried until it is); a suspect (not known: the retry the error
+// leads to may find the object gone from the cache, so the publication is
+// remembered until a read tells); or a failure to retry.
+func (e *executor) settlePublish(ctx context.Context, va *storagev1.VolumeAttachment, plan decide.AttachPlan, secrets map[string]string, p decide.Published) attachOutcome {
+	rec := decide.AfterPublish(p)
+	facts := decide.FateFacts{UID: va.UID, Driver: e.driver.Name}
+	var werr error
+	var msg string
+	if rec.Attached {
+		sent, err := e.sendStatus(ctx, va, storagev1.VolumeAttachmentStatus{Attached: true, AttachmentMetadata: p.Context})
+		werr, facts.Write = err, statusWriteOf(sent, err)
+	} else {
+		var code *int32
+		msg, code = failure(rec.Blocked, p.Err)
+		// recordError writes nothing when the message is there already;
+		// then nothing checked the UID.
+		unchanged := va.Status.AttachError != nil && va.Status.AttachError.Message == fitMessage(msg, code, maxVolumeErrorMessageBytes)
+		werr = e.recordError(ctx, va, true, msg, code)
+		facts.Write = statusWriteOf(!unchanged, werr)
+		if rec.MayBePublished && facts.Write == decide.WriteSent {
+			// The object the write returned shows whether our finalizer
+			// was removed from it while the driver published.
+			facts.Written = e.written(va)
+		}
 	}
-	return false, attachOutcome{}
+	fate := decide.FateKept
+	if rec.Attached || rec.MayBePublished {
+		var read bool
+		if fate, read = decide.VAFate(facts); read {
+			facts.Live = e.sight(ctx, va.Name)
+			fate, _ = decide.VAFate(facts)
+		}
+	}
+	logger := klog.FromContext(ctx)
+	out := decide.PublishOutcome(p, fate, werr != nil)
+	switch out.Kind {
+	case decide.OutcomeAttached:
+		e.metrics.attached(va.CreationTimestamp.Time, e.clock.Now())
+		logger.V(2).Info("Volume attached", "volumeHandle", plan.Volume.Handle)
+		return outcome(runner.Result{}, nil)
+	case decide.OutcomeOrphaned:
+		cause := werr
+		if cause == nil {
+			cause = fmt.Errorf("VolumeAttachment %q (uid %s) is gone, replaced or deleting without our finalizer", va.Name, va.UID)
+		}
+		if !rec.Attached {
+			logger.V(2).Info("Attach failed after a possible publication for a VolumeAttachment that is gone", "reason", reasonOf(rec.Blocked), "err", msg)
+			cause = fmt.Errorf("%s; then: %w", msg, cause)
+		}
+		return orphaned(va, plan, secrets, cause, out.Uncertain)
+	case decide.OutcomeSuspect:
+		if rec.Attached {
+			err := werr
+			if err == nil {
+				err = fmt.Errorf("VolumeAttachment %q (uid %s) could not be read after its volume was published", va.Name, va.UID)
+			}
+			return suspected(va, plan, secrets, err, out.Uncertain, runner.Result{}, err)
+		}
+		cause := werr
+		if cause == nil {
+			cause = fmt.Errorf("VolumeAttachment %q (uid %s) could not be read", va.Name, va.UID)
+		}
+		cause = fmt.Errorf("%s; then: %w", msg, cause)
+		if werr != nil {
+			return suspected(va, plan, secrets, cause, out.Uncertain, runner.Result{}, werr)
+		}
+		// The failure itself is recorded. Not terminal, whatever the
+		// reason: the retry settles the suspect first.
+		logger.V(2).Info("Attach failed", "reason", reasonOf(rec.Blocked), "err", msg)
+		return suspected(va, plan, secrets, cause, out.Uncertain, runner.Result{}, fmt.Errorf("attach VolumeAttachment %q: %s", va.Name, msg))
+	case decide.OutcomeWriteFailed:
+		return outcome(runner.Result{}, werr)
+	case decide.OutcomeThrottled:
+		return outcome(e.throttled(ctx, va, "Attach", msg))
+	}
+	return outcome(attachFailure(ctx, va, reasonOf(rec.Blocked), msg, out.Terminal))
+}
+
+// statusWriteOf is how a status write answered (sent: a patch was sent;
+// err: its failure), as decide.VAFate takes it.
+func statusWriteOf(sent bool, err error) decide.StatusWrite {
+	switch {
+	case err == nil && !sent:
+		return decide.WriteUnneeded
+	case err == nil:
+		return decide.WriteSent
+	case apierrors.IsNotFound(err):
+		return decide.WriteNotFound
+	case apierrors.IsInvalid(err) || apierrors.IsConflict(err):
+		return decide.WriteRefused
+	}
+	return decide.WriteFailed
 }
 
 // runDetach carries out plan for va, which is being deleted:
 // ControllerUnpublish, then the removal of our finalizer (and
 // status.attached=false when other finalizers keep the object); a
-// failure is recorded in status.detachError.
-func (e *executor) runDetach(ctx context.Context, va *storagev1.VolumeAttachment, plan decide.DetachPlan) (runner.Result, error) {
+// failure is recorded in status.detachError. secrets are the
+// controller-publish secret's values read for the call.
+func (e *executor) runDetach(ctx context.Context, va *storagev1.VolumeAttachment, plan decide.DetachPlan, secrets map[string]string) (runner.Result, error) {
 	switch {
 	case plan.Done:
 		return runner.Result{}, nil
 	case plan.Blocked != nil:
 		return e.detachBlocked(ctx, va, plan.Blocked)
+	case plan.CallBlocked != nil:
+		return e.notCalled(ctx, va, false, plan.CallBlocked)
 	}
-	res, err := e.unpublish(ctx, unpublication{handle: plan.Volume.Handle, nodeID: plan.NodeID,
-		secretRef: plan.Volume.Secret, migrated: plan.Volume.Migrated})
-	if stop, r, err := e.notMade(ctx, va, false, res, err); stop {
-		return r, err
+	callErr, err := e.unpublish(ctx, unpublication{handle: plan.Volume.Handle, nodeID: plan.NodeID,
+		secrets: secrets, migrated: plan.Volume.Migrated})
+	if err != nil {
+		return runner.Result{}, err
 	}
-	if res.callErr != nil {
+	if callErr != nil {
 		// Whatever the code, the volume may still be attached: keep the
 		// finalizer and retry.
-		return e.detachFailed(ctx, va, "", res.callErr)
+		return e.detachFailed(ctx, va, "", callErr)
 	}
 	if err := e.releaseVA(ctx, va); err != nil {
 		return e.writeFailed(ctx, va, false, err)
@@ -296,15 +282,18 @@ func (e *executor) runDetach(ctx context.Context, va *storagev1.VolumeAttachment
 // VA recorded another node ID than the CSINode now reports). A failure is
 // recorded in status.attachError and retried: the node ID is not rewritten
 // until the old publication is gone.
-func (e *executor) unpublishRecorded(ctx context.Context, va *storagev1.VolumeAttachment, plan decide.AttachPlan) (runner.Result, error) {
+func (e *executor) unpublishRecorded(ctx context.Context, va *storagev1.VolumeAttachment, plan decide.AttachPlan, secrets map[string]string) (runner.Result, error) {
 	u := plan.UnpublishFirst
-	res, err := e.unpublish(ctx, unpublication{handle: u.Handle, nodeID: u.NodeID,
-		secretRef: plan.Volume.Secret, migrated: plan.Volume.Migrated})
-	if stop, r, err := e.notMade(ctx, va, true, res, err); stop {
-		return r, err
+	if u.Blocked != nil {
+		return e.notCalled(ctx, va, true, u.Blocked)
 	}
-	if res.callErr != nil {
-		msg, code := failure(nil, res.callErr)
+	callErr, err := e.unpublish(ctx, unpublication{handle: u.Handle, nodeID: u.NodeID,
+		secrets: secrets, migrated: plan.Volume.Migrated})
+	if err != nil {
+		return runner.Result{}, err
+	}
+	if callErr != nil {
+		msg, code := failure(nil, callErr)
 		return e.attachFailedMsg(ctx, va, fmt.Sprintf("the CSINode of node %q now reports node ID %q; the volume recorded as published to node ID %q must be unpublished first: %s",
 			va.Spec.NodeName, plan.NodeID, u.NodeID, msg), code)
 	}
@@ -313,23 +302,8 @@ func (e *executor) unpublishRecorded(ctx context.Context, va *storagev1.VolumeAt
 	return runner.Result{}, nil
 }
 
-// notMade reports whether a CSI call the executor was asked to make was
-// not made, and what the pass returns then: err (the secret read or the
-// wait for a slot failed) goes to the runner's backoff; a call
-// decide.BeforeCall blocked is recorded (notCalled).
-func (e *executor) notMade(ctx context.Context, va *storagev1.VolumeAttachment, attach bool, res callResult, err error) (bool, runner.Result, error) {
-	switch {
-	case err != nil:
-		return true, runner.Result{}, err
-	case res.blocked != nil:
-		r, err := e.notCalled(ctx, va, attach, res.blocked)
-		return true, r, err
-	}
-	return false, runner.Result{}, nil
-}
-
 // notCalled records why the driver was not called (blocked, decided by
-// decide.BeforeCall): an object latch does not watch (a Secret) is polled
+// decide.BeforeCall and marked in the plan): an object latch does not watch (a Secret) is polled
 // every secretRetryInterval; anything else is an attach failure (a
 // detach's blocked reasons are only secrets).
 func (e *executor) notCalled(ctx context.Context, va *storagev1.VolumeAttachment, attach bool, blocked *decide.Blocked) (runner.Result, error) {
@@ -349,7 +323,7 @@ func (e *executor) attachFailed(ctx context.Context, va *storagev1.VolumeAttachm
 	if err := e.recordError(ctx, va, true, msg, code); err != nil {
 		return runner.Result{}, err
 	}
-	return attachFailure(ctx, va, blocked, msg)
+	return attachFailure(ctx, va, reasonOf(blocked), msg, blocked != nil && blocked.Reason.Class() == decide.ClassTerminal)
 }
 
 // attachFailedMsg records msg (with the gRPC code, if any) in
@@ -363,66 +337,13 @@ func (e *executor) attachFailedMsg(ctx context.Context, va *storagev1.VolumeAtta
 
 // attachFailure logs a recorded attach failure and returns its error
 // (terminal when only an edit of the VA can fix it).
-func attachFailure(ctx context.Context, va *storagev1.VolumeAttachment, blocked *decide.Blocked, msg string) (runner.Result, error) {
-	klog.FromContext(ctx).V(2).Info("Attach failed", "reason", reasonOf(blocked), "err", msg)
+func attachFailure(ctx context.Context, va *storagev1.VolumeAttachment, reason decide.Reason, msg string, terminal bool) (runner.Result, error) {
+	klog.FromContext(ctx).V(2).Info("Attach failed", "reason", reason, "err", msg)
 	err := fmt.Errorf("attach VolumeAttachment %q: %s", va.Name, msg)
-	if blocked != nil && blocked.Reason.Class() == decide.ClassTerminal {
+	if terminal {
 		return runner.Result{}, runner.Terminal(err)
 	}
 	return runner.Result{}, err
-}
-
-// publishFailed records a failed attach (as attachFailed) after a
-// ControllerPublish that published, or may have: it failed with a code that
-// leaves its outcome unknown, or succeeded with a publish context that
-// cannot be stored. When the status write, which carries va's UID, shows
-// that va is gone or replaced — or no write was needed and a live read
-// shows it — that publication is an orphan, as after a successful publish.
-func (e *executor) publishFailed(ctx context.Context, va *storagev1.VolumeAttachment, plan decide.AttachPlan, secrets map[string]string, blocked *decide.Blocked, callErr error) attachOutcome {
-	msg, code := failure(blocked, callErr)
-	unchanged := va.Status.AttachError != nil && va.Status.AttachError.Message == fitMessage(msg, code, maxVolumeErrorMessageBytes)
-	werr := e.recordError(ctx, va, true, msg, code)
-	var fate vaFate
-	switch {
-	case werr != nil:
-		fate = e.vaFateAfter(ctx, va, werr)
-	case unchanged:
-		// recordError wrote nothing, so nothing checked the UID.
-		fate = e.vaLiveFate(ctx, va)
-	default:
-		// The write went through: the object it returned shows whether
-		// our finalizer was removed from it while the driver published.
-		fate = e.vaWrittenFate(va)
-	}
-	switch fate {
-	case vaGone:
-		cause := werr
-		if cause == nil {
-			cause = fmt.Errorf("VolumeAttachment %q (uid %s) is gone, replaced or deleting without our finalizer", va.Name, va.UID)
-		}
-		klog.FromContext(ctx).V(2).Info("Attach failed after a possible publication for a VolumeAttachment that is gone", "reason", reasonOf(blocked), "err", msg)
-		return orphaned(va, plan, secrets, fmt.Errorf("%s; then: %w", msg, cause), callErr != nil)
-	case vaUnknown:
-		cause := werr
-		if cause == nil {
-			cause = fmt.Errorf("VolumeAttachment %q (uid %s) could not be read", va.Name, va.UID)
-		}
-		cause = fmt.Errorf("%s; then: %w", msg, cause)
-		if werr == nil {
-			// The failure itself is recorded. Not terminal, whatever the
-			// reason: the retry settles the suspect first.
-			klog.FromContext(ctx).V(2).Info("Attach failed", "reason", reasonOf(blocked), "err", msg)
-			return suspected(va, plan, secrets, cause, callErr != nil, runner.Result{}, fmt.Errorf("attach VolumeAttachment %q: %s", va.Name, msg))
-		}
-		return suspected(va, plan, secrets, cause, callErr != nil, runner.Result{}, werr)
-	}
-	if werr != nil {
-		return outcome(runner.Result{}, werr)
-	}
-	if isThrottled(callErr) {
-		return outcome(e.throttled(ctx, va, "Attach", msg))
-	}
-	return outcome(attachFailure(ctx, va, blocked, msg))
 }
 
 // throttled schedules the next try of a VolumeAttachment whose call the

@@ -10,6 +10,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	csipb "github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	v1 "k8s.io/api/core/v1"
@@ -34,42 +35,40 @@ import (
 // secret read and the patch and message builders they use. The Controller
 // writes no object and calls no driver method but through these.
 
-// callResult is what came of a CSI call the executor was asked to make.
-type callResult struct {
-	// secrets are the controller-publish secret's values the call was
-	// made with (nil: none).
-	secrets map[string]string
-	// blocked: decide.BeforeCall refused the call (a missing or forbidden
-	// Secret, a capability that cannot be built); nothing was called.
-	blocked *decide.Blocked
-	// callErr is the driver's error, already counted in the metrics.
-	callErr error
-}
-
 // unpublication is one ControllerUnpublish: of a detach, of a publication
 // recorded under an old node ID, or of an orphan.
 type unpublication struct {
 	handle, nodeID string
-	// secretRef is read when secrets is nil (an orphan keeps the values
-	// its publish used, until a restart).
-	secretRef *v1.SecretReference
-	secrets   map[string]string
+	// secrets are the controller-publish secret's values (nil: none):
+	// read by the pass for a detach, kept by an orphan from its publish
+	// until a restart.
+	secrets map[string]string
 	// migrated labels the call's metrics as made for a migrated in-tree
 	// volume.
 	migrated bool
 }
 
-// publish calls ControllerPublish for plan: the secret read, the
-// capability built, decide.BeforeCall asked, an attach slot taken and the
-// call bounded by the timeout. It returns the publish context; err is a
-// failure before the call (the secret read, the wait for a slot).
-func (e *executor) publish(ctx context.Context, plan decide.AttachPlan) (map[string]string, callResult, error) {
-	capability, capErr := csi.VolumeCapability(csi.CapabilityInput{
-		AccessModes: plan.Volume.AccessModes, Block: plan.Volume.Block, FSType: plan.Volume.FSType,
-		MountOptions: plan.Volume.MountOptions, SingleNodeMultiWriter: e.driver.SupportsSingleNodeMultiWriter,
+// volumeCapability is the CSI VolumeCapability a ControllerPublish of vol
+// sends, or why it cannot be built (a fact decide.BeforeCall judges).
+func volumeCapability(drv DriverInfo, vol decide.Volume) (*csipb.VolumeCapability, error) {
+	return csi.VolumeCapability(csi.CapabilityInput{
+		AccessModes: vol.AccessModes, Block: vol.Block, FSType: vol.FSType,
+		MountOptions: vol.MountOptions, SingleNodeMultiWriter: drv.SupportsSingleNodeMultiWriter,
 	})
+}
+
+// publish calls ControllerPublish for plan with secrets: an attach slot
+// taken and the call bounded by the timeout. It returns the driver's
+// answer, classified (decide.Published); err is a failure before the call
+// (the wait for a slot). The plan allowed the call (PublishBlocked nil), so
+// the capability can be built.
+func (e *executor) publish(ctx context.Context, plan decide.AttachPlan, secrets map[string]string) (decide.Published, error) {
+	capability, err := volumeCapability(e.driver, plan.Volume)
+	if err != nil {
+		return decide.Published{}, err
+	}
 	var publishContext map[string]string
-	res, err := e.call(ctx, adaptive.Attach, "attach", plan.Volume.Migrated, plan.Volume.Secret, nil, capErr,
+	callErr, err := e.call(ctx, adaptive.Attach, "attach", plan.Volume.Migrated, secrets,
 		func(ctx context.Context, secrets map[string]string) error {
 			var err error
 			publishContext, err = e.csi.ControllerPublish(ctx, csi.PublishRequest{
@@ -82,53 +81,46 @@ func (e *executor) publish(ctx context.Context, plan decide.AttachPlan) (map[str
 			})
 			return err
 		})
-	return publishContext, res, err
+	if err != nil {
+		return decide.Published{}, err
+	}
+	return decide.Published{Err: callErr, Final: callErr != nil && csi.IsFinalError(callErr), Throttled: isThrottled(callErr), Context: publishContext}, nil
 }
 
 // unpublish calls ControllerUnpublish for u, the one path of a detach, of
-// an unpublication before a node ID is rewritten and of an orphan: the
-// secret read (unless u carries its values), decide.BeforeCall asked, a
-// detach slot taken and the call bounded by the timeout.
-func (e *executor) unpublish(ctx context.Context, u unpublication) (callResult, error) {
-	return e.call(ctx, adaptive.Detach, "detach", u.migrated, u.secretRef, u.secrets, nil,
+// an unpublication before a node ID is rewritten and of an orphan: a
+// detach slot taken and the call bounded by the timeout. callErr is the
+// driver's error; err a failure before the call (the wait for a slot).
+func (e *executor) unpublish(ctx context.Context, u unpublication) (callErr, err error) {
+	return e.call(ctx, adaptive.Detach, "detach", u.migrated, u.secrets,
 		func(ctx context.Context, secrets map[string]string) error {
 			return e.csi.ControllerUnpublish(ctx, u.handle, u.nodeID, secrets)
 		})
 }
 
-// call makes one CSI call of op ("attach" or "detach"): secrets are read
-// through ref unless given, the call is made only when decide.BeforeCall
-// allows it, in one of slots and within the timeout (which starts once the
-// slot is held), with the migrated label; a driver error is counted.
-func (e *executor) call(ctx context.Context, dir adaptive.Direction, op string, migrated bool, ref *v1.SecretReference, secrets map[string]string, capErr error,
-	fn func(ctx context.Context, secrets map[string]string) error) (callResult, error) {
-	var facts decide.CallFacts
-	if secrets == nil {
-		var err error
-		if secrets, facts, err = e.secrets(ctx, ref); err != nil {
-			return callResult{}, err
-		}
-	}
-	facts.CapabilityErr = capErr
-	if blocked := decide.BeforeCall(facts); blocked != nil {
-		return callResult{blocked: blocked}, nil
-	}
+// call makes one CSI call of op ("attach" or "detach") with secrets, in
+// one of the call slots and within the timeout (which starts once the slot
+// is held), with the migrated label. callErr is the driver's error,
+// counted in the metrics; err says the call was not made (no slot before
+// ctx ended).
+func (e *executor) call(ctx context.Context, dir adaptive.Direction, op string, migrated bool, secrets map[string]string,
+	fn func(ctx context.Context, secrets map[string]string) error) (callErr, err error) {
 	slot, err := e.calls.Acquire(ctx, dir)
 	if err != nil {
-		return callResult{}, fmt.Errorf("%w: %w", errNoSlot, err)
+		return nil, fmt.Errorf("%w: %w", errNoSlot, err)
 	}
 	callCtx, cancel := context.WithTimeout(csi.WithMigrated(ctx, migrated), e.timeout)
-	err = fn(callCtx, secrets)
+	callErr = fn(callCtx, secrets)
 	cancel()
-	outcome := callOutcome(err, ctx.Err() != nil)
+	outcome := callOutcome(callErr, ctx.Err() != nil)
 	slot.Done(outcome)
-	if err != nil {
-		e.metrics.csiError(op, err)
+	if callErr != nil {
+		e.metrics.csiError(op, callErr)
 	}
 	if outcome == adaptive.Throttled {
 		e.metrics.throttled(op)
 	}
-	return callResult{secrets: secrets, callErr: err}, nil
+	return callErr, nil
 }
 
 // patchVA sends patch for va (a subresource when given) through the
@@ -286,6 +278,23 @@ func (e *executor) readVA(ctx context.Context, name string) (*storagev1.VolumeAt
 	return live, err
 }
 
+// written is what our own last write of va's name returned (the overlay's
+// entry), nil when the cache holds nothing of that name.
+func (e *executor) written(va *storagev1.VolumeAttachment) *storagev1.VolumeAttachment {
+	cur, ok, err := e.vaCache.Get(va.Name)
+	if err != nil || !ok {
+		return nil
+	}
+	return cur
+}
+
+// sight reads the VolumeAttachment name live (readVA), as
+// decide.VAFate takes it.
+func (e *executor) sight(ctx context.Context, name string) decide.Sighting {
+	live, err := e.readVA(ctx, name)
+	return decide.Sighting{Made: true, Failed: err != nil, VA: live}
+}
+
 // listVolumes asks the driver which nodes each volume is published to
 // (ListVolumes, every page of at most maxEntries), within timeout.
 func (e *executor) listVolumes(ctx context.Context, timeout time.Duration, maxEntries int) (map[string][]string, error) {
@@ -366,11 +375,11 @@ func (e *executor) throttledRetryInterval() time.Duration {
 // server stores at most 1 MiB of data per Secret; the rest is metadata.
 const maxSecretBytes = 3 << 20
 
-// secrets reads the controller-publish secret ref names (none when nil)
-// and returns its data with the facts decide.BeforeCall judges: a missing
-// or forbidden secret is a fact, not an error; other read errors are
-// returned and retried.
-func (e *executor) secrets(ctx context.Context, ref *v1.SecretReference) (map[string]string, decide.CallFacts, error) {
+// readSecret reads the controller-publish secret ref names (none when
+// nil) and returns its data with the facts decide.BeforeCall judges: a
+// missing or forbidden secret is a fact, not an error; other read errors
+// are returned and retried.
+func (e *executor) readSecret(ctx context.Context, ref *v1.SecretReference) (map[string]string, decide.CallFacts, error) {
 	facts := decide.CallFacts{Secret: ref}
 	if ref == nil {
 		return nil, facts, nil

@@ -576,31 +576,47 @@ func (c *Controller) settleOrphan(ctx context.Context, name string, va *storagev
 	if o.fromRecord {
 		secretRef = c.recordedSecret(ctx, o)
 	}
-	out, err := c.exec.unpublish(ctx, unpublication{handle: o.handle, nodeID: o.nodeID, secretRef: secretRef, secrets: o.secrets})
-	switch {
-	case errors.Is(err, errNoSlot):
+	callErr, err := c.unpublishOrphan(ctx, o, secretRef)
+	if errors.Is(err, errNoSlot) {
 		return false, runner.Result{}, err
-	case err == nil && out.blocked != nil:
-		err = fmt.Errorf("%s", out.blocked.Message)
 	}
 	if err != nil {
 		c.showOrphanWait(ctx, va, o, err)
 		return false, runner.Result{}, fmt.Errorf("unpublish volume %q from node ID %q left behind by VolumeAttachment %q: %w", o.handle, o.nodeID, name, err)
 	}
-	if out.callErr != nil {
-		if o.uncertain && !decide.StillUncertain(o.facts(), csi.IsFinalError(out.callErr)) {
+	if callErr != nil {
+		if o.uncertain && !decide.StillUncertain(o.facts(), csi.IsFinalError(callErr)) {
 			// The driver answered with no publish pending: from now on a
 			// listing that does not show the volume may forget it.
 			c.updateOrphan(name, o, func(p *orphan) { p.uncertain = false })
 		}
-		c.showOrphanWait(ctx, va, o, out.callErr)
-		return false, runner.Result{}, fmt.Errorf("unpublish volume %q from node ID %q left behind by the deleted VolumeAttachment %q: %w", o.handle, o.nodeID, name, out.callErr)
+		c.showOrphanWait(ctx, va, o, callErr)
+		return false, runner.Result{}, fmt.Errorf("unpublish volume %q from node ID %q left behind by the deleted VolumeAttachment %q: %w", o.handle, o.nodeID, name, callErr)
 	}
 	c.updateOrphan(name, o, func(p *orphan) { p.unpublished = true })
 	o.unpublished = true
 	logger.Info("Unpublished the volume of a VolumeAttachment deleted or replaced while it was being published")
 	c.dropOrphan(ctx, name, o)
 	return !stale, runner.Result{}, nil
+}
+
+// unpublishOrphan calls ControllerUnpublish for o with the secret values
+// its publish used, or else those read through secretRef, when
+// decide.BeforeCall allows the call (a missing or forbidden Secret is
+// returned as err, as is a failed read or the wait for a slot: errNoSlot).
+// callErr is the driver's error.
+func (c *Controller) unpublishOrphan(ctx context.Context, o orphan, secretRef *v1.SecretReference) (callErr, err error) {
+	secrets := o.secrets
+	if secrets == nil {
+		var facts decide.CallFacts
+		if secrets, facts, err = c.exec.readSecret(ctx, secretRef); err != nil {
+			return nil, err
+		}
+		if blocked := decide.BeforeCall(facts); blocked != nil {
+			return nil, fmt.Errorf("%s", blocked.Message)
+		}
+	}
+	return c.exec.unpublish(ctx, unpublication{handle: o.handle, nodeID: o.nodeID, secrets: secrets})
 }
 
 // showOrphanWait tells the user of va, a new VolumeAttachment that waits

@@ -96,7 +96,11 @@ func (c *Controller) attachVA(ctx context.Context, va *storagev1.VolumeAttachmen
 		// publication whose VolumeAttachment is gone is an orphan before
 		// another pass can miss it (decideAttach).
 		defer published()
-		return c.afterAttach(ctx, c.exec.runAttach(ctx, va, obs.PV, plan))
+		plan, secrets, err := c.callFacts(ctx, plan)
+		if err != nil {
+			return runner.Result{}, err
+		}
+		return c.afterAttach(ctx, c.exec.runAttach(ctx, va, obs.PV, plan, secrets))
 	}()
 	if pending && err == nil && c.hasOrphan(name) {
 		// Now that va's pass wrote our finalizer, va takes the
@@ -123,11 +127,37 @@ func (c *Controller) detachVA(ctx context.Context, va *storagev1.VolumeAttachmen
 	}
 	obs.StillPublished = c.orphans.isStillPublished(va)
 	plan := decide.Detach(obs, c.cfg.Driver, translator(ctx))
-	res, err := c.exec.runDetach(ctx, va, plan)
+	var secrets map[string]string
+	if plan.CallsDriver() {
+		var facts decide.CallFacts
+		if secrets, facts, err = c.exec.readSecret(ctx, plan.Volume.Secret); err != nil {
+			return runner.Result{}, err
+		}
+		plan = decide.DetachWithCallFacts(plan, facts)
+	}
+	res, err := c.exec.runDetach(ctx, va, plan, secrets)
 	if err == nil && obs.StillPublished {
 		c.orphans.stillPublishedDone(va)
 	}
 	return res, err
+}
+
+// callFacts reads, when plan calls the driver, what decide.BeforeCall
+// judges: the controller-publish secret (its values are returned for the
+// calls) and whether the CSI capability can be built. The plan comes back
+// with the calls it may not make marked (decide.WithCallFacts). A failed
+// read of the secret, other than not found or forbidden, is returned for
+// the runner's backoff.
+func (c *Controller) callFacts(ctx context.Context, plan decide.AttachPlan) (decide.AttachPlan, map[string]string, error) {
+	if !plan.CallsDriver() {
+		return plan, nil, nil
+	}
+	secrets, facts, err := c.exec.readSecret(ctx, plan.Volume.Secret)
+	if err != nil {
+		return plan, nil, err
+	}
+	_, facts.CapabilityErr = volumeCapability(c.cfg.Driver, plan.Volume)
+	return decide.WithCallFacts(plan, facts), secrets, nil
 }
 
 // withVA adds va and its node to ctx's logger.

@@ -36,13 +36,19 @@ type AttachPlan struct {
 	// False for a VA whose attached=true latch believes (see believed):
 	// then only Metadata is written.
 	Publish bool
-	Volume  Volume
-	NodeID  string
+	// PublishBlocked: ControllerPublish may not be called (BeforeCall,
+	// marked by WithCallFacts); the executor records why instead.
+	PublishBlocked *Blocked
+	Volume         Volume
+	NodeID         string
 }
 
 // Unpublication is one ControllerUnpublish of a recorded publication.
 type Unpublication struct {
 	Handle, NodeID string
+	// Blocked: the unpublish may not be called (BeforeCall, marked by
+	// WithCallFacts); the executor records why instead.
+	Blocked *Blocked
 }
 
 // MetadataChange is one guarded write of finalizers and annotations.
@@ -364,49 +370,4 @@ func orphanElsewhereMessage(vol Volume, nodeID string, o Orphan) string {
 		msg += "; that publication is tracked in memory only, and lost if csi-attacher restarts before it is unpublished: " + o.RecordProblem
 	}
 	return msg
-}
-
-// SecretState is what reading a controller-publish secret found.
-type SecretState int
-
-const (
-	// SecretNone: the volume names no secret, or it was read.
-	SecretNone SecretState = iota
-	// SecretNotFound: the Secret does not exist (yet).
-	SecretNotFound
-	// SecretForbidden: csi-attacher may not read it.
-	SecretForbidden
-)
-
-// CallFacts are read only when a plan is about to call the driver.
-type CallFacts struct {
-	// Secret is the volume's controller-publish secret reference (nil:
-	// none) and SecretState what reading it found; SecretDenial is the
-	// API server's message when it refused the read.
-	Secret       *v1.SecretReference
-	SecretState  SecretState
-	SecretDenial string
-	// CapabilityErr is why the CSI VolumeCapability for the volume could
-	// not be built (ControllerPublish only; nil when it could, or for an
-	// unpublish, which sends none).
-	CapabilityErr error
-}
-
-// BeforeCall decides whether the driver may be called now, or why not: a
-// missing or unreadable secret (ClassWaitForObject: polled, secrets are
-// not watched) comes first, then a capability the access modes cannot be
-// mapped to (ClassRetry: a PV's access modes are immutable, but the
-// VolumeAttachment's attachError says why it is not attached). Nil: call.
-func BeforeCall(f CallFacts) *Blocked {
-	switch ref := f.Secret; {
-	case ref != nil && f.SecretState == SecretNotFound:
-		return &Blocked{Reason: ReasonWaitingForSecret, Message: fmt.Sprintf("controller publish secret %s/%s not found", ref.Namespace, ref.Name)}
-	case ref != nil && f.SecretState == SecretForbidden:
-		return &Blocked{Reason: ReasonSecretForbidden, Message: fmt.Sprintf(
-			"controller publish secret %s/%s: csi-attacher is not allowed to read it (%s); grant its ServiceAccount a Role with verbs [get] on resource secrets in namespace %q",
-			ref.Namespace, ref.Name, f.SecretDenial, ref.Namespace)}
-	case f.CapabilityErr != nil:
-		return &Blocked{Reason: ReasonInvalidCapabilities, Message: f.CapabilityErr.Error()}
-	}
-	return nil
 }

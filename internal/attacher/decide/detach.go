@@ -14,9 +14,12 @@ import (
 type DetachPlan struct {
 	Blocked *Blocked
 	// Done: our finalizer is not on the VA; nothing to do.
-	Done   bool
-	Volume Volume
-	NodeID string
+	Done bool
+	// CallBlocked: ControllerUnpublish may not be called (BeforeCall,
+	// marked by DetachWithCallFacts); the executor records why instead.
+	CallBlocked *Blocked
+	Volume      Volume
+	NodeID      string
 }
 
 // Detach decides how to detach obs.VA, which is being deleted: nothing

@@ -9,13 +9,20 @@
 // The steps of an attach plan run in this order: PV finalizer, unpublish
 // of a publication recorded under an older node ID, VA finalizer and
 // annotations, ControllerPublish, status. The executor in package attacher
-// runs them; a failure it meets is classified here too (Reason.Class).
+// runs them and decides nothing itself: a failure it meets is classified here
+// (Reason.Class), and what a publish came to is decided here too
+// (outcome.go: AfterPublish says what the status write records, VAFate
+// what the write's answer and a live read tell of the VolumeAttachment,
+// PublishOutcome whether the publication is attached, an orphan, a suspect
+// or a failure to retry). The executor hands those answers back as values.
 //
 // The decision is made in two halves because the second half's facts are
-// costly: Attach and Detach decide from the informer caches; BeforeCall,
-// only when a plan is about to call the driver, from the Secret (an API
-// read) and the CSI VolumeCapability (built by the executor with the CSI
-// types, which this package may not import).
+// costly: Attach and Detach decide from the informer caches; only when a
+// plan calls the driver does the pass read the controller-publish Secret
+// (an API read) and build the CSI VolumeCapability (with the CSI types,
+// which this package may not import), and WithCallFacts /
+// DetachWithCallFacts mark in the plan the calls BeforeCall forbids
+// (call.go), before the executor runs it.
 //
 // The orphaned-publication decisions (orphan.go) are pure too: which
 // VolumeAttachment owns a publication whose own VolumeAttachment is gone,
