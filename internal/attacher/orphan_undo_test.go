@@ -472,3 +472,38 @@ func TestPVFinalizerKeptWhileOrphanedPublicationIsStillPublished(t *testing.T) {
 			got.Finalizers, published, f.ctrl.orphanSnapshot())
 	}
 }
+
+// A VolumeAttachment deleted while the driver publishes it (before our
+// finalizer could be on the object the delete found, e.g. a stale view
+// after a restart) leaves a publication nothing would ever detach: the
+// status write finds the VA gone, and the attach queue unpublishes it.
+func TestExecutorVADeletedDuringPublishIsUnpublishedAgain(t *testing.T) {
+	f := newExecFixture(t, execPV("pv-a"), execVA("va-a", "pv-a"), execCSINode())
+	deleteOnStatusPatch(f, "va-a")
+	// The first unpublish fails: the key is retried until it succeeds.
+	if _, err := f.driver.AddFault(csimock.Rule{Method: "ControllerUnpublishVolume", Once: true, Code: codes.Unavailable, Message: "busy"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.ctrl.syncAttach(f.ctx, "va-a"); err == nil || !strings.Contains(err.Error(), `left behind by the deleted VolumeAttachment "va-a"`) {
+		t.Fatalf("syncAttach = %v, want the failed unpublish of the orphaned publication", err)
+	}
+	f.requireCSICalls("ControllerPublishVolume handle-pv-a node-1-id OK", "ControllerUnpublishVolume handle-pv-a node-1-id Unavailable")
+	f.waitFor("VA gone from the cache", func() bool { _, exists, _ := f.vaStore.GetByKey("va-a"); return !exists })
+	if _, err := f.ctrl.syncAttach(f.ctx, "va-a"); err != nil {
+		t.Fatalf("retry: %v", err)
+	}
+	f.requireCSICalls("ControllerPublishVolume handle-pv-a node-1-id OK", "ControllerUnpublishVolume handle-pv-a node-1-id Unavailable",
+		"ControllerUnpublishVolume handle-pv-a node-1-id OK")
+	for _, vol := range f.driver.State().Volumes {
+		if len(vol.Published) != 0 {
+			t.Fatalf("volume %s still published to %+v", vol.ID, vol.Published)
+		}
+	}
+	// Nothing left to do.
+	if _, err := f.ctrl.syncAttach(f.ctx, "va-a"); err != nil {
+		t.Fatalf("third pass: %v", err)
+	}
+	if n := len(f.csiCalls()); n != 3 {
+		t.Errorf("CSI calls after the cleanup = %d, want still 3", n)
+	}
+}

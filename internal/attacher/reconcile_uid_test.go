@@ -2,9 +2,11 @@ package attacher
 
 import (
 	"testing"
+	"time"
 
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/latchcsi/latch/internal/csimock"
 	"github.com/latchcsi/latch/internal/kube/kubenames"
 )
 
@@ -44,4 +46,27 @@ func TestListVolumesRepairLeavesAVolumeAttachmentMadeAgainDuringTheListingAlone(
 	}
 	f.requireCSICalls()
 	f.requireWrites()
+}
+
+// The ListVolumes reconcile judges VAs as they were before the listing.
+// One that was deleted meanwhile (and so is no longer published) is not
+// "lost": it must not be marked detached or queued for a publish.
+func TestReconcileDoesNotRepublishAVolumeAttachmentDeletedDuringTheListing(t *testing.T) {
+	f := newExecFixture(t, execPV("pv-r"), attachedVA("va-r", "pv-r"), execCSINode())
+	f.ctrl.cfg.ReconcileTimeout = 10 * time.Second
+	if _, err := f.driver.AddFault(csimock.Rule{Method: "ListVolumes", Latency: 300 * time.Millisecond}); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- f.ctrl.reconcileOnce(f.ctx) }()
+	f.waitFor("the listing in flight", func() bool { return len(f.driver.CallsTo("ListVolumes")) == 1 })
+	f.updateVA(deleting(f.va("va-r")))
+	f.client.ClearActions()
+	if err := <-done; err != nil {
+		t.Fatalf("reconcileOnce: %v", err)
+	}
+	f.requireWrites()
+	if va := f.va("va-r"); !va.Status.Attached {
+		t.Errorf("VA status = %+v, want still attached (its detach will clear it)", va.Status)
+	}
 }

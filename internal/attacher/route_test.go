@@ -3,6 +3,8 @@ package attacher
 import (
 	"slices"
 	"testing"
+
+	storagev1 "k8s.io/api/storage/v1"
 )
 
 type wakeLog struct{ woken []string }
@@ -63,5 +65,43 @@ func TestRoute_thePassNamesTheNextLaneAndTheReleaseMovesTheName(t *testing.T) {
 	r.release("va", detachDir)
 	if want := []string{"detach/va"}; !slices.Equal(log.woken, want) {
 		t.Fatalf("woken %v, want %v (once)", log.woken, want)
+	}
+}
+
+// A detach pass may run to its end while an attach pass of the same name
+// is due: it unpublished, removed our finalizer, and the object is gone.
+// The attach pass must decide on what is there once it owns the name, not
+// on a read made before: publishing for the gone object would leave a
+// publication nothing detaches while the attach/detach controller, seeing
+// the object gone, attaches the volume to another node. The pass reads
+// only once it owns the name; while the detach owns it, the pass does
+// nothing and the release wakes it.
+func TestAttachPass_objectGoneWhileTheDetachOwnedIt_decidesNothingAndPublishesNothing(t *testing.T) {
+	pending := attachedVA("va-r", "pv-r")
+	pending.Status = storagev1.VolumeAttachmentStatus{} // metadata written, publish not yet confirmed
+	f := newExecFixture(t, execPV("pv-r"), pending, execCSINode())
+	if !f.ctrl.route.take(detachDir, "va-r") {
+		t.Fatal("the detach lane cannot take va-r")
+	}
+	if _, err := f.ctrl.syncAttach(f.ctx, "va-r"); err != nil {
+		t.Fatalf("syncAttach while the detach owns va-r: %v", err)
+	}
+	f.requireCSICalls()
+	if err := f.tracker.Delete(vaGVR, "", "va-r"); err != nil {
+		t.Fatal(err)
+	}
+	f.waitFor("VA gone from the cache", func() bool { _, exists, _ := f.vaStore.GetByKey("va-r"); return !exists })
+	f.ctrl.route.release("va-r", nowhere)
+
+	// The key runs again from a fresh read: the object is gone and nothing
+	// was published, so that pass does nothing either.
+	if _, err := f.ctrl.syncAttach(f.ctx, "va-r"); err != nil {
+		t.Fatalf("syncAttach: %v", err)
+	}
+	f.requireCSICalls()
+	for _, vol := range f.driver.State().Volumes {
+		if len(vol.Published) != 0 {
+			t.Fatalf("volume %s published to %+v", vol.ID, vol.Published)
+		}
 	}
 }
