@@ -27,7 +27,7 @@ func objControllers() []objController {
 }
 
 func startObjAttacher(_ context.Context, client kubernetes.Interface, driver string) (*objRun, error) {
-	factory := attacher.NewInformerFactory(client, 0, driver)
+	factory := attacher.NewInformers(client, 0, driver)
 	cfg := attacher.DefaultConfig()
 	cfg.Driver = attacher.DriverInfo{Name: driver}
 	cfg.ReconcileSync = 0 // ListVolumes is not what is measured
@@ -36,11 +36,7 @@ func startObjAttacher(_ context.Context, client kubernetes.Interface, driver str
 	if err != nil {
 		return nil, err
 	}
-	infs := map[string]cache.SharedIndexInformer{
-		"VA":      factory.Storage().V1().VolumeAttachments().Informer(),
-		"PV":      factory.Core().V1().PersistentVolumes().Informer(),
-		"CSINode": factory.Storage().V1().CSINodes().Informer(),
-	}
+	infs := factory.ByKind()
 	return &objRun{
 		informers: infs,
 		run: func(ctx context.Context) error {

@@ -8,7 +8,6 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
-	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	storagelisters "k8s.io/client-go/listers/storage/v1"
 	"k8s.io/client-go/tools/cache"
@@ -150,9 +149,9 @@ const (
 	vaByNodeIDIndex = "latch-va-by-node-id"
 )
 
-// New wires the controller to informers from factory; call Run after
-// starting the factory.
-func New(cfg Config, client kubernetes.Interface, factory informers.SharedInformerFactory, csiClient CSIClient, recorder record.EventRecorder, metrics *Metrics) (*Controller, error) {
+// New wires the controller to inf (NewInformers); call Run after starting
+// them.
+func New(cfg Config, client kubernetes.Interface, inf *Informers, csiClient CSIClient, recorder record.EventRecorder, metrics *Metrics) (*Controller, error) {
 	if cfg.Clock == nil {
 		cfg.Clock = clock.RealClock{}
 	}
@@ -166,14 +165,11 @@ func New(cfg Config, client kubernetes.Interface, factory informers.SharedInform
 		cfg: cfg, clock: cfg.Clock,
 		orphans: newLedger(),
 	}
-	vas := factory.Storage().V1().VolumeAttachments()
-	pvs := factory.Core().V1().PersistentVolumes()
-	csiNodes := factory.Storage().V1().CSINodes()
-	c.vaInformer = vas.Informer()
-	c.nodeLister = csiNodes.Lister()
-	c.vaCache = kube.NewOverlaidStore(c.vaInformer.GetStore(), decodeVA)
-	c.pvCache = kube.NewOverlaidStore(pvs.Informer().GetStore(), decodePV)
-	c.synced = []cache.InformerSynced{c.vaInformer.HasSynced, pvs.Informer().HasSynced, csiNodes.Informer().HasSynced}
+	c.vaInformer = inf.vas
+	c.nodeLister = inf.csiNodeLister
+	c.vaCache = kube.NewOverlaidStore(inf.vas.GetStore(), decodeVA)
+	c.pvCache = kube.NewOverlaidStore(inf.pvs.GetStore(), decodePV)
+	c.synced = []cache.InformerSynced{inf.vas.HasSynced, inf.pvs.HasSynced, inf.csiNodes.HasSynced}
 
 	if err := c.vaInformer.AddIndexers(cache.Indexers{
 		vaByPVIndex: func(obj any) ([]string, error) {
@@ -236,10 +232,10 @@ func New(cfg Config, client kubernetes.Interface, factory informers.SharedInform
 	if _, err := c.vaInformer.AddEventHandler(kube.ChangeHandlers(c.vaChanged, c.vaDeleted)); err != nil {
 		return nil, err
 	}
-	if _, err := pvs.Informer().AddEventHandler(kube.ChangeHandlers(c.pvChanged, c.pvDeleted)); err != nil {
+	if _, err := inf.pvs.AddEventHandler(kube.ChangeHandlers(c.pvChanged, c.pvDeleted)); err != nil {
 		return nil, err
 	}
-	if _, err := csiNodes.Informer().AddEventHandler(kube.ChangeHandlers(c.csiNodeChanged, nil)); err != nil {
+	if _, err := inf.csiNodes.AddEventHandler(kube.ChangeHandlers(c.csiNodeChanged, nil)); err != nil {
 		return nil, err
 	}
 	return c, nil

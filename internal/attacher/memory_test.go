@@ -68,7 +68,7 @@ func informerHeapPerObject(b *testing.B, objs []k8sruntime.Object) float64 {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	factory := NewInformerFactory(client, 0, memDriver)
+	factory := NewInformers(client, 0, memDriver)
 	ctrl, err := New(Config{Driver: DriverInfo{Name: memDriver}, Workers: 1, Timeout: time.Second},
 		client, factory, nil, record.NewFakeRecorder(10), nil)
 	if err != nil {

@@ -19,7 +19,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/kubernetes/scheme"
 	clienttesting "k8s.io/client-go/testing"
@@ -108,7 +107,7 @@ func newExecFixtureWith(t *testing.T, hooks fixtureHooks, objs ...runtime.Object
 			t.Fatal(err)
 		}
 	}
-	factory := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTransform(Transform(execDriver)))
+	factory := NewInformers(client, 0, execDriver)
 	recorder := record.NewFakeRecorder(100)
 	ctrlCfg := Config{
 		Driver:  DriverInfo{Name: execDriver, SupportsReadOnly: true, SupportsSingleNodeMultiWriter: true, DefaultFSType: "ext4"},
@@ -145,7 +144,7 @@ func newExecFixtureWith(t *testing.T, hooks fixtureHooks, objs ...runtime.Object
 	}
 	client.ClearActions()
 	return &execFixture{t: t, ctx: ctx, client: client, tracker: tracker, ctrl: ctrl, driver: driver, recorder: recorder,
-		vaStore: factory.Storage().V1().VolumeAttachments().Informer().GetStore(), pvStore: factory.Core().V1().PersistentVolumes().Informer().GetStore()}
+		vaStore: factory.ByKind()["VA"].GetStore(), pvStore: factory.ByKind()["PV"].GetStore()}
 }
 
 // newWatchedRVClientset is fake.NewSimpleClientset over a

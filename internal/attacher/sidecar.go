@@ -146,7 +146,7 @@ func RunSidecar(ctx context.Context, cfg SidecarConfig) error {
 	}
 
 	run := func(ctx context.Context) error {
-		factory := NewInformerFactory(client, cfg.Resync, facts.Info.Name)
+		factory := NewInformers(client, cfg.Resync, facts.Info.Name)
 		// Stopped after ctrl.Run returned: the work that drains after ctx
 		// is done still records events.
 		events := kube.StartEvents(ctx, client)

@@ -4,16 +4,11 @@ import (
 	"fmt"
 	"slices"
 	"sync"
-	"time"
 
 	v1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/informers"
-	coreinformers "k8s.io/client-go/informers/core/v1"
-	storageinformers "k8s.io/client-go/informers/storage/v1"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	csitrans "k8s.io/csi-translation-lib"
 
@@ -49,7 +44,8 @@ import (
 // through unchanged and a trimmed PV is still recognised as another
 // driver's. Because the PV and VolumeAttachment informers' stores may hold
 // placeholders, their generated listers must not be used (they would panic
-// on the type assertion); read them with LookupPV and LookupVA.
+// on the type assertion): NewInformers hands out none, and they are read
+// with its typed accessors, LookupPV and LookupVA.
 func Transform(driver string) cache.TransformFunc {
 	driverOf := DriverOfPV(csitrans.New())
 	finalizer := kubenames.PVFinalizer(driver)
@@ -425,24 +421,4 @@ func DriverOfPV(tr InTreeNames) kube.PVDriverFunc {
 type InTreeNames interface {
 	GetInTreePluginNameFromSpec(pv *v1.PersistentVolume, vol *v1.Volume) (string, error)
 	GetCSINameFromInTreeName(pluginName string) (string, error)
-}
-
-// NewInformerFactory returns the shared informer factory the attacher of
-// driver runs on: every informer gets Transform(driver), and the three the
-// attacher uses (VolumeAttachments, PersistentVolumes, CSINodes) are built
-// without client-go's default namespace index. All three kinds are
-// cluster-scoped, so that index would hold every key under "" and serve no
-// lookup, at about 40 bytes per cached object.
-func NewInformerFactory(client kubernetes.Interface, resync time.Duration, driver string) informers.SharedInformerFactory {
-	f := informers.NewSharedInformerFactoryWithOptions(client, resync, informers.WithTransform(Transform(driver)))
-	f.InformerFor(&storagev1.VolumeAttachment{}, func(c kubernetes.Interface, resync time.Duration) cache.SharedIndexInformer {
-		return storageinformers.NewVolumeAttachmentInformer(c, resync, cache.Indexers{})
-	})
-	f.InformerFor(&v1.PersistentVolume{}, func(c kubernetes.Interface, resync time.Duration) cache.SharedIndexInformer {
-		return coreinformers.NewPersistentVolumeInformer(c, resync, cache.Indexers{})
-	})
-	f.InformerFor(&storagev1.CSINode{}, func(c kubernetes.Interface, resync time.Duration) cache.SharedIndexInformer {
-		return storageinformers.NewCSINodeInformer(c, resync, cache.Indexers{})
-	})
-	return f
 }

@@ -7,7 +7,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/component-base/metrics"
@@ -120,7 +119,7 @@ func TrivialAttacher(ctx context.Context, name string, client kubernetes.Interfa
 	cfg := attacher.DefaultConfig()
 	cfg.Driver = attacher.DriverInfo{Name: driver}
 	cfg.Trivial = true
-	factory := informers.NewSharedInformerFactory(client, 0)
+	factory := attacher.NewInformers(client, 0, driver)
 	recorder, stopEvents := controller.NewEventRecorder(ctx, client)
 	a, err := attacher.New(cfg, client, factory, nil, recorder, nil)
 	if err != nil {
