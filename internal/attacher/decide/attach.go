@@ -12,51 +12,6 @@ import (
 	"github.com/latchcsi/latch/internal/kube/kubenames"
 )
 
-// AttachPlan is the outcome of Attach. Exactly one of Blocked, Done,
-// Trivial or the write/publish steps applies. Steps run in order: PV
-// finalizer, UnpublishFirst, VA metadata, ControllerPublish, status.
-type AttachPlan struct {
-	Blocked *Blocked
-	// Done: the VA is attached and carries everything it should; nothing to do.
-	Done bool
-	// Trivial: the driver has no PUBLISH_UNPUBLISH_VOLUME; write only
-	// status.attached=true (keeping status.attachmentMetadata).
-	Trivial bool
-	// AddPVFinalizer names the PV that needs our finalizer first.
-	AddPVFinalizer string
-	// UnpublishFirst is a publication recorded on the VA under another
-	// node ID than the one the CSINode reports now (a node replaced under
-	// the same name): it is unpublished before the VA's node-id annotation
-	// is rewritten, so no publication is ever left without a record.
-	UnpublishFirst *Unpublication
-	// Metadata is the finalizer and annotations the VA must carry before the
-	// driver is called; nil when it already has them.
-	Metadata *MetadataChange
-	// Publish: call ControllerPublish, then write status.attached=true.
-	// False for a VA whose attached=true latch believes (see believed):
-	// then only Metadata is written.
-	Publish bool
-	// PublishBlocked: ControllerPublish may not be called (BeforeCall,
-	// marked by WithCallFacts); the executor records why instead.
-	PublishBlocked *Blocked
-	Volume         Volume
-	NodeID         string
-}
-
-// Unpublication is one ControllerUnpublish of a recorded publication.
-type Unpublication struct {
-	Handle, NodeID string
-	// Blocked: the unpublish may not be called (BeforeCall, marked by
-	// WithCallFacts); the executor records why instead.
-	Blocked *Blocked
-}
-
-// MetadataChange is one guarded write of finalizers and annotations.
-type MetadataChange struct {
-	AddFinalizer   string
-	SetAnnotations map[string]string
-}
-
 // Attach decides the next steps to attach obs.VA. The VA must be one of
 // ours and not being deleted.
 //
@@ -344,30 +299,128 @@ func PublishBlockedByOrphan(vol Volume, nodeID string, pending []Orphan) *Blocke
 	return nil
 }
 
-func orphanElsewhereMessage(vol Volume, nodeID string, o Orphan) string {
-	where := fmt.Sprintf("node ID %q", o.NodeID)
-	if o.NodeName != "" {
-		where = fmt.Sprintf("node %q (node ID %q)", o.NodeName, o.NodeID)
+// The second half of a decision, made only when a plan calls the driver:
+// the facts it needs are costly (an API read of the Secret) or built with
+// the CSI types this package may not import (the VolumeCapability), so the
+// pass reads them once a plan says it will call, and WithCallFacts and
+// DetachWithCallFacts mark in the plan the calls BeforeCall forbids. The
+// executor makes a call only when its plan allows it.
+
+// BeforeCall decides whether the driver may be called now, or why not: a
+// missing or unreadable secret (ClassWaitForObject: polled, secrets are
+// not watched) comes first, then a capability the access modes cannot be
+// mapped to (ClassRetry: a PV's access modes are immutable, but the
+// VolumeAttachment's attachError says why it is not attached). Nil: call.
+func BeforeCall(f CallFacts) *Blocked {
+	switch ref := f.Secret; {
+	case ref != nil && f.SecretState == SecretNotFound:
+		return &Blocked{Reason: ReasonWaitingForSecret, Message: fmt.Sprintf("controller publish secret %s/%s not found", ref.Namespace, ref.Name)}
+	case ref != nil && f.SecretState == SecretForbidden:
+		return &Blocked{Reason: ReasonSecretForbidden, Message: fmt.Sprintf(
+			"controller publish secret %s/%s: csi-attacher is not allowed to read it (%s); grant its ServiceAccount a Role with verbs [get] on resource secrets in namespace %q",
+			ref.Namespace, ref.Name, f.SecretDenial, ref.Namespace)}
+	case f.CapabilityErr != nil:
+		return &Blocked{Reason: ReasonInvalidCapabilities, Message: f.CapabilityErr.Error()}
 	}
-	why := "which was deleted or replaced while the driver published it, so no detach will undo it; csi-attacher unpublishes it itself"
+	return nil
+}
+
+// CallsDriver reports whether plan calls the driver (ControllerPublish, and
+// the unpublish of a publication recorded under an old node ID before it):
+// only then are its call facts read.
+func (plan AttachPlan) CallsDriver() bool { return plan.Publish || plan.UnpublishFirst != nil }
+
+// WithCallFacts returns plan with the calls f forbids marked: PublishBlocked
+// for ControllerPublish (BeforeCall on every fact), UnpublishFirst.Blocked
+// for the unpublish before it, which sends no capability (BeforeCall on the
+// secret alone).
+func WithCallFacts(plan AttachPlan, f CallFacts) AttachPlan {
+	if plan.Publish {
+		plan.PublishBlocked = BeforeCall(f)
+	}
+	if u := plan.UnpublishFirst; u != nil {
+		withoutCapability := f
+		withoutCapability.CapabilityErr = nil
+		cp := *u
+		cp.Blocked = BeforeCall(withoutCapability)
+		plan.UnpublishFirst = &cp
+	}
+	return plan
+}
+
+// What a ControllerPublish led to, decided from what the executor saw:
+// the driver's answer (Published), what the status write after it
+// answered and, when that tells nothing certain, a live read of the
+// VolumeAttachment (Fate). The executor makes the call, the write and the
+// read; these functions decide what they mean, in three steps:
+//
+//	rec := AfterPublish(answer)        // what to write: attached, or which attachError
+//	fate, read := VAFate(facts)        // read: make a live read, then ask again
+//	out := PublishOutcome(answer, fate, writeFailed)
+
+// AfterPublish decides what the status write after a publish records. A
+// publish context too large for status.attachmentMetadata is a failure
+// (the API server would refuse the write, and publishing again would only
+// publish again); the finalizer stays, so a delete still unpublishes.
+func AfterPublish(p Published) PublishRecord {
 	switch {
-	case o.Suspect:
-		why = "whose status write failed after the publish; whether that VolumeAttachment still exists is being checked"
-	case o.Publishing:
-		why = "whose ControllerPublish is in flight; it ends attached, or as a publication csi-attacher unpublishes itself"
+	case p.Err != nil:
+		return PublishRecord{MayBePublished: !p.Final}
 	}
-	modes := "its access modes"
-	if len(vol.AccessModes) > 0 {
-		modes = fmt.Sprintf("access modes %v", vol.AccessModes)
+	if b := CheckPublishContext(p.Context); b != nil {
+		return PublishRecord{Blocked: b, MayBePublished: true}
 	}
-	state := "is still published"
-	if o.Uncertain || o.Suspect || o.Publishing {
-		state = "may still be published"
+	return PublishRecord{Attached: true}
+}
+
+// VAFate decides what became of the VolumeAttachment f.UID after a
+// publish, or says that a live read is needed first (read: make it, put it
+// in f.Live and ask again).
+func VAFate(f FateFacts) (fate Fate, read bool) {
+	switch f.Write {
+	case WriteNotFound:
+		return FateGone, false
+	case WriteFailed:
+		return FateUnknown, false
+	case WriteRefused, WriteUnneeded:
+		switch {
+		case !f.Live.Made:
+			return FateUnknown, true
+		case f.Live.Failed:
+			return FateUnknown, false
+		case PublishedForGone(f.Live.VA, f.UID, f.Driver):
+			return FateGone, false
+		}
+		return FateKept, false
 	}
-	msg := fmt.Sprintf("volume %q may be published to one node only (%s) and %s to %s for VolumeAttachment %q (uid %s), %s; ControllerPublish to node ID %q waits until that publication is unpublished",
-		vol.Handle, modes, state, where, o.VA, o.UID, why, nodeID)
-	if o.RecordProblem != "" {
-		msg += "; that publication is tracked in memory only, and lost if csi-attacher restarts before it is unpublished: " + o.RecordProblem
+	if w := f.Written; w != nil && w.UID == f.UID && PublishedForGone(w, f.UID, f.Driver) {
+		return FateGone, false
 	}
-	return msg
+	return FateKept, false
+}
+
+// PublishOutcome decides what a publish came to from its answer p, the
+// fate of its VolumeAttachment (VAFate; not consulted after a final
+// driver error, which published nothing) and whether the status write
+// failed.
+func PublishOutcome(p Published, fate Fate, writeFailed bool) Outcome {
+	rec := AfterPublish(p)
+	if rec.Attached || rec.MayBePublished {
+		uncertain := p.Err != nil
+		switch fate {
+		case FateGone:
+			return Outcome{Kind: OutcomeOrphaned, Uncertain: uncertain}
+		case FateUnknown:
+			return Outcome{Kind: OutcomeSuspect, Uncertain: uncertain}
+		}
+	}
+	switch {
+	case writeFailed:
+		return Outcome{Kind: OutcomeWriteFailed}
+	case rec.Attached:
+		return Outcome{Kind: OutcomeAttached}
+	case p.Throttled && !p.Final:
+		return Outcome{Kind: OutcomeThrottled}
+	}
+	return Outcome{Kind: OutcomeFailed, Terminal: rec.Blocked != nil && rec.Blocked.Reason.Class() == ClassTerminal}
 }

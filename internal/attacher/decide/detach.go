@@ -113,3 +113,16 @@ func ParseSecretRef(s string) *v1.SecretReference {
 	}
 	return nil
 }
+
+// CallsDriver reports whether plan calls ControllerUnpublish.
+func (plan DetachPlan) CallsDriver() bool { return !plan.Done && plan.Blocked == nil }
+
+// DetachWithCallFacts returns plan with CallBlocked set when f forbids the
+// ControllerUnpublish (BeforeCall: a missing or forbidden secret).
+func DetachWithCallFacts(plan DetachPlan, f CallFacts) DetachPlan {
+	if plan.CallsDriver() {
+		f.CapabilityErr = nil
+		plan.CallBlocked = BeforeCall(f)
+	}
+	return plan
+}

@@ -11,7 +11,7 @@
 // annotations, ControllerPublish, status. The executor in package attacher
 // runs them and decides nothing itself: a failure it meets is classified here
 // (Reason.Class), and what a publish came to is decided here too
-// (outcome.go: AfterPublish says what the status write records, VAFate
+// (attach.go: AfterPublish says what the status write records, VAFate
 // what the write's answer and a live read tell of the VolumeAttachment,
 // PublishOutcome whether the publication is attached, an orphan, a suspect
 // or a failure to retry). The executor hands those answers back as values.
@@ -21,8 +21,11 @@
 // plan calls the driver does the pass read the controller-publish Secret
 // (an API read) and build the CSI VolumeCapability (with the CSI types,
 // which this package may not import), and WithCallFacts /
-// DetachWithCallFacts mark in the plan the calls BeforeCall forbids
-// (call.go), before the executor runs it.
+// DetachWithCallFacts mark in the plan the calls BeforeCall forbids,
+// before the executor runs it. The plans, and the facts beyond Observed,
+// are in plan.go; attach.go holds everything a successful attach's
+// decisions call, so that following one VolumeAttachment enters one file
+// of this package.
 //
 // The orphaned-publication decisions (orphan.go) are pure too: which
 // VolumeAttachment owns a publication whose own VolumeAttachment is gone,

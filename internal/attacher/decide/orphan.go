@@ -1,6 +1,7 @@
 package decide
 
 import (
+	"fmt"
 	"slices"
 
 	v1 "k8s.io/api/core/v1"
@@ -159,4 +160,32 @@ func PublishedForGone(live *storagev1.VolumeAttachment, uid types.UID, driver st
 		return true
 	}
 	return false
+}
+
+func orphanElsewhereMessage(vol Volume, nodeID string, o Orphan) string {
+	where := fmt.Sprintf("node ID %q", o.NodeID)
+	if o.NodeName != "" {
+		where = fmt.Sprintf("node %q (node ID %q)", o.NodeName, o.NodeID)
+	}
+	why := "which was deleted or replaced while the driver published it, so no detach will undo it; csi-attacher unpublishes it itself"
+	switch {
+	case o.Suspect:
+		why = "whose status write failed after the publish; whether that VolumeAttachment still exists is being checked"
+	case o.Publishing:
+		why = "whose ControllerPublish is in flight; it ends attached, or as a publication csi-attacher unpublishes itself"
+	}
+	modes := "its access modes"
+	if len(vol.AccessModes) > 0 {
+		modes = fmt.Sprintf("access modes %v", vol.AccessModes)
+	}
+	state := "is still published"
+	if o.Uncertain || o.Suspect || o.Publishing {
+		state = "may still be published"
+	}
+	msg := fmt.Sprintf("volume %q may be published to one node only (%s) and %s to %s for VolumeAttachment %q (uid %s), %s; ControllerPublish to node ID %q waits until that publication is unpublished",
+		vol.Handle, modes, state, where, o.VA, o.UID, why, nodeID)
+	if o.RecordProblem != "" {
+		msg += "; that publication is tracked in memory only, and lost if csi-attacher restarts before it is unpublished: " + o.RecordProblem
+	}
+	return msg
 }

@@ -1,19 +1,84 @@
 package decide
 
 import (
+	v1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/types"
 )
 
-// What a ControllerPublish led to, decided from what the executor saw:
-// the driver's answer (Published), what the status write after it
-// answered and, when that tells nothing certain, a live read of the
-// VolumeAttachment (Fate). The executor makes the call, the write and the
-// read; these functions decide what they mean, in three steps:
-//
-//	rec := AfterPublish(answer)        // what to write: attached, or which attachError
-//	fate, read := VAFate(facts)        // read: make a live read, then ask again
-//	out := PublishOutcome(answer, fate, writeFailed)
+// The plans and outcomes of csi-attacher's decisions, and the facts they
+// are decided from beyond Observed (input.go).
+
+// AttachPlan is the outcome of Attach. Exactly one of Blocked, Done,
+// Trivial or the write/publish steps applies. Steps run in order: PV
+// finalizer, UnpublishFirst, VA metadata, ControllerPublish, status.
+type AttachPlan struct {
+	Blocked *Blocked
+	// Done: the VA is attached and carries everything it should; nothing to do.
+	Done bool
+	// Trivial: the driver has no PUBLISH_UNPUBLISH_VOLUME; write only
+	// status.attached=true (keeping status.attachmentMetadata).
+	Trivial bool
+	// AddPVFinalizer names the PV that needs our finalizer first.
+	AddPVFinalizer string
+	// UnpublishFirst is a publication recorded on the VA under another
+	// node ID than the one the CSINode reports now (a node replaced under
+	// the same name): it is unpublished before the VA's node-id annotation
+	// is rewritten, so no publication is ever left without a record.
+	UnpublishFirst *Unpublication
+	// Metadata is the finalizer and annotations the VA must carry before the
+	// driver is called; nil when it already has them.
+	Metadata *MetadataChange
+	// Publish: call ControllerPublish, then write status.attached=true.
+	// False for a VA whose attached=true latch believes (see believed):
+	// then only Metadata is written.
+	Publish bool
+	// PublishBlocked: ControllerPublish may not be called (BeforeCall,
+	// marked by WithCallFacts); the executor records why instead.
+	PublishBlocked *Blocked
+	Volume         Volume
+	NodeID         string
+}
+
+// Unpublication is one ControllerUnpublish of a recorded publication.
+type Unpublication struct {
+	Handle, NodeID string
+	// Blocked: the unpublish may not be called (BeforeCall, marked by
+	// WithCallFacts); the executor records why instead.
+	Blocked *Blocked
+}
+
+// MetadataChange is one guarded write of finalizers and annotations.
+type MetadataChange struct {
+	AddFinalizer   string
+	SetAnnotations map[string]string
+}
+
+// SecretState is what reading a controller-publish secret found.
+type SecretState int
+
+const (
+	// SecretNone: the volume names no secret, or it was read.
+	SecretNone SecretState = iota
+	// SecretNotFound: the Secret does not exist (yet).
+	SecretNotFound
+	// SecretForbidden: csi-attacher may not read it.
+	SecretForbidden
+)
+
+// CallFacts are read only when a plan is about to call the driver.
+type CallFacts struct {
+	// Secret is the volume's controller-publish secret reference (nil:
+	// none) and SecretState what reading it found; SecretDenial is the
+	// API server's message when it refused the read.
+	Secret       *v1.SecretReference
+	SecretState  SecretState
+	SecretDenial string
+	// CapabilityErr is why the CSI VolumeCapability for the volume could
+	// not be built (ControllerPublish only; nil when it could, or for an
+	// unpublish, which sends none).
+	CapabilityErr error
+}
 
 // Published is a ControllerPublish's answer as the executor classified it
 // (internal/csi owns which gRPC codes are final, the executor which are
@@ -43,21 +108,6 @@ type PublishRecord struct {
 	// have been, made, so what became of the VolumeAttachment meanwhile
 	// matters (VAFate): gone, the publication is an orphan.
 	MayBePublished bool
-}
-
-// AfterPublish decides what the status write after a publish records. A
-// publish context too large for status.attachmentMetadata is a failure
-// (the API server would refuse the write, and publishing again would only
-// publish again); the finalizer stays, so a delete still unpublishes.
-func AfterPublish(p Published) PublishRecord {
-	switch {
-	case p.Err != nil:
-		return PublishRecord{MayBePublished: !p.Final}
-	}
-	if b := CheckPublishContext(p.Context); b != nil {
-		return PublishRecord{Blocked: b, MayBePublished: true}
-	}
-	return PublishRecord{Attached: true}
 }
 
 // Fate is what became of the VolumeAttachment a publication was made for,
@@ -129,32 +179,6 @@ type FateFacts struct {
 	Live    Sighting
 }
 
-// VAFate decides what became of the VolumeAttachment f.UID after a
-// publish, or says that a live read is needed first (read: make it, put it
-// in f.Live and ask again).
-func VAFate(f FateFacts) (fate Fate, read bool) {
-	switch f.Write {
-	case WriteNotFound:
-		return FateGone, false
-	case WriteFailed:
-		return FateUnknown, false
-	case WriteRefused, WriteUnneeded:
-		switch {
-		case !f.Live.Made:
-			return FateUnknown, true
-		case f.Live.Failed:
-			return FateUnknown, false
-		case PublishedForGone(f.Live.VA, f.UID, f.Driver):
-			return FateGone, false
-		}
-		return FateKept, false
-	}
-	if w := f.Written; w != nil && w.UID == f.UID && PublishedForGone(w, f.UID, f.Driver) {
-		return FateGone, false
-	}
-	return FateKept, false
-}
-
 // OutcomeKind is what an attach's publish came to.
 type OutcomeKind int
 
@@ -201,30 +225,4 @@ type Outcome struct {
 	// Terminal (OutcomeFailed): not retried until the VolumeAttachment
 	// changes.
 	Terminal bool
-}
-
-// PublishOutcome decides what a publish came to from its answer p, the
-// fate of its VolumeAttachment (VAFate; not consulted after a final
-// driver error, which published nothing) and whether the status write
-// failed.
-func PublishOutcome(p Published, fate Fate, writeFailed bool) Outcome {
-	rec := AfterPublish(p)
-	if rec.Attached || rec.MayBePublished {
-		uncertain := p.Err != nil
-		switch fate {
-		case FateGone:
-			return Outcome{Kind: OutcomeOrphaned, Uncertain: uncertain}
-		case FateUnknown:
-			return Outcome{Kind: OutcomeSuspect, Uncertain: uncertain}
-		}
-	}
-	switch {
-	case writeFailed:
-		return Outcome{Kind: OutcomeWriteFailed}
-	case rec.Attached:
-		return Outcome{Kind: OutcomeAttached}
-	case p.Throttled && !p.Final:
-		return Outcome{Kind: OutcomeThrottled}
-	}
-	return Outcome{Kind: OutcomeFailed, Terminal: rec.Blocked != nil && rec.Blocked.Reason.Class() == ClassTerminal}
 }
