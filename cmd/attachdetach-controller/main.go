@@ -23,6 +23,7 @@ import (
 
 	"github.com/latchcsi/latch/internal/app"
 	"github.com/latchcsi/latch/internal/attachdetach/controller"
+	"github.com/latchcsi/latch/internal/runner"
 	"github.com/latchcsi/latch/internal/version"
 )
 
@@ -60,6 +61,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	logger := klog.FromContext(ctx)
 
+	// The workqueue_* metrics of the controller's queues, registered with
+	// the registry its HTTP endpoint serves.
+	queueMetrics := runner.NewQueueMetrics()
+	queueMetrics.Register(legacyregistry.MustRegister)
 	err = controller.Serve(ctx, controller.ServeConfig{
 		RESTConfig: restConfig,
 		Controller: controller.Config{
@@ -70,6 +75,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			VerifyPeriod:                opts.reconcileSync,
 			MigrationByNode:             opts.csiMigrationByNode,
 			CoexistencePeriod:           opts.coexistencePeriod,
+			QueueMetrics:                queueMetrics,
 		},
 		Leader:        opts.Leader,
 		HTTP:          app.HTTPConfig{Address: opts.httpEndpoint, MetricsPath: opts.MetricsPath},

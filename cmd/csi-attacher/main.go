@@ -21,6 +21,7 @@ import (
 
 	"github.com/latchcsi/latch/internal/app"
 	"github.com/latchcsi/latch/internal/attacher"
+	"github.com/latchcsi/latch/internal/runner"
 	"github.com/latchcsi/latch/internal/version"
 )
 
@@ -74,8 +75,12 @@ func run(args []string) int {
 	if httpAddr == "" {
 		httpAddr = opts.metricsAddress
 	}
+	// The binary's metrics, registered with the registry its HTTP
+	// endpoint serves before anything records into them.
 	metrics := attacher.NewMetrics()
 	metrics.Register(legacyregistry.MustRegister)
+	queueMetrics := runner.NewQueueMetrics()
+	queueMetrics.Register(legacyregistry.MustRegister)
 	err = attacher.RunSidecar(ctx, attacher.SidecarConfig{
 		RESTConfig:          restConfig,
 		CSIAddress:          opts.csiAddress,
@@ -94,6 +99,7 @@ func run(args []string) int {
 			ReconcileSync:      opts.reconcileSync,
 			ReconcileTimeout:   opts.reconcileTimeout,
 			MaxEntries:         opts.maxEntries,
+			QueueMetrics:       queueMetrics,
 		},
 		Leader:  leaderConfig(opts),
 		HTTP:    app.HTTPConfig{Address: httpAddr, MetricsPath: opts.MetricsPath},

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -14,8 +13,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/record"
-	"k8s.io/component-base/metrics"
-	"k8s.io/component-base/metrics/legacyregistry"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
@@ -33,9 +30,10 @@ type Presence struct {
 	// "csi-attacher <driver>".
 	Component string
 	// Competing receives 1 while another identity holds the Lease and this
-	// process therefore does no work, 0 otherwise. Nil means the
-	// latch_attacher_competing_instances gauge of the legacy registry (what
-	// --http-endpoint serves); tests give each replica its own.
+	// process therefore does no work, 0 otherwise: csi-attacher's
+	// latch_attacher_competing_instances, made and registered by the
+	// process that runs it (attacher.Metrics); tests give each replica its
+	// own. Nil records nothing: this package registers no metric.
 	Competing GaugeSetter
 	// Clock; nil means the real one.
 	Clock clock.Clock
@@ -79,20 +77,10 @@ const EventReasonCompetingAttacher = "CompetingAttacher"
 // exit, to come back as one that waits.
 var ErrCompetingInstance = errors.New("another instance holds the Lease")
 
-var (
-	competingInstances = metrics.NewGauge(&metrics.GaugeOpts{
-		Name: "latch_attacher_competing_instances",
-		Help: "1 while this csi-attacher, running without --leader-election, sees another identity hold its driver's Lease and therefore does no work; 0 otherwise.",
-		// ALPHA like every latch-only metric.
-		StabilityLevel: metrics.ALPHA,
-	})
-	registerCompeting sync.Once
-)
+// noGauge records nothing: a Presence without a gauge.
+type noGauge struct{}
 
-func defaultCompetingGauge() GaugeSetter {
-	registerCompeting.Do(func() { legacyregistry.MustRegister(competingInstances) })
-	return competingInstances
-}
+func (noGauge) Set(float64) {}
 
 // presenceStep is what one look at the Lease decides.
 type presenceStep int
@@ -332,7 +320,7 @@ func runWithPresence(ctx context.Context, client kubernetes.Interface, cfg Leade
 		p.clock = clock.RealClock{}
 	}
 	if p.gauge == nil {
-		p.gauge = defaultCompetingGauge()
+		p.gauge = noGauge{}
 	}
 	events := kube.StartEvents(ctx, client)
 	defer events.Stop()

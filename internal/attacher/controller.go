@@ -12,6 +12,7 @@ import (
 	storagelisters "k8s.io/client-go/listers/storage/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
@@ -102,6 +103,10 @@ type Config struct {
 	// undo (orphans.go) lives: the attacher's own namespace. Empty keeps
 	// them in memory only.
 	OrphanNamespace string
+	// QueueMetrics receives the workqueue_* metrics of the three queues:
+	// the binary's runner.QueueMetrics, registered with its registry. Nil:
+	// client-go's process-wide provider (runner.Options.MetricsProvider).
+	QueueMetrics workqueue.MetricsProvider
 }
 
 // Controller is the csi-attacher controller for one driver.
@@ -199,7 +204,7 @@ func New(cfg Config, client kubernetes.Interface, inf *Informers, csiClient CSIC
 
 	opts := func(name string, workers int) runner.Options {
 		return runner.Options{
-			Name: name, Workers: workers, Clock: cfg.Clock,
+			Name: name, Workers: workers, Clock: cfg.Clock, MetricsProvider: cfg.QueueMetrics,
 			RetryIntervalStart: cfg.RetryIntervalStart, RetryIntervalMax: cfg.RetryIntervalMax,
 		}
 	}

@@ -4,6 +4,8 @@ import (
 	"time"
 
 	"k8s.io/component-base/metrics"
+
+	"github.com/latchcsi/latch/internal/app"
 )
 
 // Metrics are the attacher's own metrics, on top of csi-lib-utils'
@@ -26,6 +28,9 @@ type Metrics struct {
 	// counts the calls the backend pushed back on (executor_steps.go).
 	driverLimit     *metrics.Gauge
 	driverThrottled *metrics.CounterVec
+	// competing is 1 while this attacher, without leader election, sees
+	// another identity hold its Lease (app.Presence.Competing).
+	competing *metrics.Gauge
 }
 
 // NewMetrics creates the metrics; register them with Register.
@@ -77,13 +82,27 @@ func NewMetrics() *Metrics {
 			Help:           "ControllerPublish (operation=attach) and ControllerUnpublish (operation=detach) calls the driver answered with ResourceExhausted or Unavailable: the backend pushing back. Each lowers the adaptive limit (at most once per backend latency) and is retried without growing the VolumeAttachment's backoff.",
 			StabilityLevel: metrics.ALPHA,
 		}, []string{"operation"}),
+		competing: metrics.NewGauge(&metrics.GaugeOpts{
+			Name:           "latch_attacher_competing_instances",
+			Help:           "1 while this csi-attacher, running without --leader-election, sees another identity hold its driver's Lease and therefore does no work; 0 otherwise.",
+			StabilityLevel: metrics.ALPHA,
+		}),
 	}
 }
 
 // Register registers the metrics with register (for example
 // legacyregistry.MustRegister or a test registry's MustRegister).
 func (m *Metrics) Register(register func(...metrics.Registerable)) {
-	register(m.attachLatency, m.csiErrors, m.repairs, m.listAborted, m.orphans, m.orphanRecordErrors, m.orphanRecordUnavailable, m.driverLimit, m.driverThrottled)
+	register(m.attachLatency, m.csiErrors, m.repairs, m.listAborted, m.orphans, m.orphanRecordErrors, m.orphanRecordUnavailable, m.driverLimit, m.driverThrottled, m.competing)
+}
+
+// competingGauge is latch_attacher_competing_instances for app.Presence
+// (nil without metrics: nothing recorded).
+func (m *Metrics) competingGauge() app.GaugeSetter {
+	if m == nil {
+		return nil
+	}
+	return m.competing
 }
 
 func (m *Metrics) attached(created, now time.Time) {

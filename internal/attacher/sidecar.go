@@ -127,6 +127,15 @@ func RunSidecar(ctx context.Context, cfg SidecarConfig) error {
 	if ctrlCfg.OrphanNamespace == "" {
 		ctrlCfg.OrphanNamespace = OrphanNamespace(cfg.Leader.Namespace)
 	}
+	if p := cfg.Leader.Presence; p != nil && p.Competing == nil {
+		// latch_attacher_competing_instances, with the attacher's other
+		// metrics, in the registry of the process that runs it.
+		withGauge := *p
+		if g := cfg.Metrics.competingGauge(); g != nil {
+			withGauge.Competing = g
+		}
+		cfg.Leader.Presence = &withGauge
+	}
 	if cfg.Leader.LeaseName == "" {
 		cfg.Leader.LeaseName = kube.LeaseName(facts.Info.Name)
 	}

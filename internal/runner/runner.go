@@ -42,9 +42,12 @@ type Options struct {
 	// Clock drives backoff, RequeueAfter, the drain timeout and the backlog
 	// age. Default: the real clock. Tests pass a fake clock and never sleep.
 	Clock clock.WithTicker
-	// MetricsProvider receives the standard workqueue metrics. Default:
-	// client-go's global provider, which is component-base's Prometheus
-	// provider (see metrics.go).
+	// MetricsProvider receives the standard workqueue metrics: the
+	// binary's QueueMetrics, registered with its registry (metrics.go).
+	// Nil: client-go's process-wide provider, which records nothing
+	// unless something in the process installed one (the in-process
+	// kube-apiserver of latch-local and the tests installs
+	// component-base's); this package installs none.
 	MetricsProvider workqueue.MetricsProvider
 }
 
