@@ -72,7 +72,7 @@ func (r *attachRig) burst(ctx context.Context, e *env, res *Result, idx []int, c
 		return nil, fmt.Errorf("create VolumeAttachments: %w", err)
 	}
 	waitErr := waitFor(ctx, sz.AttachTimeout, "every VolumeAttachment attached", r.allAttached(idx))
-	s1, err := e.snap(ctx, r.comps(), r.d)
+	s1, err := e.snapEnd(ctx, r.comps(), r.d)
 	if err != nil {
 		return nil, err
 	}
@@ -83,12 +83,13 @@ func (r *attachRig) burst(ctx context.Context, e *env, res *Result, idx []int, c
 		return run, waitErr
 	}
 
+	s1.at = time.Now() // the detach phase starts here, after s1's readings
 	deleted, err := r.deleteVAs(ctx, idx, creators)
 	if err != nil {
 		return run, fmt.Errorf("delete VolumeAttachments: %w", err)
 	}
 	waitErr = waitFor(ctx, sz.AttachTimeout, "every VolumeAttachment gone", r.allGone(idx))
-	s2, err := e.snap(ctx, r.comps(), r.d)
+	s2, err := e.snapEnd(ctx, r.comps(), r.d)
 	if err != nil {
 		return run, err
 	}
@@ -233,7 +234,7 @@ func runMixedAttachDetach(ctx context.Context, e *env, res *Result) error {
 	waitErr := waitFor(ctx, sz.AttachTimeout, "new volumes attached and old ones gone", func() bool {
 		return r.allAttached(attachIdx)() && r.allGone(detachIdx)()
 	})
-	s1, err := e.snap(ctx, comps, r.d)
+	s1, err := e.snapEnd(ctx, comps, r.d)
 	if err != nil {
 		return err
 	}

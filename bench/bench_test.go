@@ -3,6 +3,7 @@ package bench
 import (
 	"bytes"
 	"context"
+	"flag"
 	"fmt"
 	"math"
 	"os"
@@ -23,12 +24,16 @@ import (
 var cluster *localcluster.Cluster
 
 func TestMain(m *testing.M) {
-	// A test that measures the heap runs again in a child process of its
-	// own, without the API server (see runInChild).
+	// A test that measures the heap runs in a child process of its own,
+	// without the API server (runInChild), started before the tests.
 	if os.Getenv(childTestEnv) != "" {
 		os.Exit(m.Run())
 	}
-	os.Exit(localcluster.RunTestMain(m, &cluster))
+	flag.Parse()
+	startChildren()
+	code := localcluster.RunTestMain(m, &cluster)
+	stopChildren()
+	os.Exit(code)
 }
 
 // testSizes are the small scale's sizes cut down further for make test:
@@ -46,7 +51,7 @@ func testSizes(t *testing.T) Sizes {
 	sz.MemoryOurVolumes, sz.MemoryForeignPVs, sz.MemoryNodes = 30, 300, 10
 	sz.PodsCount, sz.PodsNodes, sz.PodsBursts = 12, 3, 3
 	sz.IdleVolumes, sz.IdlePerPod, sz.IdleNodes = 30, 5, 2
-	sz.LimitItems = 100
+	sz.LimitItems = 60
 	return sz
 }
 
@@ -451,5 +456,41 @@ func TestReportReadsTheCollectorSettingsFromTheRuntime(t *testing.T) {
 	}
 	if got := memoryLimit(0); got != "none" {
 		t.Errorf("memoryLimit(0) = %q, want none", got)
+	}
+}
+
+// A phase's last writes can be counted by the API server a moment after
+// the harness saw the phase end: the snapshot that ends it reads the
+// counters again until they agree, and keeps the time the end was seen.
+func TestPhaseEndSnapshotWaitsForTheAPIServerToCountTheLastWrites(t *testing.T) {
+	start := time.Now()
+	counted := []int{29, 30, 30}
+	var reads int
+	take := func(context.Context) (snapshot, error) {
+		n := counted[min(reads, len(counted)-1)]
+		reads++
+		return snapshot{at: start.Add(time.Duration(reads) * time.Second), api: Writes{"PATCH volumeattachments": n}}, nil
+	}
+	s, err := steadySnapshot(context.Background(), take, time.Millisecond, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := s.api["PATCH volumeattachments"]; got != 30 {
+		t.Errorf("phase end counts %d finalizer removals, want all 30", got)
+	}
+	if want := start.Add(time.Second); !s.at.Equal(want) {
+		t.Errorf("phase end at %v, want the first reading's %v", s.at, want)
+	}
+	if reads != 3 {
+		t.Errorf("read the counters %d times, want 3 (until two readings agree)", reads)
+	}
+	// Counters that never settle end the wait at its limit.
+	moving := 0
+	s, err = steadySnapshot(context.Background(), func(context.Context) (snapshot, error) {
+		moving++
+		return snapshot{api: Writes{"PATCH nodes/status": moving}}, nil
+	}, time.Millisecond, 20*time.Millisecond)
+	if err != nil || s.api["PATCH nodes/status"] != moving || moving < 2 {
+		t.Errorf("moving counters: %v after %d readings (err %v), want the last reading", s.api, moving, err)
 	}
 }

@@ -39,6 +39,53 @@ func (e *env) snap(ctx context.Context, comps map[string]Component, d *csimock.D
 	return s, nil
 }
 
+// snapEnd is the snapshot that ends a phase, taken once the API server
+// has counted the phase's writes. The API server counts a request when its
+// handler returns, which can be after the write's watch event reached the
+// harness and ended the phase, so a snapshot taken at once can miss the
+// phase's last writes (seen under load: 29 of a burst's 30 finalizer
+// removals, the 30th counted a moment later). It reads the counters every
+// writesCountedEvery until two readings agree on the components' writes,
+// for at most writesCountedWithin; its time is the first reading's, when
+// the phase was seen to end.
+func (e *env) snapEnd(ctx context.Context, comps map[string]Component, d *csimock.Driver) (snapshot, error) {
+	return steadySnapshot(ctx, func(ctx context.Context) (snapshot, error) { return e.snap(ctx, comps, d) },
+		writesCountedEvery, writesCountedWithin)
+}
+
+const (
+	writesCountedEvery  = 50 * time.Millisecond
+	writesCountedWithin = 2 * time.Second
+)
+
+// steadySnapshot takes snapshots every until two in a row count the same
+// component writes, or within has passed, and returns the last one with
+// the first one's time.
+func steadySnapshot(ctx context.Context, take func(context.Context) (snapshot, error), every, within time.Duration) (snapshot, error) {
+	deadline := time.Now().Add(within)
+	first, err := take(ctx)
+	if err != nil {
+		return first, err
+	}
+	prev := first
+	for {
+		select {
+		case <-time.After(every):
+		case <-ctx.Done():
+			return prev, ctx.Err()
+		}
+		cur, err := take(ctx)
+		if err != nil {
+			return cur, err
+		}
+		if componentWrites(prev, cur).Total() == 0 || !time.Now().Before(deadline) {
+			cur.at = first.at
+			return cur, nil
+		}
+		prev = cur
+	}
+}
+
 // settle waits until the components have made no API write for quiet (at
 // most limit) and returns the snapshot that ends the quiet spell and how
 // long the wait took. Past limit it returns the latest snapshot: whatever

@@ -54,7 +54,7 @@ func runAttacherMemory(ctx context.Context, e *env, res *Result) error {
 	waitErr := waitFor(ctx, sz.AttachTimeout, "every VolumeAttachment attached", r.allAttached(idx))
 	// Let the attacher settle (and a last GC report its live heap).
 	time.Sleep(2 * time.Second)
-	s1, err := e.snap(ctx, comps, r.d)
+	s1, err := e.snapEnd(ctx, comps, r.d)
 	if err != nil {
 		return err
 	}

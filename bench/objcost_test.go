@@ -56,7 +56,7 @@ func BenchmarkObjectCost(b *testing.B) {
 // where it must be and within generous bounds, the transforms never make
 // a cache larger, and the consistent world costs no CSI call.
 func TestObjectCostSmallWorld(t *testing.T) {
-	if runInChild(t, 5*time.Minute) {
+	if runInChild(t) {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)

@@ -57,8 +57,8 @@ func TestBenchPeersSmallRoundRunsEveryContenderAndLatchAttachesEachVolumeWithOne
 	if err != nil {
 		t.Fatal(err)
 	}
-	sizes.Paced, sizes.Saturated, sizes.Pods = 10, 30, 8
-	sizes.Backend = map[string]int{"slow-cloud": 8, "fast-san": 20, "throttling-api": 20}
+	sizes.Paced, sizes.Saturated, sizes.Pods = 8, 20, 6
+	sizes.Backend = map[string]int{"slow-cloud": 4, "fast-san": 12, "throttling-api": 12}
 	rep, err := RunPeers(ctx, PeersConfig{
 		Cluster: cluster, Scale: Small, Sizes: sizes, Rounds: 1, Attachers: attachers, Controllers: controllers,
 		Kubeconfig: kubeconfig, LogDir: dir, Out: &out,

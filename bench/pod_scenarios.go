@@ -67,7 +67,7 @@ func (r *podRig) burst(ctx context.Context, e *env, res *Result, idx []int, name
 		return nil, fmt.Errorf("create Pods: %w", err)
 	}
 	waitErr := waitFor(ctx, sz.AttachTimeout, "every Pod Running", r.allRunning(idx))
-	s1, err := e.snap(ctx, r.comps, r.d)
+	s1, err := e.snapEnd(ctx, r.comps, r.d)
 	if err != nil {
 		return nil, err
 	}
@@ -88,6 +88,7 @@ func (r *podRig) burst(ctx context.Context, e *env, res *Result, idx []int, name
 	if waitErr != nil {
 		return run, waitErr
 	}
+	s1.at = time.Now() // the detach phase starts here, after s1's readings
 	run.detach, run.vasLeft, waitErr, err = r.detachAll(ctx, e, res, name("detach"), idx, n, s1, sz.AttachTimeout)
 	if err != nil {
 		return run, err
@@ -175,7 +176,7 @@ func runControllerIdle(ctx context.Context, e *env, res *Result) error {
 		return fmt.Errorf("create Pods: %w", err)
 	}
 	waitErr := waitFor(ctx, sz.StepsTimeout, "every Pod Running", r.allRunning(idx))
-	s1, err := e.snap(ctx, r.comps, r.d)
+	s1, err := e.snapEnd(ctx, r.comps, r.d)
 	if err != nil {
 		return err
 	}
@@ -248,7 +249,7 @@ func (r *podRig) detachAll(ctx context.Context, e *env, res *Result, name string
 		return nil, 0, nil, fmt.Errorf("delete Pods: %w", err)
 	}
 	waitErr = waitFor(ctx, timeout, "every VolumeAttachment gone", r.allVAsGone)
-	after, err := e.snap(ctx, r.comps, r.d)
+	after, err := e.snapEnd(ctx, r.comps, r.d)
 	if err != nil {
 		return nil, 0, nil, err
 	}

@@ -156,6 +156,6 @@ func scaleTestSizes(t *testing.T) ScaleSizes {
 		t.Fatal(err)
 	}
 	sz.Nodes, sz.Volumes = 10, 100
-	sz.WritesWindow, sz.IdleWindow, sz.TrickleWindow = 3*time.Second, 2*time.Second, 4*time.Second
+	sz.WritesWindow, sz.IdleWindow, sz.TrickleWindow = 2*time.Second, time.Second, 3*time.Second
 	return sz
 }
