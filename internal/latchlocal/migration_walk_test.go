@@ -214,6 +214,7 @@ func TestMigrationOnLatchLocal_upstreamToLatchAsTheDocsShow(t *testing.T) {
 			refused([]string{"restart", KubeControllerManager, "--controllers=*"}, "stop it first")
 			kept("after both swaps")
 		}},
+		{"kubectl -n kube-system get configmap latch-local-control -o jsonpath='{.data.components}'", nil},
 		{"kubectl apply -f examples/pv-pvc.yaml -f examples/pod.yaml", nil},
 		{"kubectl wait --for=condition=Ready pod/app-1 --timeout=2m", func(string) {
 			va, ok := vaOf("example-volume")
