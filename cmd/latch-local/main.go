@@ -201,8 +201,9 @@ func up(ctx context.Context, c *config, env *latchlocal.Env, term *terminal) int
 		fmt.Fprintf(term.w, `
   export KUBECONFIG=%s
   kubectl apply -f examples/statefulset.yaml    # attached by upstream's pair
-  latch-local start csi-attacher                # then the swap's steps: docs/migration.md,
-                                                # "Rehearsing the swap on latch-local"
+
+  then swap them for latch's step by step (RBAC, latch-local start|stop|restart):
+  docs/migration.md, "Rehearsing the swap on latch-local"
 
 `, abs)
 	} else if c.opts.RealNodes {
