@@ -21,8 +21,11 @@
 // own time, from go test's JSON), or "not run" when the test binary ended
 // without reporting the test (a crash, a timeout, or a build failure of
 // the minor's binaries); a row "upstream binaries" gives each minor's
-// build time (seconds when the binaries were kept from an earlier run) and
-// a row "total" each minor's wall time. The same table is written to
+// build time (seconds when the binaries were kept from an earlier run), a
+// row "binaries' --version" what kube-apiserver (or "in-process" when
+// latch's own API server is of that release), kube-controller-manager and
+// kube-scheduler answer to --version, and a row "total" each minor's wall
+// time. The same table is written to
 // <out>/table.md, and each test binary's JSON events to
 // <out>/<minor>/<package>.json, where a failed test's log is. The exit
 // status is 1 when any scenario did not pass.
@@ -87,7 +90,8 @@ func run(ctx context.Context, versions, only, out string, timeout time.Duration,
 		col := column{Release: r, Results: map[string]result{}}
 		start := time.Now()
 		logf("Kubernetes %s (%s, test/upstream/%s): building its upstream binaries", r.Minor, r.Version, r.Module)
-		buildErr := buildUpstream(r)
+		says, buildErr := buildUpstream(r)
+		col.Says = says
 		col.Build = time.Since(start)
 		if buildErr != nil {
 			logf("Kubernetes %s: %v", r.Minor, buildErr)
@@ -149,22 +153,35 @@ func selectReleases(versions string) ([]testsupport.KubernetesRelease, error) {
 // buildUpstream builds release r's kube-controller-manager, kube-scheduler
 // and hollow kubelet (one go build), and its kube-apiserver when the tests
 // run it instead of the in-process one, into the directory the tests find
-// them in (testsupport.BinaryDirEnv).
-func buildUpstream(r testsupport.KubernetesRelease) error {
+// them in (testsupport.BinaryDirEnv). It returns what the binaries say
+// with --version ("kube-apiserver in-process" when latch's own is used).
+func buildUpstream(r testsupport.KubernetesRelease) (string, error) {
 	os.Setenv(testsupport.KubernetesVersionEnv, r.Minor)
 	defer os.Unsetenv(testsupport.KubernetesVersionEnv)
-	components := []string{"kube-controller-manager"}
-	if _, external, err := testsupport.ExternalAPIServer(); err != nil {
-		return err
-	} else if external {
-		components = append(components, "kube-apiserver")
+	components := []string{"kube-controller-manager", "kube-scheduler"}
+	_, external, err := testsupport.ExternalAPIServer()
+	if err != nil {
+		return "", err
+	}
+	if external {
+		components = append([]string{"kube-apiserver"}, components...)
+	}
+	var says []string
+	if !external {
+		says = append(says, "kube-apiserver in-process")
 	}
 	for _, c := range components {
-		if _, err := testsupport.UpstreamBinary(c); err != nil {
-			return err
+		bin, err := testsupport.UpstreamBinary(c)
+		if err != nil {
+			return "", err
 		}
+		out, err := exec.Command(bin, "--version").Output()
+		if err != nil {
+			return "", fmt.Errorf("%s --version: %w", bin, err)
+		}
+		says = append(says, c+" "+strings.TrimPrefix(strings.TrimSpace(string(out)), "Kubernetes "))
 	}
-	return nil
+	return strings.Join(says, ", "), nil
 }
 
 // buildTests compiles each scenario package's test binary once into dir.

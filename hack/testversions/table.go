@@ -86,8 +86,10 @@ type column struct {
 	Release  testsupport.KubernetesRelease
 	Build    time.Duration
 	BuildErr error
-	Total    time.Duration
-	Results  map[string]result // by test name
+	// Says is what the binaries answer to --version.
+	Says    string
+	Total   time.Duration
+	Results map[string]result // by test name
 }
 
 // event is one line of go test's JSON (test2json) output.
@@ -183,6 +185,10 @@ func renderTable(chosen []scenario, cols []column) string {
 		} else {
 			fmt.Fprintf(&b, " %s |", formatDuration(c.Build))
 		}
+	}
+	b.WriteString("\n| binaries' --version | |")
+	for _, c := range cols {
+		fmt.Fprintf(&b, " %s |", c.Says)
 	}
 	b.WriteString("\n| total | |")
 	for _, c := range cols {
