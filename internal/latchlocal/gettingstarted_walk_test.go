@@ -185,7 +185,18 @@ func TestGettingStartedWalk_steps1To5AsWritten(t *testing.T) {
 		{command: "kubectl get nodes", check: lists("kubectl get nodes", "node-1 Ready", "node-2 Ready")},
 		// 2.
 		{command: "kubectl apply -f examples/statefulset.yaml"},
-		{command: "kubectl get pods,pvc,volumeattachments -o wide", check: lists("kubectl get pods,pvc,volumeattachments", "pod/web-", "persistentvolumeclaim/data-web-")},
+		{command: "kubectl get pods,pvc,volumeattachments -o wide", before: func() {
+			// A snapshot: by the time one looks, the StatefulSet
+			// controller has made the Pods and claims.
+			testsupport.Eventually(t, ctx, time.Minute, "the StatefulSet's Pods and claims made", func(ctx context.Context) (bool, error) {
+				pods, err := env.Client.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: "app=web"})
+				if err != nil {
+					return false, err
+				}
+				pvcs, err := env.Client.CoreV1().PersistentVolumeClaims("default").List(ctx, metav1.ListOptions{})
+				return err == nil && len(pods.Items) == 2 && len(pvcs.Items) == 2, err
+			})
+		}, check: lists("kubectl get pods,pvc,volumeattachments", "pod/web-0", "pod/web-1", "persistentvolumeclaim/data-web-0", "persistentvolumeclaim/data-web-1")},
 		{command: "kubectl latch status # same as: latchctl status", before: func() {
 			for _, pod := range []string{"web-0", "web-1"} {
 				testsupport.Eventually(t, ctx, 2*time.Minute, "StatefulSet Pod "+pod+" Running", running(pod))
