@@ -26,8 +26,8 @@ type scenario struct {
 // test: attach and detach through a hollow kubelet, multi-attach, the
 // out-of-service taint, a controller restart with work in flight, the
 // kubelet order check, a kubelet restart, the swap with
-// kube-controller-manager of the same version, and what differs between
-// the minors.
+// kube-controller-manager of the same version, kube-controller-manager's
+// event text beside latch's, and what differs between the minors.
 var scenarios = []scenario{
 	{"attach-detach", "attach and detach through a hollow kubelet (attachdetach-controller)", "./test/e2e/attachdetach/", "TestPodLifecycle_attachThenDetach"},
 	{"kubelet-lifecycle", "attach, mount, unmount, detach in the kubelet's order (csi-attacher, mock driver)", "./test/e2e/kubelet/", "TestKubeletVolumeLifecycle"},
@@ -37,6 +37,7 @@ var scenarios = []scenario{
 	{"kubelet-order", "kubelet order check catches a detach of a mounted volume", "./test/e2e/attachdetach/", "TestKubeletOrderCheck_reportsTheDetachOfAMountedVolume"},
 	{"kubelet-restart", "kubelet restart reconstructs its volumes", "./test/e2e/kubelet/", "TestKubeletRestartReconstructsVolumes"},
 	{"kcm-swap", "swap with kube-controller-manager and back, work in flight", "./test/interop/", "TestSwapAttachDetach_kcmToLatchAndBack"},
+	{"kcm-event-text", "kube-controller-manager and latch record the same attach timeout event", "./test/interop/", "TestNoAttacher_kcmAndLatchRecordTheSameTimeoutEvent"},
 	{"version-facts", "what latch relies on, as this version serves it", "./test/e2e/attachdetach/", "TestKubernetesVersion_whatLatchReliesOn"},
 }
 
