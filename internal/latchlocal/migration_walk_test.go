@@ -15,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/latchcsi/latch/internal/attacher"
 	"github.com/latchcsi/latch/internal/attacher/decide"
 	"github.com/latchcsi/latch/internal/kube"
 	"github.com/latchcsi/latch/internal/testsupport"
@@ -237,6 +238,17 @@ func TestMigrationOnLatchLocal_upstreamToLatchAsTheDocsShow(t *testing.T) {
 		{"kubectl latch status", func(out string) {
 			statusLists(out, webs...)
 			kept("after a Pod attached and detached by latch's pair")
+			// The RBAC block as the section applies it gives latch's
+			// csi-attacher its orphan record: no warning on its Lease.
+			evs, err := env.Client.CoreV1().Events(DriverNamespace).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.kind=Lease,involvedObject.name=" + attacherLease})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, ev := range evs.Items {
+				if ev.Reason == attacher.EventOrphanRecordFailed {
+					t.Errorf("Warning %s on Lease %s/%s after the section's RBAC step: %s", ev.Reason, DriverNamespace, attacherLease, ev.Message)
+				}
+			}
 		}},
 		{"latch-local start external-attacher", nil},
 		{"latch-local stop csi-attacher", func(string) {
