@@ -226,10 +226,8 @@ func runPackage(ctx context.Context, r testsupport.KubernetesRelease, pkg string
 	cmd.Dir = pkg
 	cmd.Env = append(os.Environ(), testsupport.KubernetesVersionEnv+"="+r.Minor)
 	cmd.Stderr = logFile
-	events := &eventReader{progress: func(e event) {
-		if e.Test != "" && !strings.Contains(e.Test, "/") && (e.Action == "pass" || e.Action == "fail" || e.Action == "skip") {
-			logf("Kubernetes %s: %s %s %s", r.Minor, e.Test, e.Action, formatDuration(time.Duration(e.Elapsed*float64(time.Second))))
-		}
+	events := &eventReader{progress: func(e event, res result) {
+		logf("Kubernetes %s: %s %s %s", r.Minor, e.Test, res.Action, formatDuration(res.Elapsed))
 	}}
 	cmd.Stdout = &teeLines{w: logFile, r: events}
 	runErr := cmd.Run()

@@ -95,6 +95,7 @@ type column struct {
 
 // event is one line of go test's JSON (test2json) output.
 type event struct {
+	Time    time.Time
 	Action  string
 	Test    string
 	Elapsed float64
@@ -102,9 +103,13 @@ type event struct {
 
 // eventReader collects top-level tests' outcomes from test2json lines.
 type eventReader struct {
-	progress func(event)
+	progress func(event, result) // called with r's lock held
 	mu       sync.Mutex
 	got      map[string]result
+	// started is when each test ran: a test whose subtests are parallel
+	// reports its own time as 0s (it returns before they run), so a
+	// test's time is from its run to its outcome.
+	started map[string]time.Time
 }
 
 func (r *eventReader) line(b []byte) {
@@ -112,19 +117,26 @@ func (r *eventReader) line(b []byte) {
 	if json.Unmarshal(b, &e) != nil || e.Test == "" || strings.Contains(e.Test, "/") {
 		return
 	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.got == nil {
+		r.got, r.started = map[string]result{}, map[string]time.Time{}
+	}
 	switch e.Action {
+	case "run":
+		r.started[e.Test] = e.Time
+		return
 	case "pass", "fail", "skip":
 	default:
 		return
 	}
-	r.mu.Lock()
-	if r.got == nil {
-		r.got = map[string]result{}
+	elapsed := time.Duration(e.Elapsed * float64(time.Second))
+	if start, ok := r.started[e.Test]; ok && !e.Time.IsZero() && e.Time.Sub(start) > elapsed {
+		elapsed = e.Time.Sub(start)
 	}
-	r.got[e.Test] = result{Action: e.Action, Elapsed: time.Duration(e.Elapsed * float64(time.Second))}
-	r.mu.Unlock()
+	r.got[e.Test] = result{Action: e.Action, Elapsed: elapsed}
 	if r.progress != nil {
-		r.progress(e)
+		r.progress(e, r.got[e.Test])
 	}
 }
 

@@ -19,13 +19,16 @@ func TestEventsTableAndVerdict(t *testing.T) {
 		`{"Action":"run","Test":"TestA"}` + "\n" + `{"Action":"pass","Test":"TestA/sub","Elapsed":1}` + "\n" + `{"Action":"pa`,
 		`ss","Test":"TestA","Elapsed":41.2}` + "\n",
 		`{"Action":"fail","Test":"TestB","Elapsed":62}` + "\n" + `{"Action":"output","Test":"TestC","Output":"x"}` + "\n",
+		// A test whose subtests are parallel says 0s: its time is from
+		// its run to its outcome.
+		`{"Time":"2026-11-29T00:07:28Z","Action":"run","Test":"TestD"}` + "\n" + `{"Time":"2026-11-29T00:09:58Z","Action":"pass","Test":"TestD","Elapsed":0}` + "\n",
 	} {
 		if _, err := w.Write([]byte(chunk)); err != nil {
 			t.Fatal(err)
 		}
 	}
 	got := r.results()
-	if len(got) != 2 || got["TestA"] != (result{"pass", 41200 * time.Millisecond}) || got["TestB"].Action != "fail" {
+	if len(got) != 3 || got["TestA"] != (result{"pass", 41200 * time.Millisecond}) || got["TestB"].Action != "fail" || got["TestD"] != (result{"pass", 150 * time.Second}) {
 		t.Fatalf("results = %+v", got)
 	}
 	chosen := []scenario{{"a", "scenario A", "./test/x/", "TestA"}, {"b", "scenario B", "./test/x/", "TestB"}, {"c", "scenario C", "./test/y/", "TestC"}}
