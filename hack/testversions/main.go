@@ -17,8 +17,8 @@
 //
 // Output: progress on standard error; on standard output, once every
 // minor has run, a Markdown table with one row per scenario and one column
-// per minor, each cell "pass 41s", "FAIL 1m02s" or "skip 0s" (the test's
-// own time, from go test's JSON), or "not run" when the test binary ended
+// per minor, each cell "pass 41s", "FAIL 1m02s" or "skip 0s" (from the
+// test's start to its outcome, by go test's JSON events), or "not run" when the test binary ended
 // without reporting the test (a crash, a timeout, or a build failure of
 // the minor's binaries); a row "upstream binaries" gives each minor's
 // build time (seconds when the binaries were kept from an earlier run), a
