@@ -37,6 +37,7 @@ var scenarios = []scenario{
 	{"kubelet-order", "kubelet order check catches a detach of a mounted volume", "./test/e2e/attachdetach/", "TestKubeletOrderCheck_reportsTheDetachOfAMountedVolume"},
 	{"kubelet-restart", "kubelet restart reconstructs its volumes", "./test/e2e/kubelet/", "TestKubeletRestartReconstructsVolumes"},
 	{"kcm-swap", "swap with kube-controller-manager and back, work in flight", "./test/interop/", "TestSwapAttachDetach_kcmToLatchAndBack"},
+	{"apiserver-restart", "the release's kube-apiserver restarted: same address, objects and clients", "./internal/localcluster/", "TestClusterRestartKeepsAddressObjectsAndClients"},
 	{"kcm-event-text", "kube-controller-manager and latch record the same attach timeout event", "./test/interop/", "TestNoAttacher_kcmAndLatchRecordTheSameTimeoutEvent"},
 	{"version-facts", "what latch relies on, as this version serves it", "./test/e2e/attachdetach/", "TestKubernetesVersion_whatLatchReliesOn"},
 }
