@@ -73,6 +73,12 @@ type envOptions struct {
 	// driverConcurrency sets --driver-concurrency ("": the default,
 	// adaptive).
 	driverConcurrency string
+	// flagLease keeps the Lease timings of the binary's flag defaults
+	// (renew deadline 10 s) instead of stack.QuickLease's (3 s), for a
+	// test whose load on the API server can hold a renewal longer than
+	// that on a busy machine: the attacher would stop, as it must when
+	// it cannot renew, and the test would measure that instead.
+	flagLease bool
 }
 
 // newEnv starts a mock driver with a driver name unique to the test
@@ -179,6 +185,11 @@ func (e *env) attacherConfig(cfg *rest.Config, o envOptions, identity, leaseName
 		// and refuse work while another replica does.
 		Presence: &app.Presence{Component: "csi-attacher", Competing: o.competing},
 	}
-	stack.QuickLease(&c.Leader)
+	if o.flagLease {
+		d := attacher.DefaultSidecarConfig().Leader
+		c.Leader.LeaseDuration, c.Leader.RenewDeadline, c.Leader.RetryPeriod = d.LeaseDuration, d.RenewDeadline, d.RetryPeriod
+	} else {
+		stack.QuickLease(&c.Leader)
+	}
 	return c
 }
