@@ -61,8 +61,12 @@ func (e *Env) serveControl(ctx context.Context) error {
 		Data:       map[string]string{controlComponentsKey: e.components()},
 	}
 	cms := e.Client.CoreV1().ConfigMaps(ControlNamespace)
-	if _, err := cms.Create(ctx, cm, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		return fmt.Errorf("create ConfigMap %s/%s: %w", ControlNamespace, ControlConfigMap, err)
+	_, err := cms.Create(ctx, cm, metav1.CreateOptions{})
+	if apierrors.IsAlreadyExists(err) {
+		err = e.takeOverControl(ctx)
+	}
+	if err != nil {
+		return fmt.Errorf("ConfigMap %s/%s: %w", ControlNamespace, ControlConfigMap, err)
 	}
 	done := make(chan struct{})
 	e.controlDone = done
@@ -77,6 +81,40 @@ func (e *Env) serveControl(ctx context.Context) error {
 		})
 	}()
 	return nil
+}
+
+// takeOverControl makes the ConfigMap an earlier latch-local left (with
+// --data-dir) this one's: it lists what runs now, and a request still
+// pending there is answered with an error, not carried out (whoever sent
+// it waited for another process).
+func (e *Env) takeOverControl(ctx context.Context) error {
+	cms := e.Client.CoreV1().ConfigMaps(ControlNamespace)
+	for {
+		cm, err := cms.Get(ctx, ControlConfigMap, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if cm.Data == nil {
+			cm.Data = map[string]string{}
+		}
+		req, reply, err := decodeControl(cm)
+		if err != nil {
+			// Not ours to read: start afresh.
+			req, cm.Data = controlRequest{}, map[string]string{}
+		}
+		if req.ID != "" && req.ID != reply.ID {
+			data, err := json.Marshal(controlReply{ID: req.ID, Error: fmt.Sprintf("not carried out: the latch-local it was sent to stopped; run latch-local %s again", strings.Join(req.Command, " "))})
+			if err != nil {
+				return err
+			}
+			cm.Data[controlReplyKey] = string(data)
+		}
+		cm.Data[controlComponentsKey] = e.components()
+		_, err = cms.Update(ctx, cm, metav1.UpdateOptions{})
+		if !apierrors.IsConflict(err) {
+			return err
+		}
+	}
 }
 
 // serveRequest carries out the pending request, if any, and writes the
