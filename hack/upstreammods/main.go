@@ -2,8 +2,8 @@
 // with latch's dependency versions: in each module there, every dependency
 // latch's own module also uses is replaced by latch's version of it (but
 // those internal/testsupport's keepOwnVersion keeps, each with its
-// reason: the CSI spec for Kubernetes, the Kubernetes libraries and etcd
-// for the external-attacher), and the module is tidied. Run it after changing a dependency
+// reason; none since latch builds against Kubernetes 1.37), and the
+// module is tidied. Run it after changing a dependency
 // version in latch's go.mod (make upstream-mods); the test
 // TestUpstreamModulesBuildWithLatchsVersions in internal/testsupport says
 // when it is needed. A package at latch's version is compiled once for

@@ -30,18 +30,18 @@ type upstream struct {
 // The upstream components tests can build, by the name their docs use.
 var upstreamComponents = map[string]upstream{
 	// external-attacher v4.13.0: the CSI external-attacher sidecar that
-	// csi-attacher replaces, with its release's Kubernetes libraries
-	// (v0.37: its flags and feature gates) and latch's versions of
-	// everything below them (keepOwnVersion).
+	// csi-attacher replaces, built with latch's dependency versions (its
+	// release's Kubernetes libraries are v0.37 like latch's, so its flags
+	// and feature gates are the release's).
 	"external-attacher": {"external-attacher", "github.com/kubernetes-csi/external-attacher/v4/cmd/csi-attacher", false},
-	// kube-controller-manager v1.36.3: its attach/detach controller is the
+	// kube-controller-manager v1.37.2: its attach/detach controller is the
 	// one attachdetach-controller replaces.
 	"kube-controller-manager": {"kubernetes", "k8s.io/kubernetes/cmd/kube-controller-manager", true},
 	"kube-scheduler":          {"kubernetes", "k8s.io/kubernetes/cmd/kube-scheduler", true},
 	// kubemark: kubemark's hollow node as released (its kubelet attaches
 	// volumes itself: EnableControllerAttachDetach is off).
 	"kubemark": {"kubernetes", "k8s.io/kubernetes/cmd/kubemark", false},
-	// hollow-kubelet: the real kubelet code of v1.36.3 with kubemark's fake
+	// hollow-kubelet: the real kubelet code of v1.37.2 with kubemark's fake
 	// container runtime and mounter, started by a small program of ours
 	// (test/upstream/kubernetes/hollowkubelet) that keeps attach/detach
 	// controller-managed, serves on loopback and takes a root directory.

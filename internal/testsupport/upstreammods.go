@@ -18,40 +18,22 @@ import (
 // go command keys each compiled package by its source and the compiled
 // packages it imports, so a package at the same version as in latch's
 // build is compiled once and shared: kube-controller-manager,
-// kube-scheduler and the hollow kubelet then compile the 504 packages
-// latch-local does not link, not 2,046, and the external-attacher 714,
-// not 976 (README, "What a cold machine compiles").
+// kube-scheduler and the hollow kubelet then compile the 491 packages
+// latch-local does not link, not 2,046, and the external-attacher 8
+// after latch's tests, not 976 (README, "What a cold machine compiles").
 //
 // keepOwnVersion lists, per module directory, the modules that stay at the
 // component's own version, and why: a module path, or a prefix ending in
 // "/" for every module under it. A module kept, and everything above it,
-// is compiled twice.
+// is compiled twice. Since latch builds against Kubernetes 1.37 nothing is
+// kept: Kubernetes v1.37.2's CSI volume plugin compiles with the CSI spec
+// v1.13 (v1.36's used VOLUME_CONDITION, which v1.13 dropped, and kept the
+// spec at v1.9), and the external-attacher v4.13.0's Kubernetes libraries
+// are v0.37 like latch's (with v0.36 its --help listed v0.36's feature
+// gates, not the release's, and its etcd client stayed at v3.7).
 var keepOwnVersion = map[string]map[string]string{
-	"kubernetes": {
-		// k8s.io/kubernetes/pkg/volume/csi (the kubelet's and
-		// kube-controller-manager's CSI volume plugin) uses the
-		// VOLUME_CONDITION node capability and
-		// NodeGetVolumeStatsResponse.VolumeCondition, which the Go
-		// bindings of spec v1.13 (latch's) no longer have. Only the spec
-		// package and three github.com/golang/protobuf shims above it are
-		// compiled twice.
-		"github.com/container-storage-interface/spec": "Kubernetes v1.36.3's CSI volume plugin is written for the CSI spec v1.9 (v1.13 dropped VOLUME_CONDITION)",
-	},
-	"external-attacher": {
-		// The external-attacher's flags and feature gates come from its
-		// Kubernetes libraries (component-base, apiserver and client-go
-		// v0.37), and test/interop checks that csi-attacher accepts every
-		// one of the released binary's, with its defaults and stages:
-		// built with latch's v0.36 it lists v0.36's gates
-		// (WatchCacheInitializationPostStartHook, NativeHistograms as
-		// alpha), no longer the release's. apiserver v0.37 needs the etcd
-		// client v3.7. Everything below them (grpc, protobuf, OpenTelemetry,
-		// Prometheus, golang.org/x) is latch's: its --help is the
-		// release's, line for line.
-		"k8s.io/":      "the external-attacher's flags and feature gates are those of its release's Kubernetes libraries (v0.37)",
-		"sigs.k8s.io/": "kept with the Kubernetes libraries v0.37 that require them",
-		"go.etcd.io/":  "apiserver v0.37 needs the etcd client v3.7",
-	},
+	"kubernetes":        {},
+	"external-attacher": {},
 }
 
 // UpstreamModuleDirs are the module directories under test/upstream, by

@@ -1,4 +1,4 @@
-// Command hollow-kubelet runs the real kubelet (Kubernetes v1.36.3's
+// Command hollow-kubelet runs the real kubelet (Kubernetes v1.37.2's
 // kubelet code with kubemark's fake container runtime and fake mounter) as
 // one simulated node of latch's test cluster. It differs from kubemark's own
 // hollow node where latch's tests need it to:
