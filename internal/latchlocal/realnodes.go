@@ -21,7 +21,7 @@ import (
 // kube-controller-manager (every controller but attachdetach: the PV
 // binder, StatefulSet, garbage collector, namespace, service-account and
 // root-CA publisher, ...) as child processes, and one hollow kubelet per
-// node (the real kubelet of v1.36.3 with a fake container runtime and a
+// node (the real kubelet of v1.37.2 with a fake container runtime and a
 // fake mounter) next to the mock driver's node plugin for that node. The
 // kubelet stand-in does not run.
 

@@ -19,7 +19,7 @@ import (
 )
 
 // The rest of a real control plane next to localcluster's API server: the
-// real kube-scheduler and kube-controller-manager of Kubernetes v1.36.3
+// real kube-scheduler and kube-controller-manager of Kubernetes v1.37.2
 // (built by testsupport.UpstreamBinary), as child processes on loopback,
 // without leader election, authenticated with the cluster's admin token
 // (--use-service-account-credentials=false). kube-controller-manager runs

@@ -14,7 +14,7 @@ import (
 )
 
 // A hollow node is one simulated node run by the real kubelet: the
-// hollow-kubelet child process (Kubernetes v1.36.3's kubelet with
+// hollow-kubelet child process (Kubernetes v1.37.2's kubelet with
 // kubemark's fake container runtime and fake mounter, controller-managed
 // attach/detach; test/upstream/kubernetes/hollowkubelet) and, beside it,
 // the mock driver's node plugin for that node: a csimock node endpoint on

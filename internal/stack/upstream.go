@@ -158,7 +158,7 @@ func KubeControllerManagerArgs(c KubeControllerManagerConfig) []string {
 }
 
 // StartKubeControllerManager builds (once per process) and starts
-// kube-controller-manager v1.36.3 and waits until its /healthz answers.
+// kube-controller-manager v1.37.2 and waits until its /healthz answers.
 func StartKubeControllerManager(ctx context.Context, c KubeControllerManagerConfig) (*Upstream, error) {
 	bin, err := prepareUpstream("kube-controller-manager", &c.Name, &c.SecureAddr)
 	if err != nil {
