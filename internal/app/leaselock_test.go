@@ -11,9 +11,17 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/klog/v2/ktesting"
 	"k8s.io/utils/ptr"
+
+	"github.com/latchcsi/latch/internal/testsupport"
 )
 
 type renewMarker struct{}
+
+// renewFault switches renewFailing on, and counts the requests it failed.
+type renewFault struct {
+	on     atomic.Bool
+	failed atomic.Int32
+}
 
 // renewFailing fails the Lease requests made under the elector's own
 // context (its acquire and renew loop, which carries the caller's values)
@@ -22,7 +30,8 @@ type renewMarker struct{}
 // answering renewals and answers again a moment later, when the elector
 // gives the Lease up.
 func renewFailing(ctx context.Context) error {
-	if on, _ := ctx.Value(renewMarker{}).(*atomic.Bool); on != nil && on.Load() {
+	if f, _ := ctx.Value(renewMarker{}).(*renewFault); f != nil && f.on.Load() {
+		f.failed.Add(1)
 		return apierrors.NewTimeoutError("slow API server", 1)
 	}
 	return nil
@@ -38,12 +47,12 @@ func renewFailing(ctx context.Context) error {
 func TestRunAsLeaderThatLostTheLeaseToAnotherLeavesTheirHoldAlone(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	client := fake.NewClientset()
-	on := new(atomic.Bool)
+	fault := new(renewFault)
 	cfg := testElection("a")
 	cfg.LeaseDuration, cfg.RenewDeadline, cfg.RetryPeriod = 2*time.Second, 1*time.Second, 50*time.Millisecond
 	runCtx := make(chan context.Context, 1)
 	result := make(chan error, 1)
-	actx := context.WithValue(ctx, renewMarker{}, on)
+	actx := context.WithValue(ctx, renewMarker{}, fault)
 	go func() {
 		result <- RunAsLeader(actx, leaseFaults{client, renewFailing}, cfg, nil, func(c context.Context) error {
 			runCtx <- c
@@ -56,7 +65,14 @@ func TestRunAsLeaderThatLostTheLeaseToAnotherLeavesTheirHoldAlone(t *testing.T) 
 	// than the lease duration (2s), yet with a slow API server the last
 	// renewal b saw may be older than a's last success; model b taking
 	// over (after a lease duration of silence, by b's clock) directly.
-	on.Store(true)
+	fault.on.Store(true)
+	// A renewal that passed the fault check just before it was switched
+	// on may still be writing (the fake client checks no resourceVersion,
+	// so it would overwrite b's hold below). The elector renews one
+	// request at a time: once one has failed, none is in flight.
+	testsupport.Eventually(t, ctx, 10*time.Second, "a renewal of a's to fail", func(context.Context) (bool, error) {
+		return fault.failed.Load() > 0, nil
+	})
 	lease, err := client.CoordinationV1().Leases("default").Get(ctx, "test-lease", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
