@@ -51,7 +51,7 @@ func testSizes(t *testing.T) Sizes {
 	sz.MemoryOurVolumes, sz.MemoryForeignPVs, sz.MemoryNodes = 30, 300, 10
 	sz.PodsCount, sz.PodsNodes, sz.PodsBursts = 12, 3, 3
 	sz.IdleVolumes, sz.IdlePerPod, sz.IdleNodes = 30, 5, 2
-	sz.LimitItems = 60
+	sz.LimitItems = 30
 	return sz
 }
 
