@@ -2,6 +2,8 @@ package deploy_test
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -44,8 +46,6 @@ func makeBuildInstalls(t *testing.T) []string {
 // of KUBECONFIG, and flag values; without the completer it offers nothing
 // past the plugin's name.
 func TestKubectlCompletesTheLatchPluginThroughItsCompleter(t *testing.T) {
-	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
-	defer cancel()
 	installs := makeBuildInstalls(t)
 	for _, want := range []string{"kubectl-latch", "kubectl_complete-latch"} {
 		if !slices.Contains(installs, want) {
@@ -63,7 +63,15 @@ func TestKubectlCompletesTheLatchPluginThroughItsCompleter(t *testing.T) {
 		}
 	}
 
-	const ns = "plugin-completion"
+	// The minute is the test's own: it starts once the binaries are built
+	// (a cold build cache takes minutes).
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	// A namespace of this run's (the package shares one API server, and
+	// -count=2 runs the test twice on it).
+	suffix := make([]byte, 4)
+	_, _ = rand.Read(suffix)
+	ns := "plugin-completion-" + hex.EncodeToString(suffix)
 	client := cluster.Client()
 	if err := localcluster.CreateNamespace(ctx, client, ns); err != nil {
 		t.Fatal(err)
