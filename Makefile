@@ -65,7 +65,7 @@ test: tools
 ## test-versions: the core end-to-end scenarios against Kubernetes 1.34, 1.35, 1.36 and 1.37, each minor's kube-apiserver, kube-controller-manager, kube-scheduler and hollow kubelet built from its module under test/upstream and kept between runs; prints a table (VERSIONS=1.34,1.35 and SCENARIOS=multi-attach,... choose; docs/upgrade.md, "Tested Kubernetes versions")
 .PHONY: test-versions
 test-versions:
-	@echo "make test-versions: a first run builds each minor's kube-apiserver, kube-controller-manager, kube-scheduler and kubelet (about 10 minutes of CPU each on 2 cores), then runs the scenarios for each minor (minutes each). Progress follows; the table comes last."
+	@echo "make test-versions: a first run builds each minor's kube-apiserver, kube-controller-manager, kube-scheduler and kubelet (18 to 31 minutes each on two shared cores), then runs the scenarios of each minor (about 5 minutes each). Progress follows; the table comes last."
 	$(GO) run ./hack/testversions $(if $(VERSIONS),-versions=$(VERSIONS)) $(if $(SCENARIOS),-scenarios=$(SCENARIOS)) -out $(BIN_DIR)/test-versions
 
 ## bench: benchmarks A–F on a local control plane (SCALE=small|full, SCENARIOS=A,B,..., PROFILE=1, ATTACHER=path, ATTACHER_FLAGS=..., CONTROLLER_FLAGS=..., POD_CREATORS=N, VA_CREATORS=N, CONTROL_PLANE_GOGC=N, CONTROL_PLANE_MEMORY_LIMIT_MIB=N); see docs/performance.md
