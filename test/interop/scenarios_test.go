@@ -125,6 +125,10 @@ func inlineAttachDetach(w *world, o *outcome) {
 	w.unpublished(o, handle, "node-b", 1)
 }
 
+// kcmMultiAttachPrefix is how kube-controller-manager v1.37.2 begins its
+// Multi-Attach event (pkg/controller/volume/attachdetach/reconciler).
+const kcmMultiAttachPrefix = "Waiting for detach"
+
 func rwoMultiAttach(w *world, o *outcome) {
 	ns := w.namespace("rwo")
 	pv := w.volume(ns, "rwo-1", v1.ReadWriteOnce)
@@ -133,7 +137,15 @@ func rwoMultiAttach(w *world, o *outcome) {
 	w.waitPodRunning(ns, "first")
 
 	w.pod(ns, "second", "node-b", pv)
-	o.add("event %s", w.waitEvent(ns, "second", "FailedAttachVolume", "Multi-Attach error"))
+	// kube-controller-manager 1.37 begins this event with "Waiting for
+	// detach" where 1.36 and latch's attachdetach-controller write
+	// "Multi-Attach error"; the reason and the rest of the text are the
+	// same, and the outcome compares those.
+	prefix := "Multi-Attach error"
+	if w.pair.ad == kcmAD {
+		prefix = kcmMultiAttachPrefix
+	}
+	o.add("event %s", strings.Replace(w.waitEvent(ns, "second", "FailedAttachVolume", prefix), prefix, "<Multi-Attach prefix>", 1))
 	w.consistently("no VolumeAttachment of "+pv+" on node-b while attached to node-a", 2*time.Second, func(context.Context) (bool, error) {
 		_, ok := w.getVA(vaName(pv, "node-b"))
 		return !ok, nil
