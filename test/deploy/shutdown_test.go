@@ -2,6 +2,8 @@ package deploy_test
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -72,9 +74,15 @@ func TestCleanSIGTERMLogsNoErrorLineAndRecordsStoppedLeading(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
 	defer cancel()
 	client := cluster.Client()
-	const driver = "shutdown.csi.latch.dev"
-	const node = "shutdown-node"
-	const ns = "latch-shutdown"
+	// Names of this run's own: the package shares one API server, and
+	// -count=2 runs the test twice on it.
+	suffix := make([]byte, 4)
+	_, _ = rand.Read(suffix)
+	run := hex.EncodeToString(suffix)
+	driver := "shutdown-" + run + ".csi.latch.dev"
+	node := "shutdown-node-" + run
+	ns := "latch-shutdown-" + run
+	vol := "shutdown-vol-" + run
 	if err := localcluster.CreateNamespace(ctx, client, ns); err != nil {
 		t.Fatal(err)
 	}
@@ -100,13 +108,13 @@ func TestCleanSIGTERMLogsNoErrorLineAndRecordsStoppedLeading(t *testing.T) {
 		"--leader-elect=true", "--leader-elect-resource-namespace="+ns, "--http-endpoint=", "--v=2")
 
 	startNodes(ctx, t, driver, map[string]string{node: node + "-id"})
-	if _, _, err := localcluster.CreateBoundVolume(ctx, client, localcluster.VolumeSpec{Namespace: ns, Name: "shutdown-vol", Driver: driver}); err != nil {
+	if _, _, err := localcluster.CreateBoundVolume(ctx, client, localcluster.VolumeSpec{Namespace: ns, Name: vol, Driver: driver}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := client.CoreV1().Pods(ns).Create(ctx, localcluster.NewPod(ns, "shutdown-app", node, "shutdown-vol"), metav1.CreateOptions{}); err != nil {
+	if _, err := client.CoreV1().Pods(ns).Create(ctx, localcluster.NewPod(ns, "shutdown-app", node, vol), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	va := kubenames.VolumeAttachmentName("shutdown-vol", driver, node)
+	va := kubenames.VolumeAttachmentName(vol, driver, node)
 	waitFor(ctx, t, "VolumeAttachment "+va+" attached", func() (bool, error) {
 		got, err := client.StorageV1().VolumeAttachments().Get(ctx, va, metav1.GetOptions{})
 		return err == nil && got.Status.Attached, nil
