@@ -195,6 +195,8 @@ type Control struct {
 	// of that period.
 	shrinkFrom float64
 	shrinkMean time.Duration
+	// reason is why the limit last changed.
+	reason string
 	// throttled counts throttled answers (each one, cut or not).
 	throttled int64
 }
@@ -241,7 +243,7 @@ func (c *Control) Sample(now time.Time, outcome Outcome, latency time.Duration, 
 		if d := float64(c.deliveredLocked(now)); d >= minPeriodSamples && d < cut {
 			cut = d
 		}
-		c.setLimit(cut)
+		c.setLimit(cut, ReasonThrottled)
 		if c.probing {
 			c.cutAt = c.probeSaved
 			c.probeSaved = math.Max(float64(c.cfg.Min), math.Floor(c.probeSaved*c.cfg.Backoff))
@@ -303,14 +305,14 @@ func (c *Control) Sample(now time.Time, outcome Outcome, latency time.Duration, 
 		if c.shrinkFrom == 0 {
 			c.shrinkFrom, c.shrinkMean = c.limit, mean
 		}
-		c.setLimit(c.limit * math.Max(0.5, c.cfg.Grow/ratio))
+		c.setLimit(c.limit*math.Max(0.5, c.cfg.Grow/ratio), ReasonLatencyRose)
 	case ratio < c.cfg.Grow && inUse && !c.slowStart:
 		step := math.Sqrt(c.limit)
 		if c.cutAt > 0 && c.limit+step > c.cutAt*0.9 && c.limit < c.cutAt*1.3 {
 			// Near where the backend throttled last: creep.
 			step = math.Min(step, math.Max(0.1*step, 0.05*c.limit))
 		}
-		c.setLimit(c.limit + step)
+		c.setLimit(c.limit+step, ReasonLatencyFlat)
 	}
 }
 
@@ -331,7 +333,7 @@ func (c *Control) slowStartSample(latency time.Duration, inFlight int) {
 		}
 	}
 	if float64(inFlight) >= c.limit/2 {
-		c.setLimit(c.limit + 1)
+		c.setLimit(c.limit+1, ReasonSlowStart)
 	}
 }
 
@@ -364,7 +366,7 @@ func (c *Control) probe(now time.Time, latency time.Duration) bool {
 			return false
 		}
 		c.probing, c.probeStart, c.probePeriod, c.probeSaved, c.probeSum, c.probeN = true, now, c.lastPeriod, c.limit, 0, 0
-		c.setLimit(c.limit / 2)
+		c.setLimit(c.limit/2, ReasonProbe)
 		return true
 	}
 	if started := now.Add(-latency); !started.Before(c.probeStart) && started.Before(c.probeStart.Add(c.probePeriod)) {
@@ -379,13 +381,38 @@ func (c *Control) probe(now time.Time, latency time.Duration) bool {
 		c.baseline.reset(now, c.probeSum/time.Duration(c.probeN))
 	}
 	c.probing, c.lastProbe = false, now
-	c.setLimit(c.probeSaved)
+	c.setLimit(c.probeSaved, ReasonProbeDone)
 	c.sum, c.n, c.busiest, c.periodEnd = 0, 0, 0, now.Add(c.lastPeriod)
 	return true
 }
 
-func (c *Control) setLimit(l float64) {
+// Why the limit last changed (Control.Reason).
+const (
+	ReasonSlowStart   = "slow start: answers served while the limit is in use"
+	ReasonLatencyFlat = "latency flat while the limit is in use"
+	ReasonLatencyRose = "latency rose above 1.5 × the baseline: the backend queues calls"
+	ReasonThrottled   = "the backend throttled a call"
+	ReasonProbe       = "baseline probe: half the limit for three periods"
+	ReasonProbeDone   = "baseline probe over"
+)
+
+func (c *Control) setLimit(l float64, reason string) {
 	c.limit = math.Max(float64(c.cfg.Min), math.Min(float64(c.cfg.Max), l))
+	c.reason = reason
+}
+
+// Reason says why the limit last changed (one of the Reason constants;
+// empty before the first change).
+func (c *Control) Reason() string { return c.reason }
+
+// Baseline is the latency the limit judges periods against: the backend's
+// own latency when it is not queueing our calls (0 before the first
+// period).
+func (c *Control) Baseline() time.Duration {
+	if len(c.baseline.entries) == 0 {
+		return 0
+	}
+	return c.baseline.entries[0].v
 }
 
 // windowMin is the minimum of the values added within the last window.

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 )
 
@@ -101,7 +102,10 @@ type Slot struct {
 	l     *Limiter
 	dir   Direction
 	start time.Time
-	once  sync.Once
+	// logger is the caller's (from Acquire's context): a change of the
+	// limit that the call's answer makes is logged with it.
+	logger klog.Logger
+	once   sync.Once
 }
 
 // Acquire waits until dir may start a call, or ctx ends (ErrNoSlot
@@ -111,14 +115,14 @@ func (l *Limiter) Acquire(ctx context.Context, dir Direction) (*Slot, error) {
 	if len(l.waiting[dir]) == 0 && l.mayStartLocked(dir) {
 		l.held[dir]++
 		l.mu.Unlock()
-		return &Slot{l: l, dir: dir, start: l.clock.Now()}, nil
+		return &Slot{l: l, dir: dir, start: l.clock.Now(), logger: klog.FromContext(ctx)}, nil
 	}
 	ready := make(chan struct{})
 	l.waiting[dir] = append(l.waiting[dir], ready)
 	l.mu.Unlock()
 	select {
 	case <-ready:
-		return &Slot{l: l, dir: dir, start: l.clock.Now()}, nil
+		return &Slot{l: l, dir: dir, start: l.clock.Now(), logger: klog.FromContext(ctx)}, nil
 	case <-ctx.Done():
 		l.mu.Lock()
 		defer l.mu.Unlock()
@@ -182,12 +186,17 @@ func (s *Slot) Done(outcome Outcome) {
 		now := l.clock.Now()
 		l.mu.Lock()
 		before := l.ctl.Limit()
-		l.ctl.Sample(now, outcome, now.Sub(s.start), l.held[Attach]+l.held[Detach])
+		inFlight := l.held[Attach] + l.held[Detach]
+		l.ctl.Sample(now, outcome, now.Sub(s.start), inFlight)
 		hold := time.Duration(0)
 		if outcome == Throttled {
 			hold = l.ctl.Period()
 		}
 		after, notify := l.ctl.Limit(), l.onChange
+		if after != before {
+			s.logger.V(4).Info("CSI call limit changed", "limit", after, "was", before, "reason", l.ctl.Reason(),
+				"latency", l.ctl.Period(), "baseline", l.ctl.Baseline(), "inFlight", inFlight, "throttledTotal", l.ctl.Throttled())
+		}
 		if hold <= 0 {
 			l.held[s.dir]--
 			l.wakeLocked()

@@ -6,8 +6,11 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"strings"
 	"time"
 
+	"github.com/go-logr/logr/funcr"
+	"k8s.io/klog/v2"
 	clocktesting "k8s.io/utils/clock/testing"
 )
 
@@ -239,5 +242,51 @@ func TestLimiterUnderConcurrentUse(t *testing.T) {
 	}
 	if a, d := l.InFlight(); a != 0 || d != 0 {
 		t.Errorf("slots held after every caller finished: %d, %d", a, d)
+	}
+}
+
+// A change of the limit is logged at V(4) with the caller's logger (the
+// pass whose call's answer changed it), saying why: an operator who sees
+// VolumeAttachments wait for CSI call slots reads there how the limit
+// moves.
+func TestLimiterLogsWhyTheLimitChanged(t *testing.T) {
+	var mu sync.Mutex
+	var lines []string
+	logger := funcr.New(func(prefix, args string) {
+		mu.Lock()
+		defer mu.Unlock()
+		lines = append(lines, args)
+	}, funcr.Options{Verbosity: 4})
+	clk := clocktesting.NewFakeClock(t0)
+	l := NewLimiter(Config{Initial: 2, Min: 1, Max: 10}, clk)
+	ctx := klog.NewContext(context.Background(), logger.WithValues("call", "x"))
+	a, err := l.Acquire(ctx, Attach)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := l.Acquire(ctx, Attach)
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk.Step(100 * time.Millisecond)
+	a.Done(Served) // slow start: 2 in flight of 2, the limit grows to 3
+	clk.Step(time.Millisecond)
+	b.Done(Throttled)
+	mu.Lock()
+	defer mu.Unlock()
+	want := []string{
+		`"level"=4 "msg"="CSI call limit changed" "call"="x" "limit"=3 "was"=2 "reason"="` + ReasonSlowStart + `"`,
+		`"level"=4 "msg"="CSI call limit changed" "call"="x" "limit"=2 "was"=3 "reason"="` + ReasonThrottled + `"`,
+	}
+	if len(lines) != len(want) {
+		t.Fatalf("logged %d lines, want %d: %q", len(lines), len(want), lines)
+	}
+	for i, w := range want {
+		if !strings.HasPrefix(lines[i], w) {
+			t.Errorf("line %d = %s\nwant it to start with %s", i, lines[i], w)
+		}
+	}
+	if !strings.Contains(lines[1], `"throttledTotal"=1`) {
+		t.Errorf("the throttled change does not count the throttled answer: %s", lines[1])
 	}
 }
