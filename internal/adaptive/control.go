@@ -26,11 +26,17 @@
 //     shrinks in proportion (never below half); in between it holds. A
 //     period right after a change is not judged (its calls started under
 //     the old limit);
-//   - if the limit has come down to half for latency and the latency has
-//     not come down with it, the latency is not our calls queueing (the
-//     backend got slower for everyone, or a busy machine's scheduling
-//     delay is in it): the latency now becomes the baseline, and the
-//     limit stops falling;
+//   - the first period of a burst (at the start, or after an idle gap of
+//     three periods) is not judged and gives no baseline: its answers are
+//     the burst's fastest calls;
+//   - if a shrink would take the limit below half of where the latency
+//     first shrank it and the latency has not come down with it, the
+//     latency is not our calls queueing (the backend got slower for
+//     everyone, a busy machine's scheduling delay is in it, or the
+//     baseline came from lucky calls): the latency becomes the baseline,
+//     the limit stops falling, and slow start begins again;
+//   - a throttled answer's cut is followed by a period that is not
+//     judged, as a period's change is;
 //   - the limit grows only while it is in use: an idle backend does not
 //     push it up;
 //   - a throttled answer (the backend's request limit: ResourceExhausted
@@ -137,10 +143,9 @@ const minPeriodSamples = 4
 // slowStartSamples is how many answers slow start's running mean takes
 // before it judges; slowStartAlpha the running mean's weight of each.
 const (
-	// forgetCutPeriods is how many periods without a throttled answer,
-	// with the limit past where the last one cut it, make the limit
-	// forget that point.
-	forgetCutPeriods = 100
+	// idleGapPeriods: no answer for this many periods means the backend
+	// was idle, and the next answers begin a burst.
+	idleGapPeriods   = 3
 	slowStartSamples = 8
 	slowStartAlpha   = 0.1
 )
@@ -195,6 +200,10 @@ type Control struct {
 	// of that period.
 	shrinkFrom float64
 	shrinkMean time.Duration
+	// warmup: the current period is the first of a burst (after the
+	// start or an idle gap); lastSample is when the last answer came.
+	warmup     bool
+	lastSample time.Time
 	// reason is why the limit last changed.
 	reason string
 	// throttled counts throttled answers (each one, cut or not).
@@ -204,7 +213,7 @@ type Control struct {
 // NewControl returns a Control at cfg.Initial.
 func NewControl(cfg Config) *Control {
 	cfg = cfg.withDefaults()
-	return &Control{cfg: cfg, limit: float64(cfg.Initial), slowStart: true, ssMean: ewma{alpha: slowStartAlpha},
+	return &Control{cfg: cfg, limit: float64(cfg.Initial), slowStart: true, warmup: true, ssMean: ewma{alpha: slowStartAlpha},
 		smoothed: ewma{alpha: 0.3}, baseline: windowMin{window: cfg.BaselineWindow}}
 }
 
@@ -234,6 +243,9 @@ func (c *Control) Sample(now time.Time, outcome Outcome, latency time.Duration, 
 			return
 		}
 		c.lastCut, c.cutAt, c.slowStart = now, c.limit, false
+		// The answers of the next period come from calls started
+		// under the old limit.
+		c.settling = true
 		// Cut by Backoff, and at least down to the calls the backend
 		// served in the last period: after a slow start that doubled the
 		// limit past the request limit, one cut lands near it instead
@@ -259,6 +271,11 @@ func (c *Control) Sample(now time.Time, outcome Outcome, latency time.Duration, 
 	if c.slowStart {
 		c.slowStartSample(latency, inFlight)
 	}
+	if !c.lastSample.IsZero() && c.lastPeriod > 0 && now.Sub(c.lastSample) > idleGapPeriods*c.lastPeriod {
+		// The backend was idle: the answers to come are a new burst's.
+		c.warmup, c.sum, c.n, c.busiest, c.periodEnd = true, 0, 0, 0, time.Time{}
+	}
+	c.lastSample = now
 	c.sum += latency
 	c.n++
 	c.busiest = max(c.busiest, inFlight)
@@ -271,6 +288,14 @@ func (c *Control) Sample(now time.Time, outcome Outcome, latency time.Duration, 
 	mean := c.sum / time.Duration(c.n)
 	inUse := float64(c.busiest) >= c.limit/2
 	c.sum, c.n, c.busiest, c.lastPeriod, c.periodEnd = 0, 0, 0, mean, now.Add(mean)
+	if c.warmup {
+		// The first answers of a burst are its fastest calls (they all
+		// started together): their mean is below the backend's, and as
+		// a baseline it would make every later period look queued.
+		// The period sets the period length only.
+		c.warmup = false
+		return
+	}
 	// The baseline takes the period means smoothed over a few periods: the
 	// minimum of raw means would follow their noise (a few calls per
 	// period on a slow backend) instead of the backend.
@@ -294,18 +319,25 @@ func (c *Control) Sample(now time.Time, outcome Outcome, latency time.Duration, 
 		c.shrinkFrom = 0
 	}
 	switch {
-	case ratio > c.cfg.Shrink && c.shrinkFrom > 0 && c.limit <= c.shrinkFrom/2 && float64(mean) >= 0.9*float64(c.shrinkMean):
-		// The limit came down to half and the latency did not: it is
-		// not our calls queueing, the baseline is too low (a lucky
-		// probe, or the backend got slower for everyone). The latency
-		// now is the baseline.
-		c.baseline.reset(now, time.Duration(c.smoothed.value))
-		c.shrinkFrom = 0
 	case ratio > c.cfg.Shrink:
 		if c.shrinkFrom == 0 {
 			c.shrinkFrom, c.shrinkMean = c.limit, mean
 		}
-		c.setLimit(c.limit*math.Max(0.5, c.cfg.Grow/ratio), ReasonLatencyRose)
+		next := c.limit * math.Max(0.5, c.cfg.Grow/ratio)
+		if next < c.shrinkFrom/2 && float64(mean) >= 0.9*float64(c.shrinkMean) {
+			// The limit would come down past half of where the latency
+			// first shrank it, and the latency has not come down with
+			// it: it is not our calls queueing, the baseline is too low
+			// (a lucky probe, the fastest answers of a burst, or the
+			// backend got slower for everyone). The latency now is the
+			// baseline, and the limit finds the backend's pace again as
+			// fast as at the start.
+			c.baseline.reset(now, time.Duration(c.smoothed.value))
+			c.shrinkFrom = 0
+			c.restartSlowStart()
+			break
+		}
+		c.setLimit(next, ReasonLatencyRose)
 	case ratio < c.cfg.Grow && inUse && !c.slowStart:
 		step := math.Sqrt(c.limit)
 		if c.cutAt > 0 && c.limit+step > c.cutAt*0.9 && c.limit < c.cutAt*1.3 {
@@ -323,7 +355,9 @@ func (c *Control) Sample(now time.Time, outcome Outcome, latency time.Duration, 
 func (c *Control) slowStartSample(latency time.Duration, inFlight int) {
 	c.ssMean.add(float64(latency))
 	c.ssN++
-	if c.ssN >= slowStartSamples {
+	// The first round trip's answers are its fastest calls: the lowest
+	// running mean is taken from the second on.
+	if c.ssN >= max(slowStartSamples, 2*c.cfg.Initial) {
 		if c.ssBase == 0 || c.ssMean.value < c.ssBase {
 			c.ssBase = c.ssMean.value
 		}
@@ -335,6 +369,11 @@ func (c *Control) slowStartSample(latency time.Duration, inFlight int) {
 	if float64(inFlight) >= c.limit/2 {
 		c.setLimit(c.limit+1, ReasonSlowStart)
 	}
+}
+
+// restartSlowStart starts slow start again.
+func (c *Control) restartSlowStart() {
+	c.slowStart, c.ssMean, c.ssBase, c.ssN = true, ewma{alpha: slowStartAlpha}, 0, 0
 }
 
 // deliveredLocked is how many answers were served within the last

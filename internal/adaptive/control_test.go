@@ -427,8 +427,9 @@ func (r burstResult) limitsSampled(n int) []int {
 // A backend that gets slower for every caller alike (not because of our
 // load: shrinking does not bring its latency down; or the latency seen
 // includes a busy machine's scheduling delay) does not drive the limit to
-// its floor: once the limit has halved with the latency still up, that
-// latency becomes the baseline, and the limit holds and grows from there.
+// its floor: a shrink below half of where the latency first shrank it,
+// with the latency not come down, makes that latency the baseline instead,
+// and the limit holds and grows from there.
 func TestControlDoesNotShrinkToTheFloorWhenTheLatencyIsNotOurs(t *testing.T) {
 	c := NewControl(DefaultConfig(100))
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
@@ -448,10 +449,49 @@ func TestControlDoesNotShrinkToTheFloorWhenTheLatencyIsNotOurs(t *testing.T) {
 			lowest = min(lowest, c.Limit())
 		}
 	}
-	if lowest < 25 {
-		t.Errorf("the limit fell to %d after the backend got 3× slower for everyone, want no lower than a quarter (25)", lowest)
+	if lowest < 50 {
+		t.Errorf("the limit fell to %d after the backend got 3× slower for everyone, want no lower than half (50)", lowest)
 	}
 	if c.Limit() != 100 {
 		t.Errorf("limit at the end = %d, want back at 100", c.Limit())
+	}
+}
+
+// The first answers of a burst are its fastest calls (all started
+// together), and while the limit grows the answers that come first are
+// still the new calls' fastest: a baseline taken from them makes the next
+// periods look queued. At the start of a bench-peers burst on slow-cloud,
+// after one lone fast call (the bench's canary), the limit fell from 16 to
+// 7. Here a lone 22 ms call, then a burst on a backend that never queues
+// (every call 0.8 to 3.2 s, whatever the load): the first period of a burst
+// is not a baseline (warm-up), and a shrink that would take the limit below
+// half of where the latency first shrank it, with the latency not come
+// down, takes that latency as the baseline instead. The limit never falls
+// below half its highest (without the second rule it fell from 60 to 28).
+func TestControlTakesNoBaselineFromABurstsFirstAnswers(t *testing.T) {
+	c := NewControl(DefaultConfig(100))
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	c.Sample(now, Served, 22*time.Millisecond, 1)
+	now = now.Add(5 * time.Second)
+	latencies := []time.Duration{800, 900, 1000, 1100, 2400, 2500, 2600, 2800, 3000, 3200}
+	var inFlight events
+	next := 0
+	start := func() {
+		lat := latencies[next%len(latencies)] * time.Millisecond
+		next++
+		heap.Push(&inFlight, endEvent{at: now.Add(lat), start: now})
+	}
+	high := c.Limit()
+	for range 2000 {
+		for inFlight.Len() < c.Limit() {
+			start()
+		}
+		ev := heap.Pop(&inFlight).(endEvent)
+		now = ev.at
+		c.Sample(now, Served, now.Sub(ev.start), inFlight.Len()+1)
+		high = max(high, c.Limit())
+		if c.Limit() < high/2 {
+			t.Fatalf("at %s the limit fell to %d, less than half its highest %d (%s; baseline %s), on a backend that never queues", now.Format("15:04:05.000"), c.Limit(), high, c.Reason(), c.Baseline())
+		}
 	}
 }

@@ -3,10 +3,10 @@ package adaptive
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
-	"strings"
 	"time"
 
 	"github.com/go-logr/logr/funcr"
