@@ -19,7 +19,7 @@ import (
 
 // The coexistence guard (docs/attachdetach-controller.md, "Another
 // attach/detach controller") against the real kube-controller-manager
-// v1.36.3: its attach/detach controller beside latch's is reported (log
+// v1.37.2: its attach/detach controller beside latch's is reported (log
 // line, Warning event, gauge) within a bounded time; after the documented
 // swap (kcm restarted with -attachdetach, then latch started) the objects
 // kcm wrote before are history and nothing is reported.

@@ -1,6 +1,6 @@
 // Package interop runs latch beside and instead of the real upstream
 // components: the external-attacher v4.13.0 sidecar and
-// kube-controller-manager v1.36.3's attach/detach controller, both built
+// kube-controller-manager v1.37.2's attach/detach controller, both built
 // from the pinned modules under test/upstream (testsupport.UpstreamBinary;
 // the first build of kube-controller-manager takes minutes). The matrix
 // runs one scenario set on all four pairs {kcm A/D, latch A/D} ×

@@ -1,7 +1,7 @@
 package attachdetach_test
 
 // The real-kubelet env (envOptions.realKubelet): one hollow kubelet per node
-// (stack.StartHollowNode: Kubernetes v1.36.3's kubelet with kubemark's
+// (stack.StartHollowNode: Kubernetes v1.37.2's kubelet with kubemark's
 // fake runtime and mounter) with the mock driver's node endpoint for it,
 // the real csi-attacher against the mock driver, and an API history from
 // which every attach and every detach of the test is checked against the

@@ -187,7 +187,7 @@ func mustRV(t *testing.T, rv string) uint64 {
 // neither unmounts, remounts, detaches nor restarts anything, and the
 // Pod stays Running, the same object.
 //
-// The kubelet (v1.36.3) never learns that the mounted volume became
+// The kubelet (v1.37.2) never learns that the mounted volume became
 // attachable: its desired state keeps the attachability it computed when
 // the Pod was added (populator findAndRemoveDeletedPods turns only
 // attachable into non-attachable), and it lists only attachable volumes

@@ -1,5 +1,5 @@
 // Package kubelet_test runs latch's attach/detach controller and
-// csi-attacher with the real kubelet (hollow-kubelet: Kubernetes v1.36.3's
+// csi-attacher with the real kubelet (hollow-kubelet: Kubernetes v1.37.2's
 // kubelet with kubemark's fake container runtime and fake mounter) on one
 // node instead of the kubelet stand-in, and the mock CSI driver's node
 // plugin registered with that kubelet. It asserts the contract the

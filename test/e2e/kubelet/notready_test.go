@@ -23,7 +23,7 @@ import (
 // heartbeat.
 const nodeMonitorGrace = 6 * time.Second
 
-// startNodeLifecycle runs kube-controller-manager v1.36.3 with only its
+// startNodeLifecycle runs kube-controller-manager v1.37.2 with only its
 // node lifecycle controller (the one that marks a silent node's Ready
 // condition Unknown), on a short grace period.
 func (r *rig) startNodeLifecycle() {

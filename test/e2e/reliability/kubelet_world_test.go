@@ -5,7 +5,7 @@ package reliability_test
 // published to two nodes instead of refusing it, supervised in-process
 // csi-attacher, killable attach/detach controller) without the kubelet
 // stand-in; each node is a hollow kubelet (stack.StartHollowNode: the
-// real v1.36.3 kubelet with kubemark's fake runtime and mounter) with the
+// real v1.37.2 kubelet with kubemark's fake runtime and mounter) with the
 // mock driver's node endpoint for it, and an API history of Nodes,
 // VolumeAttachments and the world's Pods feeds kubeletorder's checks.
 
