@@ -137,10 +137,10 @@ func rwoMultiAttach(w *world, o *outcome) {
 	w.waitPodRunning(ns, "first")
 
 	w.pod(ns, "second", "node-b", pv)
-	// kube-controller-manager 1.37 begins this event with "Waiting for
-	// detach" where 1.36 and latch's attachdetach-controller write
-	// "Multi-Attach error"; the reason and the rest of the text are the
-	// same, and the outcome compares those.
+	// kube-controller-manager v1.37.2 (since v1.36.5) begins this event
+	// with "Waiting for detach" where older ones and latch's
+	// attachdetach-controller write "Multi-Attach error"; the reason and
+	// the rest of the text are the same, and the outcome compares those.
 	prefix := "Multi-Attach error"
 	if w.pair.ad == kcmAD {
 		prefix = kcmMultiAttachPrefix
