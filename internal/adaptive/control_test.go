@@ -56,77 +56,112 @@ type simResult struct {
 	finalLimit                 int
 }
 
+// sim is the event loop both simulations share: calls started under
+// Control's limit against a backend, their answers in the order they end.
+type sim struct {
+	rng      *rand.Rand
+	c        *Control
+	b        backend
+	phases   map[time.Duration]backend
+	start    time.Time
+	now      time.Time
+	inFlight events
+	// The request limit's token bucket.
+	tokens float64
+	filled time.Time
+}
+
+func newSim(seed, stream uint64, cfg Config, b backend, phases map[time.Duration]backend) *sim {
+	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	return &sim{rng: rand.New(rand.NewPCG(seed, stream)), c: NewControl(cfg), b: b, phases: phases,
+		start: start, now: start, tokens: b.burst, filled: start}
+}
+
+// elapsed is the simulated time since the start.
+func (s *sim) elapsed() time.Duration { return s.now.Sub(s.start) }
+
+// startCall starts one call now: throttled at once (a round trip of 1 ms)
+// when the bucket is empty, else served after a log-normal latency that
+// grows with the calls beyond the backend's capacity.
+func (s *sim) startCall() {
+	for off, nb := range s.phases {
+		if s.elapsed() >= off {
+			s.b = nb
+			s.tokens = math.Min(s.tokens, nb.burst)
+			delete(s.phases, off)
+		}
+	}
+	if s.b.rate > 0 {
+		s.tokens = math.Min(s.b.burst, s.tokens+s.now.Sub(s.filled).Seconds()*s.b.rate)
+		s.filled = s.now
+		if s.tokens < 1 {
+			heap.Push(&s.inFlight, endEvent{at: s.now.Add(time.Millisecond), start: s.now, throttled: true})
+			return
+		}
+		s.tokens--
+	}
+	running := s.inFlight.Len() + 1
+	lat := float64(s.b.latency) * math.Exp(s.b.spread*s.rng.NormFloat64())
+	if running > s.b.capacity {
+		lat *= float64(running) / float64(s.b.capacity)
+	}
+	heap.Push(&s.inFlight, endEvent{at: s.now.Add(time.Duration(lat)), start: s.now})
+}
+
+// next moves to the next event: a call's answer, handed to Control (a
+// throttled call keeps its slot for a period, as the Limiter does), whose
+// outcome it returns; or the end of a throttled call's period, which frees
+// its slot (ok false).
+func (s *sim) next() (outcome Outcome, ok bool) {
+	ev := heap.Pop(&s.inFlight).(endEvent)
+	s.now = ev.at
+	if ev.release {
+		return 0, false
+	}
+	outcome = Served
+	if ev.throttled {
+		outcome = Throttled
+		heap.Push(&s.inFlight, endEvent{at: s.now.Add(s.c.Period()), release: true})
+	}
+	// In flight: the calls and held slots left, and this one.
+	s.c.Sample(s.now, outcome, s.now.Sub(ev.start), s.inFlight.Len()+1)
+	return outcome, true
+}
+
 // simulate runs a saturated caller (always more calls waiting than the
 // limit lets through) against b under Control for d of simulated time.
 // phases change the backend at the given offsets.
 func simulate(t *testing.T, seed uint64, cfg Config, b backend, d time.Duration, phases map[time.Duration]backend) simResult {
 	t.Helper()
-	rng := rand.New(rand.NewPCG(seed, 2))
-	c := NewControl(cfg)
-	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	now := start
-	var inFlight events
-	tokens, filled := b.burst, now
+	s := newSim(seed, 2, cfg, b, phases)
 	var served, throttled int
 	var res simResult
 	nextMark := d / 10
-	for now.Sub(start) < d {
-		for off, nb := range phases {
-			if now.Sub(start) >= off {
-				b = nb
-				delete(phases, off)
-			}
+	for s.elapsed() < d {
+		for s.inFlight.Len() < s.c.Limit() {
+			s.startCall()
 		}
-		// Start calls up to the limit.
-		for inFlight.Len() < c.Limit() {
-			if b.rate > 0 {
-				tokens = math.Min(b.burst, tokens+now.Sub(filled).Seconds()*b.rate)
-				filled = now
-				if tokens < 1 {
-					// Throttled at once (a round trip of 1 ms).
-					heap.Push(&inFlight, endEvent{at: now.Add(time.Millisecond), start: now, throttled: true})
-					continue
-				}
-				tokens--
-			}
-			running := inFlight.Len() + 1
-			lat := float64(b.latency) * math.Exp(b.spread*rng.NormFloat64())
-			if running > b.capacity {
-				lat *= float64(running) / float64(b.capacity)
-			}
-			heap.Push(&inFlight, endEvent{at: now.Add(time.Duration(lat)), start: now})
-		}
-		ev := heap.Pop(&inFlight).(endEvent)
-		now = ev.at
-		if ev.release {
+		outcome, ok := s.next()
+		if !ok {
 			continue
 		}
-		if ev.throttled {
-			heap.Push(&inFlight, endEvent{at: now.Add(c.Period()), release: true})
-		}
-		outcome := Served
-		if ev.throttled {
-			outcome = Throttled
-		}
-		if now.Sub(start) > d/2 {
-			if ev.throttled {
+		if s.elapsed() > d/2 {
+			if outcome == Throttled {
 				throttled++
 			} else {
 				served++
 			}
 		}
-		// In flight: the calls and held slots left, and this one.
-		c.Sample(now, outcome, now.Sub(ev.start), inFlight.Len()+1)
-		if now.Sub(start) >= nextMark {
-			res.limits = append(res.limits, c.Limit())
+		if s.elapsed() >= nextMark {
+			res.limits = append(res.limits, s.c.Limit())
 			nextMark += d / 10
 		}
 	}
-	res.throughput = float64(served) / (d / 2).Seconds() / b.opsPerSecond()
+	res.throughput = float64(served) / (d / 2).Seconds() / s.b.opsPerSecond()
 	if served+throttled > 0 {
 		res.throttledShare = float64(throttled) / float64(served+throttled)
 	}
-	res.finalLimit = c.Limit()
+	res.finalLimit = s.c.Limit()
 	return res
 }
 
@@ -285,89 +320,32 @@ type burstResult struct {
 }
 
 // simulateBurst runs n calls, all waiting from the start, against b under
-// Control, and returns when the last is served. phases change the backend
-// at the given offsets, as csimock's phases do.
+// Control, and returns when the last is served (a throttled call is tried
+// again). phases change the backend at the given offsets, as csimock's
+// phases do.
 func simulateBurst(t *testing.T, seed uint64, cfg Config, b backend, n int, phases map[time.Duration]backend) burstResult {
 	t.Helper()
-	rng := rand.New(rand.NewPCG(seed, 3))
-	c := NewControl(cfg)
-	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	now := start
-	var inFlight events
-	tokens, filled := b.burst, now
+	s := newSim(seed, 3, cfg, b, phases)
 	var res burstResult
 	waiting, served := n, 0
 	for served < n {
-		for off, nb := range phases {
-			if now.Sub(start) >= off {
-				b = nb
-				tokens = math.Min(tokens, b.burst)
-				delete(phases, off)
-			}
+		for ; waiting > 0 && s.inFlight.Len() < s.c.Limit(); waiting-- {
+			s.startCall()
 		}
-		for waiting > 0 && inFlight.Len() < c.Limit() {
-			waiting--
-			if b.rate > 0 {
-				tokens = math.Min(b.burst, tokens+now.Sub(filled).Seconds()*b.rate)
-				filled = now
-				if tokens < 1 {
-					heap.Push(&inFlight, endEvent{at: now.Add(time.Millisecond), start: now, throttled: true})
-					continue
-				}
-				tokens--
-			}
-			running := inFlight.Len() + 1
-			lat := float64(b.latency) * math.Exp(b.spread*rng.NormFloat64())
-			if running > b.capacity {
-				lat *= float64(running) / float64(b.capacity)
-			}
-			heap.Push(&inFlight, endEvent{at: now.Add(time.Duration(lat)), start: now})
-		}
-		ev := heap.Pop(&inFlight).(endEvent)
-		now = ev.at
-		if ev.release {
+		outcome, ok := s.next()
+		if !ok {
 			continue
 		}
-		outcome := Served
-		if ev.throttled {
-			outcome = Throttled
+		if outcome == Throttled {
 			res.throttled++
-			waiting++ // retried
-			heap.Push(&inFlight, endEvent{at: now.Add(c.Period()), release: true})
+			waiting++
 		} else {
 			served++
 		}
-		c.Sample(now, outcome, now.Sub(ev.start), inFlight.Len()+1)
-		res.limits = append(res.limits, c.Limit())
+		res.limits = append(res.limits, s.c.Limit())
 	}
-	res.wall = now.Sub(start)
+	res.wall = s.elapsed()
 	return res
-}
-
-// Slow start: from the default start of 10, a flat backend's answers
-// grow the limit by one each while it is in use, so the limit doubles once
-// per round trip; a half-idle limit does not grow.
-func TestControlSlowStartDoublesPerRoundTrip(t *testing.T) {
-	c := NewControl(DefaultConfig(100))
-	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	for round, want := range []int{20, 40, 80} {
-		n := c.Limit()
-		now = now.Add(time.Second)
-		for range n {
-			c.Sample(now, Served, time.Second, c.Limit())
-		}
-		if c.Limit() != want {
-			t.Fatalf("round trip %d: limit %d after %d flat answers, want %d", round+1, c.Limit(), n, want)
-		}
-	}
-	idle := NewControl(DefaultConfig(100))
-	for range 50 {
-		now = now.Add(time.Second)
-		idle.Sample(now, Served, time.Second, 4)
-	}
-	if idle.Limit() != 10 {
-		t.Errorf("limit after 50 answers with 4 of 10 in flight = %d, want 10", idle.Limit())
-	}
 }
 
 // A burst of calls, all waiting from the start, as csi-attacher sees when
