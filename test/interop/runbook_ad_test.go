@@ -162,8 +162,10 @@ func TestMigrationRunbook_kcmControllerToLatchUnderTheDeployRBAC(t *testing.T) {
 	w.ctrl = w.startLatch("attachdetach-controller-as-"+saName, "cmd/attachdetach-controller", metrics, args)
 	ctrl := w.ctrl
 	// Before the world stops it, also when a check below failed: no
-	// request refused.
-	t.Cleanup(func() {
+	// request refused. A defer, not t.Cleanup: cleanups run after the
+	// deferred cancel above, which kills the controller, so a cleanup's
+	// scrape raced its exit.
+	defer func() {
 		samples, err := ctrl.Scrape(context.Background())
 		if err != nil {
 			t.Errorf("attachdetach-controller's metrics: %v", err)
@@ -178,7 +180,7 @@ func TestMigrationRunbook_kcmControllerToLatchUnderTheDeployRBAC(t *testing.T) {
 		if len(refused) > 0 {
 			t.Errorf("the API server refused requests of attachdetach-controller under deploy/'s RBAC: %v", refused)
 		}
-	})
+	}()
 	ad := w.waitLease("kube-system", latchADLease, "held by attachdetach-controller", held)
 	w.leaderElectionEvent("kube-system", latchADLease, ad.holder, "attachdetach-controller")
 
