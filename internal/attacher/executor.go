@@ -2,12 +2,14 @@ package attacher
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
@@ -269,7 +271,7 @@ func (e *executor) runDetach(ctx context.Context, va *storagev1.VolumeAttachment
 	if callErr != nil {
 		// Whatever the code, the volume may still be attached: keep the
 		// finalizer and retry.
-		return e.detachFailed(ctx, va, "", callErr)
+		return e.detachFailed(ctx, va, callErr)
 	}
 	if err := e.releaseVA(ctx, va); err != nil {
 		return e.writeFailed(ctx, va, false, err)
@@ -303,11 +305,11 @@ func (e *executor) unpublishRecorded(ctx context.Context, va *storagev1.VolumeAt
 }
 
 // notCalled records why the driver was not called (blocked, decided by
-// decide.BeforeCall and marked in the plan): an object latch does not watch (a Secret) is polled
-// every secretRetryInterval; anything else is an attach failure (a
-// detach's blocked reasons are only secrets).
+// decide.BeforeCall and marked in the plan) and retries the pass as
+// decide.WhenNotCalled says: an object latch does not watch (a Secret) is
+// polled every secretRetryInterval; anything else is an attach failure.
 func (e *executor) notCalled(ctx context.Context, va *storagev1.VolumeAttachment, attach bool, blocked *decide.Blocked) (runner.Result, error) {
-	if blocked.Reason.Class() != decide.ClassWaitForObject {
+	if decide.WhenNotCalled(blocked) != decide.RetryPoll {
 		return e.attachFailed(ctx, va, blocked, nil)
 	}
 	if err := e.recordError(ctx, va, attach, blocked.Message, nil); err != nil {
@@ -372,16 +374,16 @@ func (e *executor) detachBlocked(ctx context.Context, va *storagev1.VolumeAttach
 	return runner.Result{}, err
 }
 
-// detachFailed records a failed detach and returns the error for backoff.
-func (e *executor) detachFailed(ctx context.Context, va *storagev1.VolumeAttachment, msg string, callErr error) (runner.Result, error) {
-	var code *int32
-	if callErr != nil {
-		msg, code = failure(nil, callErr)
-	}
+// detachFailed records a failed ControllerUnpublish (callErr) of a
+// detach and retries the pass as decide.AfterUnpublishFailed says from
+// its gRPC code: after the backend's latency when it pushed back, with
+// backoff otherwise.
+func (e *executor) detachFailed(ctx context.Context, va *storagev1.VolumeAttachment, callErr error) (runner.Result, error) {
+	msg, code := failure(nil, callErr)
 	if err := e.recordError(ctx, va, false, msg, code); err != nil {
 		return runner.Result{}, err
 	}
-	if isThrottled(callErr) {
+	if decide.AfterUnpublishFailed(codeOf(callErr)) == decide.RetryThrottled {
 		return e.throttled(ctx, va, "Detach", msg)
 	}
 	klog.FromContext(ctx).V(2).Info("Detach failed", "err", msg)
@@ -407,22 +409,31 @@ func reasonOf(b *decide.Blocked) decide.Reason {
 	return b.Reason
 }
 
-// writeFailed records a refused API write in status.attachError (attach:
-// a PV finalizer or VA metadata write, with an AttachFailed event) or
-// status.detachError (detach: the finalizer removal after a successful
-// unpublish, with a DetachFailed event), and returns the error for the
-// runner's backoff: a write that keeps failing, for missing RBAC say, is
-// shown on the VolumeAttachment instead of only in our log. A conflict, a
-// failed precondition (422 from a JSON patch test) or a vanished object is
-// not recorded: it means our cache was behind, and the next pass reads a
-// newer one. After a detach's unpublish the next pass unpublishes again
-// (idempotent) and retries the removal.
+// writeFailed returns a refused API write's error for the runner's
+// backoff, recorded first when decide.RecordRefusedWrite says so from the
+// error's API status: in status.attachError (attach: a PV finalizer or VA
+// metadata write, with an AttachFailed event) or status.detachError
+// (detach: the finalizer removal after a successful unpublish, with a
+// DetachFailed event), so that a write that keeps failing, for missing
+// RBAC say, is shown on the VolumeAttachment instead of only in our log.
+// After a detach's unpublish the next pass unpublishes again (idempotent)
+// and retries the removal.
 func (e *executor) writeFailed(ctx context.Context, va *storagev1.VolumeAttachment, attach bool, err error) (runner.Result, error) {
-	if apierrors.IsConflict(err) || apierrors.IsNotFound(err) || apierrors.IsInvalid(err) {
+	if !decide.RecordRefusedWrite(apiStatusOf(err)) {
 		return runner.Result{}, err
 	}
 	if rerr := e.recordError(ctx, va, attach, err.Error(), nil); rerr != nil {
 		klog.FromContext(ctx).Error(rerr, "Record a refused write in the VolumeAttachment's status", "attach", attach)
 	}
 	return runner.Result{}, err
+}
+
+// apiStatusOf is the API status an error carries (wrapped or not), as
+// decide.RecordRefusedWrite takes it: the zero Status when it carries none.
+func apiStatusOf(err error) metav1.Status {
+	var s apierrors.APIStatus
+	if errors.As(err, &s) {
+		return s.Status()
+	}
+	return metav1.Status{}
 }

@@ -84,7 +84,7 @@ func (e *executor) publish(ctx context.Context, plan decide.AttachPlan, secrets 
 	if err != nil {
 		return decide.Published{}, err
 	}
-	return decide.Published{Err: callErr, Final: callErr != nil && csi.IsFinalError(callErr), Throttled: isThrottled(callErr), Context: publishContext}, nil
+	return decide.Published{Err: callErr, Final: callErr != nil && csi.IsFinalError(callErr), Throttled: callErr != nil && decide.Throttled(codeOf(callErr)), Context: publishContext}, nil
 }
 
 // unpublish calls ControllerUnpublish for u, the one path of a detach, of
@@ -335,11 +335,11 @@ func newCallLimiter(cfg Config, m *Metrics) *adaptive.Limiter {
 }
 
 // callOutcome is what a CSI call's answer says about the backend's load:
-// ResourceExhausted and Unavailable are the backend pushing back (a
-// cloud's request limit, as drivers pass it on; or a driver that cannot
-// take the call); DeadlineExceeded is a call slower than --timeout, a
-// latency sample; other answers, and calls our side gave up on, say
-// nothing about the load.
+// the backend pushing back (decide.Throttled: ResourceExhausted and
+// Unavailable, a cloud's request limit as drivers pass it on, or a driver
+// that cannot take the call); DeadlineExceeded is a call slower than
+// --timeout, a latency sample; other answers, and calls our side gave up
+// on, say nothing about the load.
 func callOutcome(err error, gaveUp bool) adaptive.Outcome {
 	if err == nil {
 		return adaptive.Served
@@ -347,21 +347,19 @@ func callOutcome(err error, gaveUp bool) adaptive.Outcome {
 	if gaveUp {
 		return adaptive.Ignored
 	}
-	switch status.Code(err) {
-	case codes.ResourceExhausted, codes.Unavailable:
+	switch code := codeOf(err); {
+	case decide.Throttled(code):
 		return adaptive.Throttled
-	case codes.DeadlineExceeded:
+	case code == decide.CodeDeadlineExceeded:
 		return adaptive.Served
 	}
 	return adaptive.Ignored
 }
 
-// isThrottled reports whether a driver's error is the backend pushing
-// back (callOutcome): such a failure is retried after
-// throttledRetryInterval without growing the VolumeAttachment's own
-// backoff, which is for volumes that fail.
-func isThrottled(err error) bool {
-	return err != nil && callOutcome(err, false) == adaptive.Throttled
+// codeOf is the gRPC code of a driver's answer as package decide takes it
+// (decide.CodeUnknown for an error without a gRPC status).
+func codeOf(err error) decide.Code {
+	return decide.Code(status.Code(err))
 }
 
 // throttledRetryInterval is how long a throttled VolumeAttachment waits

@@ -1,6 +1,7 @@
 package attacher
 
 import (
+	"errors"
 	"slices"
 	"strings"
 	"testing"
@@ -9,6 +10,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/latchcsi/latch/internal/attacher/decide"
 	"github.com/latchcsi/latch/internal/csimock"
 	"github.com/latchcsi/latch/internal/kube/kubenames"
 )
@@ -91,5 +93,34 @@ func TestCallOutcome(t *testing.T) {
 		if got != c.want {
 			t.Errorf("callOutcome(%s, gave up %v) = %s, want %s", c.code, c.gaveUp, got, c.want)
 		}
+	}
+}
+
+// Package decide numbers gRPC codes itself (it may not import gRPC): its
+// numbers must be gRPC's, and codeOf must hand them over unchanged, an
+// error without a gRPC status as Unknown.
+func TestDecideCodesAreGRPCCodes(t *testing.T) {
+	for _, c := range []struct {
+		decide decide.Code
+		grpc   codes.Code
+	}{
+		{decide.CodeOK, codes.OK},
+		{decide.CodeUnknown, codes.Unknown},
+		{decide.CodeDeadlineExceeded, codes.DeadlineExceeded},
+		{decide.CodeResourceExhausted, codes.ResourceExhausted},
+		{decide.CodeUnavailable, codes.Unavailable},
+	} {
+		if uint32(c.decide) != uint32(c.grpc) {
+			t.Errorf("decide's code for %s is %d, gRPC's is %d", c.grpc, c.decide, c.grpc)
+		}
+		if c.grpc == codes.OK {
+			continue
+		}
+		if got := codeOf(status.Error(c.grpc, "driver says so")); got != c.decide {
+			t.Errorf("codeOf(%s error) = %d, want %d", c.grpc, got, c.decide)
+		}
+	}
+	if got := codeOf(errors.New("not a gRPC error")); got != decide.CodeUnknown {
+		t.Errorf("codeOf(an error without a gRPC status) = %d, want Unknown (%d)", got, decide.CodeUnknown)
 	}
 }

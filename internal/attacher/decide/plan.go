@@ -81,16 +81,16 @@ type CallFacts struct {
 }
 
 // Published is a ControllerPublish's answer as the executor classified it
-// (internal/csi owns which gRPC codes are final, the executor which are
-// the backend pushing back).
+// (internal/csi owns which gRPC codes are final; Throttled, retry.go, which
+// are the backend pushing back).
 type Published struct {
 	// Err is the driver's error; nil: the volume is published.
 	Err error
 	// Final: Err is final (nothing was published). Otherwise the call may
 	// still be in progress and the volume may be published.
 	Final bool
-	// Throttled: Err is the backend pushing back (ResourceExhausted,
-	// Unavailable); a Throttled answer is never Final.
+	// Throttled: Err is the backend pushing back (Throttled of its code:
+	// ResourceExhausted, Unavailable); a Throttled answer is never Final.
 	Throttled bool
 	// Context is the publish context of a successful call.
 	Context map[string]string
