@@ -45,7 +45,7 @@ func TestMakefileTargetsShowProgress(t *testing.T) {
 		"COLD := minutes on 2 cores with an empty Go build cache (more with an empty module cache: the downloads), seconds when warm\n",
 		// Every package runs (the longest first), four at a time.
 		"TEST_PARALLEL ?= 4\n",
-		"TEST_PACKAGES ?= ./test/interop/ ./test/e2e/... ./bench/ ./...\n",
+		"TEST_PACKAGES ?= ./test/interop/ ./test/e2e/attacher/ ./test/deploy/ ./test/e2e/reliability/ ./test/e2e/... ./internal/latchlocal/ ./bench/ ./cmd/latch-local/ ./internal/localcluster/ ./internal/attachdetach/controller/ ./...\n",
 	} {
 		if !bytes.Contains(makefile, []byte(want)) {
 			t.Errorf("Makefile lacks %q", want)
