@@ -2,11 +2,17 @@ package app
 
 import (
 	"context"
+	"fmt"
+	"strconv"
+	"sync"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
 	coordinationv1client "k8s.io/client-go/kubernetes/typed/coordination/v1"
+	clienttesting "k8s.io/client-go/testing"
 )
 
 // leaseFaults is a fake clientset whose Lease Gets and Updates fail with
@@ -46,4 +52,49 @@ func (l faultyLeases) Update(ctx context.Context, lease *coordinationv1.Lease, o
 		return nil, err
 	}
 	return l.LeaseInterface.Update(ctx, lease, o)
+}
+
+// leaseAPI is a fake clientset whose Lease writes check and set the
+// resourceVersion as the API server does: an update that carries a
+// resourceVersion other than the stored one is a conflict, and every
+// write stores a new one. (The fake alone stores any update, so a write
+// based on a stale read would overwrite another holder's.)
+func leaseAPI(objs ...runtime.Object) *fake.Clientset {
+	c := fake.NewClientset(objs...)
+	var (
+		mu   sync.Mutex
+		next = 1000
+	)
+	gvr := coordinationv1.SchemeGroupVersion.WithResource("leases")
+	c.PrependReactor("create", "leases", func(a clienttesting.Action) (bool, runtime.Object, error) {
+		l := a.(clienttesting.CreateAction).GetObject().(*coordinationv1.Lease).DeepCopy()
+		mu.Lock()
+		defer mu.Unlock()
+		next++
+		l.ResourceVersion = strconv.Itoa(next)
+		if err := c.Tracker().Create(gvr, l, l.Namespace); err != nil {
+			return true, nil, err
+		}
+		return true, l.DeepCopy(), nil
+	})
+	c.PrependReactor("update", "leases", func(a clienttesting.Action) (bool, runtime.Object, error) {
+		l := a.(clienttesting.UpdateAction).GetObject().(*coordinationv1.Lease).DeepCopy()
+		mu.Lock()
+		defer mu.Unlock()
+		cur, err := c.Tracker().Get(gvr, l.Namespace, l.Name)
+		if err != nil {
+			return true, nil, err
+		}
+		if stored := cur.(*coordinationv1.Lease).ResourceVersion; l.ResourceVersion != "" && l.ResourceVersion != stored {
+			return true, nil, apierrors.NewConflict(gvr.GroupResource(), l.Name,
+				fmt.Errorf("the object has been modified: resourceVersion %s, stored %s", l.ResourceVersion, stored))
+		}
+		next++
+		l.ResourceVersion = strconv.Itoa(next)
+		if err := c.Tracker().Update(gvr, l, l.Namespace); err != nil {
+			return true, nil, err
+		}
+		return true, l.DeepCopy(), nil
+	})
+	return c
 }

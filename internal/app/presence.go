@@ -156,6 +156,11 @@ type presence struct {
 	// reported is the other identity last reported, so that the error log
 	// and the event are written once per competitor, not every period.
 	reported string
+	// ours is the Lease as this process's last write of it returned it;
+	// nil before the first and after a write that failed. A renewal while
+	// working updates it as is (renewOurs): one request, where a read and
+	// a write would queue twice behind the API server's other work.
+	ours *coordinationv1.Lease
 }
 
 // look reads the Lease once and acts on decidePresence: it returns whether
@@ -163,6 +168,9 @@ type presence struct {
 // working says whether this process holds the Lease and works.
 func (p *presence) look(ctx context.Context, working bool) (held bool, other string, err error) {
 	leases := p.client.CoordinationV1().Leases(p.cfg.Namespace)
+	if working && p.ours != nil && p.renewOurs(ctx) {
+		return true, "", nil
+	}
 	lease, err := leases.Get(ctx, p.cfg.LeaseName, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		lease, err = nil, nil
@@ -201,9 +209,11 @@ func (p *presence) look(ctx context.Context, working bool) (held bool, other str
 				AcquireTime: &nowMicro, RenewTime: &nowMicro,
 			},
 		}
-		if _, err := leases.Create(ctx, l, metav1.CreateOptions{}); err != nil {
+		created, err := leases.Create(ctx, l, metav1.CreateOptions{})
+		if err != nil {
 			return false, "", fmt.Errorf("create Lease %s/%s: %w", p.cfg.Namespace, p.cfg.LeaseName, err)
 		}
+		p.ours = created
 		return true, "", nil
 	case stepRenew, stepTakeOver, stepSucceed:
 		l := lease.DeepCopy()
@@ -220,13 +230,36 @@ func (p *presence) look(ctx context.Context, working bool) (held bool, other str
 		l.Spec.RenewTime = &nowMicro
 		// The resourceVersion from Get makes this a compare-and-swap:
 		// of two processes taking over at once, one gets a conflict.
-		if _, err := leases.Update(ctx, l, metav1.UpdateOptions{}); err != nil {
+		updated, err := leases.Update(ctx, l, metav1.UpdateOptions{})
+		if err != nil {
 			return false, "", fmt.Errorf("update Lease %s/%s: %w", p.cfg.Namespace, p.cfg.LeaseName, err)
 		}
+		p.ours = updated
 		return true, "", nil
 	default:
 		return false, p.seenHolder, nil
 	}
+}
+
+// renewOurs renews the Lease as this process last wrote it, without
+// reading it first, as client-go's elector renews a Lease it holds: the
+// update carries the resourceVersion of our last write, so it succeeds
+// only if nobody wrote the Lease since, which is what a read would have
+// shown. Any failure (another holder's write makes it a conflict) leaves
+// the renewal to a read and a decision (look); false then.
+func (p *presence) renewOurs(ctx context.Context) bool {
+	l := p.ours.DeepCopy()
+	p.ours = nil
+	now := metav1.NewMicroTime(p.clock.Now())
+	seconds := int32(p.cfg.LeaseDuration / time.Second)
+	l.Spec.RenewTime, l.Spec.LeaseDurationSeconds = &now, &seconds
+	updated, err := p.client.CoordinationV1().Leases(p.cfg.Namespace).Update(ctx, l, metav1.UpdateOptions{})
+	if err != nil {
+		klog.FromContext(ctx).V(4).Info("Renewing the Lease as last written failed; reading it", "lease", klog.KRef(p.cfg.Namespace, p.cfg.LeaseName), "err", err)
+		return false
+	}
+	p.ours = updated
+	return true
 }
 
 // competing reports another active identity: an error log line and a
@@ -283,7 +316,13 @@ func (p *presence) release(ctx context.Context) {
 //     other (a slow ControllerPublish of one lands after the other has
 //     unpublished that volume), so refusing work is the safe choice.
 //   - While working, it renews the Lease every RetryPeriod (every half
-//     renew deadline when that is shorter). If another
+//     renew deadline when that is shorter), counted from when the last
+//     renewal was sent, with one request: an update of the Lease as this
+//     process last wrote it, which its resourceVersion makes fail if
+//     anybody wrote the Lease since (then the Lease is read and decided
+//     on, as before work). A renewal thus has the renew deadline less
+//     the retry period to return (5 s with the defaults), whatever the one
+//     before took. If another
 //     identity holds it (this process failed to renew for a whole lease
 //     duration and the other took over), the work in flight is aborted
 //     and ErrCompetingInstance returned, as a lost lease does.
@@ -381,6 +420,11 @@ func runWithPresence(ctx context.Context, client kubernetes.Interface, cfg Leade
 	// out, or hang.
 	deadline := p.clock.NewTimer(renewDeadline - p.clock.Since(acquired))
 	defer deadline.Stop()
+	// Renewals are sent every renewEvery, counted from when the last one
+	// was sent, not from when it returned: a slow renewal must not take
+	// its time from the next one's, which has the rest of the renew
+	// deadline counted from the last renewal that found the Lease ours.
+	lastSent := acquired
 	lastErr = ""
 	var renewErr error
 	for {
@@ -390,11 +434,12 @@ func runWithPresence(ctx context.Context, client kubernetes.Interface, cfg Leade
 			return err
 		case <-deadline.C():
 			return p.stopAtDeadline(ctx, renewDeadline, renewErr, abort, cancelRun, done)
-		case <-p.clock.After(renewEvery):
+		case <-p.renewDue(lastSent, renewEvery):
 		}
 		// Renew also while run drains after ctx is done, as the elector
 		// does: the Lease must stay ours while calls are in flight.
 		sent := p.clock.Now()
+		lastSent = sent
 		r, ok := p.renew(ctx, deadline.C())
 		if !ok {
 			hung := errors.New("the renewal in flight had not returned")
@@ -463,6 +508,19 @@ func (p *presence) stopAtDeadline(ctx context.Context, renewDeadline time.Durati
 	cancelRun()
 	<-done
 	return fmt.Errorf("%w: Lease %s/%s not renewed for %s: %v", ErrLostLease, p.cfg.Namespace, p.cfg.LeaseName, renewDeadline, last)
+}
+
+// renewDue fires when the renewal after the one sent at lastSent is due,
+// every renewEvery; at once when that time has passed (the last renewal
+// took longer).
+func (p *presence) renewDue(lastSent time.Time, renewEvery time.Duration) <-chan time.Time {
+	wait := renewEvery - p.clock.Since(lastSent)
+	if wait > 0 {
+		return p.clock.After(wait)
+	}
+	due := make(chan time.Time, 1)
+	due <- p.clock.Now()
+	return due
 }
 
 // resetTimer makes t fire after d, with no expiry of before left in its

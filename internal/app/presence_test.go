@@ -95,7 +95,9 @@ func TestDecidePresence(t *testing.T) {
 func TestPresenceWhileWorkingAnotherHolderAbortsRunAndReturnsErrCompetingInstance(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	for i := range 5 {
-		client := fake.NewClientset()
+		// The API server's resourceVersions: our renewal, based on our
+		// last write, must not overwrite b's.
+		client := leaseAPI()
 		g := &testGauge{}
 		started := make(chan struct{})
 		aborted := make(chan struct{})
