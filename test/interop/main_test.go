@@ -10,9 +10,30 @@
 package interop
 
 import (
+	"flag"
+	"strconv"
 	"testing"
 
 	"github.com/latchcsi/latch/internal/testsupport"
 )
 
-func TestMain(m *testing.M) { testsupport.RunTestMain(m) }
+// worldsAtOnce is how many parallel tests (each a world of its own: a
+// control plane, its controllers and nodes) run at once when -parallel is
+// not given. A world mostly waits (for kube-controller-manager's periods
+// and its 2-minute attach timeout, leader election, the controllers'
+// retries), so go test's default, one per CPU, left the 2-minute waits of
+// TestNoAttacher_kcmAndLatchRecordTheSameTimeoutEvent blocking the
+// matrix's pairs.
+const worldsAtOnce = 4
+
+func TestMain(m *testing.M) {
+	flag.Parse()
+	given := false
+	flag.Visit(func(f *flag.Flag) { given = given || f.Name == "test.parallel" })
+	if !given {
+		if err := flag.Set("test.parallel", strconv.Itoa(worldsAtOnce)); err != nil {
+			panic(err)
+		}
+	}
+	testsupport.RunTestMain(m)
+}

@@ -25,8 +25,10 @@ const attachTimeout = 2 * time.Minute
 // and latch's attach/detach controller each create the VolumeAttachment,
 // and 2 minutes later record the same Warning FailedAttachVolume "timed
 // out waiting for external-attacher of <driver> CSI driver to attach
-// volume <handle>" on the Pod. Both worlds run at once.
+// volume <handle>" on the Pod. Both worlds run at once, beside the other
+// parallel tests (the matrix): the 2 minutes are waiting.
 func TestNoAttacher_kcmAndLatchRecordTheSameTimeoutEvent(t *testing.T) {
+	t.Parallel()
 	var mu sync.Mutex
 	got := map[adKind]string{}
 	for _, ad := range []adKind{kcmAD, latchAD} {
