@@ -18,9 +18,13 @@ type PeerContenderOptions struct {
 	Previous, PreviousName string
 	// Upstream adds external-attacher v4.13 tuned (100 workers, client
 	// limits 2000/2000) and at 10 workers (same client limits);
-	// KCM adds kube-controller-manager v1.36.3 running only its
+	// KCM adds kube-controller-manager v1.37.2 running only its
 	// attachdetach controller.
 	Upstream, KCM bool
+	// FixedLatency runs latch fixed in the paced and saturated workloads
+	// too (by default it runs the backend profiles only): the comparison
+	// of the fixed limit with an earlier build that had one.
+	FixedLatency bool
 }
 
 // The upstream external-attacher's flags of each upstream contender
@@ -44,11 +48,11 @@ var (
 // build failure is an error. latch's csi-attacher runs twice: with its
 // default adaptive driver concurrency (the reference of the ratios, on
 // every workload) and with --driver-concurrency=fixed (backend profiles
-// only, like upstream at 10 workers).
+// only, like upstream at 10 workers, unless o.FixedLatency).
 func PeerContenders(o PeerContenderOptions) (attachers []PeerAttacher, controllers []PeerController, skipped []string, err error) {
 	attachers = append(attachers,
 		PeerAttacher{Name: PeerLatchAdaptive, Binary: o.LatchAttacher, Latch: true, Latency: true, Backends: true},
-		PeerAttacher{Name: PeerLatchFixed, Binary: o.LatchAttacher, Args: LatchFixedArgs, Latch: true, Backends: true})
+		PeerAttacher{Name: PeerLatchFixed, Binary: o.LatchAttacher, Args: LatchFixedArgs, Latch: true, Backends: true, Latency: o.FixedLatency})
 	controllers = append(controllers, PeerController{Name: PeerLatchController, Binary: o.LatchController, Latch: true})
 	if o.Previous != "" {
 		name := o.PreviousName

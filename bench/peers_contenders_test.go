@@ -34,3 +34,26 @@ func TestPeerWorkloadsKeepsTheNamedWorkloads(t *testing.T) {
 		t.Errorf("all: attachers %+v, controllers %v; want everything", as, cs)
 	}
 }
+
+// latch fixed runs the backend profiles only, and the latency workload too
+// with FixedLatency (--fixed-latency); latch adaptive runs both always.
+func TestPeerContendersRunLatchFixedInTheLatencyWorkloadOnlyWhenAsked(t *testing.T) {
+	for _, fixedLatency := range []bool{false, true} {
+		attachers, _, _, err := PeerContenders(PeerContenderOptions{LatchAttacher: "csi-attacher", LatchController: "attachdetach-controller", FixedLatency: fixedLatency})
+		if err != nil {
+			t.Fatal(err)
+		}
+		as, _ := PeerWorkloads(attachers, nil, []string{"latency"})
+		var got []string
+		for _, a := range as {
+			got = append(got, a.Name)
+		}
+		want := []string{PeerLatchAdaptive}
+		if fixedLatency {
+			want = append(want, PeerLatchFixed)
+		}
+		if !slices.Equal(got, want) {
+			t.Errorf("FixedLatency=%v: the latency workload runs %v, want %v", fixedLatency, got, want)
+		}
+	}
+}

@@ -30,7 +30,7 @@ type options struct {
 	scale, previous, previousName, outDir, workDir, profiles string
 	workloads                                                string
 	rounds                                                   int
-	noUpstream, noKCM                                        bool
+	noUpstream, noKCM, fixedLatency                          bool
 }
 
 func main() { os.Exit(run(os.Args[1:])) }
@@ -46,6 +46,7 @@ func parse(args []string) (*options, error) {
 	fs.StringVar(&o.workloads, "workloads", "latency,backends,controllers", "Comma-separated workloads to run: latency (the attachers' paced and saturating bursts), backends (the attachers' bursts per backend profile), controllers (Pods through the A/D controllers).")
 	fs.BoolVar(&o.noUpstream, "no-upstream", false, "Leave the upstream external-attacher out.")
 	fs.BoolVar(&o.noKCM, "no-kcm", false, "Leave kube-controller-manager out.")
+	fs.BoolVar(&o.fixedLatency, "fixed-latency", false, "Run latch fixed (--driver-concurrency=fixed) in the latency workload too, not only on the backend profiles: to compare the fixed limit with a previous release that had one.")
 	fs.StringVar(&o.outDir, "out-dir", filepath.Join("bench", "results"), "Directory of the JSON report (bench-peers-<scale>-<UTC time>.json).")
 	fs.StringVar(&o.workDir, "work-dir", "", "Directory for binaries, kubeconfig and logs; default: a new temporary directory (kept, its path is printed).")
 	if err := fs.Parse(args); err != nil {
@@ -129,12 +130,12 @@ func peers(ctx context.Context, o *options) (*bench.PeersReport, error) {
 		fmt.Printf("building %s from git revision %s (the first time: a minute or more)\n", o.previousName, o.previous)
 	}
 	if !o.noUpstream || !o.noKCM {
-		fmt.Println("building the upstream external-attacher v4.13 and kube-controller-manager v1.36.3 (minutes when the build cache is cold)")
+		fmt.Println("building the upstream external-attacher v4.13 and kube-controller-manager v1.37.2 (minutes when the build cache is cold)")
 	}
 	attachers, controllers, skipped, err := bench.PeerContenders(bench.PeerContenderOptions{
 		LatchAttacher: filepath.Join(binDir, "csi-attacher"), LatchController: filepath.Join(binDir, "attachdetach-controller"),
 		Previous: o.previous, PreviousName: o.previousName,
-		Upstream: !o.noUpstream, KCM: !o.noKCM,
+		Upstream: !o.noUpstream, KCM: !o.noKCM, FixedLatency: o.fixedLatency,
 	})
 	defer testsupport.RemoveBinaries()
 	if err != nil {

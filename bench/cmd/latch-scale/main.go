@@ -127,7 +127,7 @@ func scale(ctx context.Context, size bench.ScaleSize, sz bench.ScaleSizes, workD
 		CPUProfileDir:    cpuDir,
 	}
 	if withKCM {
-		fmt.Println("building kube-controller-manager v1.36.3 (minutes when the build cache is cold)")
+		fmt.Println("building kube-controller-manager v1.37.2 (minutes when the build cache is cold)")
 		if cfg.KCMBinary, err = testsupport.UpstreamBinary("kube-controller-manager"); err != nil {
 			return nil, err
 		}
