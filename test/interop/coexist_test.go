@@ -117,6 +117,7 @@ func competing(ctx context.Context, p *peer) (float64, error) {
 // keeps working; once kcm is stopped the gauge falls back to 0 after the
 // period and new Pods still attach.
 func TestCoexist_kcmAttachDetachBesideLatchIsReported(t *testing.T) {
+	t.Parallel() // a world of its own, mostly waiting (worldsAtOnce)
 	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 	defer cancel()
 	w := newWorld(t, ctx, pair{kcmAD, latchAt})
@@ -205,6 +206,7 @@ func TestCoexist_kcmAttachDetachBesideLatchIsReported(t *testing.T) {
 // start, and reports nothing while it attaches and detaches alone, well
 // past the period.
 func TestCoexist_afterTheSwapNothingIsReported(t *testing.T) {
+	t.Parallel() // a world of its own, mostly waiting (worldsAtOnce)
 	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 	defer cancel()
 	w := newWorld(t, ctx, pair{kcmAD, latchAt})

@@ -130,6 +130,7 @@ func (w *world) deployControllerArgs(namespace, kubeconfig string) (args []strin
 // the API server refuses none of its requests; kcm holds its Lease again,
 // without its attach/detach controller.
 func TestMigrationRunbook_kcmControllerToLatchUnderTheDeployRBAC(t *testing.T) {
+	t.Parallel() // a world of its own, mostly waiting (worldsAtOnce)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	start := time.Now()

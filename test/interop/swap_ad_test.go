@@ -208,6 +208,7 @@ func (w *world) nodesStayReady() {
 // --controllers=* again, each swap while attaches and detaches are in
 // flight. csi-attacher (latch's) runs throughout.
 func TestSwapAttachDetach_kcmToLatchAndBack(t *testing.T) {
+	t.Parallel() // a world of its own, mostly waiting (worldsAtOnce)
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
 	w := newHollowWorld(t, ctx)

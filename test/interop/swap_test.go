@@ -229,6 +229,7 @@ func (w *world) leaderElectionEvent(ns, name, holder, source string) {
 // external-attacher by latch's csi-attacher with the same args while
 // volumes attach and detach, then swaps back the same way.
 func TestSwapAttacher_upstreamToLatchAndBack(t *testing.T) {
+	t.Parallel() // a world of its own, mostly waiting (worldsAtOnce)
 	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 	defer cancel()
 	w := newWorld(t, ctx, pair{kcmAD, upAt})
