@@ -328,7 +328,10 @@ func TestLeaderElectionStandbyTakesOverWhenLeaderStops(t *testing.T) {
 func TestBurstOfVolumeAttachmentsPublishesEachExactlyOnce(t *testing.T) {
 	const n = 1000
 	// 2,000 creates and 3,000 attacher writes in two minutes: on a loaded
-	// machine one Lease renewal took the API server over 3 s.
+	// machine the API server, whose etcd queues every write behind the
+	// burst's, answers a Lease write in 1 to 4 s. With the binary's Lease
+	// timings a renewal (one update) has 5 s: the renewal is sent 5 s after
+	// the last one was, and the renew deadline is 10 s after that one.
 	e := newEnv(t, envOptions{flagLease: true})
 	ctx, cancel := context.WithTimeout(e.ctx, 2*time.Minute)
 	defer cancel()
