@@ -473,3 +473,49 @@ func TestControlTakesNoBaselineFromABurstsFirstAnswers(t *testing.T) {
 		}
 	}
 }
+
+// On a machine whose CPU the API server saturates during a burst, the
+// latency csi-attacher sees of a fast backend that never queues rises and
+// falls with the machine's load (scheduling delay), whatever csi-attacher
+// keeps in flight: 20 ms calls seen at 20 to 70 ms, the host's load
+// changing every few hundred milliseconds. Cuts the latency does not come
+// down after are undone by the rules above (a latency that is not ours
+// becomes the baseline): the limit, time-averaged, stays near its bound.
+// (In the bench's saturated bursts the limit still averages lower: there
+// the mock driver shares the two cores with the API server and the
+// attacher, so the latency does rise with the calls in flight; see
+// docs/performance.md.)
+func TestControlKeepsItsLimitWhenTheHostsLoadMovesTheLatency(t *testing.T) {
+	for seed := uint64(1); seed <= 6; seed++ {
+		rng := rand.New(rand.NewPCG(seed, 7))
+		c := NewControl(DefaultConfig(100))
+		now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+		start := now
+		var inFlight events
+		factor, nextChange := 1.0, now
+		var weighted, total float64
+		last := now
+		for now.Sub(start) < 60*time.Second {
+			for inFlight.Len() < c.Limit() {
+				if !now.Before(nextChange) {
+					factor = 1 + 2.5*rng.Float64()
+					nextChange = now.Add(time.Duration(200+rng.IntN(400)) * time.Millisecond)
+				}
+				lat := time.Duration(float64(20*time.Millisecond) * factor * math.Exp(0.1*rng.NormFloat64()))
+				heap.Push(&inFlight, endEvent{at: now.Add(lat), start: now})
+			}
+			ev := heap.Pop(&inFlight).(endEvent)
+			if now.Sub(start) > 5*time.Second {
+				weighted += float64(c.Limit()) * ev.at.Sub(last).Seconds()
+				total += ev.at.Sub(last).Seconds()
+			}
+			last, now = ev.at, ev.at
+			c.Sample(now, Served, now.Sub(ev.start), inFlight.Len()+1)
+		}
+		mean := weighted / total
+		t.Logf("seed %d: mean limit %.1f of 100", seed, mean)
+		if mean < 80 {
+			t.Errorf("seed %d: the limit averaged %.1f, want ≥ 80 of its bound 100: a backend that never queues, seen slower and faster with the host's load, cut csi-attacher's calls", seed, mean)
+		}
+	}
+}
