@@ -9,9 +9,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/go-logr/logr/funcr"
 	"k8s.io/klog/v2"
 	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/latchcsi/latch/internal/testsupport/logrec"
 )
 
 var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
@@ -250,13 +251,7 @@ func TestLimiterUnderConcurrentUse(t *testing.T) {
 // VolumeAttachments wait for CSI call slots reads there how the limit
 // moves.
 func TestLimiterLogsWhyTheLimitChanged(t *testing.T) {
-	var mu sync.Mutex
-	var lines []string
-	logger := funcr.New(func(prefix, args string) {
-		mu.Lock()
-		defer mu.Unlock()
-		lines = append(lines, args)
-	}, funcr.Options{Verbosity: 4})
+	logger, rec := logrec.New(4)
 	clk := clocktesting.NewFakeClock(t0)
 	l := NewLimiter(Config{Initial: 2, Min: 1, Max: 10}, clk)
 	ctx := klog.NewContext(context.Background(), logger.WithValues("call", "x"))
@@ -272,8 +267,7 @@ func TestLimiterLogsWhyTheLimitChanged(t *testing.T) {
 	a.Done(Served) // slow start: 2 in flight of 2, the limit grows to 3
 	clk.Step(time.Millisecond)
 	b.Done(Throttled)
-	mu.Lock()
-	defer mu.Unlock()
+	lines := rec.Lines()
 	want := []string{
 		`"level"=4 "msg"="CSI call limit changed" "call"="x" "limit"=3 "was"=2 "reason"="` + ReasonSlowStart + `"`,
 		`"level"=4 "msg"="CSI call limit changed" "call"="x" "limit"=2 "was"=3 "reason"="` + ReasonThrottled + `"`,

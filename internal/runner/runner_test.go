@@ -8,10 +8,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/go-logr/logr/funcr"
 	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/ktesting"
 	testingclock "k8s.io/utils/clock/testing"
+
+	"github.com/latchcsi/latch/internal/testsupport/logrec"
 )
 
 func TestRunner_errorIsRetriedWithExponentialBackoff(t *testing.T) {
@@ -262,13 +263,7 @@ func TestRunner_sameKeyIsNeverProcessedConcurrently(t *testing.T) {
 }
 
 func TestRunner_passLoggerCarriesControllerKeyAndPass(t *testing.T) {
-	var mu sync.Mutex
-	var lines []string
-	logger := funcr.New(func(prefix, args string) {
-		mu.Lock()
-		defer mu.Unlock()
-		lines = append(lines, args)
-	}, funcr.Options{Verbosity: 10})
+	logger, rec := logrec.New(10)
 
 	done := make(chan struct{})
 	r := New[string](ReconcilerFunc[string](func(ctx context.Context, key string) (Result, error) {
@@ -286,8 +281,7 @@ func TestRunner_passLoggerCarriesControllerKeyAndPass(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	mu.Lock()
-	defer mu.Unlock()
+	lines := rec.Lines()
 	for _, l := range lines {
 		if strings.Contains(l, `"msg"="Inside reconcile"`) {
 			for _, want := range []string{`"controller"="logtest"`, `"key"="vol-1"`, `"pass"=1`} {
