@@ -10,6 +10,7 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/klog/v2/ktesting"
 	testingclock "k8s.io/utils/clock/testing"
@@ -65,20 +66,10 @@ func presenceRenewalsStopAtDeadline(t *testing.T, mode string) {
 	cfg.LeaseDuration, cfg.RenewDeadline, cfg.RetryPeriod = leaseDuration, renewDeadline, retryPeriod
 	cfg.Presence.Clock = fc
 
-	started := make(chan time.Time, 1)
-	var stoppedAt atomic.Pointer[time.Time]
-	result := make(chan error, 1)
-	go func() {
-		result <- RunAsLeader(ctx, faults, cfg, nil, func(runCtx context.Context) error {
-			started <- fc.Now()
-			<-runCtx.Done()
-			at := fc.Now()
-			stoppedAt.Store(&at)
-			return runCtx.Err()
-		})
-	}()
+	w := runTimedWork(ctx, faults, cfg, fc.Now, nil)
+	stoppedAt, result := &w.stoppedAt, w.result
 	// The Lease was created (renewed) at t0 on the fake clock.
-	t0 := within(t, started, "presence never started the work")
+	t0 := within(t, w.started, "presence never started the work")
 	failing.Store(true)
 
 	// Advance the clock a second at a time while the attacher waits on
@@ -123,4 +114,31 @@ func presenceRenewalsStopAtDeadline(t *testing.T, mode string) {
 	if err := within(t, result, "RunAsLeader did not return after the work stopped"); !errors.Is(err, ErrLostLease) {
 		t.Errorf("RunAsLeader = %v, want ErrLostLease", err)
 	}
+}
+
+// timedWork is RunAsLeader running work that notes, on a test clock, when
+// it started and when its context ended; result gets RunAsLeader's error.
+type timedWork struct {
+	started   chan time.Time
+	stoppedAt atomic.Pointer[time.Time]
+	result    chan error
+}
+
+// runTimedWork starts RunAsLeader with a timedWork's work; onStart (if
+// not nil) runs first in the work.
+func runTimedWork(ctx context.Context, client kubernetes.Interface, cfg LeaderElection, now func() time.Time, onStart func()) *timedWork {
+	w := &timedWork{started: make(chan time.Time, 1), result: make(chan error, 1)}
+	go func() {
+		w.result <- RunAsLeader(ctx, client, cfg, nil, func(runCtx context.Context) error {
+			if onStart != nil {
+				onStart()
+			}
+			w.started <- now()
+			<-runCtx.Done()
+			at := now()
+			w.stoppedAt.Store(&at)
+			return runCtx.Err()
+		})
+	}()
+	return w
 }

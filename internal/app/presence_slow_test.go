@@ -97,20 +97,9 @@ func TestPresenceKeepsItsLeaseWhileEachLeaseRequestTakesThreeSeconds(t *testing.
 	cfg.LeaseDuration, cfg.RenewDeadline, cfg.RetryPeriod = 15*time.Second, 10*time.Second, 5*time.Second
 	cfg.Presence.Clock = slowClock{fc, api}
 
-	started := make(chan time.Time, 1)
-	var stoppedAt atomic.Pointer[time.Time]
-	result := make(chan error, 1)
-	go func() {
-		result <- RunAsLeader(ctx, leaseFaults{client, api.wait}, cfg, nil, func(runCtx context.Context) error {
-			api.slow.Store(true)
-			started <- fc.Now()
-			<-runCtx.Done()
-			at := fc.Now()
-			stoppedAt.Store(&at)
-			return runCtx.Err()
-		})
-	}()
-	t0 := within(t, started, "presence never started the work")
+	w := runTimedWork(ctx, leaseFaults{client, api.wait}, cfg, fc.Now, func() { api.slow.Store(true) })
+	stoppedAt, result := &w.stoppedAt, w.result
+	t0 := within(t, w.started, "presence never started the work")
 
 	const run = time.Minute
 	for fc.Since(t0) < run && stoppedAt.Load() == nil {
