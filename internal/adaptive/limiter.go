@@ -108,6 +108,12 @@ type Slot struct {
 	once   sync.Once
 }
 
+// slot is the Slot of a call of dir that starts now, logging with ctx's
+// logger.
+func (l *Limiter) slot(ctx context.Context, dir Direction) *Slot {
+	return &Slot{l: l, dir: dir, start: l.clock.Now(), logger: klog.FromContext(ctx)}
+}
+
 // Acquire waits until dir may start a call, or ctx ends (ErrNoSlot
 // wrapping the context's cause).
 func (l *Limiter) Acquire(ctx context.Context, dir Direction) (*Slot, error) {
@@ -115,14 +121,14 @@ func (l *Limiter) Acquire(ctx context.Context, dir Direction) (*Slot, error) {
 	if len(l.waiting[dir]) == 0 && l.mayStartLocked(dir) {
 		l.held[dir]++
 		l.mu.Unlock()
-		return &Slot{l: l, dir: dir, start: l.clock.Now(), logger: klog.FromContext(ctx)}, nil
+		return l.slot(ctx, dir), nil
 	}
 	ready := make(chan struct{})
 	l.waiting[dir] = append(l.waiting[dir], ready)
 	l.mu.Unlock()
 	select {
 	case <-ready:
-		return &Slot{l: l, dir: dir, start: l.clock.Now(), logger: klog.FromContext(ctx)}, nil
+		return l.slot(ctx, dir), nil
 	case <-ctx.Done():
 		l.mu.Lock()
 		defer l.mu.Unlock()
