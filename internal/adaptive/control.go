@@ -35,6 +35,23 @@
 //     everyone, a busy machine's scheduling delay is in it, or the
 //     baseline came from lucky calls): the latency becomes the baseline,
 //     the limit stops falling, and slow start begins again;
+//   - a latency cut is judged by the answers served per second (the
+//     delivered rate) of the first period after it: if the rate fell
+//     by more than half as much as the limit and the latency did not
+//     come down in proportion, the latency was not calls queueing behind
+//     ours (a queue serves as fast with fewer calls waiting in it) but
+//     the backend's or a busy host's own, and the cut only cost
+//     throughput. The limit goes back to where it was, that latency
+//     becomes the baseline, slow start begins again from there, and no
+//     latency cut goes below that limit while it delivers at least 0.8
+//     × its rate. A bench-peers saturated burst showed it: the API
+//     server and csi-attacher share the host's cores with the mock
+//     driver, whose 20 ms calls were seen at 35 to 70 ms, and the limit
+//     fell from 52 to 15 several times in a burst while calls waited;
+//   - a growth is judged the same way: if the latency rose above Grow ×
+//     the baseline but the rate grew by at least 0.75 × as much as the
+//     limit (than in the better of the two periods before), the backend
+//     is not queueing our calls, and that latency becomes the baseline;
 //   - a throttled answer's cut is followed by a period that is not
 //     judged, as a period's change is;
 //   - the limit grows only while it is in use: an idle backend does not
@@ -171,19 +188,35 @@ type Control struct {
 	// settling: the limit changed at the end of the last period, so the
 	// next one is not judged.
 	settling bool
-	// The current period: when it ends, the sum and count of its
-	// latencies, and the most calls in flight during it.
-	periodEnd  time.Time
-	sum        time.Duration
-	n          int
-	busiest    int
-	lastPeriod time.Duration
-	smoothed   ewma
-	baseline   windowMin
+	// The current period: when it began and ends, the sum and count of
+	// its latencies, and the most calls in flight during it.
+	periodStart time.Time
+	periodEnd   time.Time
+	sum         time.Duration
+	n           int
+	busiest     int
+	lastPeriod  time.Duration
+	smoothed    ewma
+	baseline    windowMin
 	// lastCut is when a throttled answer last cut the limit, cutAt the
 	// limit it cut.
 	lastCut time.Time
 	cutAt   float64
+	// shrunk is the last latency cut, judged by the first period after
+	// it settled: the limit, delivered rate and mean latency before it.
+	shrunk rateCheck
+	// grew is the last growth, judged the same way: the limit and
+	// delivered rate before it.
+	grew rateCheck
+	// floor is the limit that a latency cut proved to be needed (cutting
+	// below it cost throughput), floorRate the rate it delivered: while
+	// the rate holds, latency does not cut below it.
+	floor     float64
+	floorRate float64
+	// prevRate is the delivered rate of the last judged period; a
+	// check compares with the better of it and the rate of the period
+	// that decided the change (one period's count is noisy).
+	prevRate float64
 	// The baseline probe (probe): whether one runs, since when, the
 	// limit it will restore, and the latencies of the calls started
 	// during it; lastProbe is when the last one ended.
@@ -252,9 +285,11 @@ func (c *Control) Sample(now time.Time, outcome Outcome, latency time.Duration, 
 		// of several cuts a period apart, each with its round of
 		// throttled calls.
 		cut := math.Floor(c.limit * c.cfg.Backoff)
-		if d := float64(c.deliveredLocked(now)); d >= minPeriodSamples && d < cut {
+		d := float64(c.deliveredLocked(now))
+		if d >= minPeriodSamples && d < cut {
 			cut = d
 		}
+		c.floor, c.shrunk, c.grew = 0, rateCheck{}, rateCheck{}
 		c.setLimit(cut, ReasonThrottled)
 		if c.probing {
 			c.cutAt = c.probeSaved
@@ -274,20 +309,23 @@ func (c *Control) Sample(now time.Time, outcome Outcome, latency time.Duration, 
 	if !c.lastSample.IsZero() && c.lastPeriod > 0 && now.Sub(c.lastSample) > idleGapPeriods*c.lastPeriod {
 		// The backend was idle: the answers to come are a new burst's.
 		c.warmup, c.sum, c.n, c.busiest, c.periodEnd = true, 0, 0, 0, time.Time{}
+		c.shrunk, c.grew = rateCheck{}, rateCheck{}
 	}
 	c.lastSample = now
 	c.sum += latency
 	c.n++
 	c.busiest = max(c.busiest, inFlight)
 	if c.periodEnd.IsZero() {
-		c.periodEnd, c.lastPeriod = now.Add(latency), latency
+		c.periodStart, c.periodEnd, c.lastPeriod = now.Add(-latency), now.Add(latency), latency
 	}
 	if now.Before(c.periodEnd) || c.n < minPeriodSamples {
 		return
 	}
 	mean := c.sum / time.Duration(c.n)
 	inUse := float64(c.busiest) >= c.limit/2
-	c.sum, c.n, c.busiest, c.lastPeriod, c.periodEnd = 0, 0, 0, mean, now.Add(mean)
+	// The delivered rate: answers served per second over the period.
+	rate := float64(c.n) / max(now.Sub(c.periodStart), time.Microsecond).Seconds()
+	c.sum, c.n, c.busiest, c.lastPeriod, c.periodStart, c.periodEnd = 0, 0, 0, mean, now, now.Add(mean)
 	if c.warmup {
 		// The first answers of a burst are its fastest calls (they all
 		// started together): their mean is below the backend's, and as
@@ -312,11 +350,43 @@ func (c *Control) Sample(now time.Time, outcome Outcome, latency time.Duration, 
 		c.settling = false
 		return
 	}
-	ratio := float64(mean) / float64(base)
 	before := c.limit
-	defer func() { c.settling = c.limit != before }()
+	defer func() { c.settling, c.prevRate = c.limit != before, rate }()
+	if shrunk := c.shrunk; shrunk.pending {
+		c.shrunk.pending = false
+		if f := c.limit / shrunk.limit; f < 1 && rate < shrunk.rate*(1+f)/2 && float64(mean) > 1.1*f*float64(shrunk.mean) {
+			// The delivered rate fell with the limit (by more than half
+			// as much): the latency was not calls queueing behind ours
+			// (those would have been served as fast with fewer in
+			// flight) but the backend's or the host's own, and the cut
+			// cost throughput. Back to the limit before it, whose
+			// latency is the baseline now, and no latency cut below it
+			// while it delivers its rate.
+			c.floor, c.floorRate = shrunk.limit, shrunk.rate
+			c.baseline.reset(now, shrunk.mean)
+			c.shrinkFrom = 0
+			c.setLimit(shrunk.limit, ReasonRateFell)
+			c.restartSlowStart()
+			return
+		}
+	}
+	if grew := c.grew; grew.pending {
+		c.grew.pending = false
+		if g := c.limit / grew.limit; g > 1 && float64(mean) >= c.cfg.Grow*float64(base) && rate >= grew.rate*(1+0.75*(g-1)) {
+			// The latency rose, but the delivered rate grew with the
+			// limit: the backend is not queueing our calls (a queue
+			// serves no faster with more of them waiting); the latency
+			// is the host's or the backend's own. It is the baseline.
+			base = c.baseline.reset(now, time.Duration(c.smoothed.value))
+		}
+	}
+	ratio := float64(mean) / float64(base)
 	if ratio < c.cfg.Grow {
 		c.shrinkFrom = 0
+	}
+	if c.floor > 0 && rate < 0.8*c.floorRate {
+		// The floor no longer delivers its rate: the backend changed.
+		c.floor = 0
 	}
 	switch {
 	case ratio > c.cfg.Shrink:
@@ -324,6 +394,12 @@ func (c *Control) Sample(now time.Time, outcome Outcome, latency time.Duration, 
 			c.shrinkFrom, c.shrinkMean = c.limit, mean
 		}
 		next := c.limit * math.Max(0.5, c.cfg.Grow/ratio)
+		if c.floor > 0 {
+			next = math.Max(next, math.Min(c.floor, c.limit))
+		}
+		if next >= c.limit {
+			break
+		}
 		if next < c.shrinkFrom/2 && float64(mean) >= 0.9*float64(c.shrinkMean) {
 			// The limit would come down past half of where the latency
 			// first shrank it, and the latency has not come down with
@@ -337,6 +413,7 @@ func (c *Control) Sample(now time.Time, outcome Outcome, latency time.Duration, 
 			c.restartSlowStart()
 			break
 		}
+		c.shrunk = rateCheck{limit: c.limit, rate: math.Max(rate, c.prevRate), mean: mean, pending: true}
 		c.setLimit(next, ReasonLatencyRose)
 	case ratio < c.cfg.Grow && inUse && !c.slowStart:
 		step := math.Sqrt(c.limit)
@@ -344,8 +421,17 @@ func (c *Control) Sample(now time.Time, outcome Outcome, latency time.Duration, 
 			// Near where the backend throttled last: creep.
 			step = math.Min(step, math.Max(0.1*step, 0.05*c.limit))
 		}
+		c.grew = rateCheck{limit: c.limit, rate: math.Max(rate, c.prevRate), pending: true}
 		c.setLimit(c.limit+step, ReasonLatencyFlat)
 	}
+}
+
+// rateCheck is a change of the limit that the first period after it
+// judges by the rate the backend delivered.
+type rateCheck struct {
+	limit, rate float64
+	mean        time.Duration
+	pending     bool
 }
 
 // slowStartSample grows the limit by one for a served answer while the
@@ -421,7 +507,8 @@ func (c *Control) probe(now time.Time, latency time.Duration) bool {
 	}
 	c.probing, c.lastProbe = false, now
 	c.setLimit(c.probeSaved, ReasonProbeDone)
-	c.sum, c.n, c.busiest, c.periodEnd = 0, 0, 0, now.Add(c.lastPeriod)
+	c.sum, c.n, c.busiest, c.periodStart, c.periodEnd = 0, 0, 0, now, now.Add(c.lastPeriod)
+	c.shrunk, c.grew = rateCheck{}, rateCheck{}
 	return true
 }
 
@@ -431,6 +518,7 @@ const (
 	ReasonLatencyFlat = "latency flat while the limit is in use"
 	ReasonLatencyRose = "latency rose above 1.5 × the baseline: the backend queues calls"
 	ReasonThrottled   = "the backend throttled a call"
+	ReasonRateFell    = "the answers served per second fell with the last latency cut: the latency is not the backend queueing calls"
 	ReasonProbe       = "baseline probe: half the limit for three periods"
 	ReasonProbeDone   = "baseline probe over"
 )
