@@ -45,6 +45,14 @@ build:
 PROGRESS := $(BIN_DIR)/buildprogress
 BUILD_PROGRESS := mkdir -p $(BIN_DIR) && $(GO) build -v -o $(PROGRESS) ./hack/buildprogress
 COLD := minutes on 2 cores with an empty Go build cache (more with an empty module cache: the downloads), seconds when warm
+# On a cold machine, make demo and make up first download latch's modules
+# in the background (while buildprogress compiles: downloads use the
+# network, compiles the cores), and compile what latch-local's upstream
+# binaries import (internal/testsupport's components built together) while
+# latch-local links; latch-local then only links them (README, "The first
+# run is long"; hack/buildprogress/warm.go).
+DOWNLOAD := ($(GO) list -deps ./cmd/latch-local >/dev/null 2>&1 &)
+UPSTREAM_WARM := -warm-dir test/upstream/kubernetes -warm "github.com/latchcsi/latch/test/upstream/kubernetes/hollowkubelet k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kube-scheduler"
 
 ## tools: what the tests run besides Go: promtool and prometheus (the alert rules' unit tests, the dashboard and rules against latch-local), from Debian's prometheus package, installed with apt-get when missing
 tools:
@@ -114,14 +122,16 @@ upstream-mods:
 # machine compile gRPC and everything above it (etcd, the API server) twice.
 demo:
 	@echo "make demo: a first run compiles latch-local (kube-apiserver and etcd in-process), then kube-scheduler, kube-controller-manager and the kubelet: $(COLD) (README: first run). Progress follows."
+	@$(DOWNLOAD)
 	@$(BUILD_PROGRESS)
-	@$(PROGRESS) build -label "make demo" -o $(BIN_DIR)/latch-local ./cmd/latch-local -- $(BIN_DIR)/latch-local demo
+	@$(PROGRESS) build -label "make demo" $(UPSTREAM_WARM) -o $(BIN_DIR)/latch-local ./cmd/latch-local -- $(BIN_DIR)/latch-local demo
 
 ## up: keep a local control plane with nodes, driver and controllers running
 up:
 	@echo "make up: a first run compiles latch-local (kube-apiserver and etcd in-process), then kube-scheduler, kube-controller-manager and the kubelet: $(COLD) (README: first run). Progress follows."
+	@$(DOWNLOAD)
 	@$(BUILD_PROGRESS)
-	@$(PROGRESS) build -label "make up" -o $(BIN_DIR)/latch-local ./cmd/latch-local -- $(BIN_DIR)/latch-local up
+	@$(PROGRESS) build -label "make up" $(UPSTREAM_WARM) -o $(BIN_DIR)/latch-local ./cmd/latch-local -- $(BIN_DIR)/latch-local up
 
 ## image: OCI images of every released binary for linux/amd64 and linux/arm64, from Go modules alone (no container engine): an OCI image layout per binary in bin/images/<binary> (a multi-platform index, tagged IMAGE_TAG), an SPDX SBOM per platform beside it and attached to its image; prints each digest and size and the push command (docs/deploy.md, "Images")
 IMAGE_REGISTRY ?= ghcr.io/latchcsi

@@ -7,6 +7,8 @@
 //	buildprogress build [-label L] [-tags T] [-o FILE] PKG... [-- CMD ARG...]
 //	    go build -v the packages with "[n/N packages] compiling <pkg>, <elapsed>"
 //	    lines, then, if given, replace itself with CMD (e.g. the built binary).
+//	    -warm-dir D -warm "P..." compiles what the main packages P of the
+//	    module in D import, while the build links (warm.go).
 //	buildprogress test [-label L] [-pkgs P] -- CMD ARG...
 //	    compile every non-test package the tests of P (default ./...) import
 //	    with progress (go build -v: no test binary is linked), then run CMD
@@ -43,6 +45,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	tags := fs.String("tags", "", "go build -tags.")
 	output := fs.String("o", "", "go build -o (build only).")
 	pkgs := fs.String("pkgs", "./...", "Packages whose tests run (test only; space-separated).")
+	warmDir := fs.String("warm-dir", "", "The module directory of -warm's packages (build only).")
+	warmPkgs := fs.String("warm", "", "Main packages (space-separated) of the module in -warm-dir that the command builds when it starts: what they import is compiled into the Go build cache while the build links, and the command runs once that is done (build only).")
 	own, then := splitCommand(args[1:])
 	if err := fs.Parse(own); err != nil {
 		return 2
@@ -67,8 +71,20 @@ func run(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintln(stderr, "buildprogress build: no package to build")
 			return 2
 		}
+		var w *warm
+		if *warmPkgs != "" {
+			// Listed first: its module downloads overlap this build's.
+			w = startWarm(ctx, *label+" (upstream)", *warmDir, strings.Fields(*warmPkgs), stderr)
+		}
 		b := buildprogress.Build{Label: *label, Flags: flags, Output: *output, Packages: fs.Args(), Mains: mains(ctx, flags, fs.Args()), Progress: stderr, Passthrough: stderr}
-		if err := b.Run(ctx); err != nil {
+		if w != nil {
+			b.Linking = w.begin
+		}
+		err := b.Run(ctx)
+		if w != nil {
+			w.wait()
+		}
+		if err != nil {
 			return 1
 		}
 		if len(then) == 0 {
@@ -76,7 +92,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		}
 		path, err := exec.LookPath(then[0])
 		if err == nil {
-			err = syscall.Exec(path, then, os.Environ())
+			err = replaceWith(path, then, os.Environ())
 		}
 		fmt.Fprintf(stderr, "%s: run %s: %v\n", *label, strings.Join(then, " "), err)
 		return 1
@@ -109,6 +125,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 0
 	}
 }
+
+// replaceWith replaces this program with the command (tests record it
+// instead).
+var replaceWith = syscall.Exec
 
 // splitCommand splits args at the first "--".
 func splitCommand(args []string) (own, then []string) {

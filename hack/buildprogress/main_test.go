@@ -3,10 +3,13 @@ package main
 import (
 	"bytes"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/latchcsi/latch/internal/testsupport/gomodule"
@@ -29,11 +32,19 @@ func TestMakefileTargetsShowProgress(t *testing.T) {
 		return string(m[1])
 	}
 	for target, want := range map[string]string{
-		"demo": "$(PROGRESS) build -label \"make demo\" -o $(BIN_DIR)/latch-local ./cmd/latch-local -- $(BIN_DIR)/latch-local demo",
-		"up":   "$(PROGRESS) build -label \"make up\" -o $(BIN_DIR)/latch-local ./cmd/latch-local -- $(BIN_DIR)/latch-local up",
+		"demo": "$(PROGRESS) build -label \"make demo\" $(UPSTREAM_WARM) -o $(BIN_DIR)/latch-local ./cmd/latch-local -- $(BIN_DIR)/latch-local demo",
+		"up":   "$(PROGRESS) build -label \"make up\" $(UPSTREAM_WARM) -o $(BIN_DIR)/latch-local ./cmd/latch-local -- $(BIN_DIR)/latch-local up",
 		"test": "$(PROGRESS) test -label \"make test\" -- $(GO) test -count=1 -p $(TEST_PARALLEL) -timeout $(TEST_TIMEOUT) $(TEST_PACKAGES)",
 	} {
 		lines := strings.Split(strings.TrimRight(recipe(target), "\n"), "\n")
+		if target != "test" {
+			// demo and up start the module downloads first.
+			if len(lines) < 2 || lines[1] != "\t@$(DOWNLOAD)" {
+				t.Errorf("make %s runs\n%s\nwant @$(DOWNLOAD) second", target, strings.Join(lines, "\n"))
+				continue
+			}
+			lines = slices.Delete(lines, 1, 2)
+		}
 		if len(lines) != 3 || !strings.HasPrefix(lines[0], "\t@echo \"make "+target+": a first run compiles ") || !strings.Contains(lines[0], "$(COLD)") ||
 			lines[1] != "\t@$(BUILD_PROGRESS)" || lines[2] != "\t@"+want {
 			t.Errorf("make %s runs\n%s\nwant the first-run line, @$(BUILD_PROGRESS), then @%s", target, strings.Join(lines, "\n"), want)
@@ -42,6 +53,7 @@ func TestMakefileTargetsShowProgress(t *testing.T) {
 	for _, want := range []string{
 		"PROGRESS := $(BIN_DIR)/buildprogress\n",
 		"BUILD_PROGRESS := mkdir -p $(BIN_DIR) && $(GO) build -v -o $(PROGRESS) ./hack/buildprogress\n",
+		"DOWNLOAD := ($(GO) list -deps ./cmd/latch-local >/dev/null 2>&1 &)\n",
 		"COLD := minutes on 2 cores with an empty Go build cache (more with an empty module cache: the downloads), seconds when warm\n",
 		// Every package runs (the longest first), four at a time.
 		"TEST_PARALLEL ?= 4\n",
@@ -157,5 +169,64 @@ func TestRunBuildModeStopsOnError(t *testing.T) {
 	}
 	if !strings.Contains(stderr.String(), "undefinedThing") || !strings.Contains(stderr.String(), "make demo: build failed after ") {
 		t.Errorf("stderr lacks go's error and the failure line:\n%s", stderr.String())
+	}
+}
+
+// make demo with -warm: while the build links, the packages another
+// module's commands import are compiled into the Go build cache (the
+// command that builds them later only links), and the command runs after
+// that compile has ended. The other module's library is new to the build
+// cache (its text names this run's temporary directory), so a later go
+// build -v of its command would print it had it not been compiled here.
+func TestRunBuildModeWarmsTheOtherModule(t *testing.T) {
+	module(t, "package lib\n\nfunc Answer() int { return 42 }\n")
+	unique := t.TempDir()
+	other := gomodule.Write(t, "example.com/up", map[string]string{
+		"dep/dep.go":       "package dep\n\n// Where: " + unique + "\nfunc Where() string { return " + strconv.Quote(unique) + " }\n",
+		"cmd/tool/main.go": "package main\n\nimport \"example.com/up/dep\"\n\nfunc main() { println(dep.Where()) }\n",
+	})
+	var stdout, stderr bytes.Buffer
+	var ran []string
+	var atRun string // the warm build's output when the command ran
+	replaceWith = func(path string, argv, env []string) error {
+		ran, atRun = argv, stderr.String()
+		return nil
+	}
+	t.Cleanup(func() { replaceWith = syscall.Exec })
+	run([]string{"build", "-label", "make demo", "-warm-dir", other, "-warm", "example.com/up/cmd/tool",
+		"-o", filepath.Join(t.TempDir(), "app"), "./cmd/app", "--", "true", "demo"}, &stdout, &stderr)
+	if !slices.Equal(ran, []string{"true", "demo"}) {
+		t.Fatalf("ran %q, want the command after the build:\n%s", ran, stderr.String())
+	}
+	if !strings.Contains(atRun, "make demo (upstream): compiling the ") || !strings.Contains(atRun, " packages tool need (from "+other+") while the link runs") ||
+		!strings.Contains(atRun, "make demo (upstream): done in ") {
+		t.Errorf("when the command ran, the warm build had not begun and ended:\n%s", atRun)
+	}
+	build := exec.Command("go", "build", "-v", "-o", filepath.Join(t.TempDir(), "tool"), "./cmd/tool")
+	build.Dir = other
+	out, err := build.CombinedOutput()
+	if err != nil {
+		t.Fatalf("go build of the other module's command: %v\n%s", err, out)
+	}
+	if got := strings.TrimSpace(string(out)); got != "example.com/up/cmd/tool" {
+		t.Errorf("go build -v of the other module's command compiled %q, want only its main package (the rest warmed)", got)
+	}
+}
+
+// A failed build does not start the warm compile, and the command does
+// not run.
+func TestRunBuildModeDoesNotWarmAfterAFailedBuild(t *testing.T) {
+	module(t, "package lib\n\nfunc Answer() int { return undefinedThing }\n")
+	other := gomodule.Write(t, "example.com/up", map[string]string{
+		"cmd/tool/main.go": "package main\n\nfunc main() {}\n",
+	})
+	var stdout, stderr bytes.Buffer
+	code := run([]string{"build", "-label", "make demo", "-warm-dir", other, "-warm", "example.com/up/cmd/tool",
+		"-o", filepath.Join(t.TempDir(), "app"), "./cmd/app", "--", "true"}, &stdout, &stderr)
+	if code != 1 {
+		t.Errorf("exit code %d, want 1", code)
+	}
+	if strings.Contains(stderr.String(), "(upstream)") {
+		t.Errorf("the warm build ran after a failed build:\n%s", stderr.String())
 	}
 }

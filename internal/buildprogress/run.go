@@ -34,6 +34,12 @@ type Build struct {
 	Progress, Passthrough io.Writer
 	// Every and Heartbeat: see Progress.
 	Every, Heartbeat time.Duration
+	// Linking, if set, is called once when go build has reported every
+	// package of Mains: every other package is compiled, and only their
+	// links remain (go build -v prints nothing while linking). A caller
+	// can use the link's time, in which the go command leaves cores idle,
+	// for another build's compiles.
+	Linking func()
 }
 
 // Run runs go build -v with the packages and prints progress until it
@@ -57,8 +63,18 @@ func (b Build) Run(ctx context.Context) error {
 		args = append(args, "-o", b.Output)
 	}
 	args = append(args, b.Packages...)
+	mainsLeft := map[string]bool{}
+	for _, m := range b.Mains {
+		mainsLeft[m] = true
+	}
 	err := watchLines(ctx, b.Dir, args, nil, func(line string) {
 		if IsPackageLine(line) {
+			if mainsLeft[line] {
+				delete(mainsLeft, line)
+				if len(mainsLeft) == 0 && b.Linking != nil {
+					b.Linking()
+				}
+			}
 			if l, ok := p.Package(time.Now(), line); ok {
 				fmt.Fprintln(b.Progress, l)
 			}

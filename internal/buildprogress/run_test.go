@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -44,6 +45,41 @@ func TestBuildRunCompilesWithProgress(t *testing.T) {
 	}
 	if msg, err := exec.Command(out).CombinedOutput(); err != nil || strings.TrimSpace(string(msg)) != "42" {
 		t.Errorf("built binary printed %q, %v; want 42", msg, err)
+	}
+}
+
+// Linking is called once, when go build has reported every main package:
+// every package is compiled then, and no binary is written yet (the links
+// follow). Two mains: not at the first of them.
+func TestBuildRunCallsLinkingOnceWhenOnlyTheLinksRemain(t *testing.T) {
+	dir := gomodule.Write(t, "example.com/m", map[string]string{
+		"lib/lib.go":        "package lib\n\nfunc Answer() int { return 42 }\n",
+		"cmd/app/main.go":   "package main\n\nimport \"example.com/m/lib\"\n\nfunc main() { println(lib.Answer()) }\n",
+		"cmd/other/main.go": "package main\n\nimport \"example.com/m/lib\"\n\nfunc main() { println(lib.Answer() + 1) }\n",
+	})
+	out := t.TempDir()
+	var calls int
+	var atCall []string // the binaries in out when Linking ran
+	var progress bytes.Buffer
+	b := Build{Label: "app", Dir: dir, Output: out + string(filepath.Separator), Packages: []string{"./cmd/..."},
+		Mains: []string{"example.com/m/cmd/app", "example.com/m/cmd/other"}, Progress: &progress, Passthrough: &progress,
+		Linking: func() {
+			calls++
+			atCall, _ = filepath.Glob(filepath.Join(out, "*"))
+		}}
+	if err := b.Run(context.Background()); err != nil {
+		t.Fatalf("Run: %v\n%s", err, progress.String())
+	}
+	if calls != 1 {
+		t.Fatalf("Linking called %d times, want once", calls)
+	}
+	if len(atCall) != 0 {
+		t.Errorf("binaries %q existed when Linking was called: want it called before the links", atCall)
+	}
+	for _, bin := range []string{"app", "other"} {
+		if _, err := os.Stat(filepath.Join(out, bin)); err != nil {
+			t.Errorf("binary %s: %v", bin, err)
+		}
 	}
 }
 

@@ -137,22 +137,30 @@ func compareMinor(a, b string) int {
 // Kubernetes' own release build does (hack/lib/version.sh), so that
 // /version and a Node's kubeletVersion name it (a plain go build says
 // v0.0.0-master). The stamp only changes what the linker writes; the
-// compiled packages are the same.
+// compiled packages are the same. Every upstream binary is linked with -w
+// (noDebugInfo).
 func kubernetesModule(module string) (dir string, flags []string, err error) {
 	if module != newestKubernetesModule {
-		return module, nil, nil
+		return module, []string{noDebugInfo}, nil
 	}
 	r, ok, err := SelectedKubernetes()
 	if err != nil || !ok {
-		return module, nil, err
+		return module, []string{noDebugInfo}, err
 	}
-	var x []string
+	x := []string{"-w"}
 	for _, pkg := range []string{"k8s.io/component-base/version", "k8s.io/client-go/pkg/version"} {
 		x = append(x, "-X "+pkg+".gitVersion="+r.Version, "-X "+pkg+".gitMajor=1",
 			"-X "+pkg+".gitMinor="+strings.TrimPrefix(r.Minor, "1."), "-X "+pkg+".gitTreeState=clean")
 	}
 	return r.Module, []string{"-ldflags=" + strings.Join(x, " ")}, nil
 }
+
+// noDebugInfo links the upstream binaries without DWARF debug information
+// (-w; stack traces keep their file and line): nothing debugs them, and
+// their links are the last step of a cold make demo (kube-controller-manager,
+// kube-scheduler and the hollow kubelet at once on two cores) and a part of
+// test/interop's first test on a cold cache.
+const noDebugInfo = "-ldflags=-w"
 
 // inModule is importPath of a package of ours in the module
 // test/upstream/<from> (e.g. the hollow kubelet) as the same package of

@@ -3,6 +3,8 @@ package testsupport
 import (
 	"os"
 	"os/exec"
+	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -158,5 +160,31 @@ func TestKeptReasonMatchesPathsAndPrefixes(t *testing.T) {
 		if got != want || ok != (want != "") {
 			t.Errorf("keptReason(%q) = %q, %v; want %q", path, got, ok, want)
 		}
+	}
+}
+
+// make demo and make up compile what latch-local's upstream binaries
+// import while latch-local links (the Makefile's UPSTREAM_WARM, run by
+// hack/buildprogress): it must name exactly the components built together
+// from the newest Kubernetes module, or latch-local's own build of them
+// would compile what the warm build left out.
+func TestMakefileWarmsTheUpstreamComponentsBuiltTogether(t *testing.T) {
+	makefile, err := os.ReadFile(filepath.Join(upstreamRoot(), "..", "..", "Makefile"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`(?m)^UPSTREAM_WARM := -warm-dir (\S+) -warm "([^"]*)"$`).FindSubmatch(makefile)
+	if m == nil {
+		t.Fatal(`Makefile: no line UPSTREAM_WARM := -warm-dir <dir> -warm "<packages>"`)
+	}
+	if got, want := string(m[1]), "test/upstream/"+newestKubernetesModule; got != want {
+		t.Errorf("UPSTREAM_WARM's module directory = %q, want %q", got, want)
+	}
+	_, want := upstreamBuild("kube-controller-manager")
+	got := strings.Fields(string(m[2]))
+	slices.Sort(got)
+	slices.Sort(want)
+	if !slices.Equal(got, want) {
+		t.Errorf("UPSTREAM_WARM's packages = %q, want the components built together: %q", got, want)
 	}
 }
