@@ -180,15 +180,20 @@ func (l *ledger) dropSuspect(name string, s orphan) {
 	}
 }
 
-// decide runs decideFn on every pending publication (pendingLocked) and
-// registers the publish it returns (nil: none) as in flight in the same
-// critical section: of two passes for the same single-node volume on two
-// node IDs, the later one sees the earlier one's publish. done ends the
+// decide runs decideFn on the pending publications of handle (none when
+// !ofHandle: the attach resolves no volume; pendingLocked) and registers
+// the publish it returns (nil: none) as in flight in the same critical
+// section: of two passes for the same single-node volume on two node IDs,
+// the later one sees the earlier one's publish. done ends the
 // registration.
-func (l *ledger) decide(decideFn func(pending []decide.Orphan) (decide.AttachPlan, *orphan)) (plan decide.AttachPlan, done func()) {
+func (l *ledger) decide(handle string, ofHandle bool, decideFn func(pending []decide.Orphan) (decide.AttachPlan, *orphan)) (plan decide.AttachPlan, done func()) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	plan, p := decideFn(l.pendingLocked())
+	var pending []decide.Orphan
+	if ofHandle {
+		pending = l.pendingLocked(func(o orphan) bool { return o.handle == handle })
+	}
+	plan, p := decideFn(pending)
 	if p == nil {
 		return plan, func() {}
 	}
@@ -202,36 +207,39 @@ func (l *ledger) decide(decideFn func(pending []decide.Orphan) (decide.AttachPla
 	}
 }
 
-// pending returns what pendingLocked does.
+// pending returns every pending publication (pendingLocked).
 func (l *ledger) pending() []decide.Orphan {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.pendingLocked()
+	return l.pendingLocked(func(orphan) bool { return true })
 }
 
 // pendingLocked returns every orphan not yet unpublished, every suspect
-// and every publish in flight, by VolumeAttachment name, for
-// decide.PublishBlockedByOrphan. The caller holds mu.
-func (l *ledger) pendingLocked() []decide.Orphan {
-	if len(l.orphans) == 0 && len(l.suspects) == 0 && len(l.publishing) == 0 {
-		return nil
-	}
+// and every publish in flight that keep accepts, each kind by
+// VolumeAttachment name, for decide.PublishBlockedByOrphan. An attach pass
+// asks for one handle's (decide.PublishHandle): up to --worker-threads
+// publishes are in flight, and copying and sorting all of them on every
+// pass cost about 46 µs and 44 kB with 100 (BenchmarkLedgerDecide). The
+// caller holds mu.
+func (l *ledger) pendingLocked(keep func(orphan) bool) []decide.Orphan {
 	var out []decide.Orphan
-	for _, name := range slices.Sorted(maps.Keys(l.orphans)) {
-		if o := l.orphans[name]; !o.unpublished {
-			out = append(out, o.facts())
+	add := func(m map[string]orphan, skip func(orphan) bool, mark func(*decide.Orphan)) {
+		var names []string
+		for name, o := range m {
+			if keep(o) && !skip(o) {
+				names = append(names, name)
+			}
+		}
+		slices.Sort(names)
+		for _, name := range names {
+			f := m[name].facts()
+			mark(&f)
+			out = append(out, f)
 		}
 	}
-	for _, name := range slices.Sorted(maps.Keys(l.suspects)) {
-		f := l.suspects[name].facts()
-		f.Suspect = true
-		out = append(out, f)
-	}
-	for _, name := range slices.Sorted(maps.Keys(l.publishing)) {
-		f := l.publishing[name].facts()
-		f.Publishing = true
-		out = append(out, f)
-	}
+	add(l.orphans, func(o orphan) bool { return o.unpublished }, func(*decide.Orphan) {})
+	add(l.suspects, func(orphan) bool { return false }, func(f *decide.Orphan) { f.Suspect = true })
+	add(l.publishing, func(orphan) bool { return false }, func(f *decide.Orphan) { f.Publishing = true })
 	return out
 }
 
@@ -481,7 +489,8 @@ func (c *Controller) publicationSettled(o orphan) {
 // suspect.
 func (c *Controller) decideAttach(ctx context.Context, obs decide.Observed) (plan decide.AttachPlan, done func()) {
 	tr := translator(ctx)
-	return c.orphans.decide(func(pending []decide.Orphan) (decide.AttachPlan, *orphan) {
+	handle, ok := decide.PublishHandle(obs, c.cfg.Driver, tr)
+	return c.orphans.decide(handle, ok, func(pending []decide.Orphan) (decide.AttachPlan, *orphan) {
 		obs.Pending = pending
 		plan := decide.Attach(obs, c.cfg.Driver, tr)
 		if !plan.Publish {

@@ -299,6 +299,31 @@ func PublishBlockedByOrphan(vol Volume, nodeID string, pending []Orphan) *Blocke
 	return nil
 }
 
+// PublishHandle is the handle of the volume Attach resolves for obs, or
+// false when Attach decides before it resolves one (a trivial VA, a bad
+// source, a PV being deleted or not a CSI volume). Attach judges only the
+// pending publications of that handle (PublishBlockedByOrphan skips the
+// others), so the attacher hands it only those: with --worker-threads
+// publishes in flight it would otherwise copy and sort all of them on
+// every attach pass.
+func PublishHandle(obs Observed, drv DriverInfo, tr Translator) (string, bool) {
+	if obs.Trivial {
+		return "", false
+	}
+	spec, pvName, blocked := sourceSpec(obs, tr)
+	if blocked == nil {
+		blocked = pvDeleting(obs, pvName)
+	}
+	if blocked != nil {
+		return "", false
+	}
+	vol, blocked := ResolveVolume(spec, drv, tr, vaName(obs.VA))
+	if blocked != nil {
+		return "", false
+	}
+	return vol.Handle, true
+}
+
 // The second half of a decision, made only when a plan calls the driver:
 // the facts it needs are costly (an API read of the Secret) or built with
 // the CSI types this package may not import (the VolumeCapability), so the

@@ -1,6 +1,7 @@
 package decide
 
 import (
+	"reflect"
 	"slices"
 	"testing"
 
@@ -89,6 +90,12 @@ func fuzzObserved(bits uint32, pvName, handle, nodeID, annHandle, annNodeID stri
 		o.NodeID = nodeID
 		obs.Pending = append(obs.Pending, o)
 	}
+	if bit(20) {
+		// Another volume's publication to another node ID.
+		o := pending
+		o.Handle, o.NodeID, o.VA, o.SingleNode = handle+"-other", "other-"+nodeID, "va-other", true
+		obs.Pending = append(obs.Pending, o)
+	}
 	return obs
 }
 
@@ -107,6 +114,8 @@ func addFuzzSeeds(f *testing.F) {
 		1<<3 | 1<<5 | 1<<8 | 1<<9 | 1<<14 | 1<<17,                 // the same, ReadWriteMany
 		1<<3 | 1<<5 | 1<<8 | 1<<9 | 1<<14 | 1<<16 | 1<<17 | 1<<19, // a single-node publish in flight elsewhere, ReadWriteMany now
 		1<<3 | 1<<5 | 1<<8 | 1<<9 | 1<<15,                         // an orphan on this very node ID
+		1<<3 | 1<<5 | 1<<8 | 1<<9 | 1<<20,                         // another volume's publication elsewhere
+		1<<3 | 1<<5 | 1<<8 | 1<<9 | 1<<14 | 1<<20,                 // both
 	} {
 		f.Add(bits, "pv-1", "vol-1", "node-1-id", "vol-1", "node-1-id")
 		f.Add(bits, "pv-1", "", "", "", "")
@@ -130,6 +139,20 @@ func FuzzAttach(f *testing.F) {
 		p := Attach(obs, drv, nil)
 		if !equalVA(va, obs.VA) {
 			t.Fatalf("DecideAttach modified its input")
+		}
+		// The attacher hands Attach only the pending publications of
+		// PublishHandle's handle: the plan must be the same as with all.
+		ofHandle := obs
+		ofHandle.Pending = nil
+		if h, ok := PublishHandle(obs, drv, nil); ok {
+			for _, o := range obs.Pending {
+				if o.Handle == h {
+					ofHandle.Pending = append(ofHandle.Pending, o)
+				}
+			}
+		}
+		if q := Attach(ofHandle, drv, nil); !reflect.DeepEqual(p, q) {
+			t.Fatalf("with only the pending publications of the handle PublishHandle names, the plan is %+v; with all of them %+v", q, p)
 		}
 		switch {
 		case p.Blocked != nil:

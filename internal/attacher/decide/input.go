@@ -45,7 +45,8 @@ type Observed struct {
 	// undo, or whose VolumeAttachment's fate it does not know yet
 	// (orphans and suspects), in a stable order. A publish of a
 	// single-node volume waits while one of its handle is on another node
-	// ID (PublishBlockedByOrphan).
+	// ID (PublishBlockedByOrphan). Only those of the volume's handle
+	// (PublishHandle) matter; the others may be left out.
 	Pending []Orphan
 }
 
