@@ -172,3 +172,21 @@ func (w *noticeWriter) String() string {
 	defer w.mu.Unlock()
 	return w.buf.String()
 }
+
+// The builds collect less often unless the user chose a setting.
+func TestBuildEnvSetsTheCollectorUnlessSet(t *testing.T) {
+	got := BuildEnv([]string{"HOME=/h", "PATH=/p"})
+	want := []string{"HOME=/h", "PATH=/p", "GOGC=" + buildGOGC, "GOMEMLIMIT=" + buildGOMEMLIMIT}
+	if strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Errorf("BuildEnv = %q, want %q", got, want)
+	}
+	mine := []string{"GOGC=off", "GOMEMLIMIT=8GiB"}
+	if got := BuildEnv(mine); strings.Join(got, " ") != strings.Join(mine, " ") {
+		t.Errorf("BuildEnv(%q) = %q, want the user's settings kept and nothing added", mine, got)
+	}
+	in := []string{"PATH=/p"}
+	BuildEnv(in)
+	if len(in) != 1 {
+		t.Errorf("BuildEnv changed its input")
+	}
+}
