@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"path"
 	"strings"
 	"sync"
 
@@ -59,7 +60,7 @@ func (m *warm) begin() {
 			}
 			names := make([]string, len(m.mains))
 			for i, p := range m.mains {
-				names[i] = p[strings.LastIndex(p, "/")+1:]
+				names[i] = path.Base(p)
 			}
 			b := buildprogress.Build{
 				Label: m.label, Dir: m.dir, Packages: m.deps, Progress: m.w, Passthrough: m.w,

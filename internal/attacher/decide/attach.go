@@ -40,14 +40,7 @@ func Attach(obs Observed, drv DriverInfo, tr Translator) AttachPlan {
 	if b := recordedTooLarge(va); b != nil && !believed(va, drv.Name) {
 		return AttachPlan{Blocked: b}
 	}
-	spec, pvName, blocked := sourceSpec(obs, tr)
-	if blocked == nil {
-		blocked = pvDeleting(obs, pvName)
-	}
-	if blocked != nil {
-		return AttachPlan{Blocked: blocked}
-	}
-	vol, blocked := ResolveVolume(spec, drv, tr, vaName(va))
+	vol, pvName, blocked := attachVolume(obs, drv, tr)
 	if blocked != nil {
 		return AttachPlan{Blocked: blocked}
 	}
@@ -310,18 +303,26 @@ func PublishHandle(obs Observed, drv DriverInfo, tr Translator) (string, bool) {
 	if obs.Trivial {
 		return "", false
 	}
+	vol, _, blocked := attachVolume(obs, drv, tr)
+	return vol.Handle, blocked == nil
+}
+
+// attachVolume is the volume an attach publishes for obs and its PV's
+// name ("" for an inline volume), or why it cannot: a bad source, a PV
+// being deleted, a volume that is not CSI and cannot be migrated.
+func attachVolume(obs Observed, drv DriverInfo, tr Translator) (Volume, string, *Blocked) {
 	spec, pvName, blocked := sourceSpec(obs, tr)
 	if blocked == nil {
 		blocked = pvDeleting(obs, pvName)
 	}
 	if blocked != nil {
-		return "", false
+		return Volume{}, "", blocked
 	}
 	vol, blocked := ResolveVolume(spec, drv, tr, vaName(obs.VA))
 	if blocked != nil {
-		return "", false
+		return Volume{}, "", blocked
 	}
-	return vol.Handle, true
+	return vol, pvName, nil
 }
 
 // The second half of a decision, made only when a plan calls the driver:
