@@ -193,8 +193,11 @@ type PeerRun struct {
 	Seconds   float64            `json:"seconds"`
 	Figures   map[string]float64 `json:"figures"`
 	Checks    []Check            `json:"checks"`
-	Error     string             `json:"error,omitempty"`
-	latch     bool
+	// Writes are the contender's own API writes over the run by "VERB
+	// resource[/subresource]", where the run counts them (controllers).
+	Writes Writes `json:"writes,omitempty"`
+	Error  string `json:"error,omitempty"`
+	latch  bool
 }
 
 func (r *PeerRun) check(name, target, value string, pass bool) {

@@ -144,6 +144,7 @@ func runPeerController(ctx context.Context, e *env, cfg *PeersConfig, c PeerCont
 	}
 	own := componentWrites(s0, s1).Sub(r.kubeWrites.snapshot().Sub(k0)).Sub(attWrites.snapshot().Sub(a0))
 	run.Figures["controller_writes_per_pod"] = round2(float64(own.Total()) / float64(n))
+	run.Writes = own
 	u0, u1 := s0.usage["attachdetach-controller"], s1.usage["attachdetach-controller"]
 	run.Figures["controller_cpu_s"] = round2(u1.CPUSeconds - u0.CPUSeconds)
 	run.Figures["controller_peak_rss_mb"] = round2(float64(u1.PeakRSSBytes) / (1 << 20))
