@@ -134,10 +134,9 @@ func patchedTo[T Object](old, obj T, pt types.PatchType, patch []byte) bool {
 	if err := json.Unmarshal(doc, want); err != nil {
 		return false
 	}
-	got := obj.DeepCopyObject().(T)
-	for _, o := range []T{want, got} {
-		o.SetResourceVersion("")
-		o.SetManagedFields(nil)
-	}
-	return equality.Semantic.DeepEqual(want, got)
+	// resourceVersion and managed fields apart: want takes obj's, so
+	// obj, the informer's object, is compared as it is, without a copy.
+	want.SetResourceVersion(obj.GetResourceVersion())
+	want.SetManagedFields(obj.GetManagedFields())
+	return equality.Semantic.DeepEqual(want, obj)
 }
