@@ -61,6 +61,12 @@ func run(args []string) int {
 	default:
 		klog.V(2).InfoS("Kept GOMAXPROCS", "gomaxprocs", runtime.GOMAXPROCS(0), "from", source)
 	}
+	if floor, source := gcFloorFor(os.Getenv("GOGC"), opts.gcMinHeapMiB); floor > 0 {
+		f := startGCFloor(floor)
+		klog.V(2).InfoS("Raised the garbage collector's minimum heap", "minHeapMiB", opts.gcMinHeapMiB, "gogc", f.base, "from", source)
+	} else {
+		klog.V(2).InfoS("Kept Go's garbage collector pace", "from", source)
+	}
 	logUpstreamGates(klog.Background(), opts.gatesSet)
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
