@@ -63,7 +63,15 @@
 //     per period, and remembers where: growth between 0.9 and 1.3 × that
 //     point slows to a creep, so a request limit is approached carefully
 //     instead of hit every period, and beyond it growth is normal again
-//     (the backend recovered). The Limiter keeps a throttled call's slot
+//     (the backend recovered). The creep begins lower when the answers
+//     served between two throttled cuts show that the request limit
+//     sustains fewer calls at once (its bucket let the limit run past it
+//     for a while). When no throttled answer came for longer than usual
+//     (0.75 × the smoothed time between cuts, at least ten periods), the
+//     creep doubles every two periods: a backend that recovered is found
+//     in a few periods instead of seconds at 5 % per judged period; a
+//     throttled answer that ends such a climb cuts back to 1.1 × the
+//     limit where it sped up. The Limiter keeps a throttled call's slot
 //     for one period, so that refused calls do not come back faster than
 //     real ones;
 //   - once every half BaselineWindow the limit is halved until the calls
@@ -202,6 +210,16 @@ type Control struct {
 	// limit it cut.
 	lastCut time.Time
 	cutAt   float64
+	// point is the concurrency the backend's request limit sustains, as
+	// the answers served between two throttled cuts last showed (0: not
+	// known); servedSinceCut counts the answers served since lastCut.
+	point          float64
+	servedSinceCut int
+	// cycle is the smoothed time between two throttled cuts; accelFrom
+	// the limit where the creep near a throttling point began to speed
+	// up since the last cut (0: it has not).
+	cycle     ewma
+	accelFrom float64
 	// shrunk is the last latency cut, judged by the first period after
 	// it settled: the limit, delivered rate and mean latency before it.
 	shrunk rateCheck
@@ -247,7 +265,7 @@ type Control struct {
 func NewControl(cfg Config) *Control {
 	cfg = cfg.withDefaults()
 	return &Control{cfg: cfg, limit: float64(cfg.Initial), slowStart: true, warmup: true, ssMean: ewma{alpha: slowStartAlpha},
-		smoothed: ewma{alpha: 0.3}, baseline: windowMin{window: cfg.BaselineWindow}}
+		smoothed: ewma{alpha: 0.3}, baseline: windowMin{window: cfg.BaselineWindow}, cycle: ewma{alpha: 0.3}}
 }
 
 // Limit is the current limit, rounded down, within [Min, Max].
@@ -275,10 +293,7 @@ func (c *Control) Sample(now time.Time, outcome Outcome, latency time.Duration, 
 		if !c.lastCut.IsZero() && now.Sub(c.lastCut) < c.lastPeriod {
 			return
 		}
-		c.lastCut, c.cutAt, c.slowStart = now, c.limit, false
-		// The answers of the next period come from calls started
-		// under the old limit.
-		c.settling = true
+		c.learnPoint(now)
 		// Cut by Backoff, and at least down to the calls the backend
 		// served in the last period: after a slow start that doubled the
 		// limit past the request limit, one cut lands near it instead
@@ -289,6 +304,17 @@ func (c *Control) Sample(now time.Time, outcome Outcome, latency time.Duration, 
 		if d >= minPeriodSamples && d < cut {
 			cut = d
 		}
+		if c.accelFrom > 0 {
+			// The throttled answer ends a climb that sped up past the
+			// throttling point: the backend has not recovered, and the
+			// limit goes back to about where the climb sped up (it was
+			// not throttled there for a while), not further.
+			cut = math.Min(cut, math.Floor(accelCutBack*c.accelFrom))
+		}
+		c.lastCut, c.cutAt, c.slowStart, c.accelFrom, c.servedSinceCut = now, c.limit, false, 0, 0
+		// The answers of the next period come from calls started
+		// under the old limit.
+		c.settling = true
 		c.floor, c.shrunk, c.grew = 0, rateCheck{}, rateCheck{}
 		c.setLimit(cut, ReasonThrottled)
 		if c.probing {
@@ -299,6 +325,7 @@ func (c *Control) Sample(now time.Time, outcome Outcome, latency time.Duration, 
 	}
 	latency = max(latency, time.Microsecond)
 	c.served = append(c.served, now)
+	c.servedSinceCut++
 	c.deliveredLocked(now) // forgets the answers older than a period
 	if c.probe(now, latency) {
 		return
@@ -417,9 +444,9 @@ func (c *Control) Sample(now time.Time, outcome Outcome, latency time.Duration, 
 		c.setLimit(next, ReasonLatencyRose)
 	case ratio < c.cfg.Grow && inUse && !c.slowStart:
 		step := math.Sqrt(c.limit)
-		if c.cutAt > 0 && c.limit+step > c.cutAt*0.9 && c.limit < c.cutAt*1.3 {
+		if c.cutAt > 0 && c.limit+step > c.creepFrom() && c.limit < c.cutAt*1.3 {
 			// Near where the backend throttled last: creep.
-			step = math.Min(step, math.Max(0.1*step, 0.05*c.limit))
+			step = math.Min(step, c.creep(now, step))
 		}
 		c.grew = rateCheck{limit: c.limit, rate: math.Max(rate, c.prevRate), pending: true}
 		c.setLimit(c.limit+step, ReasonLatencyFlat)
@@ -432,6 +459,72 @@ type rateCheck struct {
 	limit, rate float64
 	mean        time.Duration
 	pending     bool
+}
+
+// Near a throttling point the limit creeps (creepStep of itself per
+// judged period) and speeds up, doubling its creep every two periods,
+// once no throttled answer came for accelWaitPeriods or accelWaitCycles
+// × the usual time between throttled cuts, whichever is longer; a
+// throttled answer that ends such a climb cuts to at most accelCutBack ×
+// the limit where it sped up.
+const (
+	creepStep        = 0.05
+	accelWaitPeriods = 10
+	accelWaitCycles  = 0.75
+	accelCutBack     = 1.1
+)
+
+// creepFrom is where growth slows to a creep below a throttling point:
+// 0.9 × the limit the backend last throttled, or the concurrency its
+// request limit was seen to sustain when that is lower (the limit that
+// was throttled can be well above it: the request limit's bucket let
+// the calls through for a while before it ran dry).
+func (c *Control) creepFrom() float64 {
+	from := 0.9 * c.cutAt
+	if c.point > 0 {
+		from = math.Min(from, c.point)
+	}
+	return from
+}
+
+// creep is the growth of a judged period near a throttling point (at most
+// step). It is creepStep of the limit while throttled answers are as
+// recent as usual, and it doubles every two periods once they are not:
+// the backend may have recovered (a request limit raised, a degraded
+// phase over), and a creep of 5 % per judged period from a limit cut to
+// a quarter of the new capacity took 5 to 10 seconds to get back.
+func (c *Control) creep(now time.Time, step float64) float64 {
+	creep := math.Max(0.1*step, creepStep*c.limit)
+	wait := math.Max(accelWaitPeriods*float64(c.lastPeriod), accelWaitCycles*c.cycle.value)
+	if since := float64(now.Sub(c.lastCut)); c.lastPeriod > 0 && since > wait {
+		if c.accelFrom == 0 {
+			c.accelFrom = c.limit
+		}
+		creep *= math.Pow(2, (since-wait)/float64(2*c.lastPeriod))
+	}
+	return creep
+}
+
+// learnPoint takes a throttled answer that cuts the limit: the time since
+// the last cut feeds the usual time between cuts, and the answers served
+// since it (when at least three periods ago) show the request rate the
+// backend lets through, its bucket empty at both cuts; at the period's
+// latency that rate is the concurrency it sustains (point). Without a
+// new estimate the last one stays; either way it is no more than the
+// limit throttled now.
+func (c *Control) learnPoint(now time.Time) {
+	point := c.limit
+	if !c.lastCut.IsZero() && c.lastPeriod > 0 {
+		since := now.Sub(c.lastCut)
+		c.cycle.add(float64(since))
+		if since >= 3*c.lastPeriod {
+			rate := float64(c.servedSinceCut) / since.Seconds()
+			point = math.Min(point, math.Max(float64(c.cfg.Min), rate*c.lastPeriod.Seconds()))
+		} else if c.point > 0 {
+			point = math.Min(point, c.point)
+		}
+	}
+	c.point = point
 }
 
 // slowStartSample grows the limit by one for a served answer while the
@@ -516,7 +609,7 @@ func (c *Control) probe(now time.Time, latency time.Duration) bool {
 const (
 	ReasonSlowStart   = "slow start: answers served while the limit is in use"
 	ReasonLatencyFlat = "latency flat while the limit is in use"
-	ReasonLatencyRose = "latency rose above 1.5 × the baseline: the backend queues calls"
+	ReasonLatencyRose = "latency rose above the shrink factor × the baseline: the backend queues calls"
 	ReasonThrottled   = "the backend throttled a call"
 	ReasonRateFell    = "the answers served per second fell with the last latency cut: the latency is not the backend queueing calls"
 	ReasonProbe       = "baseline probe: half the limit for three periods"

@@ -1,0 +1,197 @@
+package adaptive
+
+import (
+	"fmt"
+	"maps"
+	"math"
+	"slices"
+	"testing"
+	"time"
+)
+
+// benchProfile is one backend workload of bench-peers: a burst of n
+// attaches, all created at once and waited for, then n detaches, against
+// the mock driver's profile (csimock.Profiles), whose phases count from
+// the burst's start.
+type benchProfile struct {
+	name   string
+	b      backend
+	phases map[time.Duration]backend
+	n      int
+	// oracle is a limit fixed at the backend's own concurrency, for
+	// comparison.
+	oracle int
+}
+
+// benchProfiles are bench-peers' backend workloads at full size, in the
+// order it runs them (bench.PeerSizesFor, bench.PeerBackendProfiles).
+func benchProfiles() []benchProfile {
+	throttling := backend{latency: 200 * time.Millisecond, spread: 0.25, capacity: 40, rate: 100, burst: 100}
+	degraded := backend{latency: 200 * time.Millisecond, spread: 0.25, capacity: 10, rate: 25, burst: 25}
+	return []benchProfile{
+		{name: "slow-cloud", b: backend{latency: 2 * time.Second, spread: 0.3, capacity: 16, rate: 10, burst: 20}, n: 240, oracle: 16},
+		{name: "fast-san", b: backend{latency: 20 * time.Millisecond, spread: 0.2, capacity: 64}, n: 600, oracle: 64},
+		{name: "throttling-api", b: throttling, n: 1500, oracle: 20,
+			phases: map[time.Duration]backend{20 * time.Second: degraded, 40 * time.Second: throttling}},
+	}
+}
+
+// benchOps is what bench-peers counts as the backend's capacity at one
+// moment (csimock's BackendStats.OpsPerSecond): capacity over the mean
+// latency of the log-normal distribution, at most the request rate.
+func benchOps(b backend) float64 {
+	ops := float64(b.capacity) / (b.latency.Seconds() * math.Exp(b.spread*b.spread/2))
+	if b.rate > 0 {
+		ops = math.Min(ops, b.rate)
+	}
+	return ops
+}
+
+// benchRun is one profile's burst as bench-peers reports it.
+type benchRun struct {
+	// share is the operations served per second over the burst (first
+	// create to last detach) as a share of the backend's capacity,
+	// time-averaged over the same span; throttledShare the throttled
+	// calls as a share of all calls.
+	share, throttledShare float64
+	served, throttled     int
+	limits                []int
+}
+
+// retryAfter is how long a throttled VolumeAttachment waits before its
+// next try in csi-attacher (executor.throttledRetryInterval): the limit's
+// period, at least a second.
+func retryAfter(c *Control) time.Duration { return max(time.Second, c.Period()) }
+
+// benchBurst runs p's attach burst and then its detach burst from at on
+// Control c (kept from the profiles before, as one csi-attacher process
+// runs them all in bench-peers) and returns when it ended.
+func benchBurst(seed uint64, c *Control, p benchProfile, at time.Time) (benchRun, time.Time) {
+	s := newSim(seed, 11, c.cfg, p.b, maps.Clone(p.phases))
+	s.c, s.start, s.now, s.filled = c, at, at, at
+	var res benchRun
+	for phase := range 2 {
+		waiting, served := p.n, 0
+		// retries are when each throttled call's VolumeAttachment is
+		// tried again, in order.
+		var retries []time.Time
+		for served < p.n {
+			for ; waiting > 0 && s.inFlight.Len() < s.c.Limit(); waiting-- {
+				s.startCall()
+			}
+			if len(retries) > 0 && (s.inFlight.Len() == 0 || retries[0].Before(s.inFlight[0].at)) {
+				s.now, retries, waiting = retries[0], retries[1:], waiting+1
+				continue
+			}
+			outcome, ok := s.next()
+			if !ok {
+				continue
+			}
+			if outcome == Throttled {
+				res.throttled++
+				r := s.now.Add(retryAfter(s.c))
+				i, _ := slices.BinarySearchFunc(retries, r, func(a, b time.Time) int { return a.Compare(b) })
+				retries = slices.Insert(retries, i, r)
+			} else {
+				served++
+				res.served++
+			}
+			res.limits = append(res.limits, s.c.Limit())
+		}
+		if phase == 0 {
+			// bench-peers sees the last attach (it polls every 50 ms)
+			// and deletes the VolumeAttachments.
+			s.now = s.now.Add(100 * time.Millisecond)
+		}
+	}
+	wall := s.now.Sub(at)
+	// The capacity, sampled every 100 ms as bench-peers does.
+	var sum float64
+	var k int
+	for off := time.Duration(0); off <= wall; off += 100 * time.Millisecond {
+		b := p.b
+		for _, start := range slices.Sorted(maps.Keys(p.phases)) {
+			if off >= start {
+				b = p.phases[start]
+			}
+		}
+		sum += benchOps(b)
+		k++
+	}
+	res.share = float64(res.served) / wall.Seconds() / (sum / float64(k))
+	res.throttledShare = float64(res.throttled) / float64(res.served+res.throttled)
+	return res, s.now
+}
+
+// benchPeers runs bench-peers' backend workload with one Control: a
+// canary call (a 20 ms attach), then each profile's bursts in order, a
+// few seconds apart.
+func benchPeers(seed uint64, cfg Config) map[string]benchRun {
+	c := NewControl(cfg)
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	c.Sample(now, Served, 20*time.Millisecond, 1)
+	runs := map[string]benchRun{}
+	for _, p := range benchProfiles() {
+		now = now.Add(2 * time.Second)
+		runs[p.name], now = benchBurst(seed, c, p, now)
+	}
+	return runs
+}
+
+// bench-peers' backend workload in simulation: one csi-attacher's limit
+// through slow-cloud, fast-san and throttling-api's bursts of attaches
+// then detaches, as bench-peers runs them at full size, over 12 seeds.
+// Issue 39 asks ≥ 90 % of each backend's capacity with ≤ 2 % of the calls
+// throttled (bench-peers reports the median of its rounds).
+//   - throttling-api: every seed. Before the creep near a throttling
+//     point sped up, the limit climbed back from 3–6 after the degraded
+//     phase at 5 % per judged period, and five seeds of 12 served 83.7
+//     to 89.9 %.
+//   - slow-cloud: no limit reaches 90 % at this burst size (a limit
+//     fixed at the backend's 16 serves a burst's last calls with fewer in
+//     flight, and the slowest call of a round takes about 1.7 × the
+//     median): the median is held within 5 points of that oracle's, and
+//     the median share of calls throttled at 2 %.
+//   - fast-san: bench-peers' API server bounds it, not the limit; only
+//     its calls throttled (none) are checked.
+func TestControlServesBenchPeersBackendBursts(t *testing.T) {
+	const seeds = 12
+	shares, throttled := map[string][]float64{}, map[string][]float64{}
+	var oracleShares []float64
+	for seed := uint64(1); seed <= seeds; seed++ {
+		runs := benchPeers(seed, DefaultConfig(100))
+		var line string
+		for _, p := range benchProfiles() {
+			r := runs[p.name]
+			shares[p.name] = append(shares[p.name], r.share)
+			throttled[p.name] = append(throttled[p.name], r.throttledShare)
+			line += fmt.Sprintf("  %s %.1f %% (%.2f %% throttled)", p.name, 100*r.share, 100*r.throttledShare)
+		}
+		p := benchProfiles()[0]
+		oracle, _ := benchBurst(seed, NewControl(fixedAt(p.oracle)), p, time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+		oracleShares = append(oracleShares, oracle.share)
+		t.Logf("seed %d:%s; slow-cloud's oracle (16) %.1f %%", seed, line, 100*oracle.share)
+		if r := runs["throttling-api"]; r.share < 0.9 || r.throttledShare > 0.02 {
+			t.Errorf("seed %d: throttling-api: %.1f %% of capacity with %.2f %% of the calls throttled, want ≥ 90 %% with ≤ 2 %%", seed, 100*r.share, 100*r.throttledShare)
+		}
+		if r := runs["fast-san"]; r.throttled > 0 {
+			t.Errorf("seed %d: fast-san (no request limit) throttled %d calls", seed, r.throttled)
+		}
+	}
+	median := func(xs []float64) float64 {
+		xs = slices.Clone(xs)
+		slices.Sort(xs)
+		return (xs[len(xs)/2-1] + xs[len(xs)/2]) / 2
+	}
+	for _, p := range benchProfiles() {
+		t.Logf("%s: median %.1f %% of capacity (lowest %.1f %%), median %.2f %% throttled (highest %.2f %%)", p.name,
+			100*median(shares[p.name]), 100*slices.Min(shares[p.name]), 100*median(throttled[p.name]), 100*slices.Max(throttled[p.name]))
+	}
+	t.Logf("slow-cloud's oracle: median %.1f %%", 100*median(oracleShares))
+	if m, o := median(shares["slow-cloud"]), median(oracleShares); m < o-0.05 {
+		t.Errorf("slow-cloud: median %.1f %% of capacity, want within 5 points of a limit fixed at 16 (%.1f %%)", 100*m, 100*o)
+	}
+	if m := median(throttled["slow-cloud"]); m > 0.02 {
+		t.Errorf("slow-cloud: median %.2f %% of the calls throttled, want ≤ 2 %%", 100*m)
+	}
+}
