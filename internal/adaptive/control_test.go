@@ -210,6 +210,40 @@ func TestControlFollowsABackendThatDegradesAndRecovers(t *testing.T) {
 	}
 }
 
+// throttling-api's degraded phase in a saturated run: 20 s at a quarter of
+// the request limit leave the limit at 3 to 7, the creep zone of the
+// degraded phase's throttling point. Once the backend is restored, the
+// limit is back at 18 (0.9 × the 20 calls the request limit sustains)
+// within 5 s on every seed: the creep speeds up when no throttled answer
+// came for longer than usual (during the degraded phase those climbs
+// are throttled at 6 to 13 and cut back). At 5 % per judged period it took 2.1 to
+// 9.9 s (seven seeds of 12 over 5 s); now 1.4 to 4.5 s.
+func TestControlRegainsARestoredRequestLimitWithinSeconds(t *testing.T) {
+	full := backend{latency: 200 * time.Millisecond, spread: 0.25, capacity: 40, rate: 100, burst: 100}
+	degraded := backend{latency: 200 * time.Millisecond, spread: 0.25, capacity: 10, rate: 25, burst: 25}
+	for seed := uint64(1); seed <= 12; seed++ {
+		s := newSim(seed, 2, DefaultConfig(100), full, map[time.Duration]backend{20 * time.Second: degraded, 40 * time.Second: full})
+		var during int
+		back := time.Duration(-1)
+		for s.elapsed() < 60*time.Second && back < 0 {
+			for s.inFlight.Len() < s.c.Limit() {
+				s.startCall()
+			}
+			s.next()
+			switch at := s.elapsed(); {
+			case at > 35*time.Second && at < 40*time.Second:
+				during = max(during, s.c.Limit())
+			case at > 40*time.Second && s.c.Limit() >= 18:
+				back = at - 40*time.Second
+			}
+		}
+		t.Logf("seed %d: limit at most %d late in the degraded phase (its probes), back at 18 after %s", seed, during, back.Round(100*time.Millisecond))
+		if back < 0 || back > 5*time.Second {
+			t.Errorf("seed %d: limit back at 18 after %s of the restored backend, want within 5 s", seed, back.Round(100*time.Millisecond))
+		}
+	}
+}
+
 // The limit does not grow while the caller uses less than half of it,
 // and stays within [Min, Max].
 func TestControlStaysWithinItsBoundsAndDoesNotGrowWhenIdle(t *testing.T) {
