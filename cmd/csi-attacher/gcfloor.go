@@ -52,11 +52,20 @@ func (f *gcFloor) percentFor(live, stacks, globals uint64) int {
 	// Rounded up, so that the goal is never below the floor.
 	p := (f.minHeap - live) * 100
 	p = (p + scanned - 1) / scanned
-	if p > 1_000_000 {
-		p = 1_000_000
-	}
+	// Go's goal counts the goroutine stacks as they are when it is
+	// computed, not as the last collection found them: a percentage made
+	// for a live heap of a megabyte or two (at start) would let the
+	// stacks of the workers started next push the goal far past the
+	// floor.
+	p = min(p, maxGCFloorPercent)
 	return max(int(p), f.base)
 }
+
+// maxGCFloorPercent is the highest percentage the floor sets: the goal
+// reaches the floor for live heaps from about a fifth of it up (with the
+// 32 MiB default, from about 6 MiB), and a small heap at start plus its
+// workers' stacks cannot raise it beyond five times what it scans.
+const maxGCFloorPercent = 400
 
 // adjust sets the percentage for the last collection's live heap, when it
 // differs from the one set before, and returns it.
