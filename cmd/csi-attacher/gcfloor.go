@@ -70,6 +70,13 @@ const maxGCFloorPercent = 400
 // adjust sets the percentage for the last collection's live heap, when it
 // differs from the one set before, and returns it.
 func (f *gcFloor) adjust() int {
+	if f.stopped.Load() {
+		// Stopped (tests): a collection's cleanup still pending sets
+		// nothing.
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		return f.last
+	}
 	live, stacks, globals := f.read()
 	if live == 0 {
 		// Before the first collection Go's goal is its 4 MiB minimum:
