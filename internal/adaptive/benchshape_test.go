@@ -147,11 +147,17 @@ func benchPeers(seed uint64, cfg Config) map[string]benchRun {
 //     point sped up, the limit climbed back from 3–6 after the degraded
 //     phase at 5 % per judged period, and five seeds of 12 served 83.7
 //     to 89.9 %.
-//   - slow-cloud: no limit reaches 90 % at this burst size (a limit
-//     fixed at the backend's 16 serves a burst's last calls with fewer in
-//     flight, and the slowest call of a round takes about 1.7 × the
-//     median): the median is held within 5 points of that oracle's, and
-//     the median share of calls throttled at 2 %.
+//   - slow-cloud: the median must reach 90 % and stay within 5 points
+//     of a limit fixed at the backend's 16 (the oracle: 92.0-97.4 %,
+//     median 93.8 %; it loses the rest in each burst's last round, served
+//     with fewer in flight, whose slowest call takes about 1.7 × the
+//     median), and every seed at most 2.1 % of its calls throttled.
+//     Before slow start went back to the answers' rate at its end and a
+//     cut's queue was left to drain before the next judgement, slow start
+//     overshot to 36-47, the median was 89.4 % and four seeds throttled
+//     2.04-2.83 %; now the median is 91.1 % and seed 2 throttles 2.04 %
+//     (10 of 490 calls: its slow start runs into the request limit, and
+//     the detach burst starts 28 calls into a bucket of 20).
 //   - fast-san: bench-peers' API server bounds it, not the limit; only
 //     its calls throttled (none) are checked.
 func TestControlServesBenchPeersBackendBursts(t *testing.T) {
@@ -188,10 +194,15 @@ func TestControlServesBenchPeersBackendBursts(t *testing.T) {
 			100*median(shares[p.name]), 100*slices.Min(shares[p.name]), 100*median(throttled[p.name]), 100*slices.Max(throttled[p.name]))
 	}
 	t.Logf("slow-cloud's oracle: median %.1f %%", 100*median(oracleShares))
-	if m, o := median(shares["slow-cloud"]), median(oracleShares); m < o-0.05 {
-		t.Errorf("slow-cloud: median %.1f %% of capacity, want within 5 points of a limit fixed at 16 (%.1f %%)", 100*m, 100*o)
+	if m, o := median(shares["slow-cloud"]), median(oracleShares); m < 0.9 || m < o-0.05 {
+		t.Errorf("slow-cloud: median %.1f %% of capacity, want ≥ 90 %% and within 5 points of a limit fixed at 16 (%.1f %%)", 100*m, 100*o)
 	}
 	if m := median(throttled["slow-cloud"]); m > 0.02 {
 		t.Errorf("slow-cloud: median %.2f %% of the calls throttled, want ≤ 2 %%", 100*m)
+	}
+	for i, x := range throttled["slow-cloud"] {
+		if x > 0.021 {
+			t.Errorf("seed %d: slow-cloud: %.2f %% of the calls throttled, want ≤ 2.1 %%", i+1, 100*x)
+		}
 	}
 }

@@ -19,7 +19,17 @@
 //     in use (at least half of it in flight) adds one, so the limit
 //     doubles once per round trip (TCP's slow start); it ends when the
 //     answers' running mean rises above Grow × the lowest running mean
-//     seen, or at the first throttled answer;
+//     seen, or at the first throttled answer. The latency shows the
+//     queue one round trip late, when the limit has doubled: if the
+//     answers served per second stopped growing with the limit in the
+//     last period (BBR's full pipe), the limit goes back to Grow × that
+//     rate × the lowest running mean, never below half;
+//   - after a cut for a queue our calls built (slow start's end, a
+//     throttled answer ending slow start, a latency cut) periods are
+//     not judged until most of their answers come from calls started
+//     after it: on a 2 s backend the queued calls answer for several
+//     periods, and their latency would cut again or, taken as not ours,
+//     restart slow start;
 //   - after it, each period compares its mean latency with the baseline.
 //     Below Grow × baseline the backend is not queueing our calls and the
 //     limit grows by √limit; above Shrink × baseline it is, and the limit
@@ -189,10 +199,11 @@ type Control struct {
 	ssMean    ewma
 	ssBase    float64
 	ssN       int
-	// served are the end times of the latest served answers, within
-	// one period: how many calls the backend served in the last period,
-	// the concurrency it sustained (what a throttled answer cuts to).
-	served []time.Time
+	// served are the latest served answers (when, and the limit then),
+	// within two periods: how many calls the backend served in the last
+	// period, the concurrency it sustained (what a throttled answer cuts
+	// to), and whether that still grew over the period before (fullPipe).
+	served []servedAt
 	// settling: the limit changed at the end of the last period, so the
 	// next one is not judged.
 	settling bool
@@ -251,6 +262,16 @@ type Control struct {
 	// of that period.
 	shrinkFrom float64
 	shrinkMean time.Duration
+	// drainCut is when the limit was last cut for a queue our calls
+	// built (slow start's end, a throttled answer that ended slow start,
+	// a latency cut; zero: none to drain). Until most of a period's
+	// answers come from calls started after it, periods are not judged
+	// and give no baseline: on a slow backend the queued calls answer
+	// for several periods, and their latency is the queue's from before
+	// the cut. drainOld counts the current period's answers from calls
+	// started before it.
+	drainCut time.Time
+	drainOld int
 	// warmup: the current period is the first of a burst (after the
 	// start or an idle gap); lastSample is when the last answer came.
 	warmup     bool
@@ -311,6 +332,9 @@ func (c *Control) Sample(now time.Time, outcome Outcome, latency time.Duration, 
 			// not throttled there for a while), not further.
 			cut = math.Min(cut, math.Floor(accelCutBack*c.accelFrom))
 		}
+		if c.slowStart {
+			c.drainCut, c.drainOld = now, 0
+		}
 		c.lastCut, c.cutAt, c.slowStart, c.accelFrom, c.servedSinceCut = now, c.limit, false, 0, 0
 		// The answers of the next period come from calls started
 		// under the old limit.
@@ -324,14 +348,14 @@ func (c *Control) Sample(now time.Time, outcome Outcome, latency time.Duration, 
 		return
 	}
 	latency = max(latency, time.Microsecond)
-	c.served = append(c.served, now)
+	c.served = append(c.served, servedAt{now, c.limit})
 	c.servedSinceCut++
-	c.deliveredLocked(now) // forgets the answers older than a period
+	c.deliveredLocked(now) // forgets the answers older than two periods
 	if c.probe(now, latency) {
 		return
 	}
 	if c.slowStart {
-		c.slowStartSample(latency, inFlight)
+		c.slowStartSample(now, latency, inFlight)
 	}
 	if !c.lastSample.IsZero() && c.lastPeriod > 0 && now.Sub(c.lastSample) > idleGapPeriods*c.lastPeriod {
 		// The backend was idle: the answers to come are a new burst's.
@@ -341,6 +365,9 @@ func (c *Control) Sample(now time.Time, outcome Outcome, latency time.Duration, 
 	c.lastSample = now
 	c.sum += latency
 	c.n++
+	if !c.drainCut.IsZero() && now.Add(-latency).Before(c.drainCut) {
+		c.drainOld++
+	}
 	c.busiest = max(c.busiest, inFlight)
 	if c.periodEnd.IsZero() {
 		c.periodStart, c.periodEnd, c.lastPeriod = now.Add(-latency), now.Add(latency), latency
@@ -352,7 +379,8 @@ func (c *Control) Sample(now time.Time, outcome Outcome, latency time.Duration, 
 	inUse := float64(c.busiest) >= c.limit/2
 	// The delivered rate: answers served per second over the period.
 	rate := float64(c.n) / max(now.Sub(c.periodStart), time.Microsecond).Seconds()
-	c.sum, c.n, c.busiest, c.lastPeriod, c.periodStart, c.periodEnd = 0, 0, 0, mean, now, now.Add(mean)
+	n, old := c.n, c.drainOld
+	c.sum, c.n, c.busiest, c.lastPeriod, c.periodStart, c.periodEnd, c.drainOld = 0, 0, 0, mean, now, now.Add(mean), 0
 	if c.warmup {
 		// The first answers of a burst are its fastest calls (they all
 		// started together): their mean is below the backend's, and as
@@ -360,6 +388,15 @@ func (c *Control) Sample(now time.Time, outcome Outcome, latency time.Duration, 
 		// The period sets the period length only.
 		c.warmup = false
 		return
+	}
+	if !c.drainCut.IsZero() {
+		if 2*old > n {
+			// Most answers still come from calls started before the
+			// last cut: their latency is the queue's the cut drains.
+			c.settling = false
+			return
+		}
+		c.drainCut = time.Time{}
 	}
 	// The baseline takes the period means smoothed over a few periods: the
 	// minimum of raw means would follow their noise (a few calls per
@@ -442,6 +479,7 @@ func (c *Control) Sample(now time.Time, outcome Outcome, latency time.Duration, 
 		}
 		c.shrunk = rateCheck{limit: c.limit, rate: math.Max(rate, c.prevRate), mean: mean, pending: true}
 		c.setLimit(next, ReasonLatencyRose)
+		c.drainCut, c.drainOld = now, 0
 	case ratio < c.cfg.Grow && inUse && !c.slowStart:
 		step := math.Sqrt(c.limit)
 		if c.cutAt > 0 && c.limit+step > c.creepFrom() && c.limit < c.cutAt*1.3 {
@@ -531,7 +569,7 @@ func (c *Control) learnPoint(now time.Time) {
 // limit is in use and the answers' running mean stays below Grow × the
 // lowest running mean seen; above it the backend queues our calls, and
 // slow start ends (the periods take over from there).
-func (c *Control) slowStartSample(latency time.Duration, inFlight int) {
+func (c *Control) slowStartSample(now time.Time, latency time.Duration, inFlight int) {
 	c.ssMean.add(float64(latency))
 	c.ssN++
 	// The first round trip's answers are its fastest calls: the lowest
@@ -542,6 +580,15 @@ func (c *Control) slowStartSample(latency time.Duration, inFlight int) {
 		}
 		if c.ssMean.value > c.cfg.Grow*c.ssBase {
 			c.slowStart = false
+			if bdp, ok := c.fullPipe(now); ok && bdp < c.limit {
+				// Never below half: a host's load can raise the latency
+				// as the limit reaches the rate's knee (the saturated
+				// bench burst), and there more in flight still serves a
+				// little faster.
+				bdp = math.Max(bdp, math.Ceil(c.limit/2))
+				c.settling, c.drainCut, c.drainOld = true, now, 0
+				c.setLimit(bdp, ReasonSlowStartEnd)
+			}
 			return
 		}
 	}
@@ -555,16 +602,50 @@ func (c *Control) restartSlowStart() {
 	c.slowStart, c.ssMean, c.ssBase, c.ssN = true, ewma{alpha: slowStartAlpha}, 0, 0
 }
 
+// fullPipe tells whether slow start, ending on a latency rise, filled
+// the backend: in the last period the limit grew by at least Grow ×
+// while the answers served grew by less than Grow × those of the period
+// before (BBR's startup ends the same way, when the delivered rate stops
+// growing). It returns the concurrency the backend serves without
+// queueing then: Grow × the answers served per second × the baseline
+// latency (slow start's lowest running mean). The latency shows the
+// queue one round trip late, by when slow start has doubled the limit:
+// on slow-cloud's 2 s backend of 16 at once it reached 36 to 47.
+func (c *Control) fullPipe(now time.Time) (float64, bool) {
+	if c.lastPeriod <= 0 || c.ssBase <= 0 {
+		return 0, false
+	}
+	recent := c.deliveredLocked(now)
+	older := len(c.served) - recent
+	if recent < minPeriodSamples || older < minPeriodSamples || float64(recent) >= c.cfg.Grow*float64(older) {
+		return 0, false
+	}
+	if then := c.served[older].limit; c.limit < c.cfg.Grow*then {
+		return 0, false
+	}
+	rate := float64(recent) / c.lastPeriod.Seconds()
+	bdp := math.Ceil(c.cfg.Grow * rate * time.Duration(c.ssBase).Seconds())
+	return bdp, bdp >= minPeriodSamples
+}
+
+// servedAt is a served answer: when it came, and the limit then.
+type servedAt struct {
+	at    time.Time
+	limit float64
+}
+
 // deliveredLocked is how many answers were served within the last
-// period before now (and forgets older ones).
+// period before now (and forgets those older than two periods).
 func (c *Control) deliveredLocked(now time.Time) int {
 	period := c.lastPeriod
 	i := 0
-	for i < len(c.served) && now.Sub(c.served[i]) > period {
+	for i < len(c.served) && now.Sub(c.served[i].at) > 2*period {
 		i++
 	}
 	c.served = append(c.served[:0], c.served[i:]...)
-	return len(c.served)
+	for i = 0; i < len(c.served) && now.Sub(c.served[i].at) > period; i++ {
+	}
+	return len(c.served) - i
 }
 
 // probe measures the baseline again, once every half BaselineWindow:
@@ -602,18 +683,25 @@ func (c *Control) probe(now time.Time, latency time.Duration) bool {
 	c.setLimit(c.probeSaved, ReasonProbeDone)
 	c.sum, c.n, c.busiest, c.periodStart, c.periodEnd = 0, 0, 0, now, now.Add(c.lastPeriod)
 	c.shrunk, c.grew = rateCheck{}, rateCheck{}
+	// The next period's calls started under the probe's half limit: it
+	// is not judged, and its rate is no reference for a growth's rate
+	// check (judged against it, a growth past the backend's capacity
+	// passed for one the backend kept pace with, and its queued latency
+	// became the baseline: the limit rose to 120-162 on 64).
+	c.settling, c.prevRate = true, 0
 	return true
 }
 
 // Why the limit last changed (Control.Reason).
 const (
-	ReasonSlowStart   = "slow start: answers served while the limit is in use"
-	ReasonLatencyFlat = "latency flat while the limit is in use"
-	ReasonLatencyRose = "latency rose above the shrink factor × the baseline: the backend queues calls"
-	ReasonThrottled   = "the backend throttled a call"
-	ReasonRateFell    = "the answers served per second fell with the last latency cut: the latency is not the backend queueing calls"
-	ReasonProbe       = "baseline probe: half the limit for three periods"
-	ReasonProbeDone   = "baseline probe over"
+	ReasonSlowStart    = "slow start: answers served while the limit is in use"
+	ReasonSlowStartEnd = "slow start ended on a latency rise with the answers served per second no longer growing: back to what they fill at the baseline latency"
+	ReasonLatencyFlat  = "latency flat while the limit is in use"
+	ReasonLatencyRose  = "latency rose above the shrink factor × the baseline: the backend queues calls"
+	ReasonThrottled    = "the backend throttled a call"
+	ReasonRateFell     = "the answers served per second fell with the last latency cut: the latency is not the backend queueing calls"
+	ReasonProbe        = "baseline probe: half the limit for three periods"
+	ReasonProbeDone    = "baseline probe over"
 )
 
 func (c *Control) setLimit(l float64, reason string) {
