@@ -1,0 +1,44 @@
+package attacher_test
+
+import (
+	"os"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// TestBinaryRaisesTheCollectorsMinimumHeapUnlessGOGCIsSet checks the
+// csi-attacher binary's garbage collector decision: the 32 MiB floor by
+// default (--gc-min-heap-mib), Go's pace with --gc-min-heap-mib=0 or with
+// GOGC in the environment, and that it attaches in each case.
+func TestBinaryRaisesTheCollectorsMinimumHeapUnlessGOGCIsSet(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		gogc string // "": unset
+		args []string
+		want string
+	}{
+		{"default", "", nil, `"Raised the garbage collector's minimum heap" minHeapMiB=32 gogc=100 from="--gc-min-heap-mib"`},
+		{"flag-zero", "", []string{"--gc-min-heap-mib=0"}, `"Kept Go's garbage collector pace" from="--gc-min-heap-mib=0"`},
+		{"gogc-env", "200", nil, `"Kept Go's garbage collector pace" from="GOGC environment variable"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			// The child inherits this process's environment.
+			t.Setenv("GOGC", tc.gogc)
+			if tc.gogc == "" {
+				os.Unsetenv("GOGC")
+			}
+			e := newEnv(t, envOptions{noAttacher: true})
+			att := e.startBinary(tc.name, append([]string{"-v=2"}, tc.args...)...)
+			e.attachOne(time.Minute)
+			att.signal(syscall.SIGTERM)
+			if code := att.exitCode(time.Minute); code != 0 {
+				t.Errorf("exit code %d after SIGTERM, want 0", code)
+			}
+			if out := att.out.String(); !strings.Contains(out, tc.want) {
+				t.Errorf("log does not contain %s:\n%s", tc.want, tail(out, 3000))
+			}
+		})
+	}
+}
