@@ -72,9 +72,9 @@ func TestGCFloorFor_GOGCEnvironmentAndZeroTurnItOff(t *testing.T) {
 		wantBytes uint64
 		wantFrom  string
 	}{
-		{"", DefaultGCMinHeapMiB, DefaultGCMinHeapMiB * mib, "--gc-min-heap-mib"},
+		{"", 32, 32 * mib, "--gc-min-heap-mib"},
 		{"", 0, 0, "--gc-min-heap-mib=0"},
-		{"100", DefaultGCMinHeapMiB, 0, "GOGC environment variable"},
+		{"100", 32, 0, "GOGC environment variable"},
 		{"off", 64, 0, "GOGC environment variable"},
 	} {
 		got, from := gcFloorFor(tc.env, tc.mib)
@@ -89,8 +89,8 @@ func TestParseOptions_gcMinHeapDefaultAndRejectsNegative(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if o.gcMinHeapMiB != DefaultGCMinHeapMiB {
-		t.Errorf("gc-min-heap-mib = %d, want %d", o.gcMinHeapMiB, DefaultGCMinHeapMiB)
+	if o.gcMinHeapMiB != 0 {
+		t.Errorf("gc-min-heap-mib = %d, want 0 (off: Go's own pace)", o.gcMinHeapMiB)
 	}
 	if _, err := parseOptions([]string{"--gc-min-heap-mib=-1"}); err == nil {
 		t.Error("--gc-min-heap-mib=-1 accepted, want an error naming the flag")

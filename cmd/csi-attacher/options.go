@@ -92,7 +92,7 @@ func parseOptions(args []string) (*options, error) {
 	fs.StringVar(&o.metricsAddress, "metrics-address", "", "(deprecated) host:port for metrics only; use --http-endpoint.")
 	fs.BoolVar(&o.automaxprocs, "automaxprocs", false, "Set GOMAXPROCS from the container's CPU quota.")
 	fs.IntVar(&o.maxProcs, "max-procs", DefaultMaxProcs, "GOMAXPROCS of the sidecar: how many cores run its Go code at once. 0 keeps Go's own default (the container's CPU limit, else every core). The GOMAXPROCS environment variable and --automaxprocs take precedence. latch only.")
-	fs.IntVar(&o.gcMinHeapMiB, "gc-min-heap-mib", DefaultGCMinHeapMiB, "The heap size in MiB below which the garbage collector does not run: a live heap under half of it is collected only when the heap reaches it (at most five times the live heap), a larger one as GOGC says (Go's default doubles it). 0 leaves Go's own pace. Setting the GOGC environment variable turns it off; the soft memory limit (GOMEMLIMIT, else 90 % of the container's memory limit) still caps the heap. latch only.")
+	fs.IntVar(&o.gcMinHeapMiB, "gc-min-heap-mib", DefaultGCMinHeapMiB, "The heap size in MiB below which the garbage collector does not run: a live heap under half of it is collected only when the heap reaches it (at most five times the live heap), a larger one as GOGC says (Go's default doubles it). 0 (the default) leaves Go's own pace. Setting the GOGC environment variable turns it off; the soft memory limit (GOMEMLIMIT, else 90 % of the container's memory limit) still caps the heap. latch only.")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
