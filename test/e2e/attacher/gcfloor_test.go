@@ -2,10 +2,7 @@ package attacher_test
 
 import (
 	"os"
-	"strings"
-	"syscall"
 	"testing"
-	"time"
 )
 
 // TestBinaryRaisesTheCollectorsMinimumHeapOnlyWhenAskedTo checks the
@@ -29,16 +26,7 @@ func TestBinaryRaisesTheCollectorsMinimumHeapOnlyWhenAskedTo(t *testing.T) {
 			if tc.gogc == "" {
 				os.Unsetenv("GOGC")
 			}
-			e := newEnv(t, envOptions{noAttacher: true})
-			att := e.startBinary(tc.name, append([]string{"-v=2"}, tc.args...)...)
-			e.attachOne(time.Minute)
-			att.signal(syscall.SIGTERM)
-			if code := att.exitCode(time.Minute); code != 0 {
-				t.Errorf("exit code %d after SIGTERM, want 0", code)
-			}
-			if out := att.out.String(); !strings.Contains(out, tc.want) {
-				t.Errorf("log does not contain %s:\n%s", tc.want, tail(out, 3000))
-			}
+			attachThroughBinaryAndCheckLog(t, tc.name, tc.args, tc.want)
 		})
 	}
 }

@@ -20,16 +20,24 @@ func TestBinaryRunsOnOneProcUnlessTold(t *testing.T) {
 		{"go-default", []string{"--max-procs=0"}, `"Kept GOMAXPROCS"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			e := newEnv(t, envOptions{noAttacher: true})
-			att := e.startBinary(tc.name, append([]string{"-v=2"}, tc.args...)...)
-			e.attachOne(time.Minute)
-			att.signal(syscall.SIGTERM)
-			if code := att.exitCode(time.Minute); code != 0 {
-				t.Errorf("exit code %d after SIGTERM, want 0", code)
-			}
-			if out := att.out.String(); !strings.Contains(out, tc.want) {
-				t.Errorf("log does not contain %s:\n%s", tc.want, tail(out, 3000))
-			}
+			attachThroughBinaryAndCheckLog(t, tc.name, tc.args, tc.want)
 		})
+	}
+}
+
+// attachThroughBinaryAndCheckLog starts the csi-attacher binary with -v=2
+// and args, attaches a volume through it, stops it with SIGTERM, and
+// fails unless it exits 0 and its log contains want.
+func attachThroughBinaryAndCheckLog(t *testing.T, name string, args []string, want string) {
+	t.Helper()
+	e := newEnv(t, envOptions{noAttacher: true})
+	att := e.startBinary(name, append([]string{"-v=2"}, args...)...)
+	e.attachOne(time.Minute)
+	att.signal(syscall.SIGTERM)
+	if code := att.exitCode(time.Minute); code != 0 {
+		t.Errorf("exit code %d after SIGTERM, want 0", code)
+	}
+	if out := att.out.String(); !strings.Contains(out, want) {
+		t.Errorf("log does not contain %s:\n%s", want, tail(out, 3000))
 	}
 }
