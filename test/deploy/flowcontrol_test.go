@@ -23,8 +23,11 @@ import (
 // level leader-election), as kube-controller-manager's do, and a loaded API
 // server does not queue them behind workloads; csi-attacher's, in the
 // driver's namespace, fall under service-accounts (workload-low), as the
-// upstream external-attacher's do. The ServiceAccounts are the ones the
-// manifests create, and the requests carry their tokens.
+// upstream external-attacher's do. Both FlowSchemas match a ServiceAccount
+// by its namespace only, so the requests carry the token of a
+// ServiceAccount of their own in the namespace of the manifests' one (the
+// manifests' own names stay free for the server-side dry-runs of this
+// package, which create them).
 func TestLeaderLeaseRequestsAreClassifiedAsUpstreamsAre(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
@@ -35,7 +38,7 @@ func TestLeaderLeaseRequestsAreClassifiedAsUpstreamsAre(t *testing.T) {
 		{"deploy/csi-attacher", "service-accounts", "workload-low"},
 	} {
 		t.Run(tc.dir, func(t *testing.T) {
-			sa := serviceAccountOf(t, tc.dir, kustomize(t, tc.dir))
+			sa := probeServiceAccountBeside(t, tc.dir, kustomize(t, tc.dir))
 			got, err := leaseRequestFlowSchema(ctx, sa.Namespace, sa.Name)
 			if err != nil {
 				t.Fatal(err)
@@ -54,9 +57,10 @@ func TestLeaderLeaseRequestsAreClassifiedAsUpstreamsAre(t *testing.T) {
 	}
 }
 
-// serviceAccountOf returns the one ServiceAccount objs (the rendering of
-// dir) define, created on the cluster with its namespace.
-func serviceAccountOf(t *testing.T, dir string, objs []*unstructured.Unstructured) *v1.ServiceAccount {
+// probeServiceAccountBeside creates, for the test's life, a ServiceAccount
+// in the namespace of the one ServiceAccount objs (the rendering of dir)
+// define, named after it with a "-flow-probe" suffix, and returns it.
+func probeServiceAccountBeside(t *testing.T, dir string, objs []*unstructured.Unstructured) *v1.ServiceAccount {
 	t.Helper()
 	var sa *v1.ServiceAccount
 	for _, o := range objs {
@@ -64,7 +68,7 @@ func serviceAccountOf(t *testing.T, dir string, objs []*unstructured.Unstructure
 			if sa != nil {
 				t.Fatalf("%s defines more than one ServiceAccount", dir)
 			}
-			sa = &v1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: o.GetNamespace(), Name: o.GetName()}}
+			sa = &v1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: o.GetNamespace(), Name: o.GetName() + "-flow-probe"}}
 		}
 	}
 	if sa == nil {
@@ -78,6 +82,12 @@ func serviceAccountOf(t *testing.T, dir string, objs []*unstructured.Unstructure
 	if _, err := client.CoreV1().ServiceAccounts(sa.Namespace).Create(t.Context(), sa, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() {
+		err := client.CoreV1().ServiceAccounts(sa.Namespace).Delete(context.Background(), sa.Name, metav1.DeleteOptions{})
+		if err != nil && !apierrors.IsNotFound(err) {
+			t.Errorf("delete ServiceAccount %s/%s: %v", sa.Namespace, sa.Name, err)
+		}
+	})
 	return sa
 }
 
