@@ -25,6 +25,20 @@ func echoVA(rv string) *storagev1.VolumeAttachment {
 	}
 }
 
+// statusPatchEcho returns a status patch of before to status and the
+// object the API server answers it with (resourceVersion 11).
+func statusPatchEcho(tb testing.TB, before *storagev1.VolumeAttachment, status storagev1.VolumeAttachmentStatus) ([]byte, *storagev1.VolumeAttachment) {
+	tb.Helper()
+	patch, err := VolumeAttachmentStatusPatch(before, status)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	after := before.DeepCopy()
+	after.ResourceVersion = "11"
+	after.Status = status
+	return patch, after
+}
+
 // BenchmarkIsOwnUpdatePendingEcho is the informer's echo of a write of
 // ours that arrives while its call is in flight (the usual order in an
 // attach burst): the status patch applied to the cached version is
@@ -33,14 +47,7 @@ func BenchmarkIsOwnUpdatePendingEcho(b *testing.B) {
 	s := newPendingStore()
 	before := echoVA("10")
 	before.Finalizers = []string{"external-attacher/csi-example-com"}
-	want := storagev1.VolumeAttachmentStatus{Attached: true, AttachmentMetadata: map[string]string{"devicePath": "/dev/xvdba"}}
-	patch, err := VolumeAttachmentStatusPatch(before, want)
-	if err != nil {
-		b.Fatal(err)
-	}
-	after := before.DeepCopy()
-	after.ResourceVersion = "11"
-	after.Status = want
+	patch, after := statusPatchEcho(b, before, storagev1.VolumeAttachmentStatus{Attached: true, AttachmentMetadata: map[string]string{"devicePath": "/dev/xvdba"}})
 	after.ManagedFields = append(after.ManagedFields, metav1.ManagedFieldsEntry{Manager: "csi-attacher", Operation: metav1.ManagedFieldsOperationUpdate, Subresource: "status"})
 	b.ReportAllocs()
 	for b.Loop() {
@@ -59,14 +66,7 @@ func BenchmarkIsOwnUpdatePendingEcho(b *testing.B) {
 func TestOwnWrites_pendingEchoLeavesTheDeliveredObjectAsItIs(t *testing.T) {
 	s := newPendingStore()
 	before := echoVA("10")
-	want := storagev1.VolumeAttachmentStatus{Attached: true}
-	patch, err := VolumeAttachmentStatusPatch(before, want)
-	if err != nil {
-		t.Fatal(err)
-	}
-	after := before.DeepCopy()
-	after.ResourceVersion = "11"
-	after.Status = want
+	patch, after := statusPatchEcho(t, before, storagev1.VolumeAttachmentStatus{Attached: true})
 	delivered := after.DeepCopy()
 	var own bool
 	if _, err := s.Patch(before, types.MergePatchType, patch, func() (*storagev1.VolumeAttachment, error) {
