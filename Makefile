@@ -85,11 +85,11 @@ SCALE ?= full
 bench:
 	$(GO) run ./bench/cmd/latch-bench --scale=$(SCALE) $(if $(SCENARIOS),--scenarios=$(SCENARIOS)) $(if $(PROFILE),--profile=bench/results/profiles) $(if $(ATTACHER),--attacher-binary=$(ATTACHER)) $(if $(ATTACHER_FLAGS),--attacher-flags="$(ATTACHER_FLAGS)") $(if $(CONTROLLER_FLAGS),--controller-flags="$(CONTROLLER_FLAGS)") $(if $(POD_CREATORS),--pod-creators=$(POD_CREATORS)) $(if $(VA_CREATORS),--va-creators=$(VA_CREATORS)) $(if $(CONTROL_PLANE_GOGC),--control-plane-gogc=$(CONTROL_PLANE_GOGC)) $(if $(CONTROL_PLANE_MEMORY_LIMIT_MIB),--control-plane-memory-limit-mib=$(CONTROL_PLANE_MEMORY_LIMIT_MIB))
 
-## bench-peers: latch's csi-attacher and attachdetach-controller beside upstream external-attacher v4.13, kube-controller-manager v1.37.2 and latch's previous release (PREVIOUS=<git revision>, default 0c7ab01: v0.1.0; skipped in a shallow clone) in interleaved rounds (ROUNDS=N, default 3; SCALE=small|full; WORKLOADS=latency,backends,controllers to run only some; FIXED_LATENCY=1 runs latch fixed in the latency workload too): medians and ratios, JSON in bench/results/ (docs/performance.md, "Against upstream")
+## bench-peers: latch's csi-attacher and attachdetach-controller beside upstream external-attacher v4.13, kube-controller-manager v1.37.2 and latch's previous release (PREVIOUS=<git revision>, default 0c7ab01: v0.1.0; skipped in a shallow clone) in interleaved rounds (ROUNDS=N, default 3; SCALE=small|full; WORKLOADS=latency,backends,controllers to run only some; FIXED_LATENCY=1 runs latch fixed in the latency workload too; BACKEND_BUDGET=3m bounds each backend burst, default 5m at full): medians and ratios, JSON in bench/results/ (docs/performance.md, "Against upstream")
 ROUNDS ?= 3
 PREVIOUS ?= 0c7ab01
 bench-peers:
-	$(GO) run ./bench/cmd/latch-bench-peers --scale=$(SCALE) --rounds=$(ROUNDS) --previous=$(PREVIOUS) $(if $(WORKLOADS),--workloads=$(WORKLOADS)) $(if $(FIXED_LATENCY),--fixed-latency)
+	$(GO) run ./bench/cmd/latch-bench-peers --scale=$(SCALE) --rounds=$(ROUNDS) --previous=$(PREVIOUS) $(if $(WORKLOADS),--workloads=$(WORKLOADS)) $(if $(FIXED_LATENCY),--fixed-latency) $(if $(BACKEND_BUDGET),--backend-budget=$(BACKEND_BUDGET))
 
 ## bench-scale: the scale scenario (docs/scale.md): every volume attached, then csi-attacher, attachdetach-controller and kube-controller-manager cold-started on the same objects, then for each controller a trickle of Pods and a recovery burst (SIZE=small|medium|full; full = 10,000 nodes, 100,000 volumes; NO_KCM=1 leaves kube-controller-manager out; CONTROLLER_FLAGS="--node-status-workers=32" gives latch's controller extra flags)
 SIZE ?= small

@@ -101,6 +101,12 @@ type PeerSizes struct {
 	DriverLatency time.Duration `json:"driverLatency"`
 	// Timeout of each wait for every volume attached or gone.
 	Timeout time.Duration `json:"timeout"`
+	// BackendBudget bounds one backend profile's burst, its attaches and
+	// detaches together. A contender that has not served the burst by
+	// then is measured over the budget (its share of capacity is the
+	// operations it completed in that time), its leftover
+	// VolumeAttachments are removed, and the next profile begins.
+	BackendBudget time.Duration `json:"backendBudget"`
 }
 
 // PeerBackendProfiles are the mock driver's backend profiles the backend
@@ -130,6 +136,10 @@ func PeerSizesFor(s Scale) (PeerSizes, error) {
 		Pods: n(500, 20), PodNodes: n(50, 4),
 		DriverLatency: 20 * time.Millisecond,
 		Timeout:       scaled(s, 10*time.Minute, 2*time.Minute),
+		// latch serves slow-cloud's full burst in 70 s; upstream at 100
+		// workers, whose throttled calls each back off up to 5 minutes,
+		// had not served it after 15.
+		BackendBudget: scaled(s, 5*time.Minute, 2*time.Minute),
 	}, nil
 }
 

@@ -199,13 +199,16 @@ func (r *attachRig) singleNodeCheck(run *PeerRun) {
 }
 
 // backendWorkload puts the driver behind backend profile and runs a burst
-// of VolumeAttachments through it: all created at once, then all deleted
-// at once. Throughput is the publishes and unpublishes completed over
-// the time from the first create to the last VolumeAttachment gone, as a
-// share of what the backend can serve (BackendStats.OpsPerSecond,
-// sampled every 100 ms over the same time, since a profile's phases
-// change it); throttled calls as a share of all calls the backend was
-// asked.
+// of VolumeAttachments through it: all created at once, then, once all
+// are attached or the budget (Sizes.BackendBudget) is spent, all deleted
+// at once. Throughput is the publishes and unpublishes completed over the
+// time from the first create to the last VolumeAttachment gone (or to the
+// end of the budget), as a share of what the backend can serve
+// (BackendStats.OpsPerSecond, sampled every 100 ms over the same time,
+// since a profile's phases change it); throttled calls as a share of all
+// calls the backend was asked. A burst not served within the budget is
+// recorded (unfinished operations, a failed check) and its leftover
+// VolumeAttachments are removed, so the next profile starts clean.
 func (r *attachRig) backendWorkload(ctx context.Context, e *env, cfg *PeersConfig, run *PeerRun, profile string, idx []int) error {
 	sz := cfg.Sizes
 	b, err := csimock.ProfileBackend(profile)
@@ -219,30 +222,39 @@ func (r *attachRig) backendWorkload(ctx context.Context, e *env, cfg *PeersConfi
 	defer func() { _ = r.d.SetBackend(nil) }()
 	samples := sampleCapacity(r.d)
 	start := time.Now()
+	deadline := start.Add(sz.BackendBudget)
 	created, err := r.createVAs(ctx, idx, sz.Creators)
 	if err != nil {
 		samples()
 		return fmt.Errorf("create VolumeAttachments: %w", err)
 	}
-	attachErr := waitFor(ctx, sz.Timeout, "every VolumeAttachment attached", r.allAttached(idx))
+	_ = waitFor(ctx, max(time.Until(deadline), 0), "every VolumeAttachment attached", r.allAttached(idx))
 	lat, lastAttached := r.attachedLatencies(idx, created)
 	attached := len(lat)
 	p := "backend_" + profile + "_"
-	run.Figures[p+"attach_p50_ms"], run.Figures[p+"attach_p99_ms"] = percentiles(lat)
+	if attached == len(idx) {
+		// (Over part of the burst they would hide its slowest attaches.)
+		run.Figures[p+"attach_p50_ms"], run.Figures[p+"attach_p99_ms"] = percentiles(lat)
+	}
 	deleted, err := r.deleteVAs(ctx, idx, sz.Creators)
 	if err != nil {
 		samples()
 		return fmt.Errorf("delete VolumeAttachments: %w", err)
 	}
-	goneErr := waitFor(ctx, sz.Timeout, "every VolumeAttachment gone", r.allGone(idx))
+	_ = waitFor(ctx, max(time.Until(deadline), 0), "every VolumeAttachment gone", r.allGone(idx))
 	glat, lastGone := r.goneLatencies(idx, deleted)
 	capacity := samples()
 	st, _ := r.d.BackendStats()
+	n := len(idx)
 	end := lastGone
 	if end.IsZero() {
 		end = lastAttached
 	}
 	ops := attached + len(glat)
+	unfinished := 2*n - ops
+	if unfinished > 0 && ctx.Err() == nil {
+		end = deadline
+	}
 	if wall := end.Sub(start).Seconds(); wall > 0 && capacity > 0 {
 		perSecond := float64(ops) / wall
 		run.Figures[p+"ops_per_s"] = round2(perSecond)
@@ -250,15 +262,32 @@ func (r *attachRig) backendWorkload(ctx context.Context, e *env, cfg *PeersConfi
 		run.Figures[p+"capacity_percent"] = round2(100 * perSecond / capacity)
 		run.Figures[p+"wall_s"] = round2(wall)
 	}
+	run.Figures[p+"unfinished_ops"] = float64(unfinished)
 	if calls := st.Served + st.Throttled; calls > 0 {
 		run.Figures[p+"throttled_percent"] = round2(100 * float64(st.Throttled) / float64(calls))
 	}
 	run.Figures[p+"calls"] = float64(st.Served + st.Throttled)
-	n := len(idx)
-	run.check(profile+": VolumeAttachments attached", fmt.Sprint(n), fmt.Sprint(attached), attached == n)
-	run.check(profile+": VolumeAttachments gone after their delete", fmt.Sprint(n), fmt.Sprint(len(glat)), len(glat) == n)
+	want := fmt.Sprintf("%d within %s", n, sz.BackendBudget)
+	run.check(profile+": VolumeAttachments attached", want, fmt.Sprint(attached), attached == n)
+	run.check(profile+": VolumeAttachments gone after their delete", want, fmt.Sprint(len(glat)), len(glat) == n)
 	r.singleNodeCheck(run)
-	return errors.Join(attachErr, goneErr)
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if unfinished > 0 {
+		fmt.Fprintf(cfg.Out, "%s: %s: %d of %d attaches and detaches not done within %s (%d of %d attached); removing its VolumeAttachments\n",
+			run.Contender, profile, unfinished, 2*n, sz.BackendBudget, attached, n)
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
+		defer cancel()
+		names := make([]string, len(idx))
+		for k, i := range idx {
+			names[k] = r.pv(i)
+		}
+		if err := e.removeVAs(cctx, names); err != nil {
+			return fmt.Errorf("remove the VolumeAttachments left after the budget: %w", err)
+		}
+	}
+	return nil
 }
 
 // sampleCapacity samples d's backend capacity (OpsPerSecond) every
@@ -358,13 +387,30 @@ func addWrites(into, w Writes) {
 	}
 }
 
+// noFinalizers is a merge patch that drops every finalizer.
+var noFinalizers = []byte(`{"metadata":{"finalizers":null}}`)
+
+// removeVAs removes the VolumeAttachments names, whatever holds them:
+// their finalizers are dropped, then they are deleted.
+func (e *env) removeVAs(ctx context.Context, names []string) error {
+	err := parallel(ctx, len(names), createConcurrency, func(ctx context.Context, i int) error {
+		if _, err := e.client.StorageV1().VolumeAttachments().Patch(ctx, names[i], types.MergePatchType, noFinalizers, metav1.PatchOptions{}); err != nil {
+			return ignoreNotFound(err)
+		}
+		return ignoreNotFound(e.client.StorageV1().VolumeAttachments().Delete(ctx, names[i], metav1.DeleteOptions{}))
+	})
+	if err != nil {
+		return fmt.Errorf("remove VolumeAttachments: %w", err)
+	}
+	return nil
+}
+
 // clearDriverObjects removes what a contender's run left of driver's
 // objects once its components are stopped: VolumeAttachments and PVs
 // (their finalizers first; nothing runs that would remove them), and
 // Nodes and CSINodes named with prefix. The next contender's caches then
 // hold only its own objects.
 func (e *env) clearDriverObjects(ctx context.Context, driver, prefix string) error {
-	noFinalizers := []byte(`{"metadata":{"finalizers":null}}`)
 	vas, err := e.admin.StorageV1().VolumeAttachments().List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return err
@@ -375,14 +421,8 @@ func (e *env) clearDriverObjects(ctx context.Context, driver, prefix string) err
 			vaNames = append(vaNames, va.Name)
 		}
 	}
-	err = parallel(ctx, len(vaNames), createConcurrency, func(ctx context.Context, i int) error {
-		if _, err := e.client.StorageV1().VolumeAttachments().Patch(ctx, vaNames[i], types.MergePatchType, noFinalizers, metav1.PatchOptions{}); err != nil {
-			return ignoreNotFound(err)
-		}
-		return ignoreNotFound(e.client.StorageV1().VolumeAttachments().Delete(ctx, vaNames[i], metav1.DeleteOptions{}))
-	})
-	if err != nil {
-		return fmt.Errorf("remove VolumeAttachments: %w", err)
+	if err := e.removeVAs(ctx, vaNames); err != nil {
+		return err
 	}
 	pvs, err := e.admin.CoreV1().PersistentVolumes().List(ctx, metav1.ListOptions{})
 	if err != nil {

@@ -314,3 +314,70 @@ func TestBenchPeersPreviousReleaseMissingFromTheHistoryIsSkippedWithTheReason(t 
 		t.Errorf("the table does not say what was skipped:\n%s", out.String())
 	}
 }
+
+// A burst the contender does not serve within the backend budget is
+// measured over the budget: its unfinished operations and failed checks
+// are recorded, its share of capacity is over the budget's time, its
+// VolumeAttachments are removed, and the run goes on. slow-cloud's calls
+// take 2 s (σ 0.3): four attaches and their detaches cannot be done in
+// one second.
+func TestBenchPeersBurstNotServedWithinTheBackendBudgetIsMeasuredOverTheBudget(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts csi-attacher")
+	}
+	dir := t.TempDir()
+	kubeconfig := filepath.Join(dir, "kubeconfig")
+	if err := cluster.WriteKubeconfig(kubeconfig); err != nil {
+		t.Fatal(err)
+	}
+	attachers, _, _, err := PeerContenders(PeerContenderOptions{LatchAttacher: testsupport.MustBinary(t, "cmd/csi-attacher")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	attachers = slices.DeleteFunc(attachers, func(a PeerAttacher) bool { return a.Name != PeerLatchAdaptive })
+	attachers[0].Latency = false
+	sizes, err := PeerSizesFor(Small)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sizes.Backend = map[string]int{"slow-cloud": 4}
+	sizes.BackendBudget = time.Second
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	var out bytes.Buffer
+	rep, err := RunPeers(ctx, PeersConfig{
+		Cluster: cluster, Scale: Small, Sizes: sizes, Rounds: 1, Attachers: attachers, Profiles: []string{"slow-cloud"},
+		Kubeconfig: kubeconfig, LogDir: dir, Out: &out,
+	})
+	t.Logf("\n%s", out.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Runs) != 1 {
+		t.Fatalf("%d runs, want 1", len(rep.Runs))
+	}
+	run := rep.Runs[0]
+	if run.Error != "" {
+		t.Errorf("run error %q: a burst over its budget is a measurement, not an error", run.Error)
+	}
+	if got := run.Figures["backend_slow-cloud_unfinished_ops"]; got < 1 || got > 8 {
+		t.Errorf("unfinished operations = %v, want 1–8 of 8", got)
+	}
+	if got := run.Figures["backend_slow-cloud_wall_s"]; got != 1 {
+		t.Errorf("wall time = %v s, want the budget's 1 s", got)
+	}
+	if _, ok := run.Figures["backend_slow-cloud_capacity_percent"]; !ok {
+		t.Errorf("no share of capacity over the budget (figures %v)", run.Figures)
+	}
+	if _, ok := run.Figures["backend_slow-cloud_attach_p99_ms"]; ok && run.Figures["backend_slow-cloud_unfinished_ops"] > 4 {
+		t.Errorf("an attach p99 over part of the burst (figures %v)", run.Figures)
+	}
+	failed := strings.Join(rep.Failed(false), "\n")
+	if !strings.Contains(failed, "slow-cloud: VolumeAttachments gone after their delete") || !strings.Contains(failed, "target 4 within 1s") {
+		t.Errorf("failed checks %q, want the gone check with target \"4 within 1s\"", failed)
+	}
+	if !strings.Contains(out.String(), "not done within 1s") || !strings.Contains(out.String(), "removing its VolumeAttachments") {
+		t.Errorf("output does not say the burst was cut at the budget:\n%s", out.String())
+	}
+	noPeerObjectsLeft(t, rep)
+}

@@ -16,6 +16,7 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
+	"time"
 
 	"k8s.io/klog/v2"
 
@@ -30,6 +31,7 @@ type options struct {
 	scale, previous, previousName, outDir, workDir, profiles string
 	workloads                                                string
 	rounds                                                   int
+	backendBudget                                            time.Duration
 	noUpstream, noKCM, fixedLatency                          bool
 }
 
@@ -44,6 +46,7 @@ func parse(args []string) (*options, error) {
 	fs.StringVar(&o.previousName, "previous-name", "", "The previous release's name in the report (default: \"latch v0.1.0\" for the default revision, else \"latch <revision>\").")
 	fs.StringVar(&o.profiles, "profiles", strings.Join(bench.PeerBackendProfiles, ","), "Comma-separated backend profiles of the mock driver for the throughput workload (empty: none).")
 	fs.StringVar(&o.workloads, "workloads", "latency,backends,controllers", "Comma-separated workloads to run: latency (the attachers' paced and saturating bursts), backends (the attachers' bursts per backend profile), controllers (Pods through the A/D controllers).")
+	fs.DurationVar(&o.backendBudget, "backend-budget", 0, "Time one backend profile's burst may take, attaches and detaches together; a contender that has not served it by then is measured over the budget and the next profile begins (0: the scale's, 5m at full, 2m at small).")
 	fs.BoolVar(&o.noUpstream, "no-upstream", false, "Leave the upstream external-attacher out.")
 	fs.BoolVar(&o.noKCM, "no-kcm", false, "Leave kube-controller-manager out.")
 	fs.BoolVar(&o.fixedLatency, "fixed-latency", false, "Run latch fixed (--driver-concurrency=fixed) in the latency workload too, not only on the backend profiles: to compare the fixed limit with a previous release that had one.")
@@ -60,6 +63,9 @@ func parse(args []string) (*options, error) {
 	}
 	if _, err := bench.PeerSizesFor(bench.Scale(o.scale)); err != nil {
 		return nil, err
+	}
+	if o.backendBudget < 0 {
+		return nil, fmt.Errorf("--backend-budget must not be negative, got %s", o.backendBudget)
 	}
 	for _, w := range strings.Split(o.workloads, ",") {
 		switch strings.TrimSpace(w) {
@@ -160,8 +166,15 @@ func peers(ctx context.Context, o *options) (*bench.PeersReport, error) {
 	if profiles == nil {
 		profiles = []string{}
 	}
+	sizes, err := bench.PeerSizesFor(bench.Scale(o.scale))
+	if err != nil {
+		return nil, err
+	}
+	if o.backendBudget > 0 {
+		sizes.BackendBudget = o.backendBudget
+	}
 	rep, runErr := bench.RunPeers(klog.NewContext(ctx, klog.Background()), bench.PeersConfig{
-		Cluster: cluster, Scale: bench.Scale(o.scale), Rounds: o.rounds,
+		Cluster: cluster, Scale: bench.Scale(o.scale), Sizes: sizes, Rounds: o.rounds,
 		Attachers: attachers, Controllers: controllers, Profiles: profiles, Skipped: skipped,
 		Kubeconfig: kubeconfig, LogDir: dir, Out: os.Stdout,
 	})
