@@ -142,24 +142,35 @@ func benchPeers(seed uint64, cfg Config) map[string]benchRun {
 // through slow-cloud, fast-san and throttling-api's bursts of attaches
 // then detaches, as bench-peers runs them at full size, over 12 seeds.
 // Issue 39 asks ≥ 90 % of each backend's capacity with ≤ 2 % of the calls
-// throttled (bench-peers reports the median of its rounds).
-//   - throttling-api: every seed. Before the creep near a throttling
-//     point sped up, the limit climbed back from 3–6 after the degraded
-//     phase at 5 % per judged period, and five seeds of 12 served 83.7
-//     to 89.9 %.
-//   - slow-cloud: the median must reach 90 % and stay within 5 points
+// throttled (bench-peers reports the median of three rounds, so the
+// simulation asks for a margin).
+//   - throttling-api: every seed ≥ 93 % with ≤ 1.6 % throttled. Before
+//     the creep near a throttling point sped up, the limit climbed back
+//     from 3–6 after the degraded phase at 5 % per judged period, and
+//     five seeds of 12 served 83.7 to 89.9 %. Before a burst that starts
+//     after an idle moment was capped and a much faster or slower burst
+//     forgot the backend before it, seeds 6 and 7 throttled 1.74 and
+//     1.86 % (95.3-100.4 %); now 93.9-101.5 % with 0.86-1.48 %.
+//   - slow-cloud: the median must reach 91.5 % and stay within 5 points
 //     of a limit fixed at the backend's 16 (the oracle: 92.0-97.4 %,
 //     median 93.8 %; it loses the rest in each burst's last round, served
 //     with fewer in flight, whose slowest call takes about 1.7 × the
-//     median), and every seed at most 2.1 % of its calls throttled.
+//     median), every seed 90 % with at most 1.5 % of its calls throttled.
 //     Before slow start went back to the answers' rate at its end and a
 //     cut's queue was left to drain before the next judgement, slow start
 //     overshot to 36-47, the median was 89.4 % and four seeds throttled
-//     2.04-2.83 %; now the median is 91.1 % and seed 2 throttles 2.04 %
-//     (10 of 490 calls: its slow start runs into the request limit, and
-//     the detach burst starts 28 calls into a bucket of 20).
-//   - fast-san: bench-peers' API server bounds it, not the limit; only
-//     its calls throttled (none) are checked.
+//     2.04-2.83 %. Before the burst-start cap and the stricter drain
+//     after a throttled cut to the answers served, the median was 91.1 %,
+//     the lowest seed 87.7 %, and seed 2 throttled 2.04 % (10 of 490
+//     calls: the detach burst started 28 calls into a bucket of 20); now
+//     the median is 92.1 %, the lowest 90.4 %, at most 1.23 % throttled.
+//   - fast-san: bench-peers' API server bounds it, not the limit: none of
+//     its calls throttled, and the limit's climb from slow-cloud's
+//     reaches a median of 60 % (69.0 %; 34.2 % before a burst whose
+//     answers are much faster than the baseline began slow start again:
+//     with bursts 0.1-2 s apart, fast-san's was judged in slow-cloud's
+//     3 s periods, and the limit grew from 8-30 at √limit per two 20 ms
+//     periods).
 func TestControlServesBenchPeersBackendBursts(t *testing.T) {
 	const seeds = 12
 	shares, throttled := map[string][]float64{}, map[string][]float64{}
@@ -177,8 +188,8 @@ func TestControlServesBenchPeersBackendBursts(t *testing.T) {
 		oracle, _ := benchBurst(seed, NewControl(fixedAt(p.oracle)), p, time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 		oracleShares = append(oracleShares, oracle.share)
 		t.Logf("seed %d:%s; slow-cloud's oracle (16) %.1f %%", seed, line, 100*oracle.share)
-		if r := runs["throttling-api"]; r.share < 0.9 || r.throttledShare > 0.02 {
-			t.Errorf("seed %d: throttling-api: %.1f %% of capacity with %.2f %% of the calls throttled, want ≥ 90 %% with ≤ 2 %%", seed, 100*r.share, 100*r.throttledShare)
+		if r := runs["throttling-api"]; r.share < 0.93 || r.throttledShare > 0.016 {
+			t.Errorf("seed %d: throttling-api: %.1f %% of capacity with %.2f %% of the calls throttled, want ≥ 93 %% with ≤ 1.6 %%", seed, 100*r.share, 100*r.throttledShare)
 		}
 		if r := runs["fast-san"]; r.throttled > 0 {
 			t.Errorf("seed %d: fast-san (no request limit) throttled %d calls", seed, r.throttled)
@@ -194,15 +205,20 @@ func TestControlServesBenchPeersBackendBursts(t *testing.T) {
 			100*median(shares[p.name]), 100*slices.Min(shares[p.name]), 100*median(throttled[p.name]), 100*slices.Max(throttled[p.name]))
 	}
 	t.Logf("slow-cloud's oracle: median %.1f %%", 100*median(oracleShares))
-	if m, o := median(shares["slow-cloud"]), median(oracleShares); m < 0.9 || m < o-0.05 {
-		t.Errorf("slow-cloud: median %.1f %% of capacity, want ≥ 90 %% and within 5 points of a limit fixed at 16 (%.1f %%)", 100*m, 100*o)
+	if m, o := median(shares["slow-cloud"]), median(oracleShares); m < 0.915 || m < o-0.05 {
+		t.Errorf("slow-cloud: median %.1f %% of capacity, want ≥ 91.5 %% and within 5 points of a limit fixed at 16 (%.1f %%)", 100*m, 100*o)
 	}
-	if m := median(throttled["slow-cloud"]); m > 0.02 {
-		t.Errorf("slow-cloud: median %.2f %% of the calls throttled, want ≤ 2 %%", 100*m)
+	for i, x := range shares["slow-cloud"] {
+		if x < 0.9 {
+			t.Errorf("seed %d: slow-cloud: %.1f %% of capacity, want ≥ 90 %%", i+1, 100*x)
+		}
 	}
 	for i, x := range throttled["slow-cloud"] {
-		if x > 0.021 {
-			t.Errorf("seed %d: slow-cloud: %.2f %% of the calls throttled, want ≤ 2.1 %%", i+1, 100*x)
+		if x > 0.015 {
+			t.Errorf("seed %d: slow-cloud: %.2f %% of the calls throttled, want ≤ 1.5 %%", i+1, 100*x)
 		}
+	}
+	if m := median(shares["fast-san"]); m < 0.6 {
+		t.Errorf("fast-san: median %.1f %% of capacity, want ≥ 60 %% (the limit climbing from slow-cloud's)", 100*m)
 	}
 }

@@ -36,9 +36,21 @@
 //     shrinks in proportion (never below half); in between it holds. A
 //     period right after a change is not judged (its calls started under
 //     the old limit);
-//   - the first period of a burst (at the start, or after an idle gap of
-//     three periods) is not judged and gives no baseline: its answers are
-//     the burst's fastest calls;
+//   - the first period of a burst (at the start, after an idle gap of
+//     three periods, or when its calls started after an answer left none
+//     in flight) is not judged and gives no baseline: its answers are
+//     the burst's fastest calls. If their mean is 4 × below or above the
+//     baseline, the burst is against another backend: the baseline and
+//     what throttling taught are forgotten, and against a faster one
+//     the limit goes back to where it was before the idle cap (below)
+//     and slow start begins again;
+//   - when an answer leaves no call in flight, the limit comes down to
+//     what the backend's request limit let through when it last
+//     throttled (the answers served within one baseline latency before
+//     that cut, or 0.7 × a burst's start that was throttled itself): a
+//     burst starts all its calls at once and finds only the request
+//     limit's bucket, while the limit it grew to under load was paced
+//     by the answers;
 //   - if a shrink would take the limit below half of where the latency
 //     first shrank it and the latency has not come down with it, the
 //     latency is not our calls queueing (the backend got slower for
@@ -63,7 +75,11 @@
 //     limit (than in the better of the two periods before), the backend
 //     is not queueing our calls, and that latency becomes the baseline;
 //   - a throttled answer's cut is followed by a period that is not
-//     judged, as a period's change is;
+//     judged, as a period's change is. When it cut to the answers the
+//     backend served in the last period, its queue drains (as after a
+//     latency cut, but until at most one answer in eight is an old
+//     one) and no latency cut goes below it while those answers per
+//     second hold; the same floor follows slow start's end;
 //   - the limit grows only while it is in use: an idle backend does not
 //     push it up;
 //   - a throttled answer (the backend's request limit: ResourceExhausted
@@ -263,19 +279,38 @@ type Control struct {
 	shrinkFrom float64
 	shrinkMean time.Duration
 	// drainCut is when the limit was last cut for a queue our calls
-	// built (slow start's end, a throttled answer that ended slow start,
-	// a latency cut; zero: none to drain). Until most of a period's
-	// answers come from calls started after it, periods are not judged
-	// and give no baseline: on a slow backend the queued calls answer
-	// for several periods, and their latency is the queue's from before
-	// the cut. drainOld counts the current period's answers from calls
-	// started before it.
-	drainCut time.Time
-	drainOld int
+	// built (slow start's end, a throttled answer that ended slow start
+	// or cut to the answers served, a latency cut; zero: none to
+	// drain). Until most of a period's answers come from calls started
+	// after it, periods are not judged and give no baseline: on a slow
+	// backend the queued calls answer for several periods, and their
+	// latency is the queue's from before the cut. drainOld counts the
+	// current period's answers from calls started before it. After a
+	// throttled cut to the answers served (drainServed), a period is
+	// judged only once at most one answer in drainServedShare is an old
+	// one: that cut already lands on what the backend served, and the
+	// queue it leaves behind was built far above it (on slow-cloud,
+	// slow start throttled at 33-47 and cut to 13-19), so that a period
+	// with a third of its answers from it still looked queued and cut
+	// the limit again, to 8-12.
+	drainCut    time.Time
+	drainOld    int
+	drainServed bool
 	// warmup: the current period is the first of a burst (after the
-	// start or an idle gap); lastSample is when the last answer came.
+	// start, an idle gap, or an answer that left no call in flight);
+	// lastSample is when the last answer came; idleAt when the last
+	// answer that left no call in flight came (zero: calls are in
+	// flight since).
 	warmup     bool
 	lastSample time.Time
+	idleAt     time.Time
+	// startCap is how many calls a burst may start at once after the
+	// backend was idle (0: no bound): what the backend's request limit
+	// let through when it last throttled. idleFrom is the limit before
+	// the last answer of a burst brought it down to startCap (0: it did
+	// not), restored if the next burst is against a faster backend.
+	startCap float64
+	idleFrom float64
 	// reason is why the limit last changed.
 	reason string
 	// throttled counts throttled answers (each one, cut or not).
@@ -322,9 +357,33 @@ func (c *Control) Sample(now time.Time, outcome Outcome, latency time.Duration, 
 		// throttled calls.
 		cut := math.Floor(c.limit * c.cfg.Backoff)
 		d := float64(c.deliveredLocked(now))
+		if !c.idleAt.IsZero() && !now.Add(-latency).Before(c.idleAt) {
+			// The call began a burst after the backend was idle: the
+			// answers of the last period are the previous burst's tail,
+			// no measure of what the backend lets through (on
+			// slow-cloud, a detach burst starting 21 calls into a bucket
+			// of 20 was cut to the attach burst's last 9 answers). The
+			// burst started too many at once: the next one starts with
+			// the cut limit.
+			d = 0
+			c.startCap = cut
+		} else if s := c.servedWithinBaseline(now); s >= minPeriodSamples {
+			// What the request limit let through at the backend's own
+			// latency: no burst after an idle moment starts more calls
+			// at once (its bucket let the limit run past it while it
+			// refilled, and a burst that starts all its calls at once
+			// finds only the bucket).
+			c.startCap = s
+		}
 		if d >= minPeriodSamples && d < cut {
 			cut = d
 		}
+		// The cut lands on the answers served: the limit was above what
+		// the backend served, and the calls started above it queue (or
+		// ran into the request limit). Its queue drains before the next
+		// judgement, and while the answers per second hold no latency
+		// cut goes below the answers served.
+		toServed := d >= minPeriodSamples && d <= cut
 		if c.accelFrom > 0 {
 			// The throttled answer ends a climb that sped up past the
 			// throttling point: the backend has not recovered, and the
@@ -332,15 +391,19 @@ func (c *Control) Sample(now time.Time, outcome Outcome, latency time.Duration, 
 			// not throttled there for a while), not further.
 			cut = math.Min(cut, math.Floor(accelCutBack*c.accelFrom))
 		}
-		if c.slowStart {
-			c.drainCut, c.drainOld = now, 0
+		if c.slowStart || toServed {
+			c.drainCut, c.drainOld, c.drainServed = now, 0, toServed
 		}
+		floorRate := float64(c.deliveredLocked(now)) / max(c.lastPeriod, time.Microsecond).Seconds()
 		c.lastCut, c.cutAt, c.slowStart, c.accelFrom, c.servedSinceCut = now, c.limit, false, 0, 0
 		// The answers of the next period come from calls started
 		// under the old limit.
 		c.settling = true
 		c.floor, c.shrunk, c.grew = 0, rateCheck{}, rateCheck{}
 		c.setLimit(cut, ReasonThrottled)
+		if toServed {
+			c.floor, c.floorRate = c.limit, floorRate
+		}
 		if c.probing {
 			c.cutAt = c.probeSaved
 			c.probeSaved = math.Max(float64(c.cfg.Min), math.Floor(c.probeSaved*c.cfg.Backoff))
@@ -348,6 +411,12 @@ func (c *Control) Sample(now time.Time, outcome Outcome, latency time.Duration, 
 		return
 	}
 	latency = max(latency, time.Microsecond)
+	if inFlight <= 1 && c.startCap > 0 && c.limit > c.startCap {
+		// The last call of a burst answered: the next burst starts no
+		// more calls at once than the request limit let through.
+		c.idleFrom = c.limit
+		c.setLimit(c.startCap, ReasonIdleCap)
+	}
 	c.served = append(c.served, servedAt{now, c.limit})
 	c.servedSinceCut++
 	c.deliveredLocked(now) // forgets the answers older than two periods
@@ -357,12 +426,22 @@ func (c *Control) Sample(now time.Time, outcome Outcome, latency time.Duration, 
 	if c.slowStart {
 		c.slowStartSample(now, latency, inFlight)
 	}
-	if !c.lastSample.IsZero() && c.lastPeriod > 0 && now.Sub(c.lastSample) > idleGapPeriods*c.lastPeriod {
-		// The backend was idle: the answers to come are a new burst's.
+	gap := !c.lastSample.IsZero() && c.lastPeriod > 0 && now.Sub(c.lastSample) > idleGapPeriods*c.lastPeriod
+	if gap || !c.idleAt.IsZero() && !now.Add(-latency).Before(c.idleAt) {
+		// The backend was idle (no answer for a while, or the call
+		// started after an answer left none in flight): the answers
+		// to come are a new burst's. bench-peers' bursts come 0.1 to
+		// 2 s apart, less than three of slow-cloud's periods: by the
+		// gap alone, fast-san's burst was judged in slow-cloud's 3 s
+		// period and never grew.
 		c.warmup, c.sum, c.n, c.busiest, c.periodEnd = true, 0, 0, 0, time.Time{}
 		c.shrunk, c.grew = rateCheck{}, rateCheck{}
 	}
 	c.lastSample = now
+	c.idleAt = time.Time{}
+	if inFlight <= 1 {
+		c.idleAt = now
+	}
 	c.sum += latency
 	c.n++
 	if !c.drainCut.IsZero() && now.Add(-latency).Before(c.drainCut) {
@@ -385,18 +464,24 @@ func (c *Control) Sample(now time.Time, outcome Outcome, latency time.Duration, 
 		// The first answers of a burst are its fastest calls (they all
 		// started together): their mean is below the backend's, and as
 		// a baseline it would make every later period look queued.
-		// The period sets the period length only.
+		// The period sets the period length only, and tells whether
+		// the burst is against another backend than the one the limit
+		// learned (its latency regimeRatio × faster or slower).
 		c.warmup = false
+		if base := c.Baseline(); base > 0 && (regimeRatio*mean < base || mean > regimeRatio*base) {
+			c.newBackend(mean < base)
+		}
+		c.idleFrom = 0
 		return
 	}
 	if !c.drainCut.IsZero() {
-		if 2*old > n {
+		if 2*old > n || c.drainServed && drainServedShare*old > n {
 			// Most answers still come from calls started before the
 			// last cut: their latency is the queue's the cut drains.
 			c.settling = false
 			return
 		}
-		c.drainCut = time.Time{}
+		c.drainCut, c.drainServed = time.Time{}, false
 	}
 	// The baseline takes the period means smoothed over a few periods: the
 	// minimum of raw means would follow their noise (a few calls per
@@ -479,7 +564,7 @@ func (c *Control) Sample(now time.Time, outcome Outcome, latency time.Duration, 
 		}
 		c.shrunk = rateCheck{limit: c.limit, rate: math.Max(rate, c.prevRate), mean: mean, pending: true}
 		c.setLimit(next, ReasonLatencyRose)
-		c.drainCut, c.drainOld = now, 0
+		c.drainCut, c.drainOld, c.drainServed = now, 0, false
 	case ratio < c.cfg.Grow && inUse && !c.slowStart:
 		step := math.Sqrt(c.limit)
 		if c.cutAt > 0 && c.limit+step > c.creepFrom() && c.limit < c.cutAt*1.3 {
@@ -489,6 +574,55 @@ func (c *Control) Sample(now time.Time, outcome Outcome, latency time.Duration, 
 		c.grew = rateCheck{limit: c.limit, rate: math.Max(rate, c.prevRate), pending: true}
 		c.setLimit(c.limit+step, ReasonLatencyFlat)
 	}
+}
+
+// A burst whose first period's mean latency is regimeRatio × below or
+// above the baseline is against another backend (or the backend changed);
+// after a throttled cut to the answers served, a period is judged once at
+// most 1/drainServedShare of its answers come from calls started before
+// it.
+const (
+	regimeRatio      = 4
+	drainServedShare = 8
+)
+
+// newBackend forgets what the limit learned of the backend before a burst
+// whose first answers are regimeRatio × faster or slower: its baseline
+// (judged against fast-san's 20 ms, throttling-api's 200 ms calls looked
+// queued ten times over), where it throttled and the start cap (kept, the
+// throttling point of slow-cloud's request limit would slow fast-san's
+// climb to a creep). A faster backend gets back the limit the idle cap took, and slow start
+// begins again: on bench-peers' fast-san burst after slow-cloud, the limit
+// grew from 8-30 at √limit per two 20 ms periods, reaching about a third
+// of the capacity over the burst.
+func (c *Control) newBackend(faster bool) {
+	c.cutAt, c.point, c.startCap, c.cycle, c.accelFrom, c.lastCut = 0, 0, 0, ewma{alpha: 0.3}, 0, time.Time{}
+	c.floor, c.shrinkFrom, c.shrunk, c.grew = 0, 0, rateCheck{}, rateCheck{}
+	c.baseline.entries, c.smoothed = c.baseline.entries[:0], ewma{alpha: 0.3}
+	if !faster {
+		return
+	}
+	if c.idleFrom > c.limit {
+		c.setLimit(c.idleFrom, ReasonNewBackend)
+	}
+	c.restartSlowStart()
+}
+
+// servedWithinBaseline is how many answers were served within the
+// baseline latency before now (within the last period when that is
+// shorter, or no baseline is known): the calls the backend serves at
+// once at its own latency.
+func (c *Control) servedWithinBaseline(now time.Time) float64 {
+	w := c.lastPeriod
+	if b := c.Baseline(); b > 0 {
+		w = min(w, b)
+	}
+	c.deliveredLocked(now)
+	i := 0
+	for i < len(c.served) && now.Sub(c.served[i].at) > w {
+		i++
+	}
+	return float64(len(c.served) - i)
 }
 
 // rateCheck is a change of the limit that the first period after it
@@ -586,8 +720,12 @@ func (c *Control) slowStartSample(now time.Time, latency time.Duration, inFlight
 				// bench burst), and there more in flight still serves a
 				// little faster.
 				bdp = math.Max(bdp, math.Ceil(c.limit/2))
-				c.settling, c.drainCut, c.drainOld = true, now, 0
+				c.settling, c.drainCut, c.drainOld, c.drainServed = true, now, 0, false
 				c.setLimit(bdp, ReasonSlowStartEnd)
+				// As after a throttled cut to the answers served: no
+				// latency cut below it while they hold (on slow-cloud the
+				// queue slow start left cut 19 to 15).
+				c.floor, c.floorRate = c.limit, float64(c.deliveredLocked(now))/c.lastPeriod.Seconds()
 			}
 			return
 		}
@@ -702,6 +840,8 @@ const (
 	ReasonRateFell     = "the answers served per second fell with the last latency cut: the latency is not the backend queueing calls"
 	ReasonProbe        = "baseline probe: half the limit for three periods"
 	ReasonProbeDone    = "baseline probe over"
+	ReasonIdleCap      = "the backend is idle: the next burst starts no more calls at once than its request limit let through"
+	ReasonNewBackend   = "a burst's first answers came much faster than the baseline: another backend, slow start again from the limit before the idle cap"
 )
 
 func (c *Control) setLimit(l float64, reason string) {
