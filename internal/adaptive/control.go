@@ -411,12 +411,10 @@ func (c *Control) Sample(now time.Time, outcome Outcome, latency time.Duration, 
 		return
 	}
 	latency = max(latency, time.Microsecond)
-	if inFlight <= 1 && c.startCap > 0 && c.limit > c.startCap {
-		// The last call of a burst answered: the next burst starts no
-		// more calls at once than the request limit let through.
-		c.idleFrom = c.limit
-		c.setLimit(c.startCap, ReasonIdleCap)
-	}
+	// After this answer is judged: if it was the last call in flight,
+	// the next burst starts no more calls at once than the request
+	// limit let through.
+	defer c.capIdle(inFlight)
 	c.served = append(c.served, servedAt{now, c.limit})
 	c.servedSinceCut++
 	c.deliveredLocked(now) // forgets the answers older than two periods
@@ -606,6 +604,18 @@ func (c *Control) newBackend(faster bool) {
 		c.setLimit(c.idleFrom, ReasonNewBackend)
 	}
 	c.restartSlowStart()
+}
+
+// capIdle brings the limit down to startCap when an answer leaves no call
+// in flight (inFlight counts the answer's own call), after the answer was
+// judged: a period that ended with it and undid a latency cut took the
+// limit back above the cap (24 over 16), and the next burst started 24
+// calls into a bucket of 20.
+func (c *Control) capIdle(inFlight int) {
+	if inFlight <= 1 && c.startCap > 0 && c.limit > c.startCap {
+		c.idleFrom = c.limit
+		c.setLimit(c.startCap, ReasonIdleCap)
+	}
 }
 
 // servedWithinBaseline is how many answers were served within the

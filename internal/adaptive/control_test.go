@@ -742,3 +742,52 @@ func TestControlKeepsTheThroughputOfABackendThatServesNoFasterPastAKnee(t *testi
 		})
 	}
 }
+
+// Bursts of 240 calls against slow-cloud's request limit (10 calls a
+// second, a bucket of 20), each started 0.1 s after the last answer of the
+// one before, as bench-peers' detach burst follows its attach burst. A
+// burst starts all its calls at once, and finds only what the bucket
+// refilled while the one before ended; the limit that burst's tail grew to
+// was paced by its answers. Once the backend has throttled, the limit
+// comes down, when an answer leaves no call in flight, to what its request
+// limit let through, and no later burst has a throttled answer in its
+// first second. Before, bursts started with 18 to 29 calls and 2 to 9 of
+// them were throttled (seeds 2, 3, 5, 7, 8, 9 and 10 on two or three of
+// their bursts); a throttled start's cut then went to the answers of the
+// previous burst's tail (9 on bench-peers' seed 8).
+func TestControlStartsABurstAfterAnIdleMomentWithinTheRequestLimit(t *testing.T) {
+	b := backend{latency: 2 * time.Second, spread: 0.3, capacity: 16, rate: 10, burst: 20}
+	for seed := uint64(1); seed <= 12; seed++ {
+		s := newSim(seed, 12, DefaultConfig(100), b, nil)
+		var starts, throttledAtStart []int
+		throttledBefore := false
+		for burst := range 4 {
+			waiting, served, throttled := 240, 0, 0
+			start, began := s.c.Limit(), s.now
+			for served < 240 {
+				for ; waiting > 0 && s.inFlight.Len() < s.c.Limit(); waiting-- {
+					s.startCall()
+				}
+				outcome, ok := s.next()
+				if !ok {
+					continue
+				}
+				if outcome == Throttled {
+					waiting++
+					if s.now.Sub(began) < time.Second {
+						throttled++
+					}
+					if throttledBefore && s.now.Sub(began) < time.Second {
+						t.Errorf("seed %d: burst %d, started with %d calls at once after the backend had throttled, throttled a call %s after its start", seed, burst+1, start, s.now.Sub(began).Round(time.Millisecond))
+					}
+				} else {
+					served++
+				}
+			}
+			throttledBefore = throttledBefore || s.c.Throttled() > 0
+			starts, throttledAtStart = append(starts, start), append(throttledAtStart, throttled)
+			s.now = s.now.Add(100 * time.Millisecond)
+		}
+		t.Logf("seed %d: the bursts started with %v calls at once; throttled in their first second %v", seed, starts, throttledAtStart)
+	}
+}
