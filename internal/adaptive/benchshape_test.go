@@ -150,7 +150,7 @@ func benchPeers(seed uint64, cfg Config) map[string]benchRun {
 //     five seeds of 12 served 83.7 to 89.9 %. Before a burst that starts
 //     after an idle moment was capped and a much faster or slower burst
 //     forgot the backend before it, seeds 6 and 7 throttled 1.74 and
-//     1.86 % (95.3-100.4 %); now 93.9-101.5 % with 0.86-1.48 %.
+//     1.86 % (95.3-100.4 %); now 93.9-101.5 % with 0.76-1.35 %.
 //   - slow-cloud: the median must reach 91.5 % and stay within 5 points
 //     of a limit fixed at the backend's 16 (the oracle: 92.0-97.4 %,
 //     median 93.8 %; it loses the rest in each burst's last round, served
