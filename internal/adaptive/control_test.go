@@ -791,3 +791,30 @@ func TestControlStartsABurstAfterAnIdleMomentWithinTheRequestLimit(t *testing.T)
 		t.Logf("seed %d: the bursts started with %v calls at once; throttled in their first second %v", seed, starts, throttledAtStart)
 	}
 }
+
+// bench-peers runs fast-san's burst (20 ms, 64 at once) 2 s after
+// slow-cloud's (2 s), with the same limit. The first period of fast-san's
+// burst is 4 × faster than the baseline (100 ×): another backend. The
+// limit forgets slow-cloud's baseline and throttling point and begins
+// slow start again, and it reaches fast-san's capacity of 64 within the
+// first quarter of the attach burst's answers on every seed. Before,
+// bursts 2 s apart were one burst (no answer for three periods of
+// slow-cloud's 2-3 s was the only sign of an idle backend): fast-san's
+// first answers were judged in slow-cloud's period, and from the 19-25
+// slow-cloud left the limit reached 19-27 in that quarter, 64 on none of
+// the 12 seeds.
+func TestControlBeginsSlowStartAgainForABurstAgainstAFasterBackend(t *testing.T) {
+	for seed := uint64(1); seed <= 12; seed++ {
+		c := NewControl(DefaultConfig(100))
+		now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+		ps := benchProfiles()
+		_, now = benchBurst(seed, c, ps[0], now)
+		before := c.Limit()
+		r, _ := benchBurst(seed, c, ps[1], now.Add(2*time.Second))
+		early := slices.Max(r.limits[:len(r.limits)/4])
+		t.Logf("seed %d: limit %d after slow-cloud, at most %d over the first quarter of fast-san's answers", seed, before, early)
+		if early < 64 {
+			t.Errorf("seed %d: the limit reached %d over the first quarter of fast-san's answers (from %d after slow-cloud), want fast-san's capacity of 64", seed, early, before)
+		}
+	}
+}
