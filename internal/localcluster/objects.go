@@ -28,6 +28,10 @@ type VolumeSpec struct {
 	FSType      string
 	// SecretRef is set as spec.csi.controllerPublishSecretRef when not nil.
 	SecretRef *v1.SecretReference
+	// ClaimRef, when not nil, is the PV's claimRef instead of the PVC's
+	// own reference: a PVC that names a PV bound to another claim, from
+	// its creation on.
+	ClaimRef *v1.ObjectReference
 }
 
 // CreateBoundVolume creates a CSI PV and a PVC bound to each other, both with
@@ -71,6 +75,9 @@ func CreateBoundVolume(ctx context.Context, client kubernetes.Interface, spec Vo
 				ControllerPublishSecretRef: spec.SecretRef,
 			}},
 		},
+	}
+	if spec.ClaimRef != nil {
+		pv.Spec.ClaimRef = spec.ClaimRef
 	}
 	pv, err = client.CoreV1().PersistentVolumes().Create(ctx, pv, metav1.CreateOptions{})
 	if err != nil {

@@ -212,10 +212,13 @@ func TestBadInput_unusualDriverNameGetsAValidSanitizedFinalizer(t *testing.T) {
 func TestBadInput_podsWithBrokenClaimsGetNoVolumeAttachmentAndNothingCrashes(t *testing.T) {
 	e := newEnv(t, options{})
 	node := e.addNode("n1")
-	// A PVC bound to a PV whose claimRef names another claim.
-	pv := e.volume("mismatch")
-	if _, err := e.client.CoreV1().PersistentVolumes().Patch(e.ctx, pv, "application/merge-patch+json",
-		[]byte(`{"spec":{"claimRef":{"name":"someone-else","uid":"00000000-0000-0000-0000-000000000000"}}}`), metav1.PatchOptions{}); err != nil {
+	// A PVC bound to a PV whose claimRef names another claim, from the
+	// PV's creation on. (Patched in after a bound creation, the
+	// controller's PV cache could still hold the matching claimRef when
+	// the Pod came, and a VolumeAttachment was made: seen in a CI run.)
+	pv := e.prefix + "-mismatch"
+	if _, _, err := localcluster.CreateBoundVolume(e.ctx, e.client, localcluster.VolumeSpec{Namespace: e.ns, Name: pv, Driver: e.driver,
+		ClaimRef: &v1.ObjectReference{Kind: "PersistentVolumeClaim", APIVersion: "v1", Namespace: e.ns, Name: "someone-else", UID: "00000000-0000-0000-0000-000000000000"}}); err != nil {
 		t.Fatal(err)
 	}
 	e.pod("mismatch", node, pv)
