@@ -14,6 +14,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
@@ -41,6 +42,15 @@ func viewerKubeconfig(ctx context.Context, t *testing.T, name string, role *rbac
 	if _, err := client.RbacV1().ClusterRoleBindings().Create(ctx, binding, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
 	}
+	// Removed after the test, the deploy/latchctl ClusterRole too: the
+	// package's server-side dry-run of deploy/latchctl, and this test run
+	// again, would find them.
+	t.Cleanup(func() {
+		ctx := context.Background()
+		_ = client.RbacV1().ClusterRoleBindings().Delete(ctx, name, metav1.DeleteOptions{})
+		_ = client.CoreV1().ServiceAccounts("default").Delete(ctx, name, metav1.DeleteOptions{})
+		_ = client.RbacV1().ClusterRoles().Delete(ctx, role.Name, metav1.DeleteOptions{})
+	})
 	rc, err := cluster.ServiceAccountConfig(ctx, "default", name)
 	if err != nil {
 		t.Fatal(err)
@@ -95,6 +105,19 @@ func TestLatchctlNeedsNothingBeyondItsReadOnlyRole(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() {
+		ctx := context.Background()
+		zero := int64(0)
+		_ = client.CoreV1().Pods("default").Delete(ctx, "rbac-app", metav1.DeleteOptions{GracePeriodSeconds: &zero})
+		_ = client.StorageV1().VolumeAttachments().Delete(ctx, kubenames.VolumeAttachmentName(pv.Spec.CSI.VolumeHandle, driver, "rbac-node"), metav1.DeleteOptions{})
+		// No controller here removes the protection finalizers the API
+		// server's admission adds.
+		noFinalizers := []byte(`{"metadata":{"finalizers":null}}`)
+		_ = client.CoreV1().PersistentVolumeClaims("default").Delete(ctx, "rbac-data", metav1.DeleteOptions{})
+		_, _ = client.CoreV1().PersistentVolumeClaims("default").Patch(ctx, "rbac-data", types.MergePatchType, noFinalizers, metav1.PatchOptions{})
+		_ = client.CoreV1().PersistentVolumes().Delete(ctx, pv.Name, metav1.DeleteOptions{})
+		_, _ = client.CoreV1().PersistentVolumes().Patch(ctx, pv.Name, types.MergePatchType, noFinalizers, metav1.PatchOptions{})
+	})
 	if _, err := client.CoreV1().Pods("default").Create(ctx, localcluster.NewPod("default", "rbac-app", "rbac-node", pv.Name), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}

@@ -3,6 +3,7 @@ package deploy_test
 import (
 	"bufio"
 	"context"
+	"crypto/rand"
 	"fmt"
 	"maps"
 	"net/http"
@@ -103,8 +104,14 @@ func TestDashboardQueriesOnlyMetricsTheBinariesExport(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 4*time.Minute)
 	defer cancel()
 	client := cluster.Client()
-	const driver = "dashboard.csi.latch.dev"
-	nodes := map[string]string{"dash-node-1": "dash-node-1-id", "dash-node-2": "dash-node-2-id"}
+	// Names of this run's own: the package shares one API server, and
+	// -count=2 runs the test twice on it (the cluster-scoped CSIDriver,
+	// Nodes and PVs would exist already).
+	sfx := make([]byte, 3)
+	_, _ = rand.Read(sfx)
+	d := func(name string) string { return fmt.Sprintf("%s-%x", name, sfx) }
+	driver := d("dashboard") + ".csi.latch.dev"
+	nodes := map[string]string{d("dash-node-1"): d("dash-node-1") + "-id", d("dash-node-2"): d("dash-node-2") + "-id"}
 	// An orphan record entry that is not a record: a load error.
 	record := &v1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: kube.OrphanRecordName(driver)}, Data: map[string]string{"junk": "not a record"}}
 	if _, err := client.CoreV1().ConfigMaps("default").Create(ctx, record, metav1.CreateOptions{}); err != nil {
@@ -113,32 +120,32 @@ func TestDashboardQueriesOnlyMetricsTheBinariesExport(t *testing.T) {
 	t.Cleanup(func() {
 		_ = client.CoreV1().ConfigMaps("default").Delete(context.Background(), record.Name, metav1.DeleteOptions{})
 	})
-	remove, err := testsupport.DenyVolumeAttachmentsOf(ctx, client, "dash-refused", "dash-freeze", "dash-freeze")
+	remove, err := testsupport.DenyVolumeAttachmentsOf(ctx, client, d("dash-refused"), d("dash-freeze"), d("dash-freeze"))
 	t.Cleanup(func() { remove(context.Background()) })
 	if err != nil {
 		t.Fatal(err)
 	}
 
 	// Only node 1 exists in the backend: publishing to node 2 is NotFound.
-	dir, kubeconfig, socket := startMockDriver(ctx, t, driver, "--known-nodes="+nodes["dash-node-1"])
+	dir, kubeconfig, socket := startMockDriver(ctx, t, driver, "--known-nodes="+nodes[d("dash-node-1")])
 	attacherAddr, controllerAddr := testsupport.FreeAddr(t), testsupport.FreeAddr(t)
 	startProcess(t, dir, "csi-attacher", "--kubeconfig="+kubeconfig, "--csi-address="+socket,
 		"--http-endpoint="+attacherAddr, "--reconcile-sync=1s", "--retry-interval-start=200ms", "--v=4")
 	startProcess(t, dir, "attachdetach-controller", "--kubeconfig="+kubeconfig, "--leader-elect-resource-namespace=default",
-		"--leader-elect-resource-name=dashboard-attachdetach-controller", "--http-endpoint="+controllerAddr, "--v=4")
+		"--leader-elect-resource-name="+d("dashboard-attachdetach-controller"), "--http-endpoint="+controllerAddr, "--v=4")
 
 	kubelet, stopKubelet := startNodes(ctx, t, driver, nodes)
-	for _, name := range []string{"dash-ok", "dash-fail", "dash-refused"} {
+	for _, name := range []string{d("dash-ok"), d("dash-fail"), d("dash-refused")} {
 		if _, _, err := localcluster.CreateBoundVolume(ctx, client, localcluster.VolumeSpec{Namespace: "default", Name: name, Driver: driver}); err != nil {
 			t.Fatal(err)
 		}
 	}
 
 	// 1. An attach.
-	if _, err := client.CoreV1().Pods("default").Create(ctx, localcluster.NewPod("default", "dash-app", "dash-node-1", "dash-ok"), metav1.CreateOptions{}); err != nil {
+	if _, err := client.CoreV1().Pods("default").Create(ctx, localcluster.NewPod("default", d("dash-app"), d("dash-node-1"), d("dash-ok")), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	okVA := kubenames.VolumeAttachmentName("dash-ok", driver, "dash-node-1")
+	okVA := kubenames.VolumeAttachmentName(d("dash-ok"), driver, d("dash-node-1"))
 	waitFor(ctx, t, "VolumeAttachment "+okVA+" attached", func() (bool, error) {
 		va, err := client.StorageV1().VolumeAttachments().Get(ctx, okVA, metav1.GetOptions{})
 		return err == nil && va.Status.Attached, nil
@@ -146,24 +153,24 @@ func TestDashboardQueriesOnlyMetricsTheBinariesExport(t *testing.T) {
 
 	// 2. The backend loses the attachment behind Kubernetes' back; the
 	// ListVolumes reconcile notices and publishes again.
-	unpublish(ctx, t, socket, "dash-ok", nodes["dash-node-1"])
+	unpublish(ctx, t, socket, d("dash-ok"), nodes[d("dash-node-1")])
 	waitFor(ctx, t, "a ListVolumes repair counted", func() (bool, error) {
 		names, err := scrape(ctx, attacherAddr)
 		return err == nil && names["latch_attacher_reconcile_repairs_total"], nil
 	})
 
 	// 3. A failing attach.
-	if _, err := client.CoreV1().Pods("default").Create(ctx, localcluster.NewPod("default", "dash-stuck", "dash-node-2", "dash-fail"), metav1.CreateOptions{}); err != nil {
+	if _, err := client.CoreV1().Pods("default").Create(ctx, localcluster.NewPod("default", d("dash-stuck"), d("dash-node-2"), d("dash-fail")), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	failVA := kubenames.VolumeAttachmentName("dash-fail", driver, "dash-node-2")
+	failVA := kubenames.VolumeAttachmentName(d("dash-fail"), driver, d("dash-node-2"))
 	waitFor(ctx, t, "attachError on "+failVA, func() (bool, error) {
 		va, err := client.StorageV1().VolumeAttachments().Get(ctx, failVA, metav1.GetOptions{})
 		return err == nil && va.Status.AttachError != nil, nil
 	})
 
 	// 4. A VolumeAttachment create the policy refuses.
-	if _, err := client.CoreV1().Pods("default").Create(ctx, localcluster.NewPod("default", "dash-refused", "dash-node-1", "dash-refused"), metav1.CreateOptions{}); err != nil {
+	if _, err := client.CoreV1().Pods("default").Create(ctx, localcluster.NewPod("default", d("dash-refused"), d("dash-node-1"), d("dash-refused")), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(ctx, t, "a refused VolumeAttachment create counted", func() (bool, error) {
@@ -174,17 +181,17 @@ func TestDashboardQueriesOnlyMetricsTheBinariesExport(t *testing.T) {
 	// 5. Node 1 goes down with the volume in use and gets the
 	// out-of-service taint: a forced detach.
 	waitFor(ctx, t, "dash-node-1 reports the volume in use", func() (bool, error) {
-		n, err := client.CoreV1().Nodes().Get(ctx, "dash-node-1", metav1.GetOptions{})
+		n, err := client.CoreV1().Nodes().Get(ctx, d("dash-node-1"), metav1.GetOptions{})
 		return err == nil && len(n.Status.VolumesInUse) > 0, nil
 	})
 	stopKubelet()
-	if err := kubelet.SetReady(ctx, "dash-node-1", false); err != nil {
+	if err := kubelet.SetReady(ctx, d("dash-node-1"), false); err != nil {
 		t.Fatal(err)
 	}
-	if err := client.CoreV1().Pods("default").Delete(ctx, "dash-app", metav1.DeleteOptions{}); err != nil {
+	if err := client.CoreV1().Pods("default").Delete(ctx, d("dash-app"), metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if err := kubelet.Taint(ctx, "dash-node-1", v1.Taint{Key: localcluster.OutOfServiceTaint, Value: "nodeshutdown", Effect: v1.TaintEffectNoExecute}); err != nil {
+	if err := kubelet.Taint(ctx, d("dash-node-1"), v1.Taint{Key: localcluster.OutOfServiceTaint, Value: "nodeshutdown", Effect: v1.TaintEffectNoExecute}); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(ctx, t, "VolumeAttachment "+okVA+" deleted", func() (bool, error) {
