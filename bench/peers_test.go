@@ -28,11 +28,7 @@ func TestBenchPeersSmallRoundRunsEveryContenderAndLatchAttachesEachVolumeWithOne
 	if testing.Short() {
 		t.Skip("starts upstream binaries")
 	}
-	dir := t.TempDir()
-	kubeconfig := filepath.Join(dir, "kubeconfig")
-	if err := cluster.WriteKubeconfig(kubeconfig); err != nil {
-		t.Fatal(err)
-	}
+	dir, kubeconfig := peersWorkDir(t)
 	attachers, controllers, skipped, err := PeerContenders(PeerContenderOptions{
 		LatchAttacher:   testsupport.MustBinary(t, "cmd/csi-attacher"),
 		LatchController: testsupport.MustBinary(t, "cmd/attachdetach-controller"),
@@ -133,6 +129,18 @@ func TestBenchPeersSmallRoundRunsEveryContenderAndLatchAttachesEachVolumeWithOne
 	if len(back.Runs) != len(rep.Runs) || back.Medians["attacher/latch adaptive"]["publishes_per_va"] != 1 || !strings.HasPrefix(filepath.Base(path), "bench-peers-small-") {
 		t.Errorf("JSON report %s: %d runs, medians %v", path, len(back.Runs), back.Medians["attacher/latch fixed"])
 	}
+}
+
+// peersWorkDir is a test's directory for the contenders' logs, with the
+// shared control plane's kubeconfig in it.
+func peersWorkDir(t *testing.T) (dir, kubeconfig string) {
+	t.Helper()
+	dir = t.TempDir()
+	kubeconfig = filepath.Join(dir, "kubeconfig")
+	if err := cluster.WriteKubeconfig(kubeconfig); err != nil {
+		t.Fatal(err)
+	}
+	return dir, kubeconfig
 }
 
 // noPeerObjectsLeft fails when a run left a VolumeAttachment, PV, Node or
@@ -325,11 +333,7 @@ func TestBenchPeersBurstNotServedWithinTheBackendBudgetIsMeasuredOverTheBudget(t
 	if testing.Short() {
 		t.Skip("starts csi-attacher")
 	}
-	dir := t.TempDir()
-	kubeconfig := filepath.Join(dir, "kubeconfig")
-	if err := cluster.WriteKubeconfig(kubeconfig); err != nil {
-		t.Fatal(err)
-	}
+	dir, kubeconfig := peersWorkDir(t)
 	attachers, _, _, err := PeerContenders(PeerContenderOptions{LatchAttacher: testsupport.MustBinary(t, "cmd/csi-attacher")})
 	if err != nil {
 		t.Fatal(err)

@@ -368,6 +368,20 @@ func simulateBurst(t *testing.T, seed uint64, cfg Config, b backend, n int, phas
 	t.Helper()
 	s := newSim(seed, 3, cfg, b, phases)
 	var res burstResult
+	s.serve(n, func(outcome Outcome) {
+		if outcome == Throttled {
+			res.throttled++
+		}
+		res.limits = append(res.limits, s.c.Limit())
+	})
+	res.wall = s.elapsed()
+	return res
+}
+
+// serve runs n calls, all waiting from now, under the limit until each is
+// served (a throttled call waits again at once), and calls answered with
+// each answer's outcome.
+func (s *sim) serve(n int, answered func(Outcome)) {
 	waiting, served := n, 0
 	for served < n {
 		for ; waiting > 0 && s.inFlight.Len() < s.c.Limit(); waiting-- {
@@ -378,15 +392,12 @@ func simulateBurst(t *testing.T, seed uint64, cfg Config, b backend, n int, phas
 			continue
 		}
 		if outcome == Throttled {
-			res.throttled++
 			waiting++
 		} else {
 			served++
 		}
-		res.limits = append(res.limits, s.c.Limit())
+		answered(outcome)
 	}
-	res.wall = s.elapsed()
-	return res
 }
 
 // A burst of calls, all waiting from the start, as csi-attacher sees when
@@ -762,28 +773,17 @@ func TestControlStartsABurstAfterAnIdleMomentWithinTheRequestLimit(t *testing.T)
 		var starts, throttledAtStart []int
 		throttledBefore := false
 		for burst := range 4 {
-			waiting, served, throttled := 240, 0, 0
+			throttled := 0
 			start, began := s.c.Limit(), s.now
-			for served < 240 {
-				for ; waiting > 0 && s.inFlight.Len() < s.c.Limit(); waiting-- {
-					s.startCall()
+			s.serve(240, func(outcome Outcome) {
+				if outcome != Throttled || s.now.Sub(began) >= time.Second {
+					return
 				}
-				outcome, ok := s.next()
-				if !ok {
-					continue
+				throttled++
+				if throttledBefore {
+					t.Errorf("seed %d: burst %d, started with %d calls at once after the backend had throttled, throttled a call %s after its start", seed, burst+1, start, s.now.Sub(began).Round(time.Millisecond))
 				}
-				if outcome == Throttled {
-					waiting++
-					if s.now.Sub(began) < time.Second {
-						throttled++
-					}
-					if throttledBefore && s.now.Sub(began) < time.Second {
-						t.Errorf("seed %d: burst %d, started with %d calls at once after the backend had throttled, throttled a call %s after its start", seed, burst+1, start, s.now.Sub(began).Round(time.Millisecond))
-					}
-				} else {
-					served++
-				}
-			}
+			})
 			throttledBefore = throttledBefore || s.c.Throttled() > 0
 			starts, throttledAtStart = append(starts, start), append(throttledAtStart, throttled)
 			s.now = s.now.Add(100 * time.Millisecond)
