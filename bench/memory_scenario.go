@@ -163,7 +163,6 @@ func (e *env) clearStorage(ctx context.Context) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	noFinalizers := []byte(`{"metadata":{"finalizers":null}}`)
 	err = parallel(ctx, len(objs), createConcurrency, func(ctx context.Context, i int) error {
 		k, name := objs[i].kind, objs[i].meta.GetName()
 		if len(objs[i].meta.GetFinalizers()) > 0 {
