@@ -107,6 +107,10 @@ type PeerSizes struct {
 	// operations it completed in that time), its leftover
 	// VolumeAttachments are removed, and the next profile begins.
 	BackendBudget time.Duration `json:"backendBudget"`
+	// BackendSeed seeds the backend profiles' latency samples (0: the
+	// mock driver's seed, the same in every run). Each round draws the
+	// same sequence; another seed is another draw of the same profiles.
+	BackendSeed uint64 `json:"backendSeed,omitempty"`
 }
 
 // PeerBackendProfiles are the mock driver's backend profiles the backend

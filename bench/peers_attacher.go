@@ -216,6 +216,7 @@ func (r *attachRig) backendWorkload(ctx context.Context, e *env, cfg *PeersConfi
 		return err
 	}
 	r.d.ClearFaults()
+	b.Seed = sz.BackendSeed
 	if err := r.d.SetBackend(&b); err != nil {
 		return err
 	}

@@ -63,6 +63,10 @@ type Backend struct {
 	// Phases change Capacity, Rate and Burst from their After on, in
 	// order.
 	Phases []BackendPhase `json:"phases,omitempty"`
+	// Seed seeds the latency samples (0: the driver's seed, Config.Seed):
+	// the same seed gives the same sequence of samples, another seed
+	// another draw of the same distribution.
+	Seed uint64 `json:"seed,omitempty"`
 }
 
 // BackendPhase is a change of a backend's limits during a run.
@@ -314,7 +318,11 @@ func (d *Driver) SetBackend(b *Backend) error {
 	}
 	cp := *b
 	cp.Phases = slices.Clone(b.Phases)
-	d.backend.Store(newBackendModel(cp, d.clock, d.cfg.Seed))
+	seed := d.cfg.Seed
+	if b.Seed != 0 {
+		seed = b.Seed
+	}
+	d.backend.Store(newBackendModel(cp, d.clock, seed))
 	return nil
 }
 

@@ -135,6 +135,40 @@ func TestBackendLatencySpreadIsSeededAroundTheMedian(t *testing.T) {
 	}
 }
 
+// A backend set on the driver draws its latencies from its own seed, or
+// from the driver's when it has none: bench-peers runs its profiles with
+// another draw (--backend-seed) on the same driver.
+func TestSetBackendSeedsTheLatenciesWithItsOwnSeedOrTheDrivers(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Seed = 5
+	d, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := Backend{Latency: Duration(time.Second), Spread: 0.5}
+	samples := func(seed uint64) string {
+		b.Seed = seed
+		if err := d.SetBackend(&b); err != nil {
+			t.Fatal(err)
+		}
+		lat, _ := admitN(d.backend.Load(), 50)
+		return fmt.Sprint(lat)
+	}
+	want := func(seed uint64) string {
+		lat, _ := admitN(newBackendModel(b, clocktesting.NewFakeClock(t0), seed), 50)
+		return fmt.Sprint(lat)
+	}
+	if got := samples(0); got != want(5) {
+		t.Errorf("a backend without a seed drew %s, want the driver's seed's %s", got, want(5))
+	}
+	if got := samples(9); got != want(9) {
+		t.Errorf("a backend seeded 9 drew %s, want %s", got, want(9))
+	}
+	if samples(9) == samples(0) {
+		t.Error("the backend's seed and the driver's drew the same samples")
+	}
+}
+
 // Phases change the limits at their time, and the stats show the limits
 // in force.
 func TestBackendPhasesChangeCapacityAndRateDuringTheRun(t *testing.T) {
@@ -241,9 +275,9 @@ func TestParseBackend(t *testing.T) {
 	}{
 		{"profile alone", `profile: slow-cloud`, &slow, ""},
 		{"every field", `{"latency": "250ms", "spread": 0.1, "capacity": 8, "rate": 4, "burst": 2, "throttleCode": "UNAVAILABLE",
-			"phases": [{"after": "10s", "capacity": 2, "rate": 1}]}`,
+			"phases": [{"after": "10s", "capacity": 2, "rate": 1}], "seed": 9}`,
 			&Backend{Latency: Duration(250 * time.Millisecond), Spread: 0.1, Capacity: 8, Rate: 4, Burst: 2, ThrottleCode: Code(codes.Unavailable),
-				Phases: []BackendPhase{{After: Duration(10 * time.Second), Capacity: 2, Rate: 1}}}, ""},
+				Phases: []BackendPhase{{After: Duration(10 * time.Second), Capacity: 2, Rate: 1}}, Seed: 9}, ""},
 		{"unknown profile", `profile: tape-library`, nil, `unknown backend profile "tape-library" (known: fast-san, slow-cloud, throttling-api)`},
 		{"unknown field", `{"latency": "1s", "capcity": 3}`, nil, `unknown field "capcity"`},
 		{"bad throttle code", `{"latency": "1s", "throttleCode": "NotFound"}`, nil, "throttle code must be ResourceExhausted or Unavailable"},

@@ -32,6 +32,7 @@ type options struct {
 	workloads                                                string
 	rounds                                                   int
 	backendBudget                                            time.Duration
+	backendSeed                                              uint64
 	noUpstream, noKCM, fixedLatency                          bool
 }
 
@@ -47,6 +48,7 @@ func parse(args []string) (*options, error) {
 	fs.StringVar(&o.profiles, "profiles", strings.Join(bench.PeerBackendProfiles, ","), "Comma-separated backend profiles of the mock driver for the throughput workload (empty: none).")
 	fs.StringVar(&o.workloads, "workloads", "latency,backends,controllers", "Comma-separated workloads to run: latency (the attachers' paced and saturating bursts), backends (the attachers' bursts per backend profile), controllers (Pods through the A/D controllers).")
 	fs.DurationVar(&o.backendBudget, "backend-budget", 0, "Time one backend profile's burst may take, attaches and detaches together; a contender that has not served it by then is measured over the budget and the next profile begins (0: the scale's, 5m at full, 2m at small).")
+	fs.Uint64Var(&o.backendSeed, "backend-seed", 0, "Seed of the backend profiles' latency samples (0: the mock driver's, the same in every run): another seed is another draw of the same profiles.")
 	fs.BoolVar(&o.noUpstream, "no-upstream", false, "Leave the upstream external-attacher out.")
 	fs.BoolVar(&o.noKCM, "no-kcm", false, "Leave kube-controller-manager out.")
 	fs.BoolVar(&o.fixedLatency, "fixed-latency", false, "Run latch fixed (--driver-concurrency=fixed) in the latency workload too, not only on the backend profiles: to compare the fixed limit with a previous release that had one.")
@@ -173,6 +175,7 @@ func peers(ctx context.Context, o *options) (*bench.PeersReport, error) {
 	if o.backendBudget > 0 {
 		sizes.BackendBudget = o.backendBudget
 	}
+	sizes.BackendSeed = o.backendSeed
 	rep, runErr := bench.RunPeers(klog.NewContext(ctx, klog.Background()), bench.PeersConfig{
 		Cluster: cluster, Scale: bench.Scale(o.scale), Sizes: sizes, Rounds: o.rounds,
 		Attachers: attachers, Controllers: controllers, Profiles: profiles, Skipped: skipped,
