@@ -43,7 +43,7 @@ type Limiter struct {
 	ctl   *Control
 	held  [directions]int
 	// waiting are the waiters of each direction, oldest first.
-	waiting [directions][]chan struct{}
+	waiting [directions][]waitingCall
 	// onChange, when set, is told the limit after every change (for a
 	// metric), outside the lock.
 	onChange func(limit int)
@@ -96,6 +96,25 @@ func (l *Limiter) Throttled() int64 {
 	return l.ctl.Throttled()
 }
 
+// waitingCall is a call waiting for a slot: closing ready grants it one; since
+// is when it began to wait.
+type waitingCall struct {
+	ready chan struct{}
+	since time.Time
+}
+
+// Waiting is how many calls of dir wait for a slot, and how long the
+// oldest of them has waited (0 when none does).
+func (l *Limiter) Waiting(dir Direction) (n int, oldest time.Duration) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	w := l.waiting[dir]
+	if len(w) == 0 {
+		return 0, 0
+	}
+	return len(w), l.clock.Since(w[0].since)
+}
+
 // Slot is one call's place under the limit. Done must be called exactly
 // once, when the call has answered.
 type Slot struct {
@@ -124,7 +143,7 @@ func (l *Limiter) Acquire(ctx context.Context, dir Direction) (*Slot, error) {
 		return l.slot(ctx, dir), nil
 	}
 	ready := make(chan struct{})
-	l.waiting[dir] = append(l.waiting[dir], ready)
+	l.waiting[dir] = append(l.waiting[dir], waitingCall{ready: ready, since: l.clock.Now()})
 	l.mu.Unlock()
 	select {
 	case <-ready:
@@ -139,7 +158,7 @@ func (l *Limiter) Acquire(ctx context.Context, dir Direction) (*Slot, error) {
 			l.wakeLocked()
 		default:
 			for i, w := range l.waiting[dir] {
-				if w == ready {
+				if w.ready == ready {
 					l.waiting[dir] = append(l.waiting[dir][:i], l.waiting[dir][i+1:]...)
 					break
 				}
@@ -176,7 +195,7 @@ func (l *Limiter) wakeLocked() {
 				w := l.waiting[dir][0]
 				l.waiting[dir] = l.waiting[dir][1:]
 				l.held[dir]++
-				close(w)
+				close(w.ready)
 				progress = true
 			}
 		}

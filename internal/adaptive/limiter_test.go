@@ -284,3 +284,40 @@ func TestLimiterLogsWhyTheLimitChanged(t *testing.T) {
 		t.Errorf("the throttled change does not count the throttled answer: %s", lines[1])
 	}
 }
+
+// Waiting reports the calls of each direction waiting for a slot and how
+// long the oldest has waited, for csi-attacher's metrics: a call that gets
+// its slot or gives up no longer counts.
+func TestLimiterReportsTheCallsWaitingAndTheOldestWait(t *testing.T) {
+	clk := clocktesting.NewFakeClock(t0)
+	l := fixed(1, clk)
+	if n, oldest := l.Waiting(Attach); n != 0 || oldest != 0 {
+		t.Fatalf("before any call: %d waiting, oldest %s; want none", n, oldest)
+	}
+	held := acquireNow(t, l, Attach)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	first := waiter(context.Background(), l, Attach)
+	waitQueued(t, l, Attach, 1)
+	clk.Step(3 * time.Second)
+	waiter(ctx, l, Attach)
+	waitQueued(t, l, Attach, 2)
+	clk.Step(2 * time.Second)
+	if n, oldest := l.Waiting(Attach); n != 2 || oldest != 5*time.Second {
+		t.Errorf("two waiting since 5 s and 2 s: Waiting = %d, %s; want 2, 5s", n, oldest)
+	}
+	if n, oldest := l.Waiting(Detach); n != 0 || oldest != 0 {
+		t.Errorf("no detach waits: Waiting(Detach) = %d, %s", n, oldest)
+	}
+	held.Done(Served)
+	s := <-first
+	if n, oldest := l.Waiting(Attach); n != 1 || oldest != 2*time.Second {
+		t.Errorf("after the oldest got its slot: Waiting = %d, %s; want 1, 2s", n, oldest)
+	}
+	cancel()
+	waitQueued(t, l, Attach, 0)
+	if n, oldest := l.Waiting(Attach); n != 0 || oldest != 0 {
+		t.Errorf("after the last gave up: Waiting = %d, %s; want none", n, oldest)
+	}
+	s.Done(Served)
+}

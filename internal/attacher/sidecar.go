@@ -165,11 +165,12 @@ func RunSidecar(ctx context.Context, cfg SidecarConfig) error {
 		if err != nil {
 			return err
 		}
+		// A second attacher in the same process (tests) finds the
+		// collectors taken; the first one keeps reporting.
 		for _, r := range ctrl.Backlogs() {
-			// A second attacher in the same process (tests) finds the
-			// collector taken; the first one keeps reporting.
 			_ = legacyregistry.CustomRegister(r.BacklogCollector())
 		}
+		_ = legacyregistry.CustomRegister(ctrl.CallWaitCollector())
 		factory.Start(ctx.Done())
 		defer factory.Shutdown()
 		return ctrl.Run(ctx)

@@ -48,6 +48,7 @@ var (
 		"LatchQueueBacklog":                   "a handful of volumes",
 		"LatchDetachErrors":                   "every unpublish succeeds",
 		"LatchAttachSlow":                     "attaches take seconds",
+		"LatchDriverCallsWaiting":             "a handful of volumes: no driver call waits minutes for a slot",
 		"LatchVolumeWaitingForMultiAttach":    "no Pod wants an exclusive volume attached to another node",
 	}
 	alertsNotJudged = map[string]string{
