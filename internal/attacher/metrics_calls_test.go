@@ -63,9 +63,9 @@ func TestCallsWaitingForASlotAreShownInTheMetrics(t *testing.T) {
 		}()
 	}
 	start("va-a")
-	waitFor(t, func() bool { a, _ := f.ctrl.exec.calls.InFlight(); return a == 1 })
+	f.waitFor("the first publish holds the slot", func() bool { a, _ := f.ctrl.exec.calls.InFlight(); return a == 1 })
 	start("va-b")
-	waitFor(t, func() bool { n, _ := f.ctrl.exec.calls.Waiting(adaptive.Attach); return n == 1 })
+	f.waitFor("the second publish waits for it", func() bool { n, _ := f.ctrl.exec.calls.Waiting(adaptive.Attach); return n == 1 })
 	time.Sleep(100 * time.Millisecond)
 	waiting, oldest := callWaitGauges(t, reg)
 	if waiting["attach"] != 1 || waiting["detach"] != 0 {
@@ -79,14 +79,4 @@ func TestCallsWaitingForASlotAreShownInTheMetrics(t *testing.T) {
 		t.Errorf("after both publishes: waiting %v, oldest %v; want 0", waiting, oldest)
 	}
 	f.requireCSICalls("ControllerPublishVolume handle-pv-a node-1-id OK", "ControllerPublishVolume handle-pv-b node-1-id OK")
-}
-
-// waitFor polls cond until it holds, failing the test after 5 seconds.
-func waitFor(t *testing.T, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(5 * time.Second); !cond(); time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not reached within 5 s")
-		}
-	}
 }
