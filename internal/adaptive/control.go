@@ -358,7 +358,8 @@ func (c *Control) Sample(now time.Time, outcome Outcome, latency time.Duration, 
 		// of several cuts a period apart, each with its round of
 		// throttled calls.
 		cut := math.Floor(c.limit * c.cfg.Backoff)
-		d := float64(c.deliveredLocked(now))
+		delivered := c.deliveredLocked(now)
+		d := float64(delivered)
 		if !c.idleAt.IsZero() && !now.Add(-latency).Before(c.idleAt) {
 			// The call began a burst after the backend was idle: the
 			// answers of the last period are the previous burst's tail,
@@ -396,7 +397,7 @@ func (c *Control) Sample(now time.Time, outcome Outcome, latency time.Duration, 
 		if c.slowStart || toServed {
 			c.drainCut, c.drainOld, c.drainServed = now, 0, toServed
 		}
-		floorRate := float64(c.deliveredLocked(now)) / max(c.lastPeriod, time.Microsecond).Seconds()
+		floorRate := c.deliveredRate(delivered)
 		c.lastCut, c.cutAt, c.slowStart, c.accelFrom, c.servedSinceCut = now, c.limit, false, 0, 0
 		// The answers of the next period come from calls started
 		// under the old limit.
@@ -646,12 +647,7 @@ func (c *Control) servedWithinBaseline(now time.Time) float64 {
 	if b := c.Baseline(); b > 0 {
 		w = min(w, b)
 	}
-	c.deliveredLocked(now)
-	i := 0
-	for i < len(c.served) && now.Sub(c.served[i].at) > w {
-		i++
-	}
-	return float64(len(c.served) - i)
+	return float64(c.servedWithin(now, w))
 }
 
 // rateCheck is a change of the limit that the first period after it
@@ -754,7 +750,7 @@ func (c *Control) slowStartSample(now time.Time, latency time.Duration, inFlight
 				// As after a throttled cut to the answers served: no
 				// latency cut below it while they hold (on slow-cloud the
 				// queue slow start left cut 19 to 15).
-				c.floor, c.floorRate = c.limit, float64(c.deliveredLocked(now))/c.lastPeriod.Seconds()
+				c.floor, c.floorRate = c.limit, c.deliveredRate(c.deliveredLocked(now))
 			}
 			return
 		}
@@ -804,15 +800,25 @@ type servedAt struct {
 // deliveredLocked is how many answers were served within the last
 // period before now (and forgets those older than two periods).
 func (c *Control) deliveredLocked(now time.Time) int {
-	period := c.lastPeriod
+	return c.servedWithin(now, c.lastPeriod)
+}
+
+// servedWithin is how many answers were served within w before now (w at
+// most two periods), after forgetting those older than two periods.
+func (c *Control) servedWithin(now time.Time, w time.Duration) int {
 	i := 0
-	for i < len(c.served) && now.Sub(c.served[i].at) > 2*period {
+	for i < len(c.served) && now.Sub(c.served[i].at) > 2*c.lastPeriod {
 		i++
 	}
 	c.served = append(c.served[:0], c.served[i:]...)
-	for i = 0; i < len(c.served) && now.Sub(c.served[i].at) > period; i++ {
+	for i = 0; i < len(c.served) && now.Sub(c.served[i].at) > w; i++ {
 	}
 	return len(c.served) - i
+}
+
+// deliveredRate is answers delivered over the last period, per second.
+func (c *Control) deliveredRate(delivered int) float64 {
+	return float64(delivered) / max(c.lastPeriod, time.Microsecond).Seconds()
 }
 
 // probe measures the baseline again, once every half BaselineWindow:
