@@ -77,7 +77,7 @@ func (r *rig) killAndWaitNotReady(n *node) time.Time {
 // terminating (no kubelet confirms it) with its container reported
 // running, and its volume stays attached for twice maxWait; then it
 // force-deletes the Pod. It returns the node, the volume and when the
-// Pod was force-deleted.
+// Pod's force-deletion was requested.
 func runningOnKilledNode(t *testing.T, maxWait time.Duration, cfg func(*controller.Config)) (*rig, *node, string, time.Time) {
 	r := newRig(t, 5*time.Minute, rigOptions{Mock: slowPublishAndUnstage, Controller: func(c *controller.ServeConfig) { cfg(&c.Controller) }})
 	r.startNodeLifecycle()
@@ -101,12 +101,15 @@ func runningOnKilledNode(t *testing.T, maxWait time.Duration, cfg func(*controll
 	})
 	// What an operator (or the Pod GC on an out-of-service node) does:
 	// force-delete the Pod. Only now does the volume leave the desired
-	// state.
+	// state. The time is taken before the request: the controller can
+	// see the Pod gone before the request returns, and long before
+	// waitPodGone's poll does.
+	requested := time.Now()
 	if err := r.client.CoreV1().Pods(r.ns).Delete(r.ctx, "app", metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
 		t.Fatal(err)
 	}
 	r.waitPodGone("app", 10*time.Second)
-	return r, n, vol, time.Now()
+	return r, n, vol, requested
 }
 
 // TestKubeletKilled_forcedDetachAfterMaxWaitForUnmount: a node's kubelet is
