@@ -695,7 +695,13 @@ func (c *Controller) claimOf(ctx context.Context, name string, va *storagev1.Vol
 		return best
 	}
 	for _, other := range c.claimCandidates(name, o) {
-		if consider(c.vaCache.Resolve(other)) {
+		// Read again through the overlay: the index may hold a version
+		// our own write replaced (kube.OverlaidStore.Get).
+		v, ok, err := c.vaCache.Get(other.Name)
+		if err != nil || !ok {
+			continue
+		}
+		if consider(v) {
 			return best
 		}
 	}

@@ -50,33 +50,48 @@ func NewOverlaidStore[T Object](store cache.Store, decode Decoder[T]) *OverlaidS
 // update entry of a name the store no longer has is dropped: the object
 // is gone), or the store has only a placeholder. OwnWrites.View says how
 // our creates and deletes the store has not shown count.
+//
+// The store is read under the overlay's lock. The informer updates its
+// store before it calls the event handler that drops an entry (IsOwn),
+// and the handler takes that lock: so a read either finds the version our
+// write replaced with the entry still there, or the written version. Read
+// apart, the store could be read just before the informer stored our
+// write and the overlay just after the handler dropped its entry, and a
+// pass would see the version our write replaced: a guarded patch built on
+// it fails, and a VolumeAttachment just marked attached would read as not
+// attached. Nothing the informer does waits for this lock, so holding it
+// across the read cannot deadlock.
 func (s *OverlaidStore[T]) Get(name string) (T, bool, error) {
 	var zero T
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	obj, exists, err := s.store.GetByKey(name)
 	if err != nil {
 		return zero, false, err
 	}
 	if !exists {
-		t, ok := s.View(name, zero, false)
+		t, ok := s.viewLocked(name, zero, false)
 		return t, ok, nil
 	}
 	t, ok, err := s.decode(obj)
 	if err != nil || !ok {
 		return zero, false, err
 	}
-	t, _ = s.View(name, t, true)
+	t, _ = s.viewLocked(name, t, true)
 	return t, true, nil
 }
 
 // List returns every object the store holds that is not a placeholder,
 // each in its freshest known version (updates only: creates and deletes
 // the store has not shown are not listed); what does not decode is left
-// out.
+// out. The store is listed under the overlay's lock, as Get reads it.
 func (s *OverlaidStore[T]) List() []T {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	var out []T
 	for _, obj := range s.store.List() {
 		if t, ok, err := s.decode(obj); err == nil && ok {
-			out = append(out, s.Resolve(t))
+			out = append(out, s.resolveLocked(t))
 		}
 	}
 	return out

@@ -190,6 +190,11 @@ func (w *OwnWrites[T]) Gone(obj T) {
 func (w *OwnWrites[T]) View(name string, cached T, exists bool) (T, bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	return w.viewLocked(name, cached, exists)
+}
+
+// viewLocked is View with w.mu held.
+func (w *OwnWrites[T]) viewLocked(name string, cached T, exists bool) (T, bool) {
 	u := &w.unseen
 	if !exists {
 		delete(w.m, name)
