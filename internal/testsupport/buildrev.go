@@ -18,8 +18,43 @@ import (
 var RevisionCommands = []string{"cmd/csi-attacher", "cmd/attachdetach-controller"}
 
 // revisionStamp is written beside a revision's binaries once both are
-// built; it holds the Go version that built them.
+// built; it holds the Go version and the build settings that built them
+// (revisionBuildInfo).
 const revisionStamp = "built-with"
+
+// A revision is built as the images build a release (build/Dockerfile, the
+// Makefile's BUILD_TAGS, bench.BuildComponents): static, with gRPC's
+// grpcnotrace tag. Built otherwise, an older latch carries gRPC's trace
+// pages and the code they keep (15 MB more peak RSS in bench-peers) and would look
+// bigger than the release it stands for beside this checkout's bench
+// build.
+var (
+	revisionBuildFlags = []string{"-tags", "grpcnotrace"}
+	revisionBuildEnv   = []string{"CGO_ENABLED=0"}
+)
+
+// revisionBuildInfo is what revisionStamp holds: a build by another Go
+// version or with other settings is redone.
+func revisionBuildInfo() string {
+	return strings.Join(append(append([]string{runtime.Version()}, revisionBuildFlags...), revisionBuildEnv...), " ")
+}
+
+// revisionBuildCommand is the go build of RevisionCommands in the exported
+// tree src into dir.
+func revisionBuildCommand(src, dir string) *exec.Cmd {
+	args := append([]string{"build"}, revisionBuildFlags...)
+	args = append(args, "-o", dir+string(filepath.Separator))
+	for _, c := range RevisionCommands {
+		args = append(args, "./"+c)
+	}
+	cmd := exec.Command("go", args...)
+	cmd.Dir = src
+	// The revision's go.mod and go.sum as they were; -mod=mod lets go add
+	// a go.sum line the tree lacked instead of failing. No VCS stamp: the
+	// exported tree has no .git.
+	cmd.Env = append(append(os.Environ(), "GOFLAGS=-mod=mod -buildvcs=false"), revisionBuildEnv...)
+	return cmd
+}
 
 // BinaryAt returns latch's command pkg (one of RevisionCommands) built as
 // of the git revision rev of this checkout (anything git rev-parse takes:
@@ -28,7 +63,9 @@ const revisionStamp = "built-with"
 // (GOFLAGS=-mod=mod; the same build and module caches, so most packages
 // are cached), both commands at once. They are kept under BinaryDirEnv by
 // the revision's full hash, so later processes reuse them: a revision's
-// tree never changes (a build by another Go version is redone).
+// tree never changes (a build by another Go version, or with other build
+// settings, is redone). They are built as a release is: static, with the
+// grpcnotrace tag (revisionBuildFlags).
 func BinaryAt(rev, pkg string) (string, error) {
 	pkg = strings.TrimPrefix(pkg, "./")
 	if !slices.Contains(RevisionCommands, pkg) {
@@ -102,14 +139,18 @@ func revisionNotFound(rev, root string, shallow bool) error {
 	return fmt.Errorf("git revision %s not found in %s: not a commit of this repository (fetch it, or check the name)", rev, root)
 }
 
+// revisionBuilt reports whether dir holds a complete build by this Go
+// version with revisionBuild's settings.
+func revisionBuilt(dir string) bool {
+	got, err := os.ReadFile(filepath.Join(dir, revisionStamp))
+	return err == nil && string(got) == revisionBuildInfo()
+}
+
 // buildRevision builds RevisionCommands of commit into dir unless a
-// complete build by this Go version is there already.
+// complete build by this Go version with these settings is there already.
 func buildRevision(root, rev, commit, dir string) error {
 	stamp := filepath.Join(dir, revisionStamp)
-	built := func() bool {
-		got, err := os.ReadFile(stamp)
-		return err == nil && string(got) == runtime.Version()
-	}
+	built := func() bool { return revisionBuilt(dir) }
 	if built() {
 		return nil
 	}
@@ -130,20 +171,11 @@ func buildRevision(root, rev, commit, dir string) error {
 	if err := exportTree(root, commit, src); err != nil {
 		return fmt.Errorf("build latch at revision %s (%s): %w", rev, commit, err)
 	}
-	args := []string{"build", "-o", dir + string(filepath.Separator)}
-	for _, c := range RevisionCommands {
-		args = append(args, "./"+c)
-	}
-	cmd := exec.Command("go", args...)
-	cmd.Dir = src
-	// The revision's go.mod and go.sum as they were; -mod=mod lets go add
-	// a go.sum line the tree lacked instead of failing. No VCS stamp: the
-	// exported tree has no .git.
-	cmd.Env = append(os.Environ(), "GOFLAGS=-mod=mod -buildvcs=false")
+	cmd := revisionBuildCommand(src, dir)
 	if msg, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("build latch at revision %s (%s): go %s: %v\n%s", rev, commit, strings.Join(args, " "), err, msg)
+		return fmt.Errorf("build latch at revision %s (%s): %s: %v\n%s", rev, commit, strings.Join(cmd.Args, " "), err, msg)
 	}
-	return os.WriteFile(stamp, []byte(runtime.Version()), 0o644)
+	return os.WriteFile(stamp, []byte(revisionBuildInfo()), 0o644)
 }
 
 // exportTree writes commit's tree into dir: git archive | tar -x.

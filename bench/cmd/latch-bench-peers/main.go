@@ -135,7 +135,11 @@ func peers(ctx context.Context, o *options) (*bench.PeersReport, error) {
 		return nil, err
 	}
 	if o.previous != "" {
-		fmt.Printf("building %s from git revision %s (the first time: a minute or more)\n", o.previousName, o.previous)
+		name := o.previousName
+		if name == "" {
+			name = "latch " + o.previous
+		}
+		fmt.Printf("building %s from git revision %s as a release is built (static, -tags grpcnotrace; the first time: a minute or more)\n", name, o.previous)
 	}
 	if !o.noUpstream || !o.noKCM {
 		fmt.Println("building the upstream external-attacher v4.13 and kube-controller-manager v1.37.2 (minutes when the build cache is cold)")
