@@ -125,14 +125,10 @@ func (w *OwnWrites[T]) forgetDeleted(store cache.Store, written T) {
 	}
 }
 
-// Resolve returns the freshest known version of cached: our own write when
-// the cache still holds a version that write replaced, else cached.
-func (w *OwnWrites[T]) Resolve(cached T) T {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.resolveLocked(cached)
-}
-
+// resolveLocked returns the freshest known version of cached: our own
+// write when the cache still holds a version that write replaced, else
+// cached. Readers reach it through OverlaidStore (Get, List), which read
+// the store under the same lock.
 func (w *OwnWrites[T]) resolveLocked(cached T) T {
 	e, ok := w.m[cached.GetName()]
 	if !ok {

@@ -23,7 +23,7 @@ func TestOwnWrites_intermediateVersionOfOurChainIsOwn(t *testing.T) {
 	}
 	// The intermediate event leaves the entry: the cache is still behind
 	// our last write.
-	if got := w.Resolve(vaAt("11", false)); got.ResourceVersion != "12" {
+	if got := resolve(w, vaAt("11", false)); got.ResourceVersion != "12" {
 		t.Fatalf("cache at 11 resolved to %s, want our last write 12", got.ResourceVersion)
 	}
 	if !w.IsOwn(vaAt("12", false)) {

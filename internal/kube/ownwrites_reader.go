@@ -35,7 +35,7 @@ func Typed[T Object](obj any) (T, bool, error) {
 type OverlaidStore[T Object] struct {
 	store  cache.Store
 	decode Decoder[T]
-	// The overlay: IsOwn, Forget, Len, Resolve and the create and delete
+	// The overlay: IsOwn, Forget, Len and the create and delete
 	// bookkeeping are its methods.
 	*OwnWrites[T]
 }

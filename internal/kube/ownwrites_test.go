@@ -8,6 +8,14 @@ import (
 	"k8s.io/client-go/tools/cache"
 )
 
+// resolve is what a read through the overlay gives for cached, the
+// store's version (OverlaidStore.Get without the store).
+func resolve[T Object](w *OwnWrites[T], cached T) T {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.resolveLocked(cached)
+}
+
 func vaAt(rv string, attached bool) *storagev1.VolumeAttachment {
 	return &storagev1.VolumeAttachment{
 		ObjectMeta: metav1.ObjectMeta{Name: "va", ResourceVersion: rv},
@@ -22,7 +30,7 @@ func TestOwnWrites_anotherClientsOlderVersionInTheCacheResolvesToOurWrite(t *tes
 	w := NewOwnWrites[*storagev1.VolumeAttachment]()
 	w.Record("10", vaAt("12", true))
 	for _, rv := range []string{"10", "11"} {
-		if got := w.Resolve(vaAt(rv, false)); got.ResourceVersion != "12" || !got.Status.Attached {
+		if got := resolve(w, vaAt(rv, false)); got.ResourceVersion != "12" || !got.Status.Attached {
 			t.Errorf("cache at %s resolved to rv %s attached=%v, want our write (12, attached)", rv, got.ResourceVersion, got.Status.Attached)
 		}
 	}
@@ -31,10 +39,10 @@ func TestOwnWrites_anotherClientsOlderVersionInTheCacheResolvesToOurWrite(t *tes
 	}
 	// The cache caught up (or moved past us): it is the truth again and the
 	// entry is dropped.
-	if got := w.Resolve(vaAt("13", true)); got.ResourceVersion != "13" {
+	if got := resolve(w, vaAt("13", true)); got.ResourceVersion != "13" {
 		t.Errorf("cache at 13 resolved to %s, want the cache", got.ResourceVersion)
 	}
-	if got := w.Resolve(vaAt("11", false)); got.ResourceVersion != "11" {
+	if got := resolve(w, vaAt("11", false)); got.ResourceVersion != "11" {
 		t.Errorf("after the entry was dropped, resolve returned %s, want the cache", got.ResourceVersion)
 	}
 }
@@ -44,11 +52,11 @@ func TestOwnWrites_anotherClientsOlderVersionInTheCacheResolvesToOurWrite(t *tes
 func TestOwnWrites_opaqueResourceVersionsComparedForEqualityOnly(t *testing.T) {
 	w := NewOwnWrites[*storagev1.VolumeAttachment]()
 	w.Record("a", vaAt("c", true))
-	if got := w.Resolve(vaAt("a", false)); got.ResourceVersion != "c" {
+	if got := resolve(w, vaAt("a", false)); got.ResourceVersion != "c" {
 		t.Errorf("the version we replaced resolved to %s, want our write", got.ResourceVersion)
 	}
 	w.Record("a", vaAt("c", true))
-	if got := w.Resolve(vaAt("b", false)); got.ResourceVersion != "b" {
+	if got := resolve(w, vaAt("b", false)); got.ResourceVersion != "b" {
 		t.Errorf("an unknown opaque version resolved to %s, want the cache", got.ResourceVersion)
 	}
 }
@@ -96,12 +104,12 @@ func TestOwnWrites_lastFinalizerRemovalSurvivesTheLateEventOfTheVersionItDeleted
 	requireDeletedVersionStaysHidden(t, w, before, "10")
 	// Gone: the informer's delete drops the entry.
 	w.Forget("va")
-	if got := w.Resolve(before); len(got.Finalizers) != 1 {
+	if got := resolve(w, before); len(got.Finalizers) != 1 {
 		t.Errorf("after forget, resolve returned finalizers %v, want the cache", got.Finalizers)
 	}
 	// A new object of the same name (a later resourceVersion) is the truth.
 	w.Record("10", written)
-	if got := w.Resolve(vaAt("15", false)); got.ResourceVersion != "15" {
+	if got := resolve(w, vaAt("15", false)); got.ResourceVersion != "15" {
 		t.Errorf("a newer object of the same name resolved to %s, want the cache", got.ResourceVersion)
 	}
 }
@@ -130,7 +138,7 @@ func requireDeletedVersionStaysHidden(t *testing.T, w *OwnWrites[*storagev1.Volu
 	for _, rv := range cachedRVs {
 		cached := deleted.DeepCopy()
 		cached.ResourceVersion = rv
-		if got := w.Resolve(cached); len(got.Finalizers) != 0 {
+		if got := resolve(w, cached); len(got.Finalizers) != 0 {
 			t.Errorf("after the late event, the cache at %s resolved to finalizers %v, want our write without them", rv, got.Finalizers)
 		}
 	}
@@ -154,7 +162,7 @@ func TestOwnWrites_recordInForgetsADeletionTheInformerAlreadyShowed(t *testing.T
 		t.Fatal(err)
 	}
 	w.RecordIn(store, "10", answer)
-	if got := w.Resolve(withFinalizer); len(got.Finalizers) != 0 {
+	if got := resolve(w, withFinalizer); len(got.Finalizers) != 0 {
 		t.Errorf("cached version resolved to finalizers %v, want our write without them", got.Finalizers)
 	}
 }
