@@ -150,8 +150,7 @@ func revisionBuilt(dir string) bool {
 // complete build by this Go version with these settings is there already.
 func buildRevision(root, rev, commit, dir string) error {
 	stamp := filepath.Join(dir, revisionStamp)
-	built := func() bool { return revisionBuilt(dir) }
-	if built() {
+	if revisionBuilt(dir) {
 		return nil
 	}
 	unlock, err := lockOutput(filepath.Join(dir, "build"))
@@ -159,7 +158,7 @@ func buildRevision(root, rev, commit, dir string) error {
 		return fmt.Errorf("build latch at revision %s: %w", rev, err)
 	}
 	defer unlock()
-	if built() { // by another process while this one waited
+	if revisionBuilt(dir) { // by another process while this one waited
 		return nil
 	}
 	os.Remove(stamp)
